@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/child.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace iolens::cli {
+namespace {
+
+bool is_executable_file(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+Status resolve_command(const std::string& name, std::string& path_out) {
+  if (name.empty()) return Status::Error("empty command name", EINVAL);
+  if (name.find('/') != std::string::npos) {
+    if (!is_executable_file(name))
+      return Status::Error("cannot run '" + name + "': " +
+                               (access(name.c_str(), F_OK) == 0 ? "not an executable file"
+                                                                 : std::strerror(ENOENT)),
+                           ENOENT);
+    path_out = name;
+    return Status::Ok();
+  }
+  const char* env = std::getenv("PATH");
+  std::string path = env ? env : "/usr/local/bin:/usr/bin:/bin";
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t end = path.find(':', pos);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(pos, end - pos);
+    if (dir.empty()) dir = ".";
+    std::string cand = dir + "/" + name;
+    if (is_executable_file(cand)) {
+      path_out = cand;
+      return Status::Ok();
+    }
+    pos = end + 1;
+  }
+  return Status::Error("command not found: '" + name + "' (not in PATH)", ENOENT);
+}
+
+Status SuspendedChild::spawn(const std::vector<std::string>& argv) {
+  int go[2], err[2];
+  if (pipe2(go, O_CLOEXEC) != 0) return Status::Error("pipe: " + std::string(std::strerror(errno)), errno);
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    close(go[0]);
+    close(go[1]);
+    return Status::Error("pipe: " + std::string(std::strerror(e)), e);
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int e = errno;
+    close(go[0]); close(go[1]); close(err[0]); close(err[1]);
+    return Status::Error("fork: " + std::string(std::strerror(e)), e);
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    close(go[1]);
+    close(err[0]);
+    char c;
+    ssize_t n;
+    do {
+      n = read(go[0], &c, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1) _exit(127);  // the parent gave up before releasing us
+    close(go[0]);
+    execvp(args[0], args.data());
+    const int e = errno;
+    ssize_t w = write(err[1], &e, sizeof(e));
+    (void)w;
+    _exit(127);
+  }
+  close(go[0]);
+  close(err[1]);
+  pid_ = pid;
+  go_fd_ = go[1];
+  err_fd_ = err[0];
+  return Status::Ok();
+}
+
+Status SuspendedChild::release() {
+  const char c = 'g';
+  if (write(go_fd_, &c, 1) != 1) return Status::Error("cannot release the command", errno);
+  close(go_fd_);
+  go_fd_ = -1;
+  int e = 0;
+  ssize_t n;
+  do {
+    n = read(err_fd_, &e, sizeof(e));
+  } while (n < 0 && errno == EINTR);
+  close(err_fd_);
+  err_fd_ = -1;
+  if (n == static_cast<ssize_t>(sizeof(e))) {
+    int status;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return Status::Error(std::strerror(e), e);
+  }
+  return Status::Ok();  // EOF: the exec succeeded and closed the CLOEXEC pipe
+}
+
+SuspendedChild::~SuspendedChild() {
+  if (go_fd_ >= 0) close(go_fd_);  // an unreleased child reads EOF and exits 127
+  if (err_fd_ >= 0) close(err_fd_);
+}
+
+}  // namespace iolens::cli

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// The `iolens` command line. Parsing only; the work is in iolens_run.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "cli/run_command.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"iolens: how a job really uses storage, seen from the kernel (eBPF)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("iolens ") + IOLENS_VERSION);
+
+  iolens::cli::RunOptions run;
+  bool verbose = false;
+  auto* cmd = app.add_subcommand("run", "Run a command traced; print its I/O at exit");
+  cmd->add_option("--json", run.json_path, "Write the iolens.run/1 JSON record to this file");
+  cmd->add_flag("-q,--quiet", run.quiet, "No summary on stderr");
+  cmd->add_option("--top", run.top_files, "Files listed in the summary")->capture_default_str();
+  cmd->add_option("--drain-interval-ms", run.drain_interval_ms,
+                  "How often kernel maps are drained")
+      ->capture_default_str()
+      ->check(CLI::Range(10u, 60000u));
+  cmd->add_option("--max-file-records", run.loader.max_file_records,
+                  "Kernel map size for (process, file) records; more are folded, not lost")
+      ->capture_default_str()
+      ->check(CLI::Range(64u, 16u << 20));
+  cmd->add_option("--btf", run.loader.btf_path, "Kernel BTF file")->capture_default_str();
+  cmd->add_flag("-v,--verbose", verbose, "Debug logs, including libbpf's");
+  cmd->add_option("command", run.command, "The command to trace, after --")->required();
+  cmd->positionals_at_end();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  spdlog::set_pattern("iolens: %l: %v");
+  spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
+  run.loader.verbose = verbose;
+  return iolens::cli::run_traced(run);
+}

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/run_command.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "cli/child.hpp"
+#include "core/events.hpp"
+#include "core/recorder.hpp"
+#include "exporters/json_report.hpp"
+#include "exporters/text_report.hpp"
+
+#ifndef IOLENS_VERSION
+#define IOLENS_VERSION "0.0.0"
+#endif
+
+namespace iolens::cli {
+namespace {
+
+volatile sig_atomic_t g_child = -1;
+
+/// Forwards SIGINT/SIGTERM/SIGHUP sent to iolens by a process (kill, systemd, a scheduler) to the
+/// command. Signals from the terminal (si_code SI_KERNEL) already reached the command through
+/// its process group; forwarding them too would deliver them twice.
+void forward_signal(int sig, siginfo_t* info, void*) {
+  if (g_child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(g_child, sig);
+}
+
+void install_forwarding() {
+  struct sigaction sa {};
+  sa.sa_sigaction = forward_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(s, &sa, nullptr);
+}
+
+uint64_t now_ns(clockid_t clk) {
+  timespec ts{};
+  clock_gettime(clk, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void sleep_ms(unsigned ms) {
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000L};
+  nanosleep(&ts, nullptr);  // EINTR (a forwarded signal) just ends the nap early
+}
+
+std::optional<std::string> realpath_of(const std::string& p) {
+  char buf[PATH_MAX];
+  if (::realpath(p.c_str(), buf) == nullptr) return std::nullopt;
+  return std::string(buf);
+}
+
+void error_line(const std::string& msg) { std::fprintf(stderr, "iolens: %s\n", msg.c_str()); }
+
+/// Everything the kernel counted as lost, under the names docs/counters.md uses.
+void record_kernel_stats(core::Recorder& rec, const loader::KernelStats& st) {
+  rec.set_lost("file_records", st[IOLENS_STAT_FILE_RECORDS_LOST]);
+  rec.set_lost("other_records", st[IOLENS_STAT_OTHER_RECORDS_LOST]);
+  rec.set_lost("events", st[IOLENS_STAT_EVENTS_LOST]);
+  rec.set_lost("path_events", st[IOLENS_STAT_PATH_EVENTS_LOST]);
+  rec.set_lost("process_events", st[IOLENS_STAT_PROC_EVENTS_LOST]);
+  rec.set_lost("untraced_threads", st[IOLENS_STAT_TASK_STATE_FAILED]);
+  rec.set_lost("paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]);
+}
+
+}  // namespace
+
+int run_traced(const RunOptions& opts) {
+  if (opts.command.empty()) {
+    error_line("no command given: iolens run [options] -- CMD [ARGS...]");
+    return 2;
+  }
+  std::string resolved;
+  if (Status s = resolve_command(opts.command[0], resolved); !s) {
+    error_line(s.message);
+    return 127;
+  }
+  // Open the JSON output first: a bad path must fail before the job runs, not after.
+  std::unique_ptr<std::ofstream> json_out;
+  if (!opts.json_path.empty()) {
+    json_out = std::make_unique<std::ofstream>(opts.json_path, std::ios::trunc);
+    if (!*json_out) {
+      error_line("cannot write --json " + opts.json_path + ": " + std::strerror(errno));
+      return 2;
+    }
+  }
+
+  Status st;
+  auto loader = loader::Loader::create(opts.loader, st);
+  if (!loader) {
+    error_line(st.message);
+    return 1;
+  }
+
+  core::ClockBase clock;
+  clock.start_mono_ns = now_ns(CLOCK_MONOTONIC);
+  clock.mono_to_wall_ns =
+      static_cast<int64_t>(now_ns(CLOCK_REALTIME)) - static_cast<int64_t>(now_ns(CLOCK_MONOTONIC));
+  const int64_t start_wall = static_cast<int64_t>(clock.start_mono_ns) + clock.mono_to_wall_ns;
+
+  install_forwarding();
+  SuspendedChild child;
+  if (Status s = child.spawn(opts.command); !s) {
+    error_line(s.message);
+    return 1;
+  }
+  if (Status s = loader->trace_process(child.pid()); !s) {
+    error_line(s.message);
+    kill(child.pid(), SIGKILL);
+    waitpid(child.pid(), nullptr, 0);
+    return 1;
+  }
+  core::Recorder rec(static_cast<uint32_t>(child.pid()), static_cast<uint32_t>(getpid()));
+  rec.set_canonicalizer(realpath_of);
+  g_child = child.pid();
+  if (Status s = child.release(); !s) {
+    g_child = -1;
+    error_line("cannot run '" + opts.command[0] + "': " + s.message);
+    return s.err == ENOENT ? 127 : 126;
+  }
+
+  const auto on_event = [&](std::span<const uint8_t> bytes) {
+    core::DecodeResult r = core::decode_event(bytes);
+    if (r.ok)
+      rec.on_event(r.event);
+    else
+      rec.add_lost("decode_errors", 1);
+  };
+  std::size_t kernel_records = 0;
+  const auto drain = [&] {
+    loader->consume_events(on_event);  // exits and names first: they decide what to remove
+    const bool pressure = kernel_records * 2 > loader->max_file_records();
+    std::size_t seen = 0;
+    // Records of exited processes are final: move them out of the kernel. Under pressure also
+    // fold idle ones (no open descriptor): Darshan resets their pattern state at the next open.
+    auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
+      ++seen;
+      return rec.exited(core::ProcKey{k.tgid, k.pstart_ns}) || (pressure && c.open_fds <= 0);
+    };
+    loader->drain_files(remove, [&](const auto& k, const auto& c, bool removed) {
+      rec.on_file(k, c, removed);
+    });
+    kernel_records = seen;
+    loader->drain_others(
+        [&](const iolens_file_key& k, const iolens_file_counters&) {
+          return rec.exited(core::ProcKey{k.tgid, k.pstart_ns});
+        },
+        [&](const auto& k, const auto& c, bool removed) { rec.on_other(k, c, removed); });
+  };
+
+  int wait_status = 0;
+  uint64_t last_drain = now_ns(CLOCK_MONOTONIC);
+  for (;;) {
+    const pid_t r = waitpid(child.pid(), &wait_status, WNOHANG);
+    if (r == child.pid()) break;
+    if (r < 0 && errno != EINTR) {
+      error_line(std::string("waitpid: ") + std::strerror(errno));
+      break;
+    }
+    loader->consume_events(on_event);
+    const uint64_t now = now_ns(CLOCK_MONOTONIC);
+    if (now - last_drain >= opts.drain_interval_ms * 1000000ULL) {
+      drain();
+      last_drain = now;
+    }
+    sleep_ms(10);
+  }
+  g_child = -1;
+  const uint64_t end_mono = now_ns(CLOCK_MONOTONIC);
+  drain();
+  drain();  // the first pass may have learnt of exits; the second moves their records out
+  record_kernel_stats(rec, loader->stats());
+
+  core::RunSnapshot snap = rec.snapshot(clock);
+  snap.command = opts.command;
+  snap.exit_code = WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
+  snap.start_ns = start_wall;
+  snap.end_ns = static_cast<int64_t>(end_mono) + clock.mono_to_wall_ns;
+
+  if (!opts.quiet) {
+    exporters::TextOptions topts;
+    topts.top_files = opts.top_files;
+    std::fputs(exporters::run_summary(snap, topts).c_str(), stderr);
+  }
+  if (json_out) {
+    *json_out << exporters::dump_json(exporters::run_to_json(snap, IOLENS_VERSION));
+    json_out->close();
+    if (!*json_out) {
+      error_line("writing " + opts.json_path + " failed: " + std::strerror(errno));
+      return 1;
+    }
+  }
+  return *snap.exit_code;
+}
+
+}  // namespace iolens::cli

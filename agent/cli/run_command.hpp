@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// `iolens run -- CMD`: trace a command and its descendants, report at exit.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loader/loader.hpp"
+
+namespace iolens::cli {
+
+struct RunOptions {
+  std::vector<std::string> command;
+  std::string json_path;         // empty: no JSON
+  bool quiet = false;            // no summary on stderr
+  std::size_t top_files = 10;
+  uint32_t drain_interval_ms = 1000;
+  loader::Options loader;
+};
+
+/// Runs the command traced. Returns the exit status for iolens itself: the command's status,
+/// or 1 (iolens could not trace; one line on stderr says why; the command did not run).
+int run_traced(const RunOptions& opts);
+
+}  // namespace iolens::cli

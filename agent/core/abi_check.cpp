@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+// Compile-time checks that the C++ compiler lays out the shared ABI as the BPF side expects.
+// The BPF side asserts the same sizes (bpf/iolens_abi.h); tests/unit/abi_btf_test.cpp compares
+// every field offset with the BTF clang emitted for the BPF target.
+#include <cstddef>
+
+#include "iolens_abi.h"
+
+static_assert(offsetof(iolens_file_key, ino) == 0);
+static_assert(offsetof(iolens_file_key, dev) == 8);
+static_assert(offsetof(iolens_file_key, tgid) == 12);
+static_assert(offsetof(iolens_file_key, pstart_ns) == 16);
+static_assert(offsetof(iolens_file_counters, opens) == 0);
+static_assert(offsetof(iolens_file_counters, size_read) == 20 * 8);
+static_assert(offsetof(iolens_file_counters, size_write) == 30 * 8);
+static_assert(offsetof(iolens_file_counters, last_byte_read) == 57 * 8);
+static_assert(offsetof(iolens_file_counters, open_fds) == 63 * 8);
+static_assert(offsetof(iolens_task_state, close_dev) == 24);
+static_assert(offsetof(iolens_event_header, ts_ns) == 16);
+static_assert(offsetof(iolens_fork_event, comm) == 40);
+static_assert(offsetof(iolens_exit_event, exit_code) == 24);
+static_assert(offsetof(iolens_path_event, data) == 64);
+static_assert(offsetof(iolens_path_event, comm) == 48);

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/counters.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+namespace iolens::core {
+namespace {
+
+#define IOLENS_U(name, fold) CounterField{#name, offsetof(FileCounters, name), false, Fold::fold}
+#define IOLENS_S(name, fold) CounterField{#name, offsetof(FileCounters, name), true, Fold::fold}
+#define IOLENS_B(name, arr, i) CounterField{name, offsetof(FileCounters, arr) + (i) * 8, false, Fold::Sum}
+
+constexpr std::array kFields = {
+    IOLENS_U(opens, Sum),
+    IOLENS_U(dups, Sum),
+    IOLENS_U(reads, Sum),
+    IOLENS_U(writes, Sum),
+    IOLENS_U(seeks, Sum),
+    IOLENS_U(stats, Sum),
+    IOLENS_U(mmaps, Sum),
+    IOLENS_U(fsyncs, Sum),
+    IOLENS_U(fdsyncs, Sum),
+    IOLENS_U(truncates, Sum),
+    IOLENS_U(closes, Sum),
+    IOLENS_U(bytes_read, Sum),
+    IOLENS_U(bytes_written, Sum),
+    IOLENS_S(max_byte_read, Max),
+    IOLENS_S(max_byte_written, Max),
+    IOLENS_U(seq_reads, Sum),
+    IOLENS_U(consec_reads, Sum),
+    IOLENS_U(seq_writes, Sum),
+    IOLENS_U(consec_writes, Sum),
+    IOLENS_U(rw_switches, Sum),
+    IOLENS_B("size_read_0_100", size_read, 0),
+    IOLENS_B("size_read_100_1k", size_read, 1),
+    IOLENS_B("size_read_1k_10k", size_read, 2),
+    IOLENS_B("size_read_10k_100k", size_read, 3),
+    IOLENS_B("size_read_100k_1m", size_read, 4),
+    IOLENS_B("size_read_1m_4m", size_read, 5),
+    IOLENS_B("size_read_4m_10m", size_read, 6),
+    IOLENS_B("size_read_10m_100m", size_read, 7),
+    IOLENS_B("size_read_100m_1g", size_read, 8),
+    IOLENS_B("size_read_1g_plus", size_read, 9),
+    IOLENS_B("size_write_0_100", size_write, 0),
+    IOLENS_B("size_write_100_1k", size_write, 1),
+    IOLENS_B("size_write_1k_10k", size_write, 2),
+    IOLENS_B("size_write_10k_100k", size_write, 3),
+    IOLENS_B("size_write_100k_1m", size_write, 4),
+    IOLENS_B("size_write_1m_4m", size_write, 5),
+    IOLENS_B("size_write_4m_10m", size_write, 6),
+    IOLENS_B("size_write_10m_100m", size_write, 7),
+    IOLENS_B("size_write_100m_1g", size_write, 8),
+    IOLENS_B("size_write_1g_plus", size_write, 9),
+    IOLENS_U(read_time_ns, Sum),
+    IOLENS_U(write_time_ns, Sum),
+    IOLENS_U(meta_time_ns, Sum),
+    IOLENS_U(max_read_time_ns, Max),
+    IOLENS_U(max_write_time_ns, Max),
+    IOLENS_U(max_read_time_size, Max),
+    IOLENS_U(max_write_time_size, Max),
+    IOLENS_U(open_start_ns, MinStart),
+    IOLENS_U(open_end_ns, LastEnd),
+    IOLENS_U(read_start_ns, MinStart),
+    IOLENS_U(read_end_ns, LastEnd),
+    IOLENS_U(write_start_ns, MinStart),
+    IOLENS_U(write_end_ns, LastEnd),
+    IOLENS_U(close_start_ns, MinStart),
+    IOLENS_U(close_end_ns, LastEnd),
+    IOLENS_U(meta_start_ns, MinStart),
+    IOLENS_U(meta_end_ns, LastEnd),
+};
+
+#undef IOLENS_U
+#undef IOLENS_S
+#undef IOLENS_B
+
+uint64_t& u64_at(FileCounters& c, std::size_t off) {
+  return *reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&c) + off);
+}
+uint64_t u64_at(const FileCounters& c, std::size_t off) {
+  uint64_t v;
+  std::memcpy(&v, reinterpret_cast<const char*>(&c) + off, sizeof(v));
+  return v;
+}
+
+}  // namespace
+
+std::span<const CounterField> counter_fields() { return kFields; }
+
+int64_t counter_value(const FileCounters& c, const CounterField& f) {
+  auto v = static_cast<int64_t>(u64_at(c, f.offset));
+  if (f.is_signed && v < 0) return 0;  // "none": Darshan prints 0
+  return v;
+}
+
+FileCounters new_counters() {
+  FileCounters c{};
+  c.max_byte_read = -1;
+  c.max_byte_written = -1;
+  return c;
+}
+
+void fold_counters(FileCounters& earlier, const FileCounters& later) {
+  // The max-time sizes follow their times, so fold them before the times are overwritten.
+  if (later.max_read_time_ns > earlier.max_read_time_ns)
+    earlier.max_read_time_size = later.max_read_time_size;
+  if (later.max_write_time_ns > earlier.max_write_time_ns)
+    earlier.max_write_time_size = later.max_write_time_size;
+  for (const auto& f : kFields) {
+    if (f.name == "max_read_time_size" || f.name == "max_write_time_size") continue;
+    uint64_t& a = u64_at(earlier, f.offset);
+    const uint64_t b = u64_at(later, f.offset);
+    switch (f.fold) {
+      case Fold::Sum: a += b; break;
+      case Fold::Max:
+        if (f.is_signed) {
+          if (static_cast<int64_t>(b) > static_cast<int64_t>(a)) a = b;
+        } else {
+          a = std::max(a, b);
+        }
+        break;
+      case Fold::MinStart:
+        if (b != 0 && (a == 0 || b < a)) a = b;
+        break;
+      case Fold::LastEnd: a = std::max(a, b); break;
+    }
+  }
+  // Darshan counts a switch when a read follows a write on the record; the split hid it.
+  if (earlier.last_io_type != IOLENS_IO_NONE && later.first_io_type != IOLENS_IO_NONE &&
+      earlier.last_io_type != later.first_io_type)
+    earlier.rw_switches += 1;
+  if (earlier.first_io_type == IOLENS_IO_NONE) earlier.first_io_type = later.first_io_type;
+  if (later.last_io_type != IOLENS_IO_NONE) earlier.last_io_type = later.last_io_type;
+  earlier.last_byte_read = later.last_byte_read;
+  earlier.last_byte_written = later.last_byte_written;
+  earlier.last_read_end_ns = std::max(earlier.last_read_end_ns, later.last_read_end_ns);
+  earlier.last_write_end_ns = std::max(earlier.last_write_end_ns, later.last_write_end_ns);
+  earlier.last_meta_end_ns = std::max(earlier.last_meta_end_ns, later.last_meta_end_ns);
+  earlier.open_fds += later.open_fds;
+}
+
+void add_totals(FileCounters& total, const FileCounters& c) {
+  for (const auto& f : kFields) {
+    if (f.fold != Fold::Sum) continue;
+    u64_at(total, f.offset) += u64_at(c, f.offset);
+  }
+}
+
+bool has_activity(const FileCounters& c) {
+  return c.opens || c.reads || c.writes || c.seeks || c.stats || c.mmaps || c.fsyncs ||
+         c.fdsyncs || c.truncates || c.closes;
+}
+
+}  // namespace iolens::core

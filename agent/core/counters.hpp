@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// Names, order and folding of the per-file counters (the kernel ABI struct is the storage).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "iolens_abi.h"
+
+namespace iolens::core {
+
+using FileCounters = iolens_file_counters;
+
+/// How a counter combines when two partial records of one (process, file) are folded together.
+enum class Fold { Sum, Max, MinStart, LastEnd };
+
+/// One exported counter: its JSON/Darshan-style name, where it lives, and how it folds.
+struct CounterField {
+  std::string_view name;
+  std::size_t offset;  // into FileCounters
+  bool is_signed;
+  Fold fold;
+};
+
+/// Every exported counter, in documentation order (docs/counters.md).
+std::span<const CounterField> counter_fields();
+
+/// The value of one counter as exported. max_byte_* read -1 ("none") internally and are
+/// exported as Darshan does: 0 when nothing was read/written.
+int64_t counter_value(const FileCounters& c, const CounterField& f);
+
+/// A fresh record, as the kernel creates it.
+FileCounters new_counters();
+
+/// Fold `later` (a record of the same (process, file) created after `earlier` was removed from
+/// the kernel map) into `earlier`. Sums add, maxima take the max, starts the earliest non-zero,
+/// ends the latest; one rw switch is added when the later part begins with the other direction.
+void fold_counters(FileCounters& earlier, const FileCounters& later);
+
+/// Add `c`'s count, byte and time counters into `total` (for per-process sums).
+void add_totals(FileCounters& total, const FileCounters& c);
+
+/// Whether the record saw any operation at all.
+bool has_activity(const FileCounters& c);
+
+}  // namespace iolens::core

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// Decoding of ring-buffer records (bpf/iolens_abi.h) into typed, validated events.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+
+namespace iolens::core {
+
+struct ProcKey {
+  uint32_t pid = 0;
+  uint64_t start_ns = 0;  // CLOCK_MONOTONIC
+  auto operator<=>(const ProcKey&) const = default;
+};
+
+struct ForkEvent {
+  ProcKey proc;
+  ProcKey parent;
+  uint64_t ts_ns = 0;
+  std::string comm;  // the parent's comm (the child's until it execs)
+};
+
+struct ExitEvent {
+  ProcKey proc;
+  uint64_t ts_ns = 0;
+  int32_t wait_status = 0;  // exit code << 8 | signal, as the kernel keeps it
+};
+
+struct PathEvent {
+  ProcKey proc;
+  uint64_t ts_ns = 0;
+  uint16_t op = 0;  // enum iolens_path_op
+  uint16_t flags = 0;
+  uint32_t dev = 0;  // kernel dev_t
+  uint64_t ino = 0;
+  std::string walk, str1, walk2, str2;  // raw, see iolens_path_event
+  std::string comm;
+};
+
+using Event = std::variant<ForkEvent, ExitEvent, PathEvent>;
+
+struct DecodeResult {
+  bool ok = false;
+  Event event;
+  std::string error;  // why a record was rejected
+};
+
+/// Decodes one ring-buffer record. Never trusts sizes inside the record beyond `bytes`.
+DecodeResult decode_event(std::span<const uint8_t> bytes);
+
+}  // namespace iolens::core

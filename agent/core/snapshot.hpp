@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// The value the exporters consume: a complete, self-contained picture of one traced run.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/counters.hpp"
+
+namespace iolens::core {
+
+/// Reads/writes on one kind of non-file descriptor (pipe, socket, char, ...).
+struct OtherIo {
+  uint64_t reads = 0, writes = 0, bytes_read = 0, bytes_written = 0;
+};
+
+struct ProcessSnapshot {
+  uint32_t pid = 0;
+  uint32_t ppid = 0;
+  int64_t start_ns = 0;               // wall clock
+  std::optional<int64_t> end_ns;      // wall clock; empty while running
+  std::string comm;
+  std::string exe;
+  std::optional<int> exit_code;       // 128+N when killed by signal N
+  FileCounters totals{};              // sums over the process's file records (Fold::Sum fields)
+  uint64_t files = 0;                 // distinct files
+  std::map<std::string, OtherIo> other_io;
+  uint64_t unlinks = 0, renames = 0;
+};
+
+struct FileSnapshot {
+  std::string path;                 // absolute; "<unknown dev:ino>" if no name was received
+  bool path_known = true;
+  bool path_incomplete = false;     // the kernel's walk was cut (depth) or did not reach "/"
+  uint64_t dev = 0;                 // st_dev as stat(2) reports it
+  uint64_t ino = 0;
+  uint32_t pid = 0;
+  int64_t proc_start_ns = 0;        // wall clock
+  FileCounters counters{};          // timestamps already relative to the run start
+  uint64_t rename_sources = 0;
+  uint64_t unlinks = 0;
+  std::string renamed_to;
+};
+
+struct RunSnapshot {
+  std::vector<std::string> command;
+  std::optional<int> exit_code;
+  int64_t start_ns = 0;  // wall clock
+  int64_t end_ns = 0;
+  std::vector<ProcessSnapshot> processes;  // by start time
+  std::vector<FileSnapshot> files;         // by pid, then path
+  std::map<std::string, uint64_t> lost;    // every drop, by cause; zeros included
+};
+
+}  // namespace iolens::core

@@ -1,0 +1,838 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * iolens kernel programs: per-(process, file) Darshan counters of a traced process tree,
+ * aggregated in the kernel. See bpf/README.md for the design and docs/counters.md for the rules.
+ *
+ * Hooks (all tp_btf: no tracefs needed, ~60 ns of glue per call instead of ~210 ns for classic
+ * syscall tracepoints, see bench/README.md):
+ *   sys_enter / sys_exit              every syscall; a task-storage lookup rejects untraced tasks
+ *   sched_process_fork/exec/exit      follow the tree; task storage is inherited at fork
+ * Only rare events (process lifecycle, first sight of a file, path-based metadata calls) go to
+ * the ring buffer; I/O calls only update maps.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "iolens_abi.h"
+#include "iolens_account.h"
+#include "iolens_syscalls.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* The loader refuses an object built against another ABI (see iolens_abi.h). */
+const volatile __u32 abi_version = IOLENS_ABI_VERSION;
+
+#define S_IFMT 00170000
+#define S_IFREG 0100000
+#define S_ISREG(m) (((m) & S_IFMT) == S_IFREG)
+#define AT_FDCWD -100
+#define AT_EMPTY_PATH 0x1000
+#define AT_REMOVEDIR 0x200
+#define MAP_ANONYMOUS 0x20
+#define F_DUPFD 0
+#define F_DUPFD_CLOEXEC 1030
+#define MAX_ERRNO 4095
+#define EEXIST 17
+
+/* Path walk limits: 48 components, each read with at most 256 bytes (NAME_MAX + 1). */
+#define PATH_MAX_DEPTH 48
+#define PATH_NAME_READ 256
+#define PATH_OFF_MASK 8191 /* offsets are masked so the verifier sees them in bounds */
+#define PATH_STR_READ 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct iolens_task_state);
+} task_state SEC(".maps");
+
+/* Per-(process, regular file) counters. Sized by the loader; no prealloc so memory follows use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct iolens_file_key);
+	__type(value, struct iolens_file_counters);
+} files SEC(".maps");
+
+/* Per-(process, descriptor kind) counters of pipes, sockets, ttys...: never mixed with files. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 8192);
+	__type(key, struct iolens_file_key);
+	__type(value, struct iolens_file_counters);
+} others SEC(".maps");
+
+struct name_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+/* (dev, ino) whose name was already sent. LRU: an evicted entry only means a repeated name. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct name_key);
+	__type(value, __u8);
+} known_names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct iolens_path_event);
+} path_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IOLENS_NR_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/* A fresh record: max bytes start at -1 ("nothing yet"), everything else at 0. */
+const struct iolens_file_counters new_record = {
+	.max_byte_read = -1,
+	.max_byte_written = -1,
+};
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline struct file *fd_to_file(struct task_struct *task, long fd)
+{
+	struct fdtable *fdt;
+	struct file **fds;
+	struct file *f = NULL;
+	unsigned int max_fds;
+
+	if (fd < 0)
+		return NULL;
+	fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt)
+		return NULL;
+	max_fds = BPF_CORE_READ(fdt, max_fds);
+	if ((unsigned long)fd >= max_fds)
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	return f;
+}
+
+static __always_inline void file_identity(struct file *f, __u32 *dev, __u64 *ino, __u32 *mode)
+{
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+
+	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	*ino = BPF_CORE_READ(inode, i_ino);
+	*mode = BPF_CORE_READ(inode, i_mode);
+}
+
+static __always_inline void fill_header(struct iolens_event_header *h, __u32 type, __u32 tgid,
+					__u64 pstart, __u64 ts)
+{
+	h->type = type;
+	h->tgid = tgid;
+	h->pstart_ns = pstart;
+	h->ts_ns = ts;
+}
+
+struct walk_ctx {
+	struct dentry *dentry;
+	struct vfsmount *vfsmnt;
+	struct mount *mnt;
+	__u32 off;
+	__u32 flags;
+};
+
+/* One step of the walk, as a bpf_loop callback: verified once, however deep the loop runs. */
+static long walk_step(__u32 i, struct walk_ctx *w)
+{
+	/* Locals, not w->x, inside BPF_CORE_READ: relocations must start at kernel types. */
+	struct dentry *dentry = w->dentry;
+	struct vfsmount *vfsmnt = w->vfsmnt;
+	struct mount *mnt = w->mnt;
+	struct dentry *mnt_root = BPF_CORE_READ(vfsmnt, mnt_root);
+	struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
+	__u32 zero = 0;
+	struct iolens_path_event *ev = bpf_map_lookup_elem(&path_scratch, &zero);
+	const unsigned char *name;
+	__u32 off = w->off;
+	long n;
+
+	if (!ev)
+		return 1;
+	if (dentry == mnt_root) {
+		struct mount *mp = BPF_CORE_READ(mnt, mnt_parent);
+
+		if (mp == mnt) {
+			w->flags |= 0x100; /* done: the root of the mount tree */
+			return 1;
+		}
+		w->dentry = BPF_CORE_READ(mnt, mnt_mountpoint);
+		w->mnt = mp;
+		w->vfsmnt = &mp->mnt;
+		return 0;
+	}
+	if (dentry == parent) {
+		w->flags |= 0x100 | IOLENS_PATH_UNREACHED;
+		return 1;
+	}
+	if (off > PATH_OFF_MASK - PATH_NAME_READ)
+		return 1;
+	name = BPF_CORE_READ(dentry, d_name.name);
+	n = bpf_probe_read_kernel_str(&ev->data[off & PATH_OFF_MASK], PATH_NAME_READ, name);
+	if (n <= 0)
+		return 1;
+	w->off = off + n;
+	w->dentry = parent;
+	return 0;
+}
+
+/*
+ * Walk a path from a dentry up to the root of the mount tree, writing the components leaf first,
+ * each NUL-terminated, at data[start...]. Returns the bytes written. The kernel's dentries give the
+ * canonical name: "..", symlinks and relative opens are already resolved by the lookup.
+ * No locks are taken (a rename racing the walk can give a mixed name); see KERNEL.md 4.2.3.
+ * bpf_loop (5.17+) keeps the verifier's work independent of the depth; an open-coded loop of
+ * 48 steps, inlined at each call site, exceeded the 1M-instruction limit.
+ */
+static __always_inline __u32 walk_path(struct iolens_path_event *ev, __u32 start,
+				       struct dentry *dentry, struct vfsmount *vfsmnt)
+{
+	struct walk_ctx w = {
+		.dentry = dentry,
+		.vfsmnt = vfsmnt,
+		.mnt = container_of(vfsmnt, struct mount, mnt),
+		.off = start,
+	};
+
+	bpf_loop(PATH_MAX_DEPTH + 8, walk_step, &w, 0);
+	if (!(w.flags & 0x100)) {
+		ev->flags |= IOLENS_PATH_TRUNCATED;
+		stat_inc(IOLENS_STAT_PATHS_TRUNCATED);
+	}
+	ev->flags |= w.flags & IOLENS_PATH_UNREACHED;
+	return w.off - start;
+}
+
+static __always_inline __u32 read_user_str(struct iolens_path_event *ev, __u32 off,
+					   const char *ustr)
+{
+	long n;
+
+	if (!ustr || off > PATH_OFF_MASK)
+		return 0;
+	n = bpf_probe_read_user_str(&ev->data[off & PATH_OFF_MASK], PATH_STR_READ, ustr);
+	if (n <= 0)
+		return 0;
+	if (n == PATH_STR_READ)
+		ev->flags |= IOLENS_PATH_TRUNCATED;
+	return n;
+}
+
+static __always_inline struct iolens_path_event *path_event_begin(__u32 op, __u32 tgid,
+								  __u64 pstart, __u64 ts)
+{
+	__u32 zero = 0;
+	struct iolens_path_event *ev = bpf_map_lookup_elem(&path_scratch, &zero);
+
+	if (!ev)
+		return NULL;
+	fill_header(&ev->hdr, IOLENS_EV_PATH, tgid, pstart, ts);
+	ev->op = op;
+	ev->flags = 0;
+	ev->dev = 0;
+	ev->ino = 0;
+	ev->walk_len = ev->str1_len = ev->walk2_len = ev->str2_len = 0;
+	return ev;
+}
+
+static __always_inline int path_event_send(struct iolens_path_event *ev)
+{
+	__u64 size = (__u64)ev->walk_len + ev->str1_len + ev->walk2_len + ev->str2_len;
+
+	if (size > IOLENS_PATH_DATA_MAX)
+		size = IOLENS_PATH_DATA_MAX;
+	size += offsetof(struct iolens_path_event, data);
+	/* Mask so the verifier sees a bounded size (the event is always smaller). */
+	if (bpf_ringbuf_output(&events, ev, size & 0x3fff, BPF_RB_NO_WAKEUP)) {
+		stat_inc(IOLENS_STAT_EVENTS_LOST);
+		stat_inc(IOLENS_STAT_PATH_EVENTS_LOST);
+		return -1;
+	}
+	stat_inc(IOLENS_STAT_NAME_LOOKUPS);
+	return 0;
+}
+
+/* The directory a relative path argument is resolved against: dirfd's file, or the cwd. */
+static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
+				       struct task_struct *task, long dirfd, const char *ustr)
+{
+	char first = 0;
+
+	if (ustr)
+		bpf_probe_read_user(&first, 1, ustr);
+	if (first == '/')
+		return 0;
+	if ((int)dirfd == AT_FDCWD) {
+		struct fs_struct *fs = BPF_CORE_READ(task, fs);
+
+		return walk_path(ev, off, BPF_CORE_READ(fs, pwd.dentry), BPF_CORE_READ(fs, pwd.mnt));
+	}
+	{
+		struct file *dir = fd_to_file(task, dirfd);
+
+		if (!dir)
+			return 0;
+		return walk_path(ev, off, BPF_CORE_READ(dir, f_path.dentry),
+				 BPF_CORE_READ(dir, f_path.mnt));
+	}
+}
+
+struct call_ctx {
+	struct task_struct *task;
+	__u32 tgid;
+	__u64 pstart;
+	__u64 t0;
+	__u64 t1;
+};
+
+/* What names a file: its struct file, or else the arguments of the lookup that found it. */
+struct name_req {
+	__u64 ino;
+	__u32 dev;
+	long dirfd;
+	struct file *f;
+	const char *ustr;
+};
+
+/* Send the name of (dev, ino) once, from its struct file (exact) or from a lookup's arguments. */
+static __noinline void send_name(struct call_ctx *cx, struct name_req *r)
+{
+	struct name_key nk = { .ino = r->ino, .dev = r->dev };
+	struct file *f = r->f; /* a local: CO-RE relocations must not start at struct name_req */
+	struct iolens_path_event *ev;
+	__u8 one = 1;
+
+	if (bpf_map_lookup_elem(&known_names, &nk))
+		return;
+	ev = path_event_begin(f ? IOLENS_PATH_FILE : IOLENS_PATH_LOOKUP, cx->tgid, cx->pstart,
+			      cx->t1);
+	if (!ev)
+		return;
+	ev->dev = r->dev;
+	ev->ino = r->ino;
+	if (f) {
+		ev->walk_len = walk_path(ev, 0, BPF_CORE_READ(f, f_path.dentry),
+					 BPF_CORE_READ(f, f_path.mnt));
+	} else {
+		ev->walk_len = walk_base(ev, 0, cx->task, r->dirfd, r->ustr);
+		ev->str1_len = read_user_str(ev, ev->walk_len, r->ustr);
+	}
+	/* Only a name that reached user space is "known": a dropped one is sent again next time.
+	 * A lookup's name is lexical (symlinks in the argument unresolved): it stays unknown so
+	 * that the first open sends the canonical name. */
+	if (path_event_send(ev) == 0 && f)
+		bpf_map_update_elem(&known_names, &nk, &one, BPF_ANY);
+}
+
+static __always_inline struct iolens_file_counters *get_record(void *map,
+							       struct iolens_file_key *key,
+							       __u32 lost_stat, int *created)
+{
+	struct iolens_file_counters *c = bpf_map_lookup_elem(map, key);
+	long err;
+
+	if (c)
+		return c;
+	err = bpf_map_update_elem(map, key, &new_record, BPF_NOEXIST);
+	if (err && err != -EEXIST) {
+		stat_inc(lost_stat);
+		return NULL;
+	}
+	*created = 1;
+	return bpf_map_lookup_elem(map, key);
+}
+
+/*
+ * The record for the file behind descriptor `fd`, or for its descriptor kind when it is not a
+ * regular file (pipes, sockets, ttys go to `others`, if want_other). Sends the file's name the
+ * first time it is seen.
+ */
+static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *cx, long fd,
+							      int want_other, struct file **fout)
+{
+	struct iolens_file_key key = { .tgid = cx->tgid, .pstart_ns = cx->pstart };
+	struct iolens_file_counters *c;
+	struct file *f = fd_to_file(cx->task, fd);
+	__u32 mode;
+	int created = 0;
+
+	if (!f)
+		return NULL;
+	file_identity(f, &key.dev, &key.ino, &mode);
+	if (fout)
+		*fout = f;
+	if (!S_ISREG(mode)) {
+		if (!want_other)
+			return NULL;
+		key.ino = (mode & S_IFMT) >> 12;
+		key.dev = 0;
+		return get_record(&others, &key, IOLENS_STAT_OTHER_RECORDS_LOST, &created);
+	}
+	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	if (created) {
+		struct name_req r = { .ino = key.ino, .dev = key.dev, .f = f };
+
+		send_name(cx, &r);
+	}
+	return c;
+}
+
+/* Reads and writes. `pos` is the explicit offset of p* calls, or -1 for the file position. */
+static __always_inline void on_rw(struct call_ctx *cx, long fd, int is_write, __s64 pos, long ret)
+{
+	struct file *f = NULL;
+	struct iolens_file_counters *c;
+
+	if (ret < 0)
+		return;
+	c = fd_record(cx, fd, 1, &f);
+	if (!c)
+		return;
+	/* The position has already moved by ret: the call started at f_pos - ret. */
+	if (pos < 0)
+		pos = BPF_CORE_READ(f, f_pos) - ret;
+	iolens_account_rw(c, is_write, pos, ret, cx->t0, cx->t1);
+}
+
+/*
+ * The offset of a copy (sendfile, splice, copy_file_range) on one side: the kernel has written
+ * the advanced offset back through the user pointer, or advanced the file position if none.
+ */
+static __always_inline __s64 copy_offset(const void *uptr, long ret)
+{
+	__s64 pos = 0;
+
+	if (!uptr)
+		return -1;
+	if (bpf_probe_read_user(&pos, sizeof(pos), uptr))
+		return -1;
+	return pos - ret;
+}
+
+/* A copy between two descriptors is a read of one and a write of the other (as /proc/PID/io
+ * counts it: one syscr and one syscw). */
+static __always_inline void on_copy(struct call_ctx *cx, long in_fd, const void *in_off,
+				    long out_fd, const void *out_off, long ret)
+{
+	if (ret < 0)
+		return;
+	on_rw(cx, in_fd, 0, copy_offset(in_off, ret), ret);
+	on_rw(cx, out_fd, 1, copy_offset(out_off, ret), ret);
+}
+
+static __always_inline void on_open(struct call_ctx *cx, long fd, int is_dup)
+{
+	struct iolens_file_counters *c;
+
+	if (fd < 0)
+		return;
+	c = fd_record(cx, fd, 0, NULL);
+	if (c)
+		iolens_account_open(c, is_dup, cx->t0, cx->t1);
+}
+
+static __always_inline void on_meta(struct call_ctx *cx, long fd, int op)
+{
+	struct iolens_file_counters *c = fd_record(cx, fd, 0, NULL);
+
+	if (c)
+		iolens_account_meta(c, op, cx->t0, cx->t1);
+}
+
+/* new_encode_dev() as seen in struct stat, back to the kernel's dev_t. */
+static __always_inline __u32 decode_user_dev(__u64 udev)
+{
+	__u32 major = (udev & 0xfff00) >> 8;
+	__u32 minor = (udev & 0xff) | ((udev >> 12) & 0xfff00);
+
+	return (major << 20) | minor;
+}
+
+/*
+ * The stat family: identity comes from the buffer the kernel just filled (st_dev/st_ino, or
+ * statx's stx_dev_*), so stats of files never opened are counted too. `fd_only` for fstat, and
+ * for newfstatat/statx with AT_EMPTY_PATH on "" (how glibc implements fstat).
+ */
+static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char *ustr,
+				    void *ubuf, int is_statx, long flags)
+{
+	struct iolens_file_key key = { .tgid = cx->tgid, .pstart_ns = cx->pstart };
+	struct iolens_file_counters *c;
+	struct file *f = NULL;
+	__u32 mode = 0;
+	int created = 0;
+	char first = 0;
+
+	if (is_statx) {
+		__u16 m16 = 0;
+		__u32 maj = 0, min = 0;
+
+		bpf_probe_read_user(&m16, sizeof(m16), ubuf + 0x1c);
+		bpf_probe_read_user(&key.ino, sizeof(key.ino), ubuf + 0x20);
+		bpf_probe_read_user(&maj, sizeof(maj), ubuf + 0x88);
+		bpf_probe_read_user(&min, sizeof(min), ubuf + 0x8c);
+		mode = m16;
+		key.dev = (maj << 20) | min;
+	} else {
+		__u64 udev = 0;
+
+		bpf_probe_read_user(&udev, sizeof(udev), ubuf);
+		bpf_probe_read_user(&key.ino, sizeof(key.ino), ubuf + 8);
+		bpf_probe_read_user(&mode, sizeof(mode), ubuf + 24);
+		key.dev = decode_user_dev(udev);
+	}
+	if (!S_ISREG(mode))
+		return;
+	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	if (!c)
+		return;
+	iolens_account_meta(c, IOLENS_META_STAT, cx->t0, cx->t1);
+	if (!created)
+		return;
+	if (ustr)
+		bpf_probe_read_user(&first, 1, ustr);
+	if (!ustr || (first == 0 && (flags & AT_EMPTY_PATH)))
+		f = fd_to_file(cx->task, dirfd);
+	{
+		struct name_req r = {
+			.ino = key.ino, .dev = key.dev, .dirfd = dirfd, .f = f, .ustr = ustr,
+		};
+
+		send_name(cx, &r);
+	}
+}
+
+static __always_inline void on_path_op(struct call_ctx *cx, __u32 op, long dfd1, const char *s1,
+				       long dfd2, const char *s2)
+{
+	struct iolens_path_event *ev = path_event_begin(op, cx->tgid, cx->pstart, cx->t1);
+	__u32 off;
+
+	if (!ev)
+		return;
+	ev->walk_len = walk_base(ev, 0, cx->task, dfd1, s1);
+	ev->str1_len = read_user_str(ev, ev->walk_len, s1);
+	if (op == IOLENS_PATH_RENAME) {
+		off = ev->walk_len + ev->str1_len;
+		if (off <= PATH_OFF_MASK) {
+			ev->walk2_len = walk_base(ev, off, cx->task, dfd2, s2);
+			ev->str2_len = read_user_str(ev, off + ev->walk2_len, s2);
+		} else {
+			ev->flags |= IOLENS_PATH_TRUNCATED;
+		}
+	}
+	path_event_send(ev);
+}
+
+static __always_inline __u64 leader_start(struct task_struct *task)
+{
+	return BPF_CORE_READ(task, group_leader, start_time);
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = bpf_task_storage_get(&task_state, task, 0, 0);
+
+	if (!st)
+		return 0;
+	st->enter_ns = bpf_ktime_get_ns();
+	if (id == IOLENS_NR_close) {
+		/* After close the descriptor is gone: capture what it names now. */
+		struct file *f = fd_to_file(task, (int)regs->di);
+		__u32 mode = 0;
+
+		st->close_kind = 0;
+		if (f) {
+			file_identity(f, &st->close_dev, &st->close_ino, &mode);
+			st->close_kind = S_ISREG(mode) ? 1 : 0;
+		}
+		/* A descriptor inherited from outside the traced tree may close without ever having
+		 * been opened here: name its file now, while the struct file is still reachable. */
+		if (st->close_kind) {
+			struct name_key nk = { .ino = st->close_ino, .dev = st->close_dev };
+
+			if (!bpf_map_lookup_elem(&known_names, &nk)) {
+				struct call_ctx cx = {
+					.task = task,
+					.tgid = task->tgid,
+					.pstart = st->pstart_ns ? st->pstart_ns : leader_start(task),
+					.t1 = st->enter_ns,
+				};
+				struct name_req r = { .ino = st->close_ino, .dev = st->close_dev, .f = f };
+
+				send_name(&cx, &r);
+			}
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = bpf_task_storage_get(&task_state, task, 0, 0);
+	struct call_ctx cx;
+	long id;
+
+	if (!st)
+		return 0;
+	id = regs->orig_ax;
+	cx.task = task;
+	cx.tgid = task->tgid;
+	cx.t0 = st->enter_ns;
+	cx.t1 = now;
+	st->enter_ns = 0;
+	if (!st->pstart_ns)
+		st->pstart_ns = leader_start(task);
+	cx.pstart = st->pstart_ns;
+
+	switch (id) {
+	case IOLENS_NR_read:
+	case IOLENS_NR_readv:
+		on_rw(&cx, regs->di, 0, -1, ret);
+		break;
+	case IOLENS_NR_write:
+	case IOLENS_NR_writev:
+		on_rw(&cx, regs->di, 1, -1, ret);
+		break;
+	case IOLENS_NR_pread64:
+	case IOLENS_NR_preadv:
+		on_rw(&cx, regs->di, 0, (__s64)regs->r10, ret);
+		break;
+	case IOLENS_NR_pwrite64:
+	case IOLENS_NR_pwritev:
+		on_rw(&cx, regs->di, 1, (__s64)regs->r10, ret);
+		break;
+	case IOLENS_NR_preadv2:
+		/* offset -1 means "at the file position", like readv */
+		on_rw(&cx, regs->di, 0, (__s64)regs->r10 < 0 ? -1 : (__s64)regs->r10, ret);
+		break;
+	case IOLENS_NR_pwritev2:
+		on_rw(&cx, regs->di, 1, (__s64)regs->r10 < 0 ? -1 : (__s64)regs->r10, ret);
+		break;
+	case IOLENS_NR_sendfile:
+		/* sendfile(out_fd, in_fd, *offset, count): offset is the input's */
+		on_copy(&cx, (int)regs->si, (const void *)regs->dx, (int)regs->di, NULL, ret);
+		break;
+	case IOLENS_NR_splice:
+	case IOLENS_NR_copy_file_range:
+		/* (fd_in, *off_in, fd_out, *off_out, len, flags) */
+		on_copy(&cx, (int)regs->di, (const void *)regs->si, (int)regs->dx,
+			(const void *)regs->r10, ret);
+		break;
+	case IOLENS_NR_open:
+	case IOLENS_NR_openat:
+	case IOLENS_NR_openat2:
+	case IOLENS_NR_creat:
+		on_open(&cx, ret, 0);
+		break;
+	case IOLENS_NR_dup:
+	case IOLENS_NR_dup2:
+	case IOLENS_NR_dup3:
+		on_open(&cx, ret, 1);
+		break;
+	case IOLENS_NR_fcntl:
+		if (regs->si == F_DUPFD || regs->si == F_DUPFD_CLOEXEC)
+			on_open(&cx, ret, 1);
+		break;
+	case IOLENS_NR_close:
+		if (st->close_kind == 1) {
+			struct iolens_file_key key = {
+				.ino = st->close_ino,
+				.dev = st->close_dev,
+				.tgid = cx.tgid,
+				.pstart_ns = cx.pstart,
+			};
+			int created = 0;
+			struct iolens_file_counters *c =
+				get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+
+			/* A descriptor inherited from the parent has no record here yet: no name is
+			 * known from this process, the parent's record names it. */
+			if (c)
+				iolens_account_close(c, ret, cx.t0, cx.t1);
+			st->close_kind = 0;
+		}
+		break;
+	case IOLENS_NR_lseek:
+		if (ret >= 0)
+			on_meta(&cx, regs->di, IOLENS_META_SEEK);
+		break;
+	case IOLENS_NR_fsync:
+		if (ret >= 0)
+			on_meta(&cx, regs->di, IOLENS_META_FSYNC);
+		break;
+	case IOLENS_NR_fdatasync:
+		if (ret >= 0)
+			on_meta(&cx, regs->di, IOLENS_META_FDSYNC);
+		break;
+	case IOLENS_NR_ftruncate:
+		if (ret == 0)
+			on_meta(&cx, regs->di, IOLENS_META_TRUNCATE);
+		break;
+	case IOLENS_NR_mmap:
+		if ((unsigned long)ret < (unsigned long)-MAX_ERRNO && !(regs->r10 & MAP_ANONYMOUS))
+			on_meta(&cx, (int)regs->r8, IOLENS_META_MMAP);
+		break;
+	case IOLENS_NR_stat:
+	case IOLENS_NR_lstat:
+		if (ret == 0)
+			on_stat(&cx, AT_FDCWD, (const char *)regs->di, (void *)regs->si, 0, 0);
+		break;
+	case IOLENS_NR_fstat:
+		if (ret == 0)
+			on_stat(&cx, (int)regs->di, NULL, (void *)regs->si, 0, 0);
+		break;
+	case IOLENS_NR_newfstatat:
+		if (ret == 0)
+			on_stat(&cx, (int)regs->di, (const char *)regs->si, (void *)regs->dx, 0,
+				regs->r10);
+		break;
+	case IOLENS_NR_statx:
+		if (ret == 0)
+			on_stat(&cx, (int)regs->di, (const char *)regs->si, (void *)regs->r8, 1,
+				regs->dx);
+		break;
+	case IOLENS_NR_unlink:
+		if (ret == 0)
+			on_path_op(&cx, IOLENS_PATH_UNLINK, AT_FDCWD, (const char *)regs->di, 0, NULL);
+		break;
+	case IOLENS_NR_unlinkat:
+		if (ret == 0 && !(regs->dx & AT_REMOVEDIR))
+			on_path_op(&cx, IOLENS_PATH_UNLINK, (int)regs->di, (const char *)regs->si, 0,
+				   NULL);
+		break;
+	case IOLENS_NR_rename:
+		if (ret == 0)
+			on_path_op(&cx, IOLENS_PATH_RENAME, AT_FDCWD, (const char *)regs->di, AT_FDCWD,
+				   (const char *)regs->si);
+		break;
+	case IOLENS_NR_renameat:
+	case IOLENS_NR_renameat2:
+		if (ret == 0)
+			on_path_op(&cx, IOLENS_PATH_RENAME, (int)regs->di, (const char *)regs->si,
+				   (int)regs->dx, (const char *)regs->r10);
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct *child)
+{
+	struct iolens_task_state *ps = bpf_task_storage_get(&task_state, parent, 0, 0);
+	struct iolens_task_state *cs;
+	struct iolens_fork_event *ev;
+	__u64 now;
+
+	if (!ps)
+		return 0;
+	cs = bpf_task_storage_get(&task_state, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!cs) {
+		/* The child would run untraced: count it so the output says so. */
+		stat_inc(IOLENS_STAT_TASK_STATE_FAILED);
+		return 0;
+	}
+	if (child->tgid == parent->tgid) {
+		cs->pstart_ns = leader_start(parent);
+		return 0; /* a thread: same process record */
+	}
+	now = bpf_ktime_get_ns();
+	cs->pstart_ns = child->start_time;
+	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		stat_inc(IOLENS_STAT_EVENTS_LOST);
+		stat_inc(IOLENS_STAT_PROC_EVENTS_LOST);
+		return 0;
+	}
+	fill_header(&ev->hdr, IOLENS_EV_FORK, child->tgid, child->start_time, now);
+	ev->ppid = parent->tgid;
+	ev->pad = 0;
+	ev->parent_pstart_ns = leader_start(parent);
+	bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), parent->comm);
+	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	struct iolens_task_state *st = bpf_task_storage_get(&task_state, p, 0, 0);
+	struct iolens_path_event *ev;
+	struct file *f;
+
+	if (!st)
+		return 0;
+	ev = path_event_begin(IOLENS_PATH_EXE, p->tgid, leader_start(p), bpf_ktime_get_ns());
+	if (!ev)
+		return 0;
+	bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), p->comm);
+	f = BPF_CORE_READ(bprm, file);
+	if (f)
+		ev->walk_len = walk_path(ev, 0, BPF_CORE_READ(f, f_path.dentry),
+					 BPF_CORE_READ(f, f_path.mnt));
+	path_event_send(ev);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sched_process_exit, struct task_struct *p)
+{
+	struct iolens_task_state *st = bpf_task_storage_get(&task_state, p, 0, 0);
+	struct iolens_exit_event *ev;
+	int code;
+
+	if (!st)
+		return 0;
+	/* Only the last thread of the group closes the process (signal->live reached 0). */
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		stat_inc(IOLENS_STAT_EVENTS_LOST);
+		stat_inc(IOLENS_STAT_PROC_EVENTS_LOST);
+		return 0;
+	}
+	code = BPF_CORE_READ(p, signal, group_exit_code);
+	if (!code)
+		code = p->exit_code;
+	fill_header(&ev->hdr, IOLENS_EV_EXIT, p->tgid, leader_start(p), bpf_ktime_get_ns());
+	ev->exit_code = code;
+	ev->pad = 0;
+	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+	return 0;
+}

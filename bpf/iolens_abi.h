@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The one ABI shared by the kernel programs (bpf/iolens.bpf.c) and the agent (agent/).
+ *
+ * Rules (see bpf/README.md):
+ *  - fixed-width __u8..__u64 fields only, explicit padding, every struct a multiple of 8 bytes;
+ *  - the unit of every field is in its comment; times are CLOCK_MONOTONIC nanoseconds
+ *    (bpf_ktime_get_ns() and task_struct::start_time use that clock);
+ *  - any change of layout or meaning bumps IOLENS_ABI_VERSION; the loader refuses an object whose
+ *    .rodata abi_version differs from the one it was compiled with;
+ *  - layout is checked three times: _Static_assert here (both sides), static_assert/offsetof in
+ *    agent/core/abi_check.cpp, and a unit test comparing against the BTF of bpf/abi_btf.bpf.c.
+ */
+#ifndef IOLENS_ABI_H
+#define IOLENS_ABI_H
+
+#ifndef __bpf__
+#include <linux/types.h>
+#endif
+
+#define IOLENS_ABI_VERSION 1
+
+/* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
+#define IOLENS_NR_SIZE_BUCKETS 10
+
+/* Kind of the last data operation on a record, for rw_switches. */
+enum iolens_io_type {
+	IOLENS_IO_NONE = 0,
+	IOLENS_IO_READ = 1,
+	IOLENS_IO_WRITE = 2,
+};
+
+/*
+ * Key of a per-(process, file) record. A file is (dev, ino); a process is (tgid, start time) so a
+ * reused pid never merges into an older process's records.
+ * For non-regular descriptors (pipes, sockets, ttys...) the same key is used in the `others` map
+ * with dev = 0 and ino = the descriptor's S_IFMT bits >> 12.
+ */
+struct iolens_file_key {
+	__u64 ino;       /* inode number (inode->i_ino) */
+	__u32 dev;       /* kernel dev_t of the superblock (MAJOR << 20 | MINOR) */
+	__u32 tgid;      /* process id (thread-group id) */
+	__u64 pstart_ns; /* process start (group leader start_time), CLOCK_MONOTONIC ns */
+};
+
+/*
+ * Darshan-style counters of one (process, file) record, updated in the kernel by
+ * bpf/iolens_account.h. The fields after `state` are bookkeeping, not counters.
+ */
+struct iolens_file_counters {
+	/* operation counts (calls) */
+	__u64 opens;     /* open/openat/openat2/creat + dups (Darshan: OPENS includes dups) */
+	__u64 dups;      /* dup/dup2/dup3/fcntl(F_DUPFD*) */
+	__u64 reads;     /* read/pread64/readv/preadv/preadv2 returning >= 0 */
+	__u64 writes;    /* write/pwrite64/writev/pwritev/pwritev2 returning >= 0 */
+	__u64 seeks;     /* lseek returning >= 0 */
+	__u64 stats;     /* stat/lstat/fstat/newfstatat/statx returning 0 */
+	__u64 mmaps;     /* mmap of this file returning a mapping */
+	__u64 fsyncs;    /* fsync returning 0 */
+	__u64 fdsyncs;   /* fdatasync returning 0 */
+	__u64 truncates; /* ftruncate returning 0 (iolens extra) */
+	__u64 closes;    /* close returning 0 (iolens extra) */
+	/* volume (bytes) and extent (byte offsets) */
+	__u64 bytes_read;
+	__u64 bytes_written;
+	__s64 max_byte_read;    /* highest offset read: offset + ret - 1; -1 = none */
+	__s64 max_byte_written; /* highest offset written; -1 = none */
+	/* access pattern (calls), Darshan's rules */
+	__u64 seq_reads;
+	__u64 consec_reads;
+	__u64 seq_writes;
+	__u64 consec_writes;
+	__u64 rw_switches;
+	__u64 size_read[IOLENS_NR_SIZE_BUCKETS];  /* calls per size bucket */
+	__u64 size_write[IOLENS_NR_SIZE_BUCKETS]; /* calls per size bucket */
+	/* time (ns), overlapping calls of one record not double counted */
+	__u64 read_time_ns;
+	__u64 write_time_ns; /* includes fsync/fdatasync, as Darshan does */
+	__u64 meta_time_ns;  /* open, close, lseek, stat, mmap, ftruncate, dup */
+	__u64 max_read_time_ns;
+	__u64 max_write_time_ns;
+	__u64 max_read_time_size;  /* bytes of the slowest read */
+	__u64 max_write_time_size; /* bytes of the slowest write */
+	/* first start / last end of each kind of call, CLOCK_MONOTONIC ns, 0 = never */
+	__u64 open_start_ns;
+	__u64 open_end_ns;
+	__u64 read_start_ns;
+	__u64 read_end_ns;
+	__u64 write_start_ns;
+	__u64 write_end_ns;
+	__u64 close_start_ns;
+	__u64 close_end_ns;
+	__u64 meta_start_ns; /* first start of any metadata call (stat, seek, ...) */
+	__u64 meta_end_ns;
+	/* ---- state: bookkeeping for the rules above, not exported ---- */
+	__s64 last_byte_read;    /* Darshan's last_byte_read: reset to 0 at open */
+	__s64 last_byte_written; /* Darshan's last_byte_written: reset to 0 at open */
+	__u64 last_read_end_ns;  /* for no-overlap time accounting */
+	__u64 last_write_end_ns;
+	__u64 last_meta_end_ns;
+	__u32 last_io_type;  /* enum iolens_io_type */
+	__u32 first_io_type; /* enum iolens_io_type of the first data op, for merging folds */
+	__s64 open_fds;      /* opens+dups-closes seen on this record; <= 0 means idle */
+};
+
+/*
+ * Per-thread state, in BPF task-local storage. Its presence on a task is the tracing filter:
+ * only tasks of the traced tree have one (created for the root by the agent, inherited at fork).
+ */
+struct iolens_task_state {
+	__u64 enter_ns;  /* CLOCK_MONOTONIC ns at sys_enter of the current syscall */
+	__u64 pstart_ns; /* start_time of the thread-group leader, 0 = not yet known */
+	__u64 close_ino; /* for close(): the file behind the fd, captured at sys_enter */
+	__u32 close_dev;
+	__u32 close_kind; /* 0 none, 1 regular file, 2 other (ino holds S_IFMT >> 12) */
+};
+
+/* Ring-buffer events: rare, per process or per new file, never per I/O call. */
+enum iolens_event_type {
+	IOLENS_EV_FORK = 1, /* a traced process created a process */
+	IOLENS_EV_EXEC = 2, /* a traced process exec'd; path = executable */
+	IOLENS_EV_EXIT = 3, /* the last thread of a traced process exited */
+	IOLENS_EV_PATH = 4, /* a path: name of a file, or the argument of a path-based call */
+};
+
+struct iolens_event_header {
+	__u32 type;      /* enum iolens_event_type */
+	__u32 tgid;      /* process the event belongs to */
+	__u64 pstart_ns; /* its start time (CLOCK_MONOTONIC ns) */
+	__u64 ts_ns;     /* when the event happened (CLOCK_MONOTONIC ns) */
+};
+
+#define IOLENS_COMM_LEN 16
+
+struct iolens_fork_event {
+	struct iolens_event_header hdr; /* the new process */
+	__u32 ppid;                     /* parent tgid */
+	__u32 pad;
+	__u64 parent_pstart_ns;
+	char comm[IOLENS_COMM_LEN];
+};
+
+struct iolens_exit_event {
+	struct iolens_event_header hdr;
+	__s32 exit_code; /* raw wait status of the process (exit code << 8 | signal) */
+	__u32 pad;
+};
+
+/* What an IOLENS_EV_PATH event names. */
+enum iolens_path_op {
+	IOLENS_PATH_FILE = 1,   /* canonical name of (dev, ino): walked from the struct file */
+	IOLENS_PATH_EXE = 2,    /* executable after exec, walked; comm in `comm` */
+	IOLENS_PATH_LOOKUP = 3, /* name of (dev, ino) seen by a stat: base dir walked + user string */
+	IOLENS_PATH_UNLINK = 4, /* unlink/unlinkat that succeeded: base + user string */
+	IOLENS_PATH_RENAME = 5, /* rename* that succeeded: base + old string, base2 + new string */
+};
+
+/* Flags of a path event */
+#define IOLENS_PATH_TRUNCATED 0x1 /* the walk hit its depth limit or a component was cut */
+#define IOLENS_PATH_UNREACHED 0x2 /* the walk did not reach a root (detached, lazily unmounted) */
+
+/*
+ * A path event. `data` holds, in order:
+ *  - walk:  `walk_len` bytes, the components of a walked path from leaf to root, each
+ *           NUL-terminated (an empty walk is the root "/");
+ *  - str1:  `str1_len` bytes, a NUL-terminated user string (path argument), or nothing;
+ *  - walk2 and str2: the same for the second argument of rename.
+ * A user string that starts with '/' is absolute: its walk is empty and ignored. A relative one
+ * is joined to its walk (the directory fd or the working directory) by the reader.
+ */
+#define IOLENS_PATH_DATA_MAX 12288
+
+struct iolens_path_event {
+	struct iolens_event_header hdr;
+	__u64 ino;   /* inode of the file named (FILE, EXE, LOOKUP), else 0 */
+	__u32 dev;   /* kernel dev_t, as in iolens_file_key */
+	__u16 op;    /* enum iolens_path_op */
+	__u16 flags; /* IOLENS_PATH_* */
+	__u16 walk_len;
+	__u16 str1_len;
+	__u16 walk2_len;
+	__u16 str2_len;
+	char comm[IOLENS_COMM_LEN]; /* for EXE events */
+	char data[IOLENS_PATH_DATA_MAX];
+};
+
+/* Global counters in a per-CPU array: everything that was dropped or failed is counted here. */
+enum iolens_stat {
+	IOLENS_STAT_FILE_RECORDS_LOST = 0, /* ops not counted: files map full */
+	IOLENS_STAT_OTHER_RECORDS_LOST,    /* ops on non-regular fds not counted: map full */
+	IOLENS_STAT_EVENTS_LOST,           /* ring-buffer events dropped (ring full) */
+	IOLENS_STAT_PATH_EVENTS_LOST,      /* of which path events */
+	IOLENS_STAT_PROC_EVENTS_LOST,      /* of which fork/exec/exit events */
+	IOLENS_STAT_TASK_STATE_FAILED,     /* threads that could not get task storage (untraced!) */
+	IOLENS_STAT_PATHS_TRUNCATED,       /* path walks cut at the depth limit */
+	IOLENS_STAT_NAME_LOOKUPS,          /* path events emitted */
+	IOLENS_NR_STATS,
+};
+
+#ifdef __cplusplus
+#define IOLENS_STATIC_ASSERT static_assert
+#else
+#define IOLENS_STATIC_ASSERT _Static_assert
+#endif
+
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 24, "file key layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 512, "counters layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 32, "task state layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 24, "event header layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 56, "fork event layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_exit_event) == 32, "exit event layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_path_event) == 64 + IOLENS_PATH_DATA_MAX,
+		     "path event layout");
+
+#endif /* IOLENS_ABI_H */

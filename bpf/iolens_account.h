@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Darshan's POSIX counter rules as plain C, compiled twice: into the kernel programs (where every
+ * traced call updates its (process, file) record in place) and into the agent's unit tests (which
+ * check the rules without a kernel). One implementation, so the tests prove what the kernel runs.
+ *
+ * The rules follow darshan-runtime/lib/darshan-posix.c (POSIX_RECORD_READ/WRITE, _POSIX_RECORD_OPEN,
+ * close, lseek, fsync) and darshan-common.h (DARSHAN_BUCKET_INC, DARSHAN_TIMER_INC_NO_OVERLAP);
+ * docs/counters.md states each one. Differences from Darshan, on purpose:
+ *  - the offset of read/write is the kernel's real file position, not Darshan's per-record guess
+ *    (Darshan shares one offset between every fd of a path, so two fds on one file confuse it);
+ *  - a call whose end precedes the record's last end adds 0 time, never a negative amount.
+ *
+ * Counts and sums use atomic adds: threads of one process can hit one record at once (tracing
+ * programs cannot take bpf_spin_lock). The pattern fields (last byte, max, first/last times) are
+ * plain stores; concurrent calls on one record can race there, as they do in Darshan.
+ */
+#ifndef IOLENS_ACCOUNT_H
+#define IOLENS_ACCOUNT_H
+
+#include "iolens_abi.h"
+
+#ifndef IOLENS_INLINE
+#define IOLENS_INLINE static inline __attribute__((always_inline))
+#endif
+
+#define IOLENS_ADD(ptr, val) __sync_fetch_and_add((ptr), (val))
+
+/* Darshan's DARSHAN_BUCKET_INC: inclusive upper bounds 100, 1K, 10K, 100K, 1M, 4M, 10M, 100M, 1G. */
+IOLENS_INLINE __u32 iolens_size_bucket(__u64 size)
+{
+	if (size <= 100)
+		return 0;
+	if (size <= 1024)
+		return 1;
+	if (size <= 10240)
+		return 2;
+	if (size <= 102400)
+		return 3;
+	if (size <= 1048576)
+		return 4;
+	if (size <= 4194304)
+		return 5;
+	if (size <= 10485760)
+		return 6;
+	if (size <= 104857600)
+		return 7;
+	if (size <= 1073741824)
+		return 8;
+	return 9;
+}
+
+/*
+ * DARSHAN_TIMER_INC_NO_OVERLAP: time of calls on one record that overlap (threads) is counted once.
+ * A call with an unknown start (t0 == 0: its sys_enter was not seen) adds no time.
+ */
+IOLENS_INLINE void iolens_time_no_overlap(__u64 *timer, __u64 t0, __u64 t1, __u64 *last_end)
+{
+	if (t0 == 0 || t1 < t0)
+		return;
+	if (t0 > *last_end)
+		IOLENS_ADD(timer, t1 - t0);
+	else if (t1 > *last_end)
+		IOLENS_ADD(timer, t1 - *last_end);
+	if (t1 > *last_end)
+		*last_end = t1;
+}
+
+/* Darshan's start timestamps keep the smallest non-zero start; end timestamps the last call's end. */
+IOLENS_INLINE void iolens_mark_start(__u64 *start, __u64 t0)
+{
+	if (t0 != 0 && (*start == 0 || *start > t0))
+		*start = t0;
+}
+
+IOLENS_INLINE void iolens_init_counters(struct iolens_file_counters *c)
+{
+	c->max_byte_read = -1;
+	c->max_byte_written = -1;
+}
+
+/*
+ * One read (is_write = 0) or write (is_write = 1) that returned `ret` >= 0 bytes at file offset
+ * `offset`, entered at t0 and returned at t1. Calls returning < 0 are not counted (Darshan).
+ */
+IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_write, __s64 offset,
+				     __s64 ret, __u64 t0, __u64 t1)
+{
+	__s64 *last_byte = is_write ? &c->last_byte_written : &c->last_byte_read;
+	__s64 *max_byte = is_write ? &c->max_byte_written : &c->max_byte_read;
+	__u64 elapsed = (t0 != 0 && t1 >= t0) ? t1 - t0 : 0;
+	__u32 this_type = is_write ? IOLENS_IO_WRITE : IOLENS_IO_READ;
+	__u32 bucket;
+
+	if (ret < 0)
+		return;
+	if (is_write) {
+		IOLENS_ADD(&c->writes, 1);
+		IOLENS_ADD(&c->bytes_written, (__u64)ret);
+	} else {
+		IOLENS_ADD(&c->reads, 1);
+		IOLENS_ADD(&c->bytes_read, (__u64)ret);
+	}
+	if (offset > *last_byte)
+		IOLENS_ADD(is_write ? &c->seq_writes : &c->seq_reads, 1);
+	if (offset == *last_byte + 1)
+		IOLENS_ADD(is_write ? &c->consec_writes : &c->consec_reads, 1);
+	*last_byte = offset + ret - 1;
+	if (*max_byte < offset + ret - 1)
+		*max_byte = offset + ret - 1;
+
+	if (c->last_io_type != IOLENS_IO_NONE && c->last_io_type != this_type)
+		IOLENS_ADD(&c->rw_switches, 1);
+	if (c->first_io_type == IOLENS_IO_NONE)
+		c->first_io_type = this_type;
+	c->last_io_type = this_type;
+
+	bucket = iolens_size_bucket((__u64)ret);
+	/* The explicit bound lets the verifier see the index is in range. */
+	if (bucket < IOLENS_NR_SIZE_BUCKETS) {
+		if (is_write)
+			IOLENS_ADD(&c->size_write[bucket], 1);
+		else
+			IOLENS_ADD(&c->size_read[bucket], 1);
+	}
+
+	if (is_write) {
+		iolens_mark_start(&c->write_start_ns, t0);
+		c->write_end_ns = t1;
+		iolens_time_no_overlap(&c->write_time_ns, t0, t1, &c->last_write_end_ns);
+		if (elapsed > c->max_write_time_ns) {
+			c->max_write_time_ns = elapsed;
+			c->max_write_time_size = (__u64)ret;
+		}
+	} else {
+		iolens_mark_start(&c->read_start_ns, t0);
+		c->read_end_ns = t1;
+		iolens_time_no_overlap(&c->read_time_ns, t0, t1, &c->last_read_end_ns);
+		if (elapsed > c->max_read_time_ns) {
+			c->max_read_time_ns = elapsed;
+			c->max_read_time_size = (__u64)ret;
+		}
+	}
+}
+
+/* A successful open (is_dup = 0) or dup (is_dup = 1). Opens reset the pattern state; dups don't. */
+IOLENS_INLINE void iolens_account_open(struct iolens_file_counters *c, int is_dup, __u64 t0,
+				       __u64 t1)
+{
+	IOLENS_ADD(&c->opens, 1);
+	IOLENS_ADD(&c->open_fds, 1);
+	if (is_dup) {
+		IOLENS_ADD(&c->dups, 1);
+	} else {
+		c->last_byte_read = 0;
+		c->last_byte_written = 0;
+	}
+	iolens_mark_start(&c->open_start_ns, t0);
+	c->open_end_ns = t1;
+	iolens_time_no_overlap(&c->meta_time_ns, t0, t1, &c->last_meta_end_ns);
+}
+
+/* A close of a descriptor of this record. Darshan resets the pattern state whatever close returned. */
+IOLENS_INLINE void iolens_account_close(struct iolens_file_counters *c, __s64 ret, __u64 t0,
+					__u64 t1)
+{
+	if (ret == 0)
+		IOLENS_ADD(&c->closes, 1);
+	IOLENS_ADD(&c->open_fds, -1);
+	c->last_byte_read = 0;
+	c->last_byte_written = 0;
+	iolens_mark_start(&c->close_start_ns, t0);
+	c->close_end_ns = t1;
+	iolens_time_no_overlap(&c->meta_time_ns, t0, t1, &c->last_meta_end_ns);
+}
+
+enum iolens_meta_op {
+	IOLENS_META_SEEK = 1,
+	IOLENS_META_STAT,
+	IOLENS_META_MMAP,
+	IOLENS_META_FSYNC,
+	IOLENS_META_FDSYNC,
+	IOLENS_META_TRUNCATE,
+};
+
+/* A successful metadata call. fsync/fdatasync time is write time and mmap has none (Darshan). */
+IOLENS_INLINE void iolens_account_meta(struct iolens_file_counters *c, int op, __u64 t0, __u64 t1)
+{
+	switch (op) {
+	case IOLENS_META_SEEK:
+		IOLENS_ADD(&c->seeks, 1);
+		break;
+	case IOLENS_META_STAT:
+		IOLENS_ADD(&c->stats, 1);
+		break;
+	case IOLENS_META_MMAP:
+		IOLENS_ADD(&c->mmaps, 1);
+		return;
+	case IOLENS_META_FSYNC:
+	case IOLENS_META_FDSYNC:
+		IOLENS_ADD(op == IOLENS_META_FSYNC ? &c->fsyncs : &c->fdsyncs, 1);
+		iolens_time_no_overlap(&c->write_time_ns, t0, t1, &c->last_write_end_ns);
+		return;
+	case IOLENS_META_TRUNCATE:
+		IOLENS_ADD(&c->truncates, 1);
+		break;
+	default:
+		return;
+	}
+	iolens_mark_start(&c->meta_start_ns, t0);
+	c->meta_end_ns = t1;
+	iolens_time_no_overlap(&c->meta_time_ns, t0, t1, &c->last_meta_end_ns);
+}
+
+#endif /* IOLENS_ACCOUNT_H */

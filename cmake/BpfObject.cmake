@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+# Compiles bpf/*.bpf.c into one object and one bpftool skeleton, exposed as an INTERFACE target
+# that only the loader links. Each custom command's output is depended on by exactly one target
+# (bpftrace's BuildBPF.cmake explains the race when two targets depend on one output).
+
+find_program(CLANG_EXE NAMES clang-14 clang REQUIRED)
+find_program(BPFTOOL_EXE NAMES bpftool PATHS /usr/sbin /sbin REQUIRED)
+
+set(IOLENS_VMLINUX_H "" CACHE FILEPATH
+    "A vendored vmlinux.h to build against; empty = generate from IOLENS_BTF_SOURCE at build time")
+set(IOLENS_BTF_SOURCE "/sys/kernel/btf/vmlinux" CACHE FILEPATH
+    "Kernel BTF that vmlinux.h is generated from (CO-RE makes the object portable anyway)")
+
+# clang's own system include dirs, so BPF code can include <linux/types.h> and friends the way
+# libbpf-tools does (-idirafter keeps our headers first).
+execute_process(COMMAND ${CLANG_EXE} -v -E - INPUT_FILE /dev/null
+                OUTPUT_VARIABLE _out ERROR_VARIABLE _clang_v)
+string(REGEX MATCH "#include <...> search starts here:\n(.*)End of search list" _m "${_clang_v}")
+string(REGEX REPLACE "\n +" ";" _dirs "${CMAKE_MATCH_1}")
+set(BPF_SYS_INCLUDES "")
+foreach(_d ${_dirs})
+  string(STRIP "${_d}" _d)
+  if(_d)
+    list(APPEND BPF_SYS_INCLUDES -idirafter ${_d})
+  endif()
+endforeach()
+
+function(iolens_bpf_object target)
+  cmake_parse_arguments(ARG "" "SKEL_NAME" "SOURCES;HEADERS" ${ARGN})
+  set(outdir ${CMAKE_CURRENT_BINARY_DIR}/${target})
+  file(MAKE_DIRECTORY ${outdir})
+
+  if(IOLENS_VMLINUX_H)
+    set(vmlinux ${IOLENS_VMLINUX_H})
+    get_filename_component(vmlinux_dir ${vmlinux} DIRECTORY)
+  else()
+    set(vmlinux ${outdir}/vmlinux.h)
+    set(vmlinux_dir ${outdir})
+    add_custom_command(OUTPUT ${vmlinux}
+      COMMAND ${BPFTOOL_EXE} btf dump file ${IOLENS_BTF_SOURCE} format c > ${vmlinux}.tmp
+      COMMAND ${CMAKE_COMMAND} -E rename ${vmlinux}.tmp ${vmlinux}
+      COMMENT "Generating vmlinux.h from ${IOLENS_BTF_SOURCE}"
+      VERBATIM)
+  endif()
+
+  set(objs "")
+  foreach(src ${ARG_SOURCES})
+    get_filename_component(name ${src} NAME_WE)
+    set(obj ${outdir}/${name}.bpf.o)
+    add_custom_command(OUTPUT ${obj}
+      COMMAND ${CLANG_EXE} -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_x86
+              -I${vmlinux_dir} -I${CMAKE_CURRENT_SOURCE_DIR} ${BPF_SYS_INCLUDES}
+              -c ${CMAKE_CURRENT_SOURCE_DIR}/${src} -o ${obj}
+      DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${src} ${vmlinux} ${ARG_HEADERS}
+      COMMENT "BPF ${src}"
+      VERBATIM)
+    list(APPEND objs ${obj})
+  endforeach()
+
+  set(linked ${outdir}/${ARG_SKEL_NAME}.o)
+  set(skel ${outdir}/${ARG_SKEL_NAME}.skel.h)
+  add_custom_command(OUTPUT ${linked} ${skel}
+    COMMAND ${BPFTOOL_EXE} gen object ${linked} ${objs}
+    COMMAND ${BPFTOOL_EXE} gen skeleton ${linked} name ${ARG_SKEL_NAME} > ${skel}.tmp
+    COMMAND ${CMAKE_COMMAND} -E rename ${skel}.tmp ${skel}
+    DEPENDS ${objs}
+    COMMENT "Skeleton ${ARG_SKEL_NAME}"
+    VERBATIM)
+  add_custom_target(${target}_gen DEPENDS ${skel})
+  add_library(${target} INTERFACE)
+  add_dependencies(${target} ${target}_gen)
+  target_include_directories(${target} INTERFACE ${outdir} ${CMAKE_CURRENT_SOURCE_DIR})
+  set(${target}_OBJECT ${linked} PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "exporters/json_report.hpp"
+
+namespace iolens::exporters {
+namespace {
+
+using nlohmann::json;
+
+std::string to_hex(const std::string& s) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size() * 2);
+  for (unsigned char c : s) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+/// A string field, plus "<key>_hex" with its exact bytes when it is not valid UTF-8.
+void put_string(json& obj, const char* key, const std::string& value) {
+  obj[key] = value;
+  if (!is_valid_utf8(value)) obj[std::string(key) + "_hex"] = to_hex(value);
+}
+
+json counters_json(const core::FileCounters& c) {
+  json j = json::object();
+  for (const auto& f : core::counter_fields()) j[std::string(f.name)] = core::counter_value(c, f);
+  return j;
+}
+
+json process_counters_json(const core::ProcessSnapshot& p) {
+  json j = json::object();
+  for (const auto& f : core::counter_fields()) {
+    if (f.fold != core::Fold::Sum) continue;
+    j[std::string(f.name)] = core::counter_value(p.totals, f);
+  }
+  j["files"] = p.files;
+  return j;
+}
+
+}  // namespace
+
+bool is_valid_utf8(const std::string& s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c >> 5) == 0x6) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c >> 4) == 0xe) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c >> 3) == 0x1e) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc >> 6) != 0x2) return false;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid.
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+json run_to_json(const core::RunSnapshot& run, const std::string& version) {
+  json j;
+  j["schema"] = kRunSchema;
+  j["version"] = version;
+  j["command"] = json::array();
+  for (const auto& a : run.command) j["command"].push_back(a);
+  j["exit_code"] = run.exit_code ? json(*run.exit_code) : json(nullptr);
+  j["start_ns"] = run.start_ns;
+  j["end_ns"] = run.end_ns;
+
+  json procs = json::array();
+  for (const auto& p : run.processes) {
+    json pj;
+    pj["pid"] = p.pid;
+    pj["ppid"] = p.ppid;
+    pj["start_ns"] = p.start_ns;
+    pj["end_ns"] = p.end_ns ? json(*p.end_ns) : json(nullptr);
+    put_string(pj, "comm", p.comm);
+    put_string(pj, "exe", p.exe);
+    pj["exit_code"] = p.exit_code ? json(*p.exit_code) : json(nullptr);
+    pj["counters"] = process_counters_json(p);
+    json other = json::object();
+    for (const auto& [kind, o] : p.other_io)
+      other[kind] = {{"reads", o.reads},
+                     {"writes", o.writes},
+                     {"bytes_read", o.bytes_read},
+                     {"bytes_written", o.bytes_written}};
+    pj["other_io"] = other;
+    pj["unlinks"] = p.unlinks;
+    pj["renames"] = p.renames;
+    procs.push_back(std::move(pj));
+  }
+  j["processes"] = std::move(procs);
+
+  json files = json::array();
+  for (const auto& f : run.files) {
+    json fj;
+    put_string(fj, "path", f.path);
+    if (!f.path_known) fj["path_unknown"] = true;
+    if (f.path_incomplete) fj["path_incomplete"] = true;
+    fj["dev"] = f.dev;
+    fj["ino"] = f.ino;
+    fj["pid"] = f.pid;
+    fj["proc_start_ns"] = f.proc_start_ns;
+    if (!f.renamed_to.empty()) put_string(fj, "renamed_to", f.renamed_to);
+    json c = counters_json(f.counters);
+    c["rename_sources"] = f.rename_sources;
+    c["unlinks"] = f.unlinks;
+    fj["counters"] = std::move(c);
+    files.push_back(std::move(fj));
+  }
+  j["files"] = std::move(files);
+  j["lost"] = run.lost;
+  return j;
+}
+
+std::string dump_json(const json& j) {
+  return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace iolens::exporters

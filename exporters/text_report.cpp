@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "exporters/text_report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "exporters/json_report.hpp"
+#include "exporters/units.hpp"
+
+namespace iolens::exporters {
+namespace {
+
+std::string fmt(const char* f, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), f, args...);
+  return buf;
+}
+
+std::string join_command(const std::vector<std::string>& cmd) {
+  std::string out;
+  for (const auto& a : cmd) {
+    if (!out.empty()) out += ' ';
+    out += printable(a);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string printable(const std::string& s) {
+  const bool utf8 = is_valid_utf8(s);
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f || (!utf8 && c >= 0x80)) {
+      out += fmt("\\x%02x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
+  std::string out;
+  uint64_t bytes_read = 0, bytes_written = 0, reads = 0, writes = 0;
+  for (const auto& p : run.processes) {
+    bytes_read += p.totals.bytes_read;
+    bytes_written += p.totals.bytes_written;
+    reads += p.totals.reads;
+    writes += p.totals.writes;
+  }
+  std::map<std::pair<uint64_t, uint64_t>, bool> distinct;
+  for (const auto& f : run.files) distinct[{f.dev, f.ino}] = true;
+  const uint64_t wall = run.end_ns > run.start_ns ? static_cast<uint64_t>(run.end_ns - run.start_ns) : 0;
+
+  out += "\n== iolens: " + join_command(run.command) + "\n";
+  out += fmt("exit %s after %s: %zu processes, %zu files, read %s in %s calls, wrote %s in %s calls\n",
+             run.exit_code ? std::to_string(*run.exit_code).c_str() : "?",
+             human_duration(wall).c_str(), run.processes.size(), distinct.size(),
+             human_bytes(bytes_read).c_str(), human_count(reads).c_str(),
+             human_bytes(bytes_written).c_str(), human_count(writes).c_str());
+
+  out += "\nper process (file I/O; pipes, sockets and ttys apart under OTHER)\n";
+  out += fmt("%8s %8s %-15s %10s %10s %10s %10s %7s %7s %6s %10s %10s %s\n", "PID", "PPID",
+             "COMM", "READS", "READ", "WRITES", "WRITTEN", "OPENS", "STATS", "FILES", "IO TIME",
+             "OTHER", "EXIT");
+  std::size_t shown = 0;
+  for (const auto& p : run.processes) {
+    if (shown++ == opts.max_processes) {
+      out += fmt("  ... %zu more processes (see --json)\n", run.processes.size() - opts.max_processes);
+      break;
+    }
+    uint64_t other = 0;
+    for (const auto& [k, o] : p.other_io) other += o.bytes_read + o.bytes_written;
+    const uint64_t io_time = p.totals.read_time_ns + p.totals.write_time_ns + p.totals.meta_time_ns;
+    out += fmt("%8u %8u %-15s %10s %10s %10s %10s %7s %7s %6s %10s %10s %s\n", p.pid, p.ppid,
+               printable(p.comm).c_str(), human_count(p.totals.reads).c_str(),
+               human_bytes(p.totals.bytes_read).c_str(), human_count(p.totals.writes).c_str(),
+               human_bytes(p.totals.bytes_written).c_str(), human_count(p.totals.opens).c_str(),
+               human_count(p.totals.stats).c_str(), human_count(p.files).c_str(),
+               human_duration(io_time).c_str(), human_bytes(other).c_str(),
+               p.exit_code ? std::to_string(*p.exit_code).c_str() : "running");
+  }
+
+  std::vector<const core::FileSnapshot*> files;
+  for (const auto& f : run.files) files.push_back(&f);
+  std::sort(files.begin(), files.end(), [](const auto* a, const auto* b) {
+    return a->counters.bytes_read + a->counters.bytes_written >
+           b->counters.bytes_read + b->counters.bytes_written;
+  });
+  out += fmt("\ntop %zu files by bytes (per process)\n", std::min(opts.top_files, files.size()));
+  out += fmt("%10s %10s %8s %8s %8s  %s\n", "READ", "WRITTEN", "READS", "WRITES", "PID", "PATH");
+  for (std::size_t i = 0; i < files.size() && i < opts.top_files; ++i) {
+    const auto* f = files[i];
+    out += fmt("%10s %10s %8s %8s %8u  %s\n", human_bytes(f->counters.bytes_read).c_str(),
+               human_bytes(f->counters.bytes_written).c_str(),
+               human_count(f->counters.reads).c_str(), human_count(f->counters.writes).c_str(),
+               f->pid, printable(f->path).c_str());
+  }
+
+  std::string lost;
+  for (const auto& [cause, n] : run.lost) {
+    if (n == 0 || cause == "paths_truncated") continue;
+    lost += fmt(" %s=%s", cause.c_str(), human_count(n).c_str());
+  }
+  const auto trunc = run.lost.find("paths_truncated");
+  if (trunc != run.lost.end() && trunc->second)
+    lost += fmt(" paths_truncated=%s", human_count(trunc->second).c_str());
+  out += "\nlost:" + (lost.empty() ? std::string(" nothing") : lost) + "\n";
+  return out;
+}
+
+}  // namespace iolens::exporters

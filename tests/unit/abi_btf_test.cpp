@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ABI as clang laid it out for BPF (from the BTF of bpf/abi_btf.bpf.c, never loaded) must
+// equal the C++ layout field by field: a mismatch would make the agent misread every record.
+#include <bpf/btf.h>
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <map>
+#include <string>
+
+#include "iolens_abi.h"
+
+namespace {
+
+struct BtfLayout {
+  size_t size = 0;
+  std::map<std::string, size_t> offsets;  // member name -> byte offset
+};
+
+BtfLayout layout_of(const btf* b, const char* struct_name) {
+  BtfLayout out;
+  const int id = btf__find_by_name_kind(b, struct_name, BTF_KIND_STRUCT);
+  if (id < 0) return out;
+  const btf_type* t = btf__type_by_id(b, static_cast<__u32>(id));
+  out.size = t->size;
+  const btf_member* m = btf_members(t);
+  for (int i = 0; i < btf_vlen(t); ++i, ++m) {
+    out.offsets[btf__name_by_offset(b, m->name_off)] = btf_member_bit_offset(t, static_cast<__u32>(i)) / 8;
+  }
+  return out;
+}
+
+class AbiBtf : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    b_ = btf__parse_elf(IOLENS_ABI_BTF_OBJECT, nullptr);
+    ASSERT_NE(b_, nullptr) << "cannot read BTF from " << IOLENS_ABI_BTF_OBJECT;
+  }
+  void TearDown() override { btf__free(b_); }
+  btf* b_ = nullptr;
+};
+
+#define EXPECT_FIELD(L, T, F) \
+  EXPECT_EQ((L).offsets.at(#F), offsetof(T, F)) << #T "." #F
+
+}  // namespace
+
+TEST_F(AbiBtf, FileKey) {
+  auto l = layout_of(b_, "iolens_file_key");
+  ASSERT_EQ(l.size, sizeof(iolens_file_key));
+  EXPECT_FIELD(l, iolens_file_key, ino);
+  EXPECT_FIELD(l, iolens_file_key, dev);
+  EXPECT_FIELD(l, iolens_file_key, tgid);
+  EXPECT_FIELD(l, iolens_file_key, pstart_ns);
+}
+
+TEST_F(AbiBtf, FileCountersEveryField) {
+  auto l = layout_of(b_, "iolens_file_counters");
+  ASSERT_EQ(l.size, sizeof(iolens_file_counters));
+  ASSERT_EQ(l.offsets.size(), 64u - 2 * 9);  // 64 slots; the two 10-entry arrays are one member each
+  EXPECT_FIELD(l, iolens_file_counters, opens);
+  EXPECT_FIELD(l, iolens_file_counters, bytes_read);
+  EXPECT_FIELD(l, iolens_file_counters, max_byte_written);
+  EXPECT_FIELD(l, iolens_file_counters, size_read);
+  EXPECT_FIELD(l, iolens_file_counters, size_write);
+  EXPECT_FIELD(l, iolens_file_counters, read_time_ns);
+  EXPECT_FIELD(l, iolens_file_counters, max_write_time_size);
+  EXPECT_FIELD(l, iolens_file_counters, meta_end_ns);
+  EXPECT_FIELD(l, iolens_file_counters, last_byte_read);
+  EXPECT_FIELD(l, iolens_file_counters, last_io_type);
+  EXPECT_FIELD(l, iolens_file_counters, first_io_type);
+  EXPECT_FIELD(l, iolens_file_counters, open_fds);
+}
+
+TEST_F(AbiBtf, TaskStateAndEvents) {
+  auto ts = layout_of(b_, "iolens_task_state");
+  ASSERT_EQ(ts.size, sizeof(iolens_task_state));
+  EXPECT_FIELD(ts, iolens_task_state, enter_ns);
+  EXPECT_FIELD(ts, iolens_task_state, close_kind);
+
+  auto h = layout_of(b_, "iolens_event_header");
+  ASSERT_EQ(h.size, sizeof(iolens_event_header));
+  EXPECT_FIELD(h, iolens_event_header, ts_ns);
+
+  auto f = layout_of(b_, "iolens_fork_event");
+  ASSERT_EQ(f.size, sizeof(iolens_fork_event));
+  EXPECT_FIELD(f, iolens_fork_event, ppid);
+  EXPECT_FIELD(f, iolens_fork_event, parent_pstart_ns);
+  EXPECT_FIELD(f, iolens_fork_event, comm);
+
+  auto x = layout_of(b_, "iolens_exit_event");
+  ASSERT_EQ(x.size, sizeof(iolens_exit_event));
+  EXPECT_FIELD(x, iolens_exit_event, exit_code);
+
+  auto p = layout_of(b_, "iolens_path_event");
+  ASSERT_EQ(p.size, sizeof(iolens_path_event));
+  EXPECT_FIELD(p, iolens_path_event, ino);
+  EXPECT_FIELD(p, iolens_path_event, dev);
+  EXPECT_FIELD(p, iolens_path_event, op);
+  EXPECT_FIELD(p, iolens_path_event, flags);
+  EXPECT_FIELD(p, iolens_path_event, walk_len);
+  EXPECT_FIELD(p, iolens_path_event, str2_len);
+  EXPECT_FIELD(p, iolens_path_event, comm);
+  EXPECT_FIELD(p, iolens_path_event, data);
+}
