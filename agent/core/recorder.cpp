@@ -134,8 +134,8 @@ void Recorder::on_path(const PathEvent& p) {
       ++pr.unlinks;
       auto it = by_path_.find(resolve_argument(p.walk, p.str1));
       if (it == by_path_.end()) break;
-      auto f = files_.find(FileKey{it->second.first, it->second.second, p.proc});
-      if (f != files_.end()) ++f->second.unlinks;
+      // The record itself may reach us only at the next drain: create the entry now.
+      ++files_[FileKey{it->second.first, it->second.second, p.proc}].unlinks;
       break;
     }
     case IOLENS_PATH_RENAME: {
@@ -145,11 +145,9 @@ void Recorder::on_path(const PathEvent& p) {
       auto it = by_path_.find(from);
       if (it == by_path_.end()) break;
       const DevIno id = it->second;
-      auto f = files_.find(FileKey{id.first, id.second, p.proc});
-      if (f != files_.end()) {
-        ++f->second.rename_sources;
-        f->second.renamed_to = to;
-      }
+      FileAcc& f = files_[FileKey{id.first, id.second, p.proc}];
+      ++f.rename_sources;
+      f.renamed_to = to;
       by_path_[to] = id;
       break;
     }
@@ -210,7 +208,7 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
   for (const auto& [k, acc] : files_) {
     FileSnapshot f;
     FileCounters c = acc.total();
-    if (!has_activity(c)) continue;
+    if (!has_activity(c) && acc.rename_sources == 0 && acc.unlinks == 0) continue;
     for (const auto& field : counter_fields()) {
       if (field.fold != Fold::MinStart && field.fold != Fold::LastEnd) continue;
       auto* v = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&c) + field.offset);

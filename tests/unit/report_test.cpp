@@ -1,2 +1,137 @@
 // SPDX-License-Identifier: Apache-2.0
+// Exporters on a known snapshot: the JSON record's fields and the human summary.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "exporters/json_report.hpp"
+#include "exporters/text_report.hpp"
+#include "exporters/units.hpp"
+
+using namespace iolens;
+using nlohmann::json;
+
+namespace {
+
+core::RunSnapshot sample() {
+  core::RunSnapshot s;
+  s.command = {"python3", "train.py"};
+  s.exit_code = 0;
+  s.start_ns = 1000;
+  s.end_ns = 2'000'001'000;
+  core::ProcessSnapshot p;
+  p.pid = 10;
+  p.ppid = 9;
+  p.start_ns = 1100;
+  p.end_ns = 1900;
+  p.comm = "python3";
+  p.exe = "/usr/bin/python3.11";
+  p.exit_code = 0;
+  p.totals.reads = 3;
+  p.totals.bytes_read = 3 * 1048576;
+  p.files = 1;
+  p.other_io["pipe"] = {1, 2, 3, 4};
+  s.processes.push_back(p);
+  core::FileSnapshot f;
+  f.path = "/data/x.npy";
+  f.dev = 0x801;
+  f.ino = 55;
+  f.pid = 10;
+  f.proc_start_ns = 1100;
+  f.counters = core::new_counters();
+  f.counters.reads = 3;
+  f.counters.bytes_read = 3 * 1048576;
+  f.counters.max_byte_read = 3 * 1048576 - 1;
+  f.counters.size_read[4] = 3;
+  s.files.push_back(f);
+  s.lost = {{"file_records", 0}, {"events", 2}};
+  return s;
+}
+
+}  // namespace
+
+TEST(JsonReport, SchemaAndRequiredFields) {
+  json j = json::parse(exporters::dump_json(exporters::run_to_json(sample(), "9.9.9")));
+  EXPECT_EQ(j["schema"], "iolens.run/1");
+  EXPECT_EQ(j["command"], json::array({"python3", "train.py"}));
+  EXPECT_EQ(j["exit_code"], 0);
+  EXPECT_EQ(j["start_ns"], 1000);
+  EXPECT_EQ(j["end_ns"], 2'000'001'000);
+  const auto& p = j["processes"][0];
+  for (const char* k : {"pid", "ppid", "start_ns", "end_ns", "comm", "exe", "counters"})
+    EXPECT_TRUE(p.contains(k)) << k;
+  EXPECT_EQ(p["counters"]["bytes_read"], 3 * 1048576);
+  EXPECT_EQ(p["counters"]["files"], 1);
+  EXPECT_EQ(p["other_io"]["pipe"]["bytes_written"], 4);
+  const auto& f = j["files"][0];
+  for (const char* k : {"path", "dev", "ino", "pid", "counters"}) EXPECT_TRUE(f.contains(k)) << k;
+  EXPECT_EQ(f["dev"], 0x801);
+  EXPECT_EQ(f["counters"]["size_read_100k_1m"], 3);
+  EXPECT_EQ(f["counters"]["max_byte_read"], 3 * 1048576 - 1);
+  EXPECT_EQ(f["counters"]["max_byte_written"], 0);  // none: 0, as Darshan prints it
+  EXPECT_EQ(j["lost"]["events"], 2);
+}
+
+TEST(JsonReport, EveryDocumentedCounterIsPresent) {
+  json j = exporters::run_to_json(sample(), "x");
+  const auto& c = j["files"][0]["counters"];
+  for (const char* k :
+       {"opens", "dups", "reads", "writes", "seeks", "stats", "mmaps", "fsyncs", "fdsyncs",
+        "bytes_read", "bytes_written", "max_byte_read", "max_byte_written", "seq_reads",
+        "consec_reads", "seq_writes", "consec_writes", "rw_switches", "size_read_0_100",
+        "size_read_100_1k", "size_read_1k_10k", "size_read_10k_100k", "size_read_100k_1m",
+        "size_read_1m_4m", "size_read_4m_10m", "size_read_10m_100m", "size_read_100m_1g",
+        "size_read_1g_plus", "size_write_0_100", "size_write_1g_plus", "read_time_ns",
+        "write_time_ns", "meta_time_ns", "max_read_time_ns", "max_write_time_ns",
+        "open_start_ns", "close_end_ns", "rename_sources", "unlinks"})
+    EXPECT_TRUE(c.contains(k)) << k;
+}
+
+TEST(JsonReport, HostileNamesStayValidJsonWithExactBytes) {
+  auto s = sample();
+  s.files[0].path = std::string("/d/a\"b\\c\nd\xff\xfe.bin");
+  const std::string text = exporters::dump_json(exporters::run_to_json(s, "x"));
+  json j = json::parse(text);  // throws if invalid
+  const auto& f = j["files"][0];
+  EXPECT_EQ(f["path_hex"], "2f642f6122625c630a64fffe2e62696e");
+  EXPECT_NE(f["path"].get<std::string>().find("\xef\xbf\xbd"), std::string::npos);  // U+FFFD
+  // Valid UTF-8 names get no hex twin.
+  s.files[0].path = "/d/\xc3\xa9t\xc3\xa9.bin";
+  EXPECT_FALSE(exporters::run_to_json(s, "x")["files"][0].contains("path_hex"));
+}
+
+TEST(JsonReport, Utf8Validation) {
+  EXPECT_TRUE(exporters::is_valid_utf8("plain"));
+  EXPECT_TRUE(exporters::is_valid_utf8("\xe2\x82\xac"));
+  EXPECT_FALSE(exporters::is_valid_utf8("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(exporters::is_valid_utf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(exporters::is_valid_utf8("\xe2\x82"));          // truncated
+  EXPECT_FALSE(exporters::is_valid_utf8("\xf4\x90\x80\x80"));  // > U+10FFFF
+}
+
+TEST(TextReport, SummaryHasTotalsTopFilesAndLost) {
+  const std::string t = exporters::run_summary(sample());
+  EXPECT_NE(t.find("python3 train.py"), std::string::npos);
+  EXPECT_NE(t.find("exit 0 after 2.00 s"), std::string::npos) << t;
+  EXPECT_NE(t.find("read 3.00 MiB in 3 calls"), std::string::npos) << t;
+  EXPECT_NE(t.find("/data/x.npy"), std::string::npos);
+  EXPECT_NE(t.find("lost: events=2"), std::string::npos) << t;
+}
+
+TEST(TextReport, ControlBytesEscaped) {
+  EXPECT_EQ(exporters::printable("a\nb\x1b[31m"), "a\\x0ab\\x1b[31m");
+  EXPECT_EQ(exporters::printable("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(exporters::printable("bad\xff"), "bad\\xff");
+}
+
+TEST(Units, Human) {
+  EXPECT_EQ(exporters::human_bytes(0), "0 B");
+  EXPECT_EQ(exporters::human_bytes(1023), "1023 B");
+  EXPECT_EQ(exporters::human_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(exporters::human_bytes(64ull << 20), "64.0 MiB");
+  EXPECT_EQ(exporters::human_duration(850), "850 ns");
+  EXPECT_EQ(exporters::human_duration(12'300), "12.3 us");
+  EXPECT_EQ(exporters::human_duration(1'200'000'000), "1.20 s");
+  EXPECT_EQ(exporters::human_count(1234567), "1,234,567");
+  EXPECT_EQ(exporters::human_count(999), "999");
+}
