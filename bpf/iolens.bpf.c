@@ -70,16 +70,31 @@ struct {
 struct name_key {
 	__u64 ino;
 	__u32 dev;
-	__u32 pad;
+	__u32 gen;
 };
 
-/* (dev, ino) whose name was already sent. LRU: an evicted entry only means a repeated name. */
+/* (dev, ino, gen) whose name was already sent. LRU: an evicted entry only means a repeated name. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 262144);
 	__type(key, struct name_key);
 	__type(value, __u8);
 } known_names SEC(".maps");
+
+struct gen_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+/* (dev, ino) -> generation of the incarnation last seen through a struct file, so a path-based
+ * stat (whose buffer has no generation) lands on the record of the file that was opened. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct gen_key);
+	__type(value, __u32);
+} file_gens SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -134,12 +149,14 @@ static __always_inline struct file *fd_to_file(struct task_struct *task, long fd
 	return f;
 }
 
-static __always_inline void file_identity(struct file *f, __u32 *dev, __u64 *ino, __u32 *mode)
+static __always_inline void file_identity(struct file *f, __u32 *dev, __u64 *ino, __u32 *gen,
+					  __u32 *mode)
 {
 	struct inode *inode = BPF_CORE_READ(f, f_inode);
 
 	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	*ino = BPF_CORE_READ(inode, i_ino);
+	*gen = BPF_CORE_READ(inode, i_generation);
 	*mode = BPF_CORE_READ(inode, i_mode);
 }
 
@@ -317,6 +334,7 @@ struct call_ctx {
 struct name_req {
 	__u64 ino;
 	__u32 dev;
+	__u32 gen;
 	long dirfd;
 	struct file *f;
 	const char *ustr;
@@ -325,7 +343,7 @@ struct name_req {
 /* Send the name of (dev, ino) once, from its struct file (exact) or from a lookup's arguments. */
 static __noinline void send_name(struct call_ctx *cx, struct name_req *r)
 {
-	struct name_key nk = { .ino = r->ino, .dev = r->dev };
+	struct name_key nk = { .ino = r->ino, .dev = r->dev, .gen = r->gen };
 	struct file *f = r->f; /* a local: CO-RE relocations must not start at struct name_req */
 	struct iolens_path_event *ev;
 	__u8 one = 1;
@@ -338,6 +356,7 @@ static __noinline void send_name(struct call_ctx *cx, struct name_req *r)
 		return;
 	ev->dev = r->dev;
 	ev->ino = r->ino;
+	ev->gen = r->gen;
 	if (f) {
 		ev->walk_len = walk_path(ev, 0, BPF_CORE_READ(f, f_path.dentry),
 					 BPF_CORE_READ(f, f_path.mnt));
@@ -350,6 +369,12 @@ static __noinline void send_name(struct call_ctx *cx, struct name_req *r)
 	 * that the first open sends the canonical name. */
 	if (path_event_send(ev) == 0 && f)
 		bpf_map_update_elem(&known_names, &nk, &one, BPF_ANY);
+	if (f) {
+		struct gen_key gk = { .ino = r->ino, .dev = r->dev };
+		__u32 gen = r->gen;
+
+		bpf_map_update_elem(&file_gens, &gk, &gen, BPF_ANY);
+	}
 }
 
 static __always_inline struct iolens_file_counters *get_record(void *map,
@@ -386,7 +411,7 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 
 	if (!f)
 		return NULL;
-	file_identity(f, &key.dev, &key.ino, &mode);
+	file_identity(f, &key.dev, &key.ino, &key.gen, &mode);
 	if (fout)
 		*fout = f;
 	if (!S_ISREG(mode)) {
@@ -394,11 +419,12 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 			return NULL;
 		key.ino = (mode & S_IFMT) >> 12;
 		key.dev = 0;
+		key.gen = 0;
 		return get_record(&others, &key, IOLENS_STAT_OTHER_RECORDS_LOST, &created);
 	}
 	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
 	if (created) {
-		struct name_req r = { .ino = key.ino, .dev = key.dev, .f = f };
+		struct name_req r = { .ino = key.ino, .dev = key.dev, .gen = key.gen, .f = f };
 
 		send_name(cx, &r);
 	}
@@ -511,19 +537,28 @@ static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char 
 	}
 	if (!S_ISREG(mode))
 		return;
+	if (ustr)
+		bpf_probe_read_user(&first, 1, ustr);
+	if (!ustr || (first == 0 && (flags & AT_EMPTY_PATH)))
+		f = fd_to_file(cx->task, dirfd);
+	if (f) {
+		key.gen = BPF_CORE_READ(f, f_inode, i_generation);
+	} else {
+		struct gen_key gk = { .ino = key.ino, .dev = key.dev };
+		__u32 *gen = bpf_map_lookup_elem(&file_gens, &gk);
+
+		key.gen = gen ? *gen : 0;
+	}
 	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
 	if (!c)
 		return;
 	iolens_account_meta(c, IOLENS_META_STAT, cx->t0, cx->t1);
 	if (!created)
 		return;
-	if (ustr)
-		bpf_probe_read_user(&first, 1, ustr);
-	if (!ustr || (first == 0 && (flags & AT_EMPTY_PATH)))
-		f = fd_to_file(cx->task, dirfd);
 	{
 		struct name_req r = {
-			.ino = key.ino, .dev = key.dev, .dirfd = dirfd, .f = f, .ustr = ustr,
+			.ino = key.ino, .dev = key.dev, .gen = key.gen, .dirfd = dirfd, .f = f,
+			.ustr = ustr,
 		};
 
 		send_name(cx, &r);
@@ -573,13 +608,15 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 
 		st->close_kind = 0;
 		if (f) {
-			file_identity(f, &st->close_dev, &st->close_ino, &mode);
+			file_identity(f, &st->close_dev, &st->close_ino, &st->close_gen, &mode);
 			st->close_kind = S_ISREG(mode) ? 1 : 0;
 		}
 		/* A descriptor inherited from outside the traced tree may close without ever having
 		 * been opened here: name its file now, while the struct file is still reachable. */
 		if (st->close_kind) {
-			struct name_key nk = { .ino = st->close_ino, .dev = st->close_dev };
+			struct name_key nk = {
+				.ino = st->close_ino, .dev = st->close_dev, .gen = st->close_gen,
+			};
 
 			if (!bpf_map_lookup_elem(&known_names, &nk)) {
 				struct call_ctx cx = {
@@ -588,7 +625,12 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 					.pstart = st->pstart_ns ? st->pstart_ns : leader_start(task),
 					.t1 = st->enter_ns,
 				};
-				struct name_req r = { .ino = st->close_ino, .dev = st->close_dev, .f = f };
+				struct name_req r = {
+					.ino = st->close_ino,
+					.dev = st->close_dev,
+					.gen = st->close_gen,
+					.f = f,
+				};
 
 				send_name(&cx, &r);
 			}
@@ -674,6 +716,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 				.dev = st->close_dev,
 				.tgid = cx.tgid,
 				.pstart_ns = cx.pstart,
+				.gen = st->close_gen,
 			};
 			int created = 0;
 			struct iolens_file_counters *c =

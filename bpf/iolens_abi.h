@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 1
+#define IOLENS_ABI_VERSION 2
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -41,6 +41,10 @@ struct iolens_file_key {
 	__u32 dev;       /* kernel dev_t of the superblock (MAJOR << 20 | MINOR) */
 	__u32 tgid;      /* process id (thread-group id) */
 	__u64 pstart_ns; /* process start (group leader start_time), CLOCK_MONOTONIC ns */
+	__u32 gen;       /* inode->i_generation: a deleted file's inode number is reused by the
+			  * next file created (ext4, xfs, tmpfs give each a new random generation);
+			  * 0 when unknown (a path-based stat of a file not seen open yet) */
+	__u32 pad;
 };
 
 /*
@@ -112,7 +116,9 @@ struct iolens_task_state {
 	__u64 pstart_ns; /* start_time of the thread-group leader, 0 = not yet known */
 	__u64 close_ino; /* for close(): the file behind the fd, captured at sys_enter */
 	__u32 close_dev;
-	__u32 close_kind; /* 0 none, 1 regular file, 2 other (ino holds S_IFMT >> 12) */
+	__u32 close_kind; /* 0 none, 1 regular file */
+	__u32 close_gen;
+	__u32 pad;
 };
 
 /* Ring-buffer events: rare, per process or per new file, never per I/O call. */
@@ -174,12 +180,14 @@ struct iolens_path_event {
 	struct iolens_event_header hdr;
 	__u64 ino;   /* inode of the file named (FILE, EXE, LOOKUP), else 0 */
 	__u32 dev;   /* kernel dev_t, as in iolens_file_key */
+	__u32 gen;   /* inode generation, as in iolens_file_key */
 	__u16 op;    /* enum iolens_path_op */
 	__u16 flags; /* IOLENS_PATH_* */
 	__u16 walk_len;
 	__u16 str1_len;
 	__u16 walk2_len;
 	__u16 str2_len;
+	__u32 pad;
 	char comm[IOLENS_COMM_LEN]; /* for EXE events */
 	char data[IOLENS_PATH_DATA_MAX];
 };
@@ -203,14 +211,14 @@ enum iolens_stat {
 #define IOLENS_STATIC_ASSERT _Static_assert
 #endif
 
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 24, "file key layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 512, "counters layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 32, "task state layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 40, "task state layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 24, "event header layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 56, "fork event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_exit_event) == 32, "exit event layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_path_event) == 64 + IOLENS_PATH_DATA_MAX,
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_path_event) == 72 + IOLENS_PATH_DATA_MAX,
 		     "path event layout");
 
 #endif /* IOLENS_ABI_H */

@@ -64,6 +64,7 @@ DecodeResult decode_event(std::span<const uint8_t> bytes) {
       p.flags = e.flags;
       p.dev = e.dev;
       p.ino = e.ino;
+      p.gen = e.gen;
       std::size_t off = 0;
       std::string* outs[4] = {&p.walk, &p.str1, &p.walk2, &p.str2};
       for (int i = 0; i < 4; ++i) {

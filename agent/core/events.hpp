@@ -35,6 +35,7 @@ struct PathEvent {
   uint16_t flags = 0;
   uint32_t dev = 0;  // kernel dev_t
   uint64_t ino = 0;
+  uint32_t gen = 0;  // inode generation
   std::string walk, str1, walk2, str2;  // raw, see iolens_path_event
   std::string comm;
 };

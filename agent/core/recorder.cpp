@@ -23,7 +23,7 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 }  // namespace
 
 FileKey file_key_of(const iolens_file_key& k) {
-  return FileKey{k.dev, k.ino, ProcKey{k.tgid, k.pstart_ns}};
+  return FileKey{k.dev, k.ino, k.gen, ProcKey{k.tgid, k.pstart_ns}};
 }
 
 std::string other_kind_name(uint64_t ifmt) {
@@ -106,7 +106,7 @@ bool Recorder::exited(const ProcKey& p) const {
   return it != procs_.end() && it->second.wait_status.has_value();
 }
 
-void Recorder::set_name(DevIno id, std::string path, bool canonical, bool incomplete) {
+void Recorder::set_name(FileId id, std::string path, bool canonical, bool incomplete) {
   auto it = names_.find(id);
   if (it != names_.end() && it->second.canonical && !canonical) return;  // keep the better name
   if (!canonical && canonicalize_) {
@@ -121,10 +121,10 @@ void Recorder::on_path(const PathEvent& p) {
   const bool incomplete = (p.flags & (IOLENS_PATH_TRUNCATED | IOLENS_PATH_UNREACHED)) != 0;
   switch (p.op) {
     case IOLENS_PATH_FILE:
-      set_name({p.dev, p.ino}, path_from_walk(p.walk), true, incomplete);
+      set_name({p.dev, p.ino, p.gen}, path_from_walk(p.walk), true, incomplete);
       break;
     case IOLENS_PATH_LOOKUP:
-      set_name({p.dev, p.ino}, resolve_argument(p.walk, p.str1), false, incomplete);
+      set_name({p.dev, p.ino, p.gen}, resolve_argument(p.walk, p.str1), false, incomplete);
       break;
     case IOLENS_PATH_EXE:
       pr.exe = path_from_walk(p.walk);
@@ -135,7 +135,8 @@ void Recorder::on_path(const PathEvent& p) {
       auto it = by_path_.find(resolve_argument(p.walk, p.str1));
       if (it == by_path_.end()) break;
       // The record itself may reach us only at the next drain: create the entry now.
-      ++files_[FileKey{it->second.first, it->second.second, p.proc}].unlinks;
+      const auto& [dev, ino, gen] = it->second;
+      ++files_[FileKey{dev, ino, gen, p.proc}].unlinks;
       break;
     }
     case IOLENS_PATH_RENAME: {
@@ -144,8 +145,8 @@ void Recorder::on_path(const PathEvent& p) {
       const std::string to = resolve_argument(p.walk2, p.str2);
       auto it = by_path_.find(from);
       if (it == by_path_.end()) break;
-      const DevIno id = it->second;
-      FileAcc& f = files_[FileKey{id.first, id.second, p.proc}];
+      const FileId id = it->second;
+      FileAcc& f = files_[FileKey{std::get<0>(id), std::get<1>(id), std::get<2>(id), p.proc}];
       ++f.rename_sources;
       f.renamed_to = to;
       by_path_[to] = id;
@@ -172,6 +173,18 @@ void Recorder::on_event(const Event& ev) {
                  [&](const PathEvent& e) { on_path(e); },
              },
              ev);
+}
+
+const Recorder::Name* Recorder::name_of(const FileKey& k) const {
+  auto n = names_.find({k.dev, k.ino, k.gen});
+  if (n != names_.end()) return &n->second;
+  // A generation-less record (path-based stat): any incarnation's name, the last one sent.
+  auto lo = names_.lower_bound({k.dev, k.ino, 0});
+  const Name* found = nullptr;
+  for (; lo != names_.end() && std::get<0>(lo->first) == k.dev && std::get<1>(lo->first) == k.ino;
+       ++lo)
+    found = &lo->second;
+  return k.gen == 0 ? found : nullptr;
 }
 
 RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
@@ -205,7 +218,41 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
     s.processes.push_back(std::move(ps));
   }
 
-  for (const auto& [k, acc] : files_) {
+  // A stat by path before the file was seen open has no generation (gen 0). When the process
+  // has exactly one other incarnation of that (dev, ino), the stat belongs to it: fold it in.
+  std::map<FileKey, FileAcc> files = files_;
+  for (auto it = files.begin(); it != files.end();) {
+    if (it->first.gen != 0) {
+      ++it;
+      continue;
+    }
+    auto match = files.end();
+    int n = 0;
+    for (auto j = files.lower_bound(FileKey{it->first.dev, it->first.ino, 1, {}});
+         j != files.end() && j->first.dev == it->first.dev && j->first.ino == it->first.ino; ++j) {
+      if (j->first.proc == it->first.proc) {
+        match = j;
+        ++n;
+      }
+    }
+    if (n != 1) {
+      ++it;
+      continue;
+    }
+    FileAcc& into = match->second;
+    FileCounters merged = it->second.total();
+    FileCounters target = into.total();
+    fold_counters(merged, target);  // the stat came first
+    into.folded = merged;
+    into.has_folded = true;
+    into.has_live = false;
+    into.rename_sources += it->second.rename_sources;
+    into.unlinks += it->second.unlinks;
+    if (into.renamed_to.empty()) into.renamed_to = it->second.renamed_to;
+    it = files.erase(it);
+  }
+
+  for (const auto& [k, acc] : files) {
     FileSnapshot f;
     FileCounters c = acc.total();
     if (!has_activity(c) && acc.rename_sources == 0 && acc.unlinks == 0) continue;
@@ -214,10 +261,9 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
       auto* v = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&c) + field.offset);
       *v = *v ? relative(*v) : 0;
     }
-    auto n = names_.find({k.dev, k.ino});
-    if (n != names_.end()) {
-      f.path = n->second.path;
-      f.path_incomplete = n->second.incomplete;
+    if (const Name* n = name_of(k)) {
+      f.path = n->path;
+      f.path_incomplete = n->incomplete;
     } else {
       f.path_known = false;
       f.path = "<unknown " + std::to_string(kernel_dev_major(k.dev)) + ":" +

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -21,6 +22,7 @@ namespace iolens::core {
 struct FileKey {
   uint32_t dev = 0;  // kernel dev_t
   uint64_t ino = 0;
+  uint32_t gen = 0;  // inode generation; 0 = unknown (path-based stat)
   ProcKey proc;
   auto operator<=>(const FileKey&) const = default;
 };
@@ -82,12 +84,14 @@ class Recorder {
     bool canonical = false;  // walked from a struct file (vs. lexical from a lookup)
     bool incomplete = false;
   };
-  using DevIno = std::pair<uint32_t, uint64_t>;
+  /// A file incarnation: (dev, ino, generation). Inode numbers are reused after unlink.
+  using FileId = std::tuple<uint32_t, uint64_t, uint32_t>;
 
   Proc& proc(const ProcKey& k);
   void accumulate(FileAcc& acc, const FileCounters& c, bool removed);
   void on_path(const PathEvent& p);
-  void set_name(DevIno id, std::string path, bool canonical, bool incomplete);
+  void set_name(FileId id, std::string path, bool canonical, bool incomplete);
+  const Name* name_of(const FileKey& k) const;
 
   Canonicalizer canonicalize_;
   uint32_t root_pid_;
@@ -95,8 +99,8 @@ class Recorder {
   std::map<ProcKey, Proc> procs_;
   std::map<FileKey, FileAcc> files_;
   std::map<std::pair<ProcKey, uint32_t>, FileAcc> others_;
-  std::map<DevIno, Name> names_;
-  std::unordered_map<std::string, DevIno> by_path_;
+  std::map<FileId, Name> names_;
+  std::unordered_map<std::string, FileId> by_path_;
   std::map<std::string, uint64_t> lost_;
 };
 

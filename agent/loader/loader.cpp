@@ -70,6 +70,16 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
     if (status = check_btf("/sys/kernel/btf/vmlinux"); !status) return nullptr;
   }
 
+  // Features the programs cannot do without: say which one is missing instead of a verifier dump.
+  if (libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, nullptr) != 1) {
+    status = Status::Error("this kernel lacks BPF task-local storage (Linux 5.11+ needed)", ENOTSUP);
+    return nullptr;
+  }
+  if (libbpf_probe_bpf_helper(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_loop, nullptr) != 1) {
+    status = Status::Error("this kernel lacks the bpf_loop helper (Linux 5.17+ needed)", ENOTSUP);
+    return nullptr;
+  }
+
   auto impl = std::make_unique<Impl>();
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
   if (opts.btf_path != "/sys/kernel/btf/vmlinux") open_opts.btf_custom_path = opts.btf_path.c_str();

@@ -52,6 +52,7 @@ TEST_F(AbiBtf, FileKey) {
   EXPECT_FIELD(l, iolens_file_key, dev);
   EXPECT_FIELD(l, iolens_file_key, tgid);
   EXPECT_FIELD(l, iolens_file_key, pstart_ns);
+  EXPECT_FIELD(l, iolens_file_key, gen);
 }
 
 TEST_F(AbiBtf, FileCountersEveryField) {
@@ -79,6 +80,7 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   ASSERT_EQ(ts.size, sizeof(iolens_task_state));
   EXPECT_FIELD(ts, iolens_task_state, enter_ns);
   EXPECT_FIELD(ts, iolens_task_state, close_kind);
+  EXPECT_FIELD(ts, iolens_task_state, close_gen);
 
   auto h = layout_of(b_, "iolens_event_header");
   ASSERT_EQ(h.size, sizeof(iolens_event_header));
@@ -98,6 +100,7 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   ASSERT_EQ(p.size, sizeof(iolens_path_event));
   EXPECT_FIELD(p, iolens_path_event, ino);
   EXPECT_FIELD(p, iolens_path_event, dev);
+  EXPECT_FIELD(p, iolens_path_event, gen);
   EXPECT_FIELD(p, iolens_path_event, op);
   EXPECT_FIELD(p, iolens_path_event, flags);
   EXPECT_FIELD(p, iolens_path_event, walk_len);

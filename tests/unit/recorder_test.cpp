@@ -208,3 +208,50 @@ TEST(ExitCodes, ShellConvention) {
   EXPECT_EQ(exit_code_of_wait_status(15), 143);
   EXPECT_EQ(exit_code_of_wait_status(9 | 0x80), 137);  // core-dump bit ignored
 }
+
+TEST(Recorder, GenerationsSeparateReusedInodesAndStatsFoldIntoTheOpenedOne) {
+  Recorder r(100, 1);
+  auto k = [](uint64_t ino, uint32_t gen) {
+    iolens_file_key x = key(100, 5, ino);
+    x.gen = gen;
+    return x;
+  };
+  PathEvent a = name_event(100, 5, 9, "probe\0d\0"s);
+  a.gen = 111;
+  PathEvent b = name_event(100, 5, 9, "ckpt.pt\0d\0"s);
+  b.gen = 222;
+  r.on_event(a);
+  r.on_event(b);
+  FileCounters w4 = new_counters();
+  w4.writes = 1;
+  w4.bytes_written = 4;
+  FileCounters w100 = new_counters();
+  w100.writes = 1;
+  w100.bytes_written = 100000;
+  r.on_file(k(9, 111), w4, false);
+  r.on_file(k(9, 222), w100, false);
+  // A path-based stat of another file, before it was opened: generation unknown (0).
+  FileCounters st = new_counters();
+  st.stats = 2;
+  r.on_file(k(10, 0), st, false);
+  FileCounters rd = new_counters();
+  rd.reads = 1;
+  rd.bytes_read = 50;
+  r.on_file(k(10, 333), rd, false);
+  PathEvent c = name_event(100, 5, 10, "data.npy\0d\0"s);
+  c.gen = 333;
+  r.on_event(c);
+
+  auto s = r.snapshot(ClockBase{});
+  ASSERT_EQ(s.files.size(), 3u);
+  auto* probe = find(s, 100, "/d/probe");
+  auto* ckpt = find(s, 100, "/d/ckpt.pt");
+  auto* data = find(s, 100, "/d/data.npy");
+  ASSERT_NE(probe, nullptr);
+  ASSERT_NE(ckpt, nullptr);
+  ASSERT_NE(data, nullptr);
+  EXPECT_EQ(probe->counters.bytes_written, 4u);
+  EXPECT_EQ(ckpt->counters.bytes_written, 100000u);
+  EXPECT_EQ(data->counters.stats, 2u);  // the stat record was folded into the opened file
+  EXPECT_EQ(data->counters.reads, 1u);
+}
