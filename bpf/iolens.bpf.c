@@ -129,23 +129,23 @@ static __always_inline void stat_inc(__u32 idx)
 		*v += 1;
 }
 
+/*
+ * fd -> struct file through the thread's descriptor table. task, files and fdt are BTF pointers
+ * (direct loads, no helper calls); fdt->fd is a pointer to pointers, which the verifier treats
+ * as a number, so the one slot is read with bpf_probe_read_kernel.
+ */
 static __always_inline struct file *fd_to_file(struct task_struct *task, long fd)
 {
+	struct files_struct *files = task->files;
 	struct fdtable *fdt;
-	struct file **fds;
 	struct file *f = NULL;
-	unsigned int max_fds;
 
-	if (fd < 0)
+	if (fd < 0 || !files)
 		return NULL;
-	fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt)
+	fdt = files->fdt;
+	if (!fdt || (unsigned long)fd >= fdt->max_fds)
 		return NULL;
-	max_fds = BPF_CORE_READ(fdt, max_fds);
-	if ((unsigned long)fd >= max_fds)
-		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
-	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
 	return f;
 }
 
@@ -158,6 +158,36 @@ static __always_inline void file_identity(struct file *f, __u32 *dev, __u64 *ino
 	*ino = BPF_CORE_READ(inode, i_ino);
 	*gen = BPF_CORE_READ(inode, i_generation);
 	*mode = BPF_CORE_READ(inode, i_mode);
+}
+
+/*
+ * file_identity with a one-entry cache per thread: a loop of reads on one descriptor pays one
+ * helper call (f_inode) instead of five. The cache is keyed by the struct file pointer and
+ * checked against its inode pointer, so a struct file freed and reallocated at the same address
+ * for another file (close, then open) does not hit; close also empties it.
+ */
+static __always_inline void file_identity_cached(struct iolens_task_state *st, struct file *f,
+						 __u32 *dev, __u64 *ino, __u32 *gen, __u32 *mode)
+{
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+
+	if (st->cache_file == (__u64)f && st->cache_inode == (__u64)inode) {
+		*dev = st->cache_dev;
+		*ino = st->cache_ino;
+		*gen = st->cache_gen;
+		*mode = st->cache_mode;
+		return;
+	}
+	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	*ino = BPF_CORE_READ(inode, i_ino);
+	*gen = BPF_CORE_READ(inode, i_generation);
+	*mode = BPF_CORE_READ(inode, i_mode);
+	st->cache_file = (__u64)f;
+	st->cache_inode = (__u64)inode;
+	st->cache_dev = *dev;
+	st->cache_ino = *ino;
+	st->cache_gen = *gen;
+	st->cache_mode = *mode;
 }
 
 static __always_inline void fill_header(struct iolens_event_header *h, __u32 type, __u32 tgid,
@@ -324,6 +354,7 @@ static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
 
 struct call_ctx {
 	struct task_struct *task;
+	struct iolens_task_state *st;
 	__u32 tgid;
 	__u64 pstart;
 	__u64 t0;
@@ -411,7 +442,7 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 
 	if (!f)
 		return NULL;
-	file_identity(f, &key.dev, &key.ino, &key.gen, &mode);
+	file_identity_cached(cx->st, f, &key.dev, &key.ino, &key.gen, &mode);
 	if (fout)
 		*fout = f;
 	if (!S_ISREG(mode)) {
@@ -607,6 +638,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 		__u32 mode = 0;
 
 		st->close_kind = 0;
+		st->cache_file = 0;
 		if (f) {
 			file_identity(f, &st->close_dev, &st->close_ino, &st->close_gen, &mode);
 			st->close_kind = S_ISREG(mode) ? 1 : 0;
@@ -621,6 +653,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 			if (!bpf_map_lookup_elem(&known_names, &nk)) {
 				struct call_ctx cx = {
 					.task = task,
+					.st = st,
 					.tgid = task->tgid,
 					.pstart = st->pstart_ns ? st->pstart_ns : leader_start(task),
 					.t1 = st->enter_ns,
@@ -652,6 +685,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	id = regs->orig_ax;
 	cx.task = task;
+	cx.st = st;
 	cx.tgid = task->tgid;
 	cx.t0 = st->enter_ns;
 	cx.t1 = now;

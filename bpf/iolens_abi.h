@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 2
+#define IOLENS_ABI_VERSION 3
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -118,7 +118,12 @@ struct iolens_task_state {
 	__u32 close_dev;
 	__u32 close_kind; /* 0 none, 1 regular file */
 	__u32 close_gen;
-	__u32 pad;
+	__u32 cache_mode; /* identity cache: the last file this thread did I/O on ... */
+	__u64 cache_file; /* its struct file * (0 = empty) */
+	__u64 cache_inode; /* its struct inode *, checked again at each use */
+	__u64 cache_ino;
+	__u32 cache_dev;
+	__u32 cache_gen;
 };
 
 /* Ring-buffer events: rare, per process or per new file, never per I/O call. */
@@ -214,7 +219,7 @@ enum iolens_stat {
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 512, "counters layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 40, "task state layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 72, "task state layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 24, "event header layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 56, "fork event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_exit_event) == 32, "exit event layout");

@@ -18,6 +18,8 @@ static_assert(offsetof(iolens_file_counters, last_byte_read) == 57 * 8);
 static_assert(offsetof(iolens_file_counters, open_fds) == 63 * 8);
 static_assert(offsetof(iolens_task_state, close_dev) == 24);
 static_assert(offsetof(iolens_task_state, close_gen) == 32);
+static_assert(offsetof(iolens_task_state, cache_file) == 40);
+static_assert(offsetof(iolens_task_state, cache_gen) == 68);
 static_assert(offsetof(iolens_event_header, ts_ns) == 16);
 static_assert(offsetof(iolens_fork_event, comm) == 40);
 static_assert(offsetof(iolens_exit_event, exit_code) == 24);
