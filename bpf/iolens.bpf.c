@@ -623,11 +623,24 @@ static __always_inline __u64 leader_start(struct task_struct *task)
 	return BPF_CORE_READ(task, group_leader, start_time);
 }
 
+/*
+ * The filter every syscall of every task on the machine goes through: the task's storage for
+ * this map, or NULL. Most tasks have no BPF task storage at all; one direct load of
+ * task->bpf_storage sends them away before any helper call (this is what processes outside the
+ * traced tree pay, see bench/README.md).
+ */
+static __always_inline struct iolens_task_state *traced_state(struct task_struct *task)
+{
+	if (!task->bpf_storage)
+		return NULL;
+	return bpf_task_storage_get(&task_state, task, 0, 0);
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = bpf_task_storage_get(&task_state, task, 0, 0);
+	struct iolens_task_state *st = traced_state(task);
 
 	if (!st)
 		return 0;
@@ -677,7 +690,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = bpf_task_storage_get(&task_state, task, 0, 0);
+	struct iolens_task_state *st = traced_state(task);
 	struct call_ctx cx;
 	long id;
 

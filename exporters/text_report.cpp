@@ -56,9 +56,9 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   const uint64_t wall = run.end_ns > run.start_ns ? static_cast<uint64_t>(run.end_ns - run.start_ns) : 0;
 
   out += "\n== iolens: " + join_command(run.command) + "\n";
-  out += fmt("exit %s after %s: %zu processes, %zu files, read %s in %s calls, wrote %s in %s calls\n",
+  out += fmt("exit %s after %s: %zu processes, %s files, read %s in %s calls, wrote %s in %s calls\n",
              run.exit_code ? std::to_string(*run.exit_code).c_str() : "?",
-             human_duration(wall).c_str(), run.processes.size(), distinct.size(),
+             human_duration(wall).c_str(), run.processes.size(), human_count(distinct.size()).c_str(),
              human_bytes(bytes_read).c_str(), human_count(reads).c_str(),
              human_bytes(bytes_written).c_str(), human_count(writes).c_str());
 

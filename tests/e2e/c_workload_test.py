@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: iolens run on tests/workloads/io_workload.c, compared counter by counter.
+
+io_workload prints (on stdout, a pipe: not a file record) a manifest of everything it did, per
+process and per canonical path, tallied from the real return values of its calls with the rules
+of bpf/iolens_account.h (see the header of io_workload.c). This test runs
+
+    iolens run --json OUT -- io_workload DIR -
+
+and checks, for every (pid, path) of the manifest, every counter for exact equality; that no
+record under DIR exists that the manifest lacks (and none for another pid); the process tree
+(parent = root, ppid = iolens; two children with ppid = parent; exit codes 0); the checkpoint
+(64 writes, 64 MiB, 1 fsync, renamed_to .../ckpt.pt); the symlink recorded under its target;
+all 3000 data files present; dev/ino equal to stat(2); process counters = sums of its files;
+top-level exit_code 0 and every `lost` value 0.
+"""
+import os
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import e2e_common as E  # noqa: E402
+
+
+def main():
+    args = E.parse_args(workload=True)
+    E.require_root()
+    ck = E.Checker("c_workload")
+    tmp = E.disk_tempdir("cwl")
+    work = os.path.join(tmp, "work")
+    os.mkdir(work)
+    out_json = os.path.join(tmp, "run.json")
+
+    run = E.run_iolens(args.iolens, [args.workload, work, "-"], json_path=out_json, timeout=240)
+    E.log("iolens exited %d after %.1f s" % (run.rc, run.elapsed))
+    if run.rc != 0:
+        ck.fatal("iolens run exited %d (expected the workload's 0); stderr:\n%s" %
+                 (run.rc, run.err_text()))
+    manifest = E.parse_manifest(ck, run.out)
+    ck.eq("manifest dir", os.path.realpath(work), manifest["dir"])
+    doc = E.load_run(ck, run)
+    ck.eq("top-level exit_code", 0, doc.get("exit_code"))
+    E.check_lost_zero(ck, doc)
+    ck.eq("command", [args.workload, work, "-"], doc.get("command"))
+    E.check_io_manifest(ck, doc, manifest, iolens_pid=run.pid)
+    procs = E.procs_by_pid(ck, doc)
+    if manifest["parent"] in procs:
+        ck.eq("root exe", os.path.realpath(args.workload), procs[manifest["parent"]].get("exe"))
+        E.ancestry_ok(ck, procs, manifest["parent"])
+    E.log("manifest: %d processes, %d (pid, path) records" %
+          (len(manifest["processes"]), sum(len(p["files"]) for p in manifest["processes"])))
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()

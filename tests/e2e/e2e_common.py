@@ -1,0 +1,392 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shared helpers of the end-to-end tests (plain python scripts, standard library only).
+
+Exit codes of a test: 0 pass, 1 fail (every mismatch printed), 77 skip (not root).
+"""
+import argparse
+import atexit
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+SCHEMA = "iolens.run/1"
+SKIP = 77
+
+# Counters whose "none yet" value the workloads write as -1 (the kernel record's value before any
+# access). docs/counters.md: max_byte_read/max_byte_written are "exported as Darshan does: 0 when
+# no byte was read". Only these counters get this translation.
+NONE_COUNTERS = ("max_byte_read", "max_byte_written")
+NONE_JSON_VALUE = 0
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def require_root():
+    """Exit 77 (skip) unless running as root: iolens needs CAP_BPF + CAP_PERFMON (root here)."""
+    if os.geteuid() != 0:
+        log("SKIP: not root (euid %d): iolens needs root to load its BPF programs" % os.geteuid())
+        sys.exit(SKIP)
+
+
+def parse_args(workload=False, extra=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--iolens", required=True, help="path of the iolens binary")
+    if workload:
+        p.add_argument("--workload", required=True, help="path of the workload binary")
+    for args, kw in extra or []:
+        p.add_argument(*args, **kw)
+    a = p.parse_args()
+    a.iolens = os.path.realpath(a.iolens)
+    if not os.access(a.iolens, os.X_OK):
+        log("FAIL: iolens binary %s is not executable" % a.iolens)
+        sys.exit(1)
+    if workload:
+        a.workload = os.path.realpath(a.workload)
+        if not os.access(a.workload, os.X_OK):
+            log("FAIL: workload %s is not executable" % a.workload)
+            sys.exit(1)
+    return a
+
+
+_TEMPDIRS = []
+
+
+def _cleanup():
+    if os.environ.get("IOLENS_E2E_KEEP"):
+        for d in _TEMPDIRS:
+            log("kept %s (IOLENS_E2E_KEEP set)" % d)
+        return
+    for d in _TEMPDIRS:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+atexit.register(_cleanup)
+
+
+def disk_tempdir(tag):
+    """A fresh directory on a disk file system (not tmpfs: (dev, ino) must be stable and
+    real), canonical (realpath), removed at exit unless IOLENS_E2E_KEEP is set."""
+    base = os.environ.get("IOLENS_E2E_TMP", "/var/tmp")
+    d = os.path.realpath(tempfile.mkdtemp(prefix="iolens-e2e-%s-" % tag, dir=base))
+    _TEMPDIRS.append(d)
+    return d
+
+
+class Run:
+    """One finished `iolens run`: rc, stdout/stderr bytes, iolens's pid, the parsed JSON."""
+
+    def __init__(self, rc, out, err, pid, json_path, elapsed):
+        self.rc, self.out, self.err, self.pid = rc, out, err, pid
+        self.json_path, self.elapsed = json_path, elapsed
+        self.doc = None
+
+    def err_text(self):
+        return self.err.decode("utf-8", "replace")
+
+
+def run_iolens(iolens, cmd, json_path=None, extra=(), timeout=300, cwd=None, stdin=None,
+               on_start=None, env=None):
+    """Runs `iolens run [--json json_path] EXTRA -- CMD`. `on_start(popen)` is called once the
+    process is started (e.g. to send it a signal). Kills the whole run on timeout."""
+    import time
+    argv = [iolens, "run"]
+    if json_path is not None:
+        argv += ["--json", json_path]
+    argv += list(extra) + ["--"] + list(cmd)
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=stdin if stdin is not None else subprocess.DEVNULL, cwd=cwd,
+                         env=env, start_new_session=True)
+    if on_start:
+        on_start(p)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        log("FAIL: %s did not finish within %d s; stderr:\n%s" %
+            (" ".join(argv), timeout, err.decode("utf-8", "replace")))
+        sys.exit(1)
+    return Run(p.returncode, out, err, p.pid, json_path, time.monotonic() - t0)
+
+
+def load_json_strict(path):
+    """The JSON file as a document: the bytes must be valid UTF-8 and valid JSON."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    text = raw.decode("utf-8")  # raises on invalid UTF-8
+    return json.loads(text)
+
+
+class Checker:
+    """Collects failures; every mismatch is printed, the test fails at the end if any."""
+
+    def __init__(self, name):
+        self.name = name
+        self.failures = 0
+        self.checks = 0
+
+    def fail(self, msg):
+        self.failures += 1
+        log("MISMATCH: " + msg)
+
+    def check(self, cond, msg):
+        self.checks += 1
+        if not cond:
+            self.fail(msg)
+        return bool(cond)
+
+    def eq(self, what, expected, got):
+        self.checks += 1
+        if expected != got:
+            self.fail("%s: expected %r, got %r" % (what, expected, got))
+            return False
+        return True
+
+    def fatal(self, msg):
+        self.fail(msg)
+        self.finish()
+
+    def finish(self):
+        if self.failures:
+            log("FAIL %s: %d mismatch(es) out of %d checks" % (self.name, self.failures,
+                                                                self.checks))
+            sys.exit(1)
+        log("PASS %s: %d checks" % (self.name, self.checks))
+        sys.exit(0)
+
+
+def load_run(ck, run):
+    """Parses run.json_path into run.doc and checks the top-level shape. Fatal if unusable."""
+    if not os.path.exists(run.json_path):
+        ck.fatal("iolens wrote no JSON file at %s (rc %d); stderr:\n%s" %
+                 (run.json_path, run.rc, run.err_text()))
+    try:
+        doc = load_json_strict(run.json_path)
+    except (UnicodeDecodeError, ValueError) as e:
+        ck.fatal("%s is not valid UTF-8 JSON: %s" % (run.json_path, e))
+    if not isinstance(doc, dict):
+        ck.fatal("JSON top level is not an object")
+    ck.eq("schema", SCHEMA, doc.get("schema"))
+    for k in ("processes", "files", "lost", "exit_code", "command"):
+        if k not in doc:
+            ck.fatal("JSON has no top-level %r" % k)
+    run.doc = doc
+    return doc
+
+
+def check_lost_zero(ck, doc):
+    def walk(prefix, v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(prefix + "." + k, x)
+        else:
+            ck.eq(prefix, 0, v)
+    walk("lost", doc.get("lost"))
+
+
+def procs_by_pid(ck, doc):
+    out = {}
+    for p in doc["processes"]:
+        pid = p.get("pid")
+        if pid in out:
+            # a reused pid would be a second record with another start; our runs are short
+            ck.fail("two process records with pid %r" % pid)
+        out[pid] = p
+    return out
+
+
+def files_by_pid_path(ck, doc):
+    out = {}
+    for f in doc["files"]:
+        k = (f.get("pid"), f.get("path"))
+        if k in out:
+            ck.fail("two file records for pid %r path %r" % k)
+        out[k] = f
+    return out
+
+
+def brief(counters):
+    """The non-zero count and byte counters of a record, for messages."""
+    return json.dumps({k: v for k, v in sorted((counters or {}).items())
+                       if v and not k.endswith("_ns") and not k.startswith("size_")})
+
+
+def under(path, d):
+    return isinstance(path, str) and (path == d or path.startswith(d.rstrip("/") + "/"))
+
+
+def ancestry_ok(ck, procs, root_pid):
+    """Every process's ppid chain reaches root_pid (the traced command)."""
+    for pid, p in procs.items():
+        seen = set()
+        cur = pid
+        while cur != root_pid:
+            if cur in seen or cur not in procs:
+                ck.fail("process %r (comm %r) does not descend from the traced root %d "
+                        "(ppid chain stops at %r)" % (pid, p.get("comm"), root_pid, cur))
+                break
+            seen.add(cur)
+            cur = procs[cur].get("ppid")
+
+
+def expect_counter(ck, where, name, expected, counters):
+    if name not in counters:
+        ck.fail("%s: counter %r missing from the JSON record (expected %r)" %
+                (where, name, expected))
+        return
+    got = counters[name]
+    if name in NONE_COUNTERS and expected == -1:
+        expected = NONE_JSON_VALUE
+    ck.eq("%s counter %s" % (where, name), expected, got)
+
+
+# docs/counters.md "Process counters": the sums over the process's file records.
+_BUCKETS = ("0_100", "100_1k", "1k_10k", "10k_100k", "100k_1m", "1m_4m", "4m_10m", "10m_100m",
+            "100m_1g", "1g_plus")
+PROCESS_SUMS = (("opens", "dups", "reads", "writes", "seeks", "stats", "mmaps", "fsyncs",
+                 "fdsyncs", "truncates", "closes", "bytes_read", "bytes_written", "seq_reads",
+                 "consec_reads", "seq_writes", "consec_writes", "rw_switches") +
+                tuple("size_read_" + b for b in _BUCKETS) +
+                tuple("size_write_" + b for b in _BUCKETS) +
+                ("read_time_ns", "write_time_ns", "meta_time_ns"))
+
+
+def check_process_sums(ck, doc, pid):
+    """Process counters are the sums of its file records; `files` is their number."""
+    p = next((x for x in doc["processes"] if x.get("pid") == pid), None)
+    if p is None:
+        return
+    recs = [f for f in doc["files"] if f.get("pid") == pid]
+    pc = p.get("counters", {})
+    for k in PROCESS_SUMS:
+        if k not in pc:
+            ck.fail("pid %d: process counters lack %r" % (pid, k))
+            continue
+        ck.eq("pid %d process counters.%s == sum over its %d file records" % (pid, k, len(recs)),
+              sum(f["counters"].get(k, 0) for f in recs), pc[k])
+    if "files" in pc:
+        ck.eq("pid %d process counters.files" % pid, len(recs), pc["files"])
+    else:
+        ck.fail("pid %d: process counters lack 'files'" % pid)
+
+
+def check_io_manifest(ck, doc, manifest, iolens_pid=None, root_is_parent=True):
+    """Exact comparison of an io_workload manifest with an iolens.run/1 document.
+
+    Checks every (pid, path) counter of the manifest, that nothing under the workload's DIR is
+    reported that the manifest lacks, the process tree, the checkpoint, dev/ino of every record
+    against stat(2), the 3000 data files, and the process sums."""
+    d = manifest["dir"]
+    parent = manifest["parent"]
+    children = manifest["children"]
+    procs = procs_by_pid(ck, doc)
+    files = files_by_pid_path(ck, doc)
+    mpids = {p["pid"] for p in manifest["processes"]}
+
+    # processes
+    ck.eq("number of distinct workload processes", 3, len({parent, *children}))
+    for pid in [parent] + children:
+        if not ck.check(pid in procs, "no process record for workload pid %d" % pid):
+            continue
+        p = procs[pid]
+        ck.eq("pid %d exit_code" % pid, 0, p.get("exit_code"))
+        ck.eq("pid %d comm" % pid, "io_workload", p.get("comm"))
+        ck.check(p.get("end_ns") is not None, "pid %d end_ns is null (it exited)" % pid)
+    for c in children:
+        if c in procs:
+            ck.eq("child %d ppid" % c, parent, procs[c].get("ppid"))
+    if root_is_parent and parent in procs and iolens_pid is not None:
+        ck.eq("root %d ppid (the iolens process)" % parent, iolens_pid, procs[parent].get("ppid"))
+    for mp in manifest["processes"]:
+        pid = mp["pid"]
+        if pid in procs:
+            for k in ("renames", "unlinks"):
+                ck.eq("pid %d %s" % (pid, k), mp[k], procs[pid].get(k))
+
+    # file records: every counter of every manifest entry
+    expected = {}
+    for mp in manifest["processes"]:
+        for mf in mp["files"]:
+            expected[(mp["pid"], mf["path"])] = mf
+    for (pid, path), mf in sorted(expected.items()):
+        rec = files.get((pid, path))
+        where = "pid %d path %s" % (pid, path)
+        if rec is None:
+            others = sorted(p2 for (q, p2) in files if q == pid and os.path.basename(p2) ==
+                            os.path.basename(path))
+            ck.fail("%s: no file record%s" % (where, (" (same name under: %s)" % others)
+                                               if others else ""))
+            continue
+        c = rec.get("counters", {})
+        for name, val in mf["counters"].items():
+            expect_counter(ck, where, name, val, c)
+        if "renamed_to" in mf:
+            ck.eq("%s renamed_to" % where, mf["renamed_to"], rec.get("renamed_to"))
+        else:
+            ck.check("renamed_to" not in rec or rec["renamed_to"] in (None, ""),
+                     "%s: unexpected renamed_to %r" % (where, rec.get("renamed_to")))
+        # identity: dev/ino as stat(2) reports them (the file's current name)
+        cur = mf.get("renamed_to", path)
+        if os.path.exists(cur):
+            st = os.stat(cur)
+            ck.eq("%s dev (st_dev)" % where, st.st_dev, rec.get("dev"))
+            ck.eq("%s ino (st_ino)" % where, st.st_ino, rec.get("ino"))
+        if pid in procs:
+            ck.eq("%s proc_start_ns == process start_ns" % where, procs[pid].get("start_ns"),
+                  rec.get("proc_start_ns"))
+
+    # nothing under DIR that the workload did not do
+    for (pid, path), rec in sorted(files.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        if under(path, d) and (pid, path) not in expected:
+            ck.fail("unexpected file record under %s: pid %r path %r counters %s" %
+                    (d, pid, path, brief(rec.get("counters"))))
+        if under(path, d) and pid not in mpids:
+            ck.fail("file record under %s for pid %r, not a workload process" % (d, pid))
+
+    # the checkpoint
+    ckpt = files.get((parent, d + "/ckpt.tmp"))
+    if ck.check(ckpt is not None, "no checkpoint record %s/ckpt.tmp for pid %d" % (d, parent)):
+        c = ckpt["counters"]
+        ck.eq("checkpoint writes", 64, c.get("writes"))
+        ck.eq("checkpoint bytes_written", 64 << 20, c.get("bytes_written"))
+        ck.eq("checkpoint fsyncs", 1, c.get("fsyncs"))
+        ck.check(str(ckpt.get("renamed_to", "")).endswith("/ckpt.pt"),
+                 "checkpoint renamed_to %r does not end with /ckpt.pt" % ckpt.get("renamed_to"))
+
+    # the symlink: recorded under its target
+    link_rec = files.get((parent, d + "/data/d00/f0003"))
+    if ck.check(link_rec is not None, "no record for the symlink target %s/data/d00/f0003" % d):
+        # opened twice by the parent: at creation and through DIR/link3
+        ck.eq("symlink target opens (creation + open through link3)", 2,
+              link_rec["counters"].get("opens"))
+    for (pid, path) in files:
+        if under(path, d) and ("link" in os.path.basename(path) or "/linkdir/" in path or
+                               "/sub/" in path or "/../" in path):
+            ck.fail("record under a non-canonical name: pid %r path %r" % (pid, path))
+
+    # all data files
+    data = [d + "/data/d%02d/f%04d" % (i // 100, i) for i in range(3000)]
+    missing_parent = [p for p in data if (parent, p) not in files]
+    ck.check(not missing_parent, "%d data files have no record for the parent (first: %s)" %
+             (len(missing_parent), missing_parent[:3]))
+    for p in data:
+        readers = [c for c in children if (c, p) in files]
+        if len(readers) != 1:
+            ck.fail("data file %s: expected a record in exactly one child, got %s" % (p, readers))
+
+    for pid in [parent] + children:
+        check_process_sums(ck, doc, pid)
+
+
+def parse_manifest(ck, out):
+    try:
+        return json.loads(out.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        ck.fatal("the workload's manifest (stdout) is not JSON: %s\n%r" % (e, out[:2000]))
