@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cli/run_command.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -11,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 
 #include "cli/child.hpp"
@@ -61,6 +61,17 @@ std::optional<std::string> realpath_of(const std::string& p) {
   return std::string(buf);
 }
 
+bool write_all(int fd, const std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 void error_line(const std::string& msg) { std::fprintf(stderr, "iolens: %s\n", msg.c_str()); }
 
 /// Everything the kernel counted as lost, under the names docs/counters.md uses.
@@ -87,14 +98,21 @@ int run_traced(const RunOptions& opts) {
     return 127;
   }
   // Open the JSON output first: a bad path must fail before the job runs, not after.
-  std::unique_ptr<std::ofstream> json_out;
+  // O_CLOEXEC: the traced command must not inherit it.
+  int json_fd = -1;
   if (!opts.json_path.empty()) {
-    json_out = std::make_unique<std::ofstream>(opts.json_path, std::ios::trunc);
-    if (!*json_out) {
+    json_fd = open(opts.json_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (json_fd < 0) {
       error_line("cannot write --json " + opts.json_path + ": " + std::strerror(errno));
       return 2;
     }
   }
+  struct FdCloser {
+    int& fd;
+    ~FdCloser() {
+      if (fd >= 0) close(fd);
+    }
+  } json_closer{json_fd};
 
   Status st;
   auto loader = loader::Loader::create(opts.loader, st);
@@ -193,13 +211,14 @@ int run_traced(const RunOptions& opts) {
     topts.top_files = opts.top_files;
     std::fputs(exporters::run_summary(snap, topts).c_str(), stderr);
   }
-  if (json_out) {
-    *json_out << exporters::dump_json(exporters::run_to_json(snap, IOLENS_VERSION));
-    json_out->close();
-    if (!*json_out) {
+  if (json_fd >= 0) {
+    const std::string text = exporters::dump_json(exporters::run_to_json(snap, IOLENS_VERSION));
+    if (!write_all(json_fd, text) || close(json_fd) != 0) {
+      json_fd = -1;
       error_line("writing " + opts.json_path + " failed: " + std::strerror(errno));
       return 1;
     }
+    json_fd = -1;
   }
   return *snap.exit_code;
 }

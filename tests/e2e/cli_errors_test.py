@@ -19,6 +19,7 @@
      (\\udcXX) or a backslash-x escape (\\xff as text). exporters/json_report.hpp adds
      `path_hex` (the exact bytes in hex) beside such a path: when a record has `path_hex`, it
      must be the exact bytes of the name.
+  9. the traced command inherits no descriptor of iolens's (the --json file is O_CLOEXEC).
 """
 import json
 import os
@@ -256,6 +257,20 @@ def check_hostile(ck, iolens, tmp):
             ck.fail("hostile names: unexpected record %r" % f.get("path"))
 
 
+def case_no_leaked_fd(ck, iolens, tmp):
+    """The traced command must not inherit iolens's descriptor on the --json file."""
+    js = os.path.join(tmp, "fds.json")
+    p = subprocess.run([iolens, "run", "-q", "--json", js, "--", "ls", "-l", "/proc/self/fd"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                       timeout=60)
+    E.log("[9] fds seen by the command: %r" % p.stdout[:500])
+    ck.eq("ls /proc/self/fd under iolens: exit status", 0, p.returncode)
+    ck.check(js.encode() not in p.stdout,
+             "the traced command inherited the --json file's descriptor: %r" % p.stdout)
+    if os.path.exists(js):
+        os.unlink(js)
+
+
 def main():
     args = E.parse_args()
     E.require_root()
@@ -270,6 +285,7 @@ def main():
     case_exit_status(ck, args.iolens, tmp)
     case_sigterm(ck, args.iolens, tmp)
     check_hostile(ck, args.iolens, tmp)
+    case_no_leaked_fd(ck, args.iolens, tmp)
     ck.finish()
 
 
