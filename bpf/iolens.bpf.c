@@ -642,7 +642,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct iolens_task_state *st = traced_state(task);
 
-	if (!st)
+	if (!st || !iolens_syscall_wanted(id))
 		return 0;
 	st->enter_ns = bpf_ktime_get_ns();
 	if (id == IOLENS_NR_close) {
@@ -688,15 +688,18 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
-	__u64 now = bpf_ktime_get_ns();
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct iolens_task_state *st = traced_state(task);
 	struct call_ctx cx;
+	__u64 now;
 	long id;
 
 	if (!st)
 		return 0;
 	id = regs->orig_ax;
+	if (!iolens_syscall_wanted(id))
+		return 0;
+	now = bpf_ktime_get_ns();
 	cx.task = task;
 	cx.st = st;
 	cx.tgid = task->tgid;

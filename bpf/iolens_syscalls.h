@@ -45,6 +45,27 @@
 #define IOLENS_NR_copy_file_range 326
 #define IOLENS_NR_statx 332
 #define IOLENS_NR_openat2 437
+
+/* Whether a syscall is one the programs account (the others cost one test and leave). */
+static __always_inline int iolens_syscall_wanted(long nr)
+{
+	switch (nr) {
+	case IOLENS_NR_read: case IOLENS_NR_write: case IOLENS_NR_open: case IOLENS_NR_close:
+	case IOLENS_NR_stat: case IOLENS_NR_fstat: case IOLENS_NR_lstat: case IOLENS_NR_lseek:
+	case IOLENS_NR_mmap: case IOLENS_NR_pread64: case IOLENS_NR_pwrite64: case IOLENS_NR_readv:
+	case IOLENS_NR_writev: case IOLENS_NR_dup: case IOLENS_NR_dup2: case IOLENS_NR_sendfile:
+	case IOLENS_NR_fcntl: case IOLENS_NR_fsync: case IOLENS_NR_fdatasync:
+	case IOLENS_NR_ftruncate: case IOLENS_NR_rename: case IOLENS_NR_creat: case IOLENS_NR_unlink:
+	case IOLENS_NR_openat: case IOLENS_NR_splice: case IOLENS_NR_newfstatat:
+	case IOLENS_NR_unlinkat: case IOLENS_NR_renameat: case IOLENS_NR_dup3: case IOLENS_NR_preadv:
+	case IOLENS_NR_pwritev: case IOLENS_NR_renameat2: case IOLENS_NR_copy_file_range:
+	case IOLENS_NR_preadv2: case IOLENS_NR_pwritev2: case IOLENS_NR_statx:
+	case IOLENS_NR_openat2:
+		return 1;
+	default:
+		return 0;
+	}
+}
 #else
 #error "iolens: syscall numbers are only defined for x86-64 (see bpf/README.md to add an arch)"
 #endif
