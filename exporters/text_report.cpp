@@ -100,6 +100,39 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
                f->pid, printable(f->path).c_str());
   }
 
+  // Where the bytes went, by directory: a dataset directory, a checkpoint directory and Python's
+  // own files separate at a glance.
+  struct DirTotals {
+    uint64_t bytes_read = 0, bytes_written = 0, ops = 0;
+    std::map<std::pair<uint64_t, uint64_t>, bool> files;
+  };
+  std::map<std::string, DirTotals> dirs;
+  for (const auto& f : run.files) {
+    const auto slash = f.path.rfind('/');
+    DirTotals& d = dirs[slash == std::string::npos || slash == 0 ? "/" : f.path.substr(0, slash)];
+    d.bytes_read += f.counters.bytes_read;
+    d.bytes_written += f.counters.bytes_written;
+    d.ops += f.counters.reads + f.counters.writes + f.counters.opens + f.counters.stats +
+             f.counters.seeks + f.counters.mmaps + f.counters.fsyncs + f.counters.fdsyncs;
+    d.files[{f.dev, f.ino}] = true;
+  }
+  std::vector<std::pair<std::string, const DirTotals*>> dir_list;
+  for (const auto& [name, d] : dirs) dir_list.emplace_back(name, &d);
+  std::sort(dir_list.begin(), dir_list.end(), [](const auto& a, const auto& b) {
+    const uint64_t x = a.second->bytes_read + a.second->bytes_written;
+    const uint64_t y = b.second->bytes_read + b.second->bytes_written;
+    return x != y ? x > y : a.first < b.first;
+  });
+  out += fmt("\ntop %zu directories by bytes (all processes)\n",
+             std::min(opts.top_files, dir_list.size()));
+  out += fmt("%10s %10s %8s %8s  %s\n", "READ", "WRITTEN", "OPS", "FILES", "DIRECTORY");
+  for (std::size_t i = 0; i < dir_list.size() && i < opts.top_files; ++i) {
+    const DirTotals& d = *dir_list[i].second;
+    out += fmt("%10s %10s %8s %8s  %s\n", human_bytes(d.bytes_read).c_str(),
+               human_bytes(d.bytes_written).c_str(), human_count(d.ops).c_str(),
+               human_count(d.files.size()).c_str(), printable(dir_list[i].first).c_str());
+  }
+
   std::string lost;
   for (const auto& [cause, n] : run.lost) {
     if (n == 0 || cause == "paths_truncated") continue;

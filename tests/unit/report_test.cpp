@@ -118,6 +118,33 @@ TEST(TextReport, SummaryHasTotalsTopFilesAndLost) {
   EXPECT_NE(t.find("lost: events=2"), std::string::npos) << t;
 }
 
+TEST(TextReport, DirectoriesAggregateAcrossProcessesAndFiles) {
+  auto s = sample();
+  core::FileSnapshot g = s.files[0];
+  g.path = "/data/y.npy";
+  g.ino = 56;
+  g.pid = 11;  // another process, another file, same directory
+  g.counters.bytes_read = 1048576;
+  g.counters.reads = 1;
+  s.files.push_back(g);
+  core::FileSnapshot c = s.files[0];
+  c.path = "/ckpt/model.pt";
+  c.ino = 57;
+  c.counters = core::new_counters();
+  c.counters.bytes_written = 10;
+  c.counters.writes = 1;
+  s.files.push_back(c);
+  const std::string t = exporters::run_summary(s);
+  const auto at = t.find("top 2 directories by bytes");
+  ASSERT_NE(at, std::string::npos) << t;
+  // /data: 3 MiB + 1 MiB read, 3 + 1 reads, 2 distinct files; listed before /ckpt.
+  const auto data = t.find("4.00 MiB        0 B        4        2  /data", at);
+  const auto ckpt = t.find("0 B       10 B        1        1  /ckpt", at);
+  EXPECT_NE(data, std::string::npos) << t;
+  EXPECT_NE(ckpt, std::string::npos) << t;
+  EXPECT_LT(data, ckpt);
+}
+
 TEST(TextReport, ControlBytesEscaped) {
   EXPECT_EQ(exporters::printable("a\nb\x1b[31m"), "a\\x0ab\\x1b[31m");
   EXPECT_EQ(exporters::printable("caf\xc3\xa9"), "caf\xc3\xa9");
