@@ -134,8 +134,10 @@ static __always_inline void stat_inc(__u32 idx)
  * (direct loads, no helper calls); fdt->fd is a pointer to pointers, which the verifier treats
  * as a number, so the one slot is read with bpf_probe_read_kernel.
  */
-static __always_inline struct file *fd_to_file(struct task_struct *task, long fd)
+static __always_inline struct file *fd_to_file(struct task_struct *task, long fd_arg)
 {
+	/* The kernel takes descriptors as unsigned int: only the low 32 bits of the register. */
+	int fd = (int)fd_arg;
 	struct files_struct *files = task->files;
 	struct fdtable *fdt;
 	struct file *f = NULL;
@@ -143,7 +145,7 @@ static __always_inline struct file *fd_to_file(struct task_struct *task, long fd
 	if (fd < 0 || !files)
 		return NULL;
 	fdt = files->fdt;
-	if (!fdt || (unsigned long)fd >= fdt->max_fds)
+	if (!fdt || (unsigned int)fd >= fdt->max_fds)
 		return NULL;
 	bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
 	return f;
@@ -161,26 +163,26 @@ static __always_inline void file_identity(struct file *f, __u32 *dev, __u64 *ino
 }
 
 /*
- * file_identity with a one-entry cache per thread: a loop of reads on one descriptor pays one
- * helper call (f_inode) instead of five. The cache is keyed by the struct file pointer and
- * checked against its inode pointer, so a struct file freed and reallocated at the same address
- * for another file (close, then open) does not hit; close also empties it.
+ * file_identity with a one-entry cache per thread, for loops of calls on one descriptor. struct
+ * file and struct inode memory is reused as soon as another thread closes or replaces the
+ * descriptor (SLAB_TYPESAFE_BY_RCU), so pointers alone prove nothing: a hit also needs the same
+ * inode number and generation (random per inode on ext4/xfs/tmpfs), read afresh. What the cache
+ * saves is the superblock's dev and the mode.
  */
 static __always_inline void file_identity_cached(struct iolens_task_state *st, struct file *f,
 						 __u32 *dev, __u64 *ino, __u32 *gen, __u32 *mode)
 {
 	struct inode *inode = BPF_CORE_READ(f, f_inode);
 
-	if (st->cache_file == (__u64)f && st->cache_inode == (__u64)inode) {
+	*ino = BPF_CORE_READ(inode, i_ino);
+	*gen = BPF_CORE_READ(inode, i_generation);
+	if (st->cache_file == (__u64)f && st->cache_inode == (__u64)inode &&
+	    st->cache_ino == *ino && st->cache_gen == *gen) {
 		*dev = st->cache_dev;
-		*ino = st->cache_ino;
-		*gen = st->cache_gen;
 		*mode = st->cache_mode;
 		return;
 	}
 	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	*ino = BPF_CORE_READ(inode, i_ino);
-	*gen = BPF_CORE_READ(inode, i_generation);
 	*mode = BPF_CORE_READ(inode, i_mode);
 	st->cache_file = (__u64)f;
 	st->cache_inode = (__u64)inode;
@@ -422,6 +424,8 @@ static __always_inline struct iolens_file_counters *get_record(void *map,
 		stat_inc(lost_stat);
 		return NULL;
 	}
+	if (!err && lost_stat == IOLENS_STAT_FILE_RECORDS_LOST)
+		stat_inc(IOLENS_STAT_FILE_RECORDS_CREATED);
 	*created = 1;
 	return bpf_map_lookup_elem(map, key);
 }
@@ -534,20 +538,28 @@ static __always_inline __u32 decode_user_dev(__u64 udev)
 }
 
 /*
- * The stat family: identity comes from the buffer the kernel just filled (st_dev/st_ino, or
- * statx's stx_dev_*), so stats of files never opened are counted too. `fd_only` for fstat, and
- * for newfstatat/statx with AT_EMPTY_PATH on "" (how glibc implements fstat).
+ * The stat family. On a descriptor (fstat, or newfstatat/statx with AT_EMPTY_PATH on "", which
+ * is how glibc implements fstat) the identity comes from the struct file, like every other call
+ * on a descriptor. On a path there is no struct file: the identity comes from the buffer the
+ * kernel just filled (st_dev/st_ino, statx's stx_dev_*), so stats of files never opened are
+ * counted too. (On btrfs subvolumes and overlayfs, stat's st_dev differs from the superblock's
+ * s_dev: such a path stat lands on a record of its own; docs/counters.md.)
  */
 static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char *ustr,
 				    void *ubuf, int is_statx, long flags)
 {
 	struct iolens_file_key key = { .tgid = cx->tgid, .pstart_ns = cx->pstart };
 	struct iolens_file_counters *c;
-	struct file *f = NULL;
 	__u32 mode = 0;
 	int created = 0;
 	char first = 0;
 
+	if (ustr)
+		bpf_probe_read_user(&first, 1, ustr);
+	if (!ustr || (first == 0 && (flags & AT_EMPTY_PATH))) {
+		on_meta(cx, dirfd, IOLENS_META_STAT);
+		return;
+	}
 	if (is_statx) {
 		__u16 m16 = 0;
 		__u32 maj = 0, min = 0;
@@ -568,13 +580,7 @@ static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char 
 	}
 	if (!S_ISREG(mode))
 		return;
-	if (ustr)
-		bpf_probe_read_user(&first, 1, ustr);
-	if (!ustr || (first == 0 && (flags & AT_EMPTY_PATH)))
-		f = fd_to_file(cx->task, dirfd);
-	if (f) {
-		key.gen = BPF_CORE_READ(f, f_inode, i_generation);
-	} else {
+	{
 		struct gen_key gk = { .ino = key.ino, .dev = key.dev };
 		__u32 *gen = bpf_map_lookup_elem(&file_gens, &gk);
 
@@ -588,8 +594,7 @@ static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char 
 		return;
 	{
 		struct name_req r = {
-			.ino = key.ino, .dev = key.dev, .gen = key.gen, .dirfd = dirfd, .f = f,
-			.ustr = ustr,
+			.ino = key.ino, .dev = key.dev, .gen = key.gen, .dirfd = dirfd, .ustr = ustr,
 		};
 
 		send_name(cx, &r);
@@ -911,7 +916,10 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 
 	if (!st)
 		return 0;
-	/* Only the last thread of the group closes the process (signal->live reached 0). */
+	/* Only the last thread of the group closes the process (signal->live reached 0). Two
+	 * threads exiting at once can both see 0 and both send the event; the agent keeps one (same
+	 * key, same values). The tracepoint's group_dead argument would be exact, but older kernels'
+	 * sched_process_exit has only the task, and reading a missing argument fails the load. */
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);

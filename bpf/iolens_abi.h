@@ -207,6 +207,8 @@ enum iolens_stat {
 	IOLENS_STAT_TASK_STATE_FAILED,     /* threads that could not get task storage (untraced!) */
 	IOLENS_STAT_PATHS_TRUNCATED,       /* path walks cut at the depth limit */
 	IOLENS_STAT_NAME_LOOKUPS,          /* path events emitted */
+	IOLENS_STAT_FILE_RECORDS_CREATED,  /* records inserted into `files` (not a loss: the agent
+					    * drains early when the map is half full) */
 	IOLENS_NR_STATS,
 };
 

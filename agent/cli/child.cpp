@@ -2,6 +2,7 @@
 #include "cli/child.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,14 +51,8 @@ Status resolve_command(const std::string& name, std::string& path_out) {
 }
 
 Status SuspendedChild::spawn(const std::vector<std::string>& argv) {
-  int go[2], err[2];
-  if (pipe2(go, O_CLOEXEC) != 0) return Status::Error("pipe: " + std::string(std::strerror(errno)), errno);
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    const int e = errno;
-    close(go[0]);
-    close(go[1]);
-    return Status::Error("pipe: " + std::string(std::strerror(e)), e);
-  }
+  int err[2];
+  if (pipe2(err, O_CLOEXEC) != 0) return Status::Error("pipe: " + std::string(std::strerror(errno)), errno);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -65,39 +60,38 @@ Status SuspendedChild::spawn(const std::vector<std::string>& argv) {
   const pid_t pid = fork();
   if (pid < 0) {
     const int e = errno;
-    close(go[0]); close(go[1]); close(err[0]); close(err[1]);
+    close(err[0]);
+    close(err[1]);
     return Status::Error("fork: " + std::string(std::strerror(e)), e);
   }
   if (pid == 0) {
-    // Child: only async-signal-safe calls until exec.
-    close(go[1]);
+    // Child: only async-signal-safe calls until exec. Signals iolens handles are reset by exec.
     close(err[0]);
-    char c;
-    ssize_t n;
-    do {
-      n = read(go[0], &c, 1);
-    } while (n < 0 && errno == EINTR);
-    if (n != 1) _exit(127);  // the parent gave up before releasing us
-    close(go[0]);
+    raise(SIGSTOP);
     execvp(args[0], args.data());
     const int e = errno;
     ssize_t w = write(err[1], &e, sizeof(e));
     (void)w;
     _exit(127);
   }
-  close(go[0]);
   close(err[1]);
   pid_ = pid;
-  go_fd_ = go[1];
   err_fd_ = err[0];
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid, &status, WUNTRACED);
+  } while (r < 0 && errno == EINTR);
+  if (r != pid || !WIFSTOPPED(status)) {
+    pid_ = -1;
+    return Status::Error("the command's process did not start", ECHILD);
+  }
   return Status::Ok();
 }
 
 Status SuspendedChild::release() {
-  const char c = 'g';
-  if (write(go_fd_, &c, 1) != 1) return Status::Error("cannot release the command", errno);
-  close(go_fd_);
-  go_fd_ = -1;
+  released_ = true;
+  if (kill(pid_, SIGCONT) != 0) return Status::Error("cannot release the command", errno);
   int e = 0;
   ssize_t n;
   do {
@@ -115,8 +109,11 @@ Status SuspendedChild::release() {
 }
 
 SuspendedChild::~SuspendedChild() {
-  if (go_fd_ >= 0) close(go_fd_);  // an unreleased child reads EOF and exits 127
   if (err_fd_ >= 0) close(err_fd_);
+  if (pid_ > 0 && !released_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
 }
 
 }  // namespace iolens::cli

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-/// The traced command: created stopped (blocked on a pipe) so that tracing is attached before it
-/// runs its first instruction, then released.
+/// The traced command: created stopped (SIGSTOP, before exec) so that tracing is attached before
+/// it runs its first instruction, then released with SIGCONT. A stop rather than a read on a
+/// pipe: a read would complete after tracing starts and be counted as the command's I/O.
 
 #include <sys/types.h>
 
@@ -17,16 +18,17 @@ Status resolve_command(const std::string& name, std::string& path_out);
 
 class SuspendedChild {
  public:
-  /// Forks a child that waits for release() and then execs `argv`.
+  /// Forks a child that stops itself, waits until it is stopped, and returns.
   Status spawn(const std::vector<std::string>& argv);
   /// Lets the child exec. Fails (and reaps the child) if the exec failed.
   Status release();
   pid_t pid() const { return pid_; }
+  /// Kills and reaps a child that was never released.
   ~SuspendedChild();
 
  private:
   pid_t pid_ = -1;
-  int go_fd_ = -1;   // parent's end: one byte releases the child
+  bool released_ = false;
   int err_fd_ = -1;  // parent's end: the child writes errno here if exec fails (CLOEXEC)
 };
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `iolens` command line. Parsing only; the work is in iolens_run.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -23,7 +24,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(10u, 60000u));
   cmd->add_option("--max-file-records", run.loader.max_file_records,
-                  "Kernel map size for (process, file) records; more are folded, not lost")
+                  "Kernel map size for live (process, file) records; records of exited "
+                  "processes and closed files are moved to user space, so the number of files "
+                  "is not limited by it (operations that find it full are counted as lost)")
       ->capture_default_str()
       ->check(CLI::Range(64u, 16u << 20));
   cmd->add_option("--btf", run.loader.btf_path, "Kernel BTF file")->capture_default_str();
@@ -36,6 +39,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // Logs go to stderr: stdout belongs to the traced command.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("iolens"));
   spdlog::set_pattern("iolens: %l: %v");
   spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
   run.loader.verbose = verbose;

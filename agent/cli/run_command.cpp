@@ -14,6 +14,8 @@
 #include <cstring>
 #include <memory>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/child.hpp"
 #include "core/events.hpp"
 #include "core/recorder.hpp"
@@ -37,6 +39,9 @@ void forward_signal(int sig, siginfo_t* info, void*) {
 }
 
 void install_forwarding() {
+  // An inherited SIG_IGN for SIGCHLD would make the kernel reap the command itself, and its exit
+  // status would be lost.
+  signal(SIGCHLD, SIG_DFL);
   struct sigaction sa {};
   sa.sa_sigaction = forward_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
@@ -135,9 +140,7 @@ int run_traced(const RunOptions& opts) {
   }
   if (Status s = loader->trace_process(child.pid()); !s) {
     error_line(s.message);
-    kill(child.pid(), SIGKILL);
-    waitpid(child.pid(), nullptr, 0);
-    return 1;
+    return 1;  // ~SuspendedChild kills and reaps the command, which never ran
   }
   core::Recorder rec(static_cast<uint32_t>(child.pid()), static_cast<uint32_t>(getpid()));
   rec.set_canonicalizer(realpath_of);
@@ -155,44 +158,66 @@ int run_traced(const RunOptions& opts) {
     else
       rec.add_lost("decode_errors", 1);
   };
-  std::size_t kernel_records = 0;
+  uint64_t removed_records = 0;  // taken out of the kernel's files map by us
   const auto drain = [&] {
     loader->consume_events(on_event);  // exits and names first: they decide what to remove
-    const bool pressure = kernel_records * 2 > loader->max_file_records();
-    std::size_t seen = 0;
-    // Records of exited processes are final: move them out of the kernel. Under pressure also
-    // fold idle ones (no open descriptor): Darshan resets their pattern state at the next open.
-    auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
-      ++seen;
-      return rec.exited(core::ProcKey{k.tgid, k.pstart_ns}) || (pressure && c.open_fds <= 0);
+    // Records of exited processes are final: move them out of the kernel. When the map is half
+    // full, also fold records that are idle (core::foldable): nothing is lost by refolding them.
+    auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c,
+                      std::size_t in_map) {
+      if (rec.exited(core::ProcKey{k.tgid, k.pstart_ns})) return true;
+      return in_map * 2 > loader->max_file_records() && core::foldable(c);
     };
+    const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+    const uint64_t removed_before = removed_records;
+    std::size_t seen = 0;
     loader->drain_files(remove, [&](const auto& k, const auto& c, bool removed) {
       rec.on_file(k, c, removed);
+      removed_records += removed;
+      ++seen;
     });
-    kernel_records = seen;
+    spdlog::debug("drain: {} file records read, {} moved out, {} us", seen,
+                  removed_records - removed_before, (now_ns(CLOCK_MONOTONIC) - t0) / 1000);
     loader->drain_others(
-        [&](const iolens_file_key& k, const iolens_file_counters&) {
+        [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
           return rec.exited(core::ProcKey{k.tgid, k.pstart_ns});
         },
         [&](const auto& k, const auto& c, bool removed) { rec.on_other(k, c, removed); });
   };
 
   int wait_status = 0;
+  bool reaped = false;
   uint64_t last_drain = now_ns(CLOCK_MONOTONIC);
   for (;;) {
+    // Signals are held while the child is reaped, so none is forwarded to a reused pid.
+    sigset_t hold, old;
+    sigemptyset(&hold);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&hold, sig);
+    sigprocmask(SIG_BLOCK, &hold, &old);
     const pid_t r = waitpid(child.pid(), &wait_status, WNOHANG);
-    if (r == child.pid()) break;
-    if (r < 0 && errno != EINTR) {
-      error_line(std::string("waitpid: ") + std::strerror(errno));
+    const int wait_errno = errno;
+    if (r == child.pid()) g_child = -1;
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    if (r == child.pid()) {
+      reaped = true;
+      break;
+    }
+    if (r < 0 && wait_errno != EINTR) {
+      error_line(std::string("cannot wait for the command: ") + std::strerror(wait_errno));
       break;
     }
     loader->consume_events(on_event);
     const uint64_t now = now_ns(CLOCK_MONOTONIC);
-    if (now - last_drain >= opts.drain_interval_ms * 1000000ULL) {
+    // Drain on the clock, and early when the kernel map is half full: a burst of new files
+    // between two drains must not find it full.
+    const uint64_t in_map = loader->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - removed_records;
+    if (now - last_drain >= opts.drain_interval_ms * 1000000ULL ||
+        in_map * 2 > loader->max_file_records()) {
       drain();
       last_drain = now;
     }
-    sleep_ms(10);
+    // Poll faster while the map is filling, so a burst of new files is drained in time.
+    sleep_ms(in_map * 4 > loader->max_file_records() ? 1 : 10);
   }
   g_child = -1;
   const uint64_t end_mono = now_ns(CLOCK_MONOTONIC);
@@ -202,7 +227,9 @@ int run_traced(const RunOptions& opts) {
 
   core::RunSnapshot snap = rec.snapshot(clock);
   snap.command = opts.command;
-  snap.exit_code = WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
+  if (reaped)
+    snap.exit_code =
+        WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
   snap.start_ns = start_wall;
   snap.end_ns = static_cast<int64_t>(end_mono) + clock.mono_to_wall_ns;
 
@@ -220,7 +247,7 @@ int run_traced(const RunOptions& opts) {
     }
     json_fd = -1;
   }
-  return *snap.exit_code;
+  return snap.exit_code ? *snap.exit_code : 1;
 }
 
 }  // namespace iolens::cli

@@ -153,4 +153,9 @@ bool has_activity(const FileCounters& c) {
          c.fdsyncs || c.truncates || c.closes;
 }
 
+bool foldable(const FileCounters& c) {
+  if (c.reads == 0 && c.writes == 0) return c.open_fds <= 0;
+  return c.opens > 0 && c.open_fds == 0;
+}
+
 }  // namespace iolens::core

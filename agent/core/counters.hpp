@@ -45,4 +45,10 @@ void add_totals(FileCounters& total, const FileCounters& c);
 /// Whether the record saw any operation at all.
 bool has_activity(const FileCounters& c);
 
+/// Whether a live record can be moved out of the kernel and a fresh one started without changing
+/// any counter: no descriptor of it is open (its opens were all closed), or it never saw a data
+/// call (stats only). A record read through an inherited descriptor (opens 0, reads > 0) is not:
+/// its pattern state (last byte) would restart.
+bool foldable(const FileCounters& c);
+
 }  // namespace iolens::core

@@ -149,6 +149,7 @@ void Recorder::on_path(const PathEvent& p) {
       FileAcc& f = files_[FileKey{std::get<0>(id), std::get<1>(id), std::get<2>(id), p.proc}];
       ++f.rename_sources;
       f.renamed_to = to;
+      by_path_.erase(from);  // the old name no longer leads to this file
       by_path_[to] = id;
       break;
     }

@@ -184,7 +184,7 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
   iolens_file_counters value{};
   for (const auto& k : keys) {
     if (bpf_map_lookup_elem(map_fd, &k, &value) != 0) continue;  // deleted meanwhile
-    if (!remove(k, value)) {
+    if (!remove(k, value, keys.size())) {
       sink(k, value, false);
       continue;
     }
@@ -206,6 +206,17 @@ Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink
 
 Status Loader::drain_others(const RemovePredicate& remove, const RecordSink& sink) {
   return drain(bpf_map__fd(impl_->skel->maps.others), remove, sink);
+}
+
+uint64_t Loader::stat(uint32_t index) const {
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0 || index >= IOLENS_NR_STATS) return 0;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
+  if (bpf_map_lookup_elem(bpf_map__fd(impl_->skel->maps.stats), &index, per_cpu.data()) != 0)
+    return 0;
+  uint64_t sum = 0;
+  for (auto v : per_cpu) sum += v;
+  return sum;
 }
 
 KernelStats Loader::stats() const {

@@ -54,12 +54,16 @@ class Loader {
   /// deleted from the kernel map atomically with their last read and reported with removed=true.
   using RecordSink =
       std::function<void(const iolens_file_key&, const iolens_file_counters&, bool removed)>;
-  using RemovePredicate = std::function<bool(const iolens_file_key&, const iolens_file_counters&)>;
+  /// Asked for every record; `records_in_map` is how many the map held at this drain.
+  using RemovePredicate = std::function<bool(const iolens_file_key&, const iolens_file_counters&,
+                                             std::size_t records_in_map)>;
   Status drain_files(const RemovePredicate& remove, const RecordSink& sink);
   Status drain_others(const RemovePredicate& remove, const RecordSink& sink);
 
   /// Sums of the per-CPU drop/failure counters.
   KernelStats stats() const;
+  /// One of them (cheap enough to poll every few milliseconds).
+  uint64_t stat(uint32_t index) const;
   const std::vector<ProgramState>& programs() const { return programs_; }
   uint32_t max_file_records() const { return max_file_records_; }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -82,7 +83,7 @@ class BpfTest : public ::testing::Test {
       if (r.ok) rec.on_event(r.event);
     };
     loader_->consume_events(sink);
-    auto never = [](const auto&, const auto&) { return false; };
+    auto never = [](const auto&, const auto&, std::size_t) { return false; };
     loader_->drain_files(never, [&](const auto& k, const auto& c, bool rm) { rec.on_file(k, c, rm); });
     loader_->drain_others(never, [&](const auto& k, const auto& c, bool rm) { rec.on_other(k, c, rm); });
     return rec.snapshot(iolens::core::ClockBase{});
@@ -387,4 +388,39 @@ TEST_F(BpfTest, ReusedInodeNumberIsANewFile) {
     EXPECT_EQ(files[tmp]->unlinks, 1u);
   }
   if (reused == 0) GTEST_SKIP() << "this filesystem did not reuse an inode number; nothing proven";
+}
+
+TEST_F(BpfTest, AnotherThreadClosingADescriptorDoesNotConfuseTheIdentityCache) {
+  // Thread A writes to x_i; thread B closes that descriptor (A's cache still names x_i); A
+  // deletes x_i and creates y_i, whose struct file and inode may reuse x_i's memory. Every byte
+  // must land on the file it was written to.
+  constexpr int kRounds = 40;
+  const std::string d = dir_.string();
+  const pid_t pid = run_child([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      const std::string x = d + "/x" + std::to_string(i);
+      const std::string y = d + "/y" + std::to_string(i);
+      int fd = open(x.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
+      if (write(fd, "0123456789", 10) != 10) _exit(1);
+      std::thread closer([fd] { close(fd); });
+      closer.join();
+      unlink(x.c_str());
+      usleep(30000);  // an RCU grace period: the freed inode's memory can come back
+      int fy = open(y.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
+      std::string data(1000, 'y');
+      if (write(fy, data.data(), data.size()) != 1000) _exit(2);
+      close(fy);
+    }
+  });
+  auto files = files_of(collect(pid), pid);
+  for (int i = 0; i < kRounds; ++i) {
+    const std::string x = path("x" + std::to_string(i));
+    const std::string y = path("y" + std::to_string(i));
+    ASSERT_TRUE(files.count(x)) << x;
+    ASSERT_TRUE(files.count(y)) << y;
+    EXPECT_EQ(files[x]->counters.bytes_written, 10u) << x;
+    EXPECT_EQ(files[x]->counters.opens, 1u) << x;
+    EXPECT_EQ(files[y]->counters.bytes_written, 1000u) << y;
+    EXPECT_EQ(files[y]->counters.opens, 1u) << y;
+  }
 }

@@ -255,3 +255,44 @@ TEST(Recorder, GenerationsSeparateReusedInodesAndStatsFoldIntoTheOpenedOne) {
   EXPECT_EQ(data->counters.stats, 2u);  // the stat record was folded into the opened file
   EXPECT_EQ(data->counters.reads, 1u);
 }
+
+TEST(Recorder, RenamedAwayNameNoLongerLeadsToTheFile) {
+  Recorder r(100, 1);
+  r.on_event(name_event(100, 5, 9, "a.tmp\0d\0"s));
+  FileCounters w = new_counters();
+  w.writes = 1;
+  r.on_file(key(100, 5, 9), w, false);
+  PathEvent ren;
+  ren.proc = {100, 5};
+  ren.op = IOLENS_PATH_RENAME;
+  ren.str1 = "/d/a.tmp";
+  ren.str2 = "/d/a.pt";
+  r.on_event(ren);
+  PathEvent un;  // a new, never-seen file created at the old name, then unlinked
+  un.proc = {100, 5};
+  un.op = IOLENS_PATH_UNLINK;
+  un.str1 = "/d/a.tmp";
+  r.on_event(un);
+  auto s = r.snapshot(ClockBase{});
+  auto* f = find(s, 100, "/d/a.tmp");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->rename_sources, 1u);
+  EXPECT_EQ(f->unlinks, 0u);  // the unlink was of another file
+  EXPECT_EQ(s.processes[0].unlinks, 1u);
+}
+
+TEST(Counters, FoldableOnlyWhenNothingIsLost) {
+  FileCounters c = new_counters();
+  c.stats = 3;
+  EXPECT_TRUE(foldable(c));  // stats only
+  c.opens = 1;
+  c.open_fds = 1;
+  c.reads = 2;
+  EXPECT_FALSE(foldable(c));  // open: its pattern state is live
+  c.open_fds = 0;
+  EXPECT_TRUE(foldable(c));  // closed: the next open resets the state anyway
+  FileCounters inherited = new_counters();
+  inherited.reads = 5;
+  inherited.open_fds = -1;  // read and closed through a descriptor inherited from the parent
+  EXPECT_FALSE(foldable(inherited));
+}

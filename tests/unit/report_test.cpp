@@ -162,3 +162,11 @@ TEST(Units, Human) {
   EXPECT_EQ(exporters::human_count(1234567), "1,234,567");
   EXPECT_EQ(exporters::human_count(999), "999");
 }
+
+TEST(TextReport, LongPathsAreNotCut) {
+  auto s = sample();
+  const std::string long_path = "/" + std::string(600, 'd') + "/file.npy";
+  s.files[0].path = long_path;
+  const std::string t = exporters::run_summary(s);
+  EXPECT_NE(t.find(long_path + "\n"), std::string::npos);
+}
