@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <variant>
 
 #include <spdlog/spdlog.h>
 
@@ -151,22 +152,28 @@ int run_traced(const RunOptions& opts) {
     return s.err == ENOENT ? 127 : 126;
   }
 
+  uint64_t exits_pending = 0;  // processes that exited since the last drain
   const auto on_event = [&](std::span<const uint8_t> bytes) {
     core::DecodeResult r = core::decode_event(bytes);
-    if (r.ok)
-      rec.on_event(r.event);
-    else
+    if (!r.ok) {
       rec.add_lost("decode_errors", 1);
+      return;
+    }
+    exits_pending += std::holds_alternative<core::ExitEvent>(r.event);
+    rec.on_event(r.event);
   };
   uint64_t removed_records = 0;  // taken out of the kernel's files map by us
   const auto drain = [&] {
     loader->consume_events(on_event);  // exits and names first: they decide what to remove
+    exits_pending = 0;
     // Records of exited processes are final: move them out of the kernel. When the map is half
     // full, also fold records that are idle (core::foldable): nothing is lost by refolding them.
+    using D = loader::Loader::Disposition;
     auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c,
                       std::size_t in_map) {
-      if (rec.exited(core::ProcKey{k.tgid, k.pstart_ns})) return true;
-      return in_map * 2 > loader->max_file_records() && core::foldable(c);
+      if (rec.exited(core::ProcKey{k.tgid, k.pstart_ns})) return D::RemoveFinal;
+      if (in_map * 2 > loader->max_file_records() && core::foldable(c)) return D::RemoveLive;
+      return D::Keep;
     };
     const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     const uint64_t removed_before = removed_records;
@@ -180,7 +187,7 @@ int run_traced(const RunOptions& opts) {
                   removed_records - removed_before, (now_ns(CLOCK_MONOTONIC) - t0) / 1000);
     loader->drain_others(
         [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
-          return rec.exited(core::ProcKey{k.tgid, k.pstart_ns});
+          return rec.exited(core::ProcKey{k.tgid, k.pstart_ns}) ? D::RemoveFinal : D::Keep;
         },
         [&](const auto& k, const auto& c, bool removed) { rec.on_other(k, c, removed); });
   };
@@ -208,10 +215,12 @@ int run_traced(const RunOptions& opts) {
     }
     loader->consume_events(on_event);
     const uint64_t now = now_ns(CLOCK_MONOTONIC);
-    // Drain on the clock, and early when the kernel map is half full: a burst of new files
-    // between two drains must not find it full.
+    // Drain on the clock when processes have exited (their records are final and leave the
+    // kernel), and at once when the kernel map is half full: a burst of new files between two
+    // drains must not find it full. Live records are read only at the end: `run` reports once,
+    // and reading them every second cost the agent as much CPU as the job's programs.
     const uint64_t in_map = loader->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - removed_records;
-    if (now - last_drain >= opts.drain_interval_ms * 1000000ULL ||
+    if ((exits_pending > 0 && now - last_drain >= opts.drain_interval_ms * 1000000ULL) ||
         in_map * 2 > loader->max_file_records()) {
       drain();
       last_drain = now;

@@ -172,31 +172,100 @@ int Loader::consume_events(const EventSink& sink) {
   return n;
 }
 
-Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink) {
-  std::vector<iolens_file_key> keys;
+namespace {
+
+/// Every record of a hash map, a batch per syscall (BPF_MAP_LOOKUP_BATCH, Linux 5.6+). Returns
+/// false when the kernel cannot do batches, so the caller walks the keys one by one instead.
+bool read_batched(int fd, std::vector<iolens_file_key>& keys,
+                  std::vector<iolens_file_counters>& values) {
+  LIBBPF_OPTS(bpf_map_batch_opts, opts);
+  __u32 batch = 1024;
+  __u32 in = 0, out = 0;  // hash maps' batch token: a bucket index
+  bool first = true;
+  for (;;) {
+    const size_t base = keys.size();
+    keys.resize(base + batch);
+    values.resize(base + batch);
+    __u32 count = batch;
+    const int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, keys.data() + base,
+                                         values.data() + base, &count, &opts);
+    keys.resize(base + count);
+    values.resize(base + count);
+    if (err == -ENOENT) return true;  // the last batch
+    if (err == -ENOSPC && count == 0) {
+      batch *= 2;  // one bucket holds more records than a batch
+      continue;
+    }
+    if (err) {
+      keys.clear();
+      values.clear();
+      return false;
+    }
+    in = out;
+    first = false;
+  }
+}
+
+void read_one_by_one(int fd, std::vector<iolens_file_key>& keys,
+                     std::vector<iolens_file_counters>& values) {
   iolens_file_key key{}, next{};
   const void* prev = nullptr;
-  while (bpf_map_get_next_key(map_fd, prev, &next) == 0) {
-    keys.push_back(next);
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    iolens_file_counters v{};
+    if (bpf_map_lookup_elem(fd, &next, &v) == 0) {
+      keys.push_back(next);
+      values.push_back(v);
+    }
     key = next;
     prev = &key;
   }
-  iolens_file_counters value{};
-  for (const auto& k : keys) {
-    if (bpf_map_lookup_elem(map_fd, &k, &value) != 0) continue;  // deleted meanwhile
-    if (!remove(k, value, keys.size())) {
-      sink(k, value, false);
-      continue;
-    }
-    // Read and delete in one step so no update between the read and the delete is lost.
-    if (bpf_map_lookup_and_delete_elem(map_fd, &k, &value) == 0) {
-      sink(k, value, true);
-    } else if (errno == kErrNotSupp || errno == EINVAL || errno == EOPNOTSUPP) {
-      // Kernels before 5.14 cannot lookup-and-delete hash maps: read, then delete.
-      if (bpf_map_lookup_elem(map_fd, &k, &value) == 0 && bpf_map_delete_elem(map_fd, &k) == 0)
+}
+
+}  // namespace
+
+void Loader::delete_keys(int map_fd, const std::vector<iolens_file_key>& keys) {
+  size_t done = 0;
+  if (batch_ok_ && !keys.empty()) {
+    LIBBPF_OPTS(bpf_map_batch_opts, opts);
+    __u32 count = static_cast<__u32>(keys.size());
+    if (bpf_map_delete_batch(map_fd, keys.data(), &count, &opts) == 0) return;
+    done = count;  // the batch stops at the first failure; finish one by one
+  }
+  for (size_t i = done; i < keys.size(); ++i) bpf_map_delete_elem(map_fd, &keys[i]);
+}
+
+Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink) {
+  std::vector<iolens_file_key> keys;
+  std::vector<iolens_file_counters> values;
+  if (!batch_ok_ || !read_batched(map_fd, keys, values)) {
+    batch_ok_ = false;
+    read_one_by_one(map_fd, keys, values);
+  }
+  std::vector<iolens_file_key> final_keys;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const auto& k = keys[i];
+    iolens_file_counters value = values[i];
+    switch (remove(k, value, keys.size())) {
+      case Disposition::Keep:
+        sink(k, value, false);
+        break;
+      case Disposition::RemoveFinal:
         sink(k, value, true);
+        final_keys.push_back(k);
+        break;
+      case Disposition::RemoveLive:
+        // Read and delete in one step so no update between the read and the delete is lost.
+        if (bpf_map_lookup_and_delete_elem(map_fd, &k, &value) == 0) {
+          sink(k, value, true);
+        } else if (errno == kErrNotSupp || errno == EINVAL || errno == EOPNOTSUPP) {
+          // Kernels before 5.14 cannot lookup-and-delete hash maps: read, then delete.
+          if (bpf_map_lookup_elem(map_fd, &k, &value) == 0 && bpf_map_delete_elem(map_fd, &k) == 0)
+            sink(k, value, true);
+        }
+        break;
     }
   }
+  delete_keys(map_fd, final_keys);
   return Status::Ok();
 }
 

@@ -50,13 +50,20 @@ class Loader {
   using EventSink = std::function<void(std::span<const uint8_t>)>;
   int consume_events(const EventSink& sink);
 
-  /// Reads every record of the files (or others) map. Records for which `remove` says true are
-  /// deleted from the kernel map atomically with their last read and reported with removed=true.
+  /// Reads every record of the files (or others) map and hands it to `sink`; records that
+  /// `remove` says to remove are deleted from the kernel map and reported with removed=true
+  /// (RemoveLive ones with the value read atomically with the delete).
   using RecordSink =
       std::function<void(const iolens_file_key&, const iolens_file_counters&, bool removed)>;
+  /// What a drain does with a record it read.
+  enum class Disposition {
+    Keep,        // leave it in the kernel
+    RemoveFinal, // nothing can update it any more (its process exited): delete it, in batches
+    RemoveLive,  // it may still be updated: read and delete it in one step
+  };
   /// Asked for every record; `records_in_map` is how many the map held at this drain.
-  using RemovePredicate = std::function<bool(const iolens_file_key&, const iolens_file_counters&,
-                                             std::size_t records_in_map)>;
+  using RemovePredicate = std::function<Disposition(
+      const iolens_file_key&, const iolens_file_counters&, std::size_t records_in_map)>;
   Status drain_files(const RemovePredicate& remove, const RecordSink& sink);
   Status drain_others(const RemovePredicate& remove, const RecordSink& sink);
 
@@ -71,10 +78,12 @@ class Loader {
   struct Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
   Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink);
+  void delete_keys(int map_fd, const std::vector<iolens_file_key>& keys);
 
   std::unique_ptr<Impl> impl_;
   std::vector<ProgramState> programs_;
   uint32_t max_file_records_ = 0;
+  bool batch_ok_ = true;  // cleared when the kernel refuses batched map reads
 };
 
 }  // namespace iolens::loader

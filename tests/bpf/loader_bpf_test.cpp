@@ -83,7 +83,7 @@ class BpfTest : public ::testing::Test {
       if (r.ok) rec.on_event(r.event);
     };
     loader_->consume_events(sink);
-    auto never = [](const auto&, const auto&, std::size_t) { return false; };
+    auto never = [](const auto&, const auto&, std::size_t) { return Loader::Disposition::Keep; };
     loader_->drain_files(never, [&](const auto& k, const auto& c, bool rm) { rec.on_file(k, c, rm); });
     loader_->drain_others(never, [&](const auto& k, const auto& c, bool rm) { rec.on_other(k, c, rm); });
     return rec.snapshot(iolens::core::ClockBase{});
