@@ -6,7 +6,8 @@
   2. `run` with no command: non-zero.
   3. `run --json /nonexistent-dir/x.json -- touch MARKER`: non-zero, names the JSON path, and the
      command never ran (MARKER absent): the output is checked BEFORE starting the command.
-  4. as an unprivileged user (setpriv to 65534): non-zero, stderr mentions root or CAP_BPF.
+  4. as an unprivileged user (setpriv to 65534): non-zero, stderr mentions root or CAP_BPF; the
+     same user with only CAP_BPF + CAP_PERFMON (ambient) traces a command fine.
   5. `run --btf /nonexistent/vmlinux -- true`: non-zero, names the BTF file.
   6. exit status: `sh -c 'exit 7'` -> 7; `sh -c 'kill -TERM $$'` -> 143 (128+15); the JSON's
      exit_code says the same.
@@ -24,6 +25,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,8 +75,14 @@ def case_bad_json(ck, iolens, tmp):
              "run --json %s: the command ran (created %s) before the error" % (bad, marker))
 
 
-def case_unprivileged(ck, iolens):
+def case_unprivileged(ck, iolens, tmp):
     setpriv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    # A copy in the test's world-searchable directory: the build tree may sit under a directory
+    # uid 65534 cannot enter (/root). The binary is self-contained (BPF object embedded).
+    copy = os.path.join(tmp, "iolens-copy")
+    shutil.copy2(iolens, copy)
+    os.chmod(copy, 0o755)
+    iolens = copy
     probe = subprocess.run(setpriv + ["test", "-x", iolens], stdin=subprocess.DEVNULL)
     if probe.returncode != 0:
         ck.fail("[4] cannot test as an unprivileged user: uid 65534 cannot execute %s "
@@ -86,6 +94,18 @@ def case_unprivileged(ck, iolens):
     ck.check(p.returncode != 0, "iolens run as uid 65534 exited 0")
     ck.check(re.search(rb"\broot\b|CAP_BPF", p.stderr, re.I),
              "iolens run as uid 65534: stderr mentions neither root nor CAP_BPF: %r" % p.stderr)
+
+    # Least privilege: CAP_BPF + CAP_PERFMON alone (no root, no CAP_SYS_ADMIN) must be enough,
+    # and the command then runs with them too (ambient), with its output traced.
+    capped = setpriv + ["--inh-caps=+bpf,+perfmon", "--ambient-caps=+bpf,+perfmon"]
+    p = subprocess.run(capped + [iolens, "run", "-q", "--", "cat", "/etc/hostname"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                       timeout=60)
+    E.log("[4b] uid 65534 with CAP_BPF+CAP_PERFMON: rc %d, stderr %r" %
+          (p.returncode, p.stderr[:400]))
+    ck.eq("iolens run with only CAP_BPF+CAP_PERFMON: exit status", 0, p.returncode)
+    with open("/etc/hostname", "rb") as f:
+        ck.eq("the command's output under CAP_BPF+CAP_PERFMON", f.read(), p.stdout)
 
 
 def case_bad_btf(ck, iolens):
@@ -280,7 +300,7 @@ def main():
     case_nonexistent(ck, args.iolens)
     case_no_command(ck, args.iolens)
     case_bad_json(ck, args.iolens, tmp)
-    case_unprivileged(ck, args.iolens)
+    case_unprivileged(ck, args.iolens, tmp)
     case_bad_btf(ck, args.iolens)
     case_exit_status(ck, args.iolens, tmp)
     case_sigterm(ck, args.iolens, tmp)
