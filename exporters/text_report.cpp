@@ -13,9 +13,13 @@ namespace iolens::exporters {
 namespace {
 
 std::string fmt(const char* f, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof(buf), f, args...);
-  return buf;
+  char buf[256];
+  const int n = std::snprintf(buf, sizeof(buf), f, args...);
+  if (n < static_cast<int>(sizeof(buf))) return buf;
+  std::string out(static_cast<size_t>(n) + 1, '\0');  // long paths: never cut a row
+  std::snprintf(out.data(), out.size(), f, args...);
+  out.resize(static_cast<size_t>(n));
+  return out;
 }
 
 std::string join_command(const std::vector<std::string>& cmd) {
