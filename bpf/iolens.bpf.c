@@ -67,34 +67,29 @@ struct {
 	__type(value, struct iolens_file_counters);
 } others SEC(".maps");
 
-struct name_key {
-	__u64 ino;
-	__u32 dev;
-	__u32 gen;
-};
-
-/* (dev, ino, gen) whose name was already sent. LRU: an evicted entry only means a repeated name. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 262144);
-	__type(key, struct name_key);
-	__type(value, __u8);
-} known_names SEC(".maps");
-
-struct gen_key {
+struct seen_key {
 	__u64 ino;
 	__u32 dev;
 	__u32 pad;
 };
 
-/* (dev, ino) -> generation of the incarnation last seen through a struct file, so a path-based
- * stat (whose buffer has no generation) lands on the record of the file that was opened. */
+struct seen_file {
+	__u32 gen;   /* generation of the incarnation last seen through a struct file */
+	__u32 named; /* its name reached user space */
+};
+
+/*
+ * Files seen through a struct file, by (dev, ino): the generation lets a path-based stat (whose
+ * buffer has no generation) land on the record of the file that was opened; `named` sends each
+ * file's name once. A new generation (the inode number reused by a new file) replaces the entry.
+ * LRU: an evicted entry only means a name sent again.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 262144);
-	__type(key, struct gen_key);
-	__type(value, __u32);
-} file_gens SEC(".maps");
+	__type(key, struct seen_key);
+	__type(value, struct seen_file);
+} seen_files SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -151,19 +146,9 @@ static __always_inline struct file *fd_to_file(struct task_struct *task, long fd
 	return f;
 }
 
-static __always_inline void file_identity(struct file *f, __u32 *dev, __u64 *ino, __u32 *gen,
-					  __u32 *mode)
-{
-	struct inode *inode = BPF_CORE_READ(f, f_inode);
-
-	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	*ino = BPF_CORE_READ(inode, i_ino);
-	*gen = BPF_CORE_READ(inode, i_generation);
-	*mode = BPF_CORE_READ(inode, i_mode);
-}
-
 /*
- * file_identity with a one-entry cache per thread, for loops of calls on one descriptor. struct
+ * A file's identity (dev, ino, generation) and mode, with a one-entry cache per thread for
+ * loops of calls on one descriptor. struct
  * file and struct inode memory is reused as soon as another thread closes or replaces the
  * descriptor (SLAB_TYPESAFE_BY_RCU), so pointers alone prove nothing: a hit also needs the same
  * inode number and generation (random per inode on ext4/xfs/tmpfs), read afresh. What the cache
@@ -376,12 +361,13 @@ struct name_req {
 /* Send the name of (dev, ino) once, from its struct file (exact) or from a lookup's arguments. */
 static __noinline void send_name(struct call_ctx *cx, struct name_req *r)
 {
-	struct name_key nk = { .ino = r->ino, .dev = r->dev, .gen = r->gen };
+	struct seen_key sk = { .ino = r->ino, .dev = r->dev };
 	struct file *f = r->f; /* a local: CO-RE relocations must not start at struct name_req */
+	struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
 	struct iolens_path_event *ev;
-	__u8 one = 1;
+	int sent;
 
-	if (bpf_map_lookup_elem(&known_names, &nk))
+	if (seen && seen->gen == r->gen && seen->named)
 		return;
 	ev = path_event_begin(f ? IOLENS_PATH_FILE : IOLENS_PATH_LOOKUP, cx->tgid, cx->pstart,
 			      cx->t1);
@@ -397,16 +383,19 @@ static __noinline void send_name(struct call_ctx *cx, struct name_req *r)
 		ev->walk_len = walk_base(ev, 0, cx->task, r->dirfd, r->ustr);
 		ev->str1_len = read_user_str(ev, ev->walk_len, r->ustr);
 	}
-	/* Only a name that reached user space is "known": a dropped one is sent again next time.
-	 * A lookup's name is lexical (symlinks in the argument unresolved): it stays unknown so
-	 * that the first open sends the canonical name. */
-	if (path_event_send(ev) == 0 && f)
-		bpf_map_update_elem(&known_names, &nk, &one, BPF_ANY);
-	if (f) {
-		struct gen_key gk = { .ino = r->ino, .dev = r->dev };
-		__u32 gen = r->gen;
+	sent = path_event_send(ev) == 0;
+	/* Only a name that reached user space counts as sent: a dropped one is sent again next
+	 * time. A lookup's name is lexical (symlinks in the argument unresolved): it is not
+	 * recorded, so the first open sends the canonical name. */
+	if (!f)
+		return;
+	if (seen) {
+		seen->gen = r->gen;
+		seen->named = sent;
+	} else {
+		struct seen_file nv = { .gen = r->gen, .named = sent };
 
-		bpf_map_update_elem(&file_gens, &gk, &gen, BPF_ANY);
+		bpf_map_update_elem(&seen_files, &sk, &nv, BPF_ANY);
 	}
 }
 
@@ -581,10 +570,10 @@ static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char 
 	if (!S_ISREG(mode))
 		return;
 	{
-		struct gen_key gk = { .ino = key.ino, .dev = key.dev };
-		__u32 *gen = bpf_map_lookup_elem(&file_gens, &gk);
+		struct seen_key sk = { .ino = key.ino, .dev = key.dev };
+		struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
 
-		key.gen = gen ? *gen : 0;
+		key.gen = seen ? seen->gen : 0;
 	}
 	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
 	if (!c)
@@ -656,19 +645,19 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 		__u32 mode = 0;
 
 		st->close_kind = 0;
-		st->cache_file = 0;
 		if (f) {
-			file_identity(f, &st->close_dev, &st->close_ino, &st->close_gen, &mode);
+			file_identity_cached(st, f, &st->close_dev, &st->close_ino, &st->close_gen,
+					     &mode);
 			st->close_kind = S_ISREG(mode) ? 1 : 0;
 		}
+		st->cache_file = 0; /* the file is going away */
 		/* A descriptor inherited from outside the traced tree may close without ever having
 		 * been opened here: name its file now, while the struct file is still reachable. */
 		if (st->close_kind) {
-			struct name_key nk = {
-				.ino = st->close_ino, .dev = st->close_dev, .gen = st->close_gen,
-			};
+			struct seen_key sk = { .ino = st->close_ino, .dev = st->close_dev };
+			struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
 
-			if (!bpf_map_lookup_elem(&known_names, &nk)) {
+			if (!seen || seen->gen != st->close_gen || !seen->named) {
 				struct call_ctx cx = {
 					.task = task,
 					.st = st,
