@@ -53,6 +53,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "workload_util.h"
+
 #define NDATA 3000
 #define CHUNK 65536
 #define MIB (1024 * 1024)
@@ -91,18 +93,6 @@ static char g_dir[PATH_MAX];
 static char *g_names[NFILES];
 static struct tally g_tally[NFILES]; /* this process's tallies */
 
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-	int e = errno;
-
-	fprintf(stderr, "io_workload[%d]: ", (int)getpid());
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, ": %s\n", strerror(e));
-	_exit(2);
-}
 
 static char *xstrdup_printf(const char *fmt, ...)
 {
@@ -160,29 +150,8 @@ static void t_close(int idx)
 static void t_rw(int idx, int is_write, int64_t off, int64_t ret)
 {
 	struct tally *t = T(idx);
-	int64_t *last = is_write ? &t->last_byte_written : &t->last_byte_read;
-	int64_t *max = is_write ? &t->max_byte_written : &t->max_byte_read;
-	int32_t type = is_write ? 2 : 1;
 
-	if (ret < 0)
-		return;
-	if (is_write) {
-		t->writes++;
-		t->bytes_written += ret;
-	} else {
-		t->reads++;
-		t->bytes_read += ret;
-	}
-	if (off > *last)
-		(*(is_write ? &t->seq_writes : &t->seq_reads))++;
-	if (off == *last + 1)
-		(*(is_write ? &t->consec_writes : &t->consec_reads))++;
-	*last = off + ret - 1;
-	if (*max < off + ret - 1)
-		*max = off + ret - 1;
-	if (t->last_io != 0 && t->last_io != type)
-		t->rw_switches++;
-	t->last_io = type;
+	WL_TALLY_RW(t, is_write, off, ret);
 }
 
 /* ---- traced calls with their tallies ---- */
@@ -768,6 +737,7 @@ static void json_process(FILE *f, int pid, int ppid, int renames, int unlinks,
 
 int main(int argc, char **argv)
 {
+	wl_name = "io_workload";
 	static struct tally child_tally[2][NFILES];
 	pid_t kids[2];
 	int pipes[2][2];

@@ -27,23 +27,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "workload_util.h"
+
 #define NFILES 10
 #define FILE_SIZE (100 * 1024)
 #define WCHUNK 4096
 #define RCHUNK 10240
 
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-	int e = errno;
-
-	fprintf(stderr, "kill_workload[%d]: ", (int)getpid());
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, ": %s\n", strerror(e));
-	_exit(2);
-}
 
 struct tally {
 	int64_t opens, reads, writes, seeks, closes, bytes_read, bytes_written;
@@ -55,27 +45,7 @@ struct tally {
 
 static void t_rw(struct tally *t, int is_write, int64_t off, int64_t ret)
 {
-	int64_t *last = is_write ? &t->last_byte_written : &t->last_byte_read;
-	int64_t *max = is_write ? &t->max_byte_written : &t->max_byte_read;
-	int type = is_write ? 2 : 1;
-
-	if (is_write) {
-		t->writes++;
-		t->bytes_written += ret;
-	} else {
-		t->reads++;
-		t->bytes_read += ret;
-	}
-	if (off > *last)
-		(*(is_write ? &t->seq_writes : &t->seq_reads))++;
-	if (off == *last + 1)
-		(*(is_write ? &t->consec_writes : &t->consec_reads))++;
-	*last = off + ret - 1;
-	if (*max < off + ret - 1)
-		*max = off + ret - 1;
-	if (t->last_io != 0 && t->last_io != type)
-		t->rw_switches++;
-	t->last_io = type;
+	WL_TALLY_RW(t, is_write, off, ret);
 }
 
 static char g_dir[PATH_MAX];
@@ -176,6 +146,7 @@ static void worker(int wfd)
 
 int main(int argc, char **argv)
 {
+	wl_name = "kill_workload";
 	static char tallies[65536];
 	size_t n = 0;
 	int p[2], status;

@@ -39,20 +39,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "workload_util.h"
+
 #define MIB (1024 * 1024)
 
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-	int e = errno;
-
-	fprintf(stderr, "procio_workload[%d]: ", (int)getpid());
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, ": %s\n", strerror(e));
-	_exit(2);
-}
 
 struct tally {
 	const char *name; /* path or descriptor kind */
@@ -262,6 +252,7 @@ static void child(const char *dir)
 
 int main(int argc, char **argv)
 {
+	wl_name = "procio_workload";
 	pid_t pid;
 	int status;
 
