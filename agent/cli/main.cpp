@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   bool verbose = false;
   auto* cmd = app.add_subcommand("run", "Run a command traced; print its I/O at exit");
   cmd->add_option("--json", run.json_path, "Write the iolens.run/1 JSON record to this file");
+  cmd->add_option("--darshan", run.darshan_path,
+                  "Also write a Darshan log (format 3.41, POSIX module) that darshan-parser and "
+                  "PyDarshan read");
   cmd->add_flag("-q,--quiet", run.quiet, "No summary on stderr");
   cmd->add_option("--top", run.top_files, "Files listed in the summary")->capture_default_str();
   cmd->add_option("--drain-interval-ms", run.drain_interval_ms,

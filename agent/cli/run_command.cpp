@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <variant>
 
@@ -20,6 +21,7 @@
 #include "cli/child.hpp"
 #include "core/events.hpp"
 #include "core/recorder.hpp"
+#include "exporters/darshan_log.hpp"
 #include "exporters/json_report.hpp"
 #include "exporters/text_report.hpp"
 
@@ -78,6 +80,15 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
+/// (fstype, mount point) of each mount, for the Darshan log's job region.
+std::vector<std::pair<std::string, std::string>> mounts_of(const char* path) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::ifstream in(path);
+  std::string dev, point, type, rest;
+  while (in >> dev >> point >> type && std::getline(in, rest)) out.emplace_back(type, point);
+  return out;
+}
+
 void error_line(const std::string& msg) { std::fprintf(stderr, "iolens: %s\n", msg.c_str()); }
 
 /// Everything the kernel counted as lost, under the names docs/counters.md uses.
@@ -113,12 +124,21 @@ int run_traced(const RunOptions& opts) {
       return 2;
     }
   }
+  int darshan_fd = -1;
+  if (!opts.darshan_path.empty()) {
+    darshan_fd = open(opts.darshan_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (darshan_fd < 0) {
+      error_line("cannot write --darshan " + opts.darshan_path + ": " + std::strerror(errno));
+      if (json_fd >= 0) close(json_fd);
+      return 2;
+    }
+  }
   struct FdCloser {
     int& fd;
     ~FdCloser() {
       if (fd >= 0) close(fd);
     }
-  } json_closer{json_fd};
+  } json_closer{json_fd}, darshan_closer{darshan_fd};
 
   Status st;
   auto loader = loader::Loader::create(opts.loader, st);
@@ -143,7 +163,8 @@ int run_traced(const RunOptions& opts) {
     error_line(s.message);
     return 1;  // ~SuspendedChild kills and reaps the command, which never ran
   }
-  core::Recorder rec(static_cast<uint32_t>(child.pid()), static_cast<uint32_t>(getpid()));
+  const pid_t child_pid = child.pid();
+  core::Recorder rec(static_cast<uint32_t>(child_pid), static_cast<uint32_t>(getpid()));
   rec.set_canonicalizer(realpath_of);
   g_child = child.pid();
   if (Status s = child.release(); !s) {
@@ -246,6 +267,18 @@ int run_traced(const RunOptions& opts) {
     exporters::TextOptions topts;
     topts.top_files = opts.top_files;
     std::fputs(exporters::run_summary(snap, topts).c_str(), stderr);
+  }
+  if (darshan_fd >= 0) {
+    exporters::DarshanJobInfo info;
+    info.uid = static_cast<int64_t>(getuid());
+    info.jobid = child_pid;
+    info.mounts = mounts_of("/proc/self/mounts");
+    if (!write_all(darshan_fd, exporters::darshan_log(snap, info)) || close(darshan_fd) != 0) {
+      darshan_fd = -1;
+      error_line("writing " + opts.darshan_path + " failed: " + std::strerror(errno));
+      return 1;
+    }
+    darshan_fd = -1;
   }
   if (json_fd >= 0) {
     const std::string text = exporters::dump_json(exporters::run_to_json(snap, IOLENS_VERSION));

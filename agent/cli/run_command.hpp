@@ -13,6 +13,7 @@ namespace iolens::cli {
 struct RunOptions {
   std::vector<std::string> command;
   std::string json_path;         // empty: no JSON
+  std::string darshan_path;      // empty: no Darshan log
   bool quiet = false;            // no summary on stderr
   std::size_t top_files = 10;
   uint32_t drain_interval_ms = 1000;

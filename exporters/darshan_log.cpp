@@ -1,0 +1,422 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "exporters/darshan_log.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace iolens::exporters {
+namespace {
+
+// Darshan's POSIX counters (darshan-posix-log-format.h, module version 4), in record order.
+constexpr std::array<const char*, kDarshanPosixCounters> kCounterNames = {
+    "OPENS", "FILENOS", "DUPS", "READS", "WRITES", "SEEKS", "STATS", "MMAPS", "FSYNCS",
+    "FDSYNCS", "RENAME_SOURCES", "RENAME_TARGETS", "RENAMED_FROM", "MODE", "BYTES_READ",
+    "BYTES_WRITTEN", "MAX_BYTE_READ", "MAX_BYTE_WRITTEN", "CONSEC_READS", "CONSEC_WRITES",
+    "SEQ_READS", "SEQ_WRITES", "RW_SWITCHES", "MEM_NOT_ALIGNED", "MEM_ALIGNMENT",
+    "FILE_NOT_ALIGNED", "FILE_ALIGNMENT", "MAX_READ_TIME_SIZE", "MAX_WRITE_TIME_SIZE",
+    "SIZE_READ_0_100", "SIZE_READ_100_1K", "SIZE_READ_1K_10K", "SIZE_READ_10K_100K",
+    "SIZE_READ_100K_1M", "SIZE_READ_1M_4M", "SIZE_READ_4M_10M", "SIZE_READ_10M_100M",
+    "SIZE_READ_100M_1G", "SIZE_READ_1G_PLUS", "SIZE_WRITE_0_100", "SIZE_WRITE_100_1K",
+    "SIZE_WRITE_1K_10K", "SIZE_WRITE_10K_100K", "SIZE_WRITE_100K_1M", "SIZE_WRITE_1M_4M",
+    "SIZE_WRITE_4M_10M", "SIZE_WRITE_10M_100M", "SIZE_WRITE_100M_1G", "SIZE_WRITE_1G_PLUS",
+    "STRIDE1_STRIDE", "STRIDE2_STRIDE", "STRIDE3_STRIDE", "STRIDE4_STRIDE", "STRIDE1_COUNT",
+    "STRIDE2_COUNT", "STRIDE3_COUNT", "STRIDE4_COUNT", "ACCESS1_ACCESS", "ACCESS2_ACCESS",
+    "ACCESS3_ACCESS", "ACCESS4_ACCESS", "ACCESS1_COUNT", "ACCESS2_COUNT", "ACCESS3_COUNT",
+    "ACCESS4_COUNT", "FASTEST_RANK", "FASTEST_RANK_BYTES", "SLOWEST_RANK", "SLOWEST_RANK_BYTES"};
+
+constexpr std::array<const char*, kDarshanPosixFCounters> kFCounterNames = {
+    "F_OPEN_START_TIMESTAMP", "F_READ_START_TIMESTAMP", "F_WRITE_START_TIMESTAMP",
+    "F_CLOSE_START_TIMESTAMP", "F_OPEN_END_TIMESTAMP", "F_READ_END_TIMESTAMP",
+    "F_WRITE_END_TIMESTAMP", "F_CLOSE_END_TIMESTAMP", "F_READ_TIME", "F_WRITE_TIME",
+    "F_META_TIME", "F_MAX_READ_TIME", "F_MAX_WRITE_TIME", "F_FASTEST_RANK_TIME",
+    "F_SLOWEST_RANK_TIME", "F_VARIANCE_RANK_TIME", "F_VARIANCE_RANK_BYTES"};
+
+constexpr std::size_t kMaxMods = 64;
+constexpr std::size_t kMetadataLen = 1024;
+constexpr std::size_t kJobRegionMax = 4095;  // the runtime's own limit: job + exe + mounts
+
+void mix64(uint64_t& a, uint64_t& b, uint64_t& c) {
+  a -= b; a -= c; a ^= (c >> 43);
+  b -= c; b -= a; b ^= (a << 9);
+  c -= a; c -= b; c ^= (b >> 8);
+  a -= b; a -= c; a ^= (c >> 38);
+  b -= c; b -= a; b ^= (a << 23);
+  c -= a; c -= b; c ^= (b >> 5);
+  a -= b; a -= c; a ^= (c >> 35);
+  b -= c; b -= a; b ^= (a << 49);
+  c -= a; c -= b; c ^= (b >> 11);
+  a -= b; a -= c; a ^= (c >> 12);
+  b -= c; b -= a; b ^= (a << 18);
+  c -= a; c -= b; c ^= (b >> 22);
+}
+
+uint64_t le64(const unsigned char* p, std::size_t n) {
+  uint64_t v = 0;
+  for (std::size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+template <class T>
+void put(std::string& out, std::size_t off, T v) {
+  std::memcpy(out.data() + off, &v, sizeof(v));
+}
+
+template <class T>
+T get(std::string_view in, std::size_t off) {
+  T v;
+  std::memcpy(&v, in.data() + off, sizeof(v));
+  return v;
+}
+
+std::string deflate_region(std::string_view raw) {
+  uLongf len = compressBound(raw.size());
+  std::string out(len, '\0');
+  // compress2 writes a zlib-wrapped stream (window bits 15), what Darshan's reader inflates.
+  if (compress2(reinterpret_cast<Bytef*>(out.data()), &len,
+                reinterpret_cast<const Bytef*>(raw.data()), raw.size(),
+                Z_DEFAULT_COMPRESSION) != Z_OK)
+    return {};
+  out.resize(len);
+  return out;
+}
+
+/// Inflates a region: one or more concatenated zlib streams (Darshan ranks append theirs).
+bool inflate_region(std::string_view in, std::string& out, std::string& error) {
+  z_stream zs{};
+  if (inflateInit(&zs) != Z_OK) {
+    error = "zlib init failed";
+    return false;
+  }
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  char buf[65536];
+  for (;;) {
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof(buf);
+    const int r = inflate(&zs, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - zs.avail_out);
+    if (r == Z_STREAM_END) {
+      if (zs.avail_in == 0) break;
+      inflateReset(&zs);
+      continue;
+    }
+    if (r != Z_OK) {
+      error = "corrupt compressed data at region byte " + std::to_string(zs.total_in);
+      inflateEnd(&zs);
+      return false;
+    }
+    if (zs.avail_in == 0 && zs.avail_out != 0) {
+      error = "compressed region ends in the middle of a stream";
+      inflateEnd(&zs);
+      return false;
+    }
+  }
+  inflateEnd(&zs);
+  return true;
+}
+
+double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+}  // namespace
+
+int darshan_posix_counter_index(std::string_view name) {
+  for (int i = 0; i < kDarshanPosixCounters; ++i)
+    if (name == kCounterNames[static_cast<std::size_t>(i)]) return i;
+  return -1;
+}
+
+int darshan_posix_fcounter_index(std::string_view name) {
+  for (int i = 0; i < kDarshanPosixFCounters; ++i)
+    if (name == kFCounterNames[static_cast<std::size_t>(i)]) return i;
+  return -1;
+}
+
+uint64_t darshan_record_id(std::string_view path) {
+  // Bob Jenkins' lookup8 hash (public domain), as Darshan uses it: level 0, bytes read
+  // little-endian whatever the host, the length added into c before the tail.
+  const auto* k = reinterpret_cast<const unsigned char*>(path.data());
+  std::size_t len = path.size();
+  uint64_t a = 0, b = 0, c = 0x9e3779b97f4a7c13ULL;
+  while (len >= 24) {
+    a += le64(k, 8);
+    b += le64(k + 8, 8);
+    c += le64(k + 16, 8);
+    mix64(a, b, c);
+    k += 24;
+    len -= 24;
+  }
+  c += path.size();
+  // The tail: c's lowest byte holds the length, so its bytes go in from the second byte up.
+  if (len > 16) c += le64(k + 16, len - 16) << 8;
+  if (len > 8) b += le64(k + 8, std::min<std::size_t>(len - 8, 8));
+  a += le64(k, std::min<std::size_t>(len, 8));
+  mix64(a, b, c);
+  return c;
+}
+
+std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info) {
+  // Ranks: processes in start order.
+  std::map<std::pair<uint32_t, int64_t>, int64_t> rank_of;
+  for (std::size_t i = 0; i < run.processes.size(); ++i)
+    rank_of[{run.processes[i].pid, run.processes[i].start_ns}] = static_cast<int64_t>(i);
+  const int64_t nprocs = std::max<int64_t>(1, static_cast<int64_t>(run.processes.size()));
+
+  // Job region: struct darshan_job, then the command line, then "\n<fstype>\t<mountpoint>".
+  std::string job(kDarshanJobSize, '\0');
+  put<int64_t>(job, 0, info.uid);
+  put<int64_t>(job, 8, run.start_ns / 1000000000);
+  put<int64_t>(job, 16, run.start_ns % 1000000000);
+  put<int64_t>(job, 24, run.end_ns / 1000000000);
+  put<int64_t>(job, 32, run.end_ns % 1000000000);
+  put<int64_t>(job, 40, nprocs);
+  put<int64_t>(job, 48, info.jobid);
+  // lib_ver names the Darshan runtime whose log format this is; the producer is said apart.
+  const std::string metadata = "lib_ver=3.5.0\nproducer=iolens\n";
+  std::memcpy(job.data() + 56, metadata.data(), std::min(metadata.size(), kMetadataLen - 1));
+  std::string exe;
+  for (const auto& a : run.command) {
+    if (!exe.empty()) exe += ' ';
+    exe += a;
+  }
+  std::replace(exe.begin(), exe.end(), '\n', ' ');  // a newline would start a mount entry
+  if (exe.empty()) exe = "<unknown>";
+  std::string region = job;
+  region += exe.substr(0, kJobRegionMax - kDarshanJobSize - 1);
+  for (const auto& [type, point] : info.mounts) {
+    const std::string entry = "\n" + type + "\t" + point;
+    if (type.empty() || point.empty() || type.find_first_of(" \t\n") != std::string::npos ||
+        point.find_first_of(" \t\n") != std::string::npos)
+      continue;  // the reader scans "%s\t%s": whitespace would break it
+    if (region.size() + entry.size() + 1 > kJobRegionMax) break;
+    region += entry;
+  }
+  region += '\0';
+
+  // Name region: (id, path, NUL) packed; one entry per distinct path.
+  std::map<uint64_t, std::string> names;
+  for (const auto& f : run.files) names.emplace(darshan_record_id(f.path), f.path);
+  std::string name_region;
+  for (const auto& [id, path] : names) {
+    std::string entry(8, '\0');
+    put<uint64_t>(entry, 0, id);
+    name_region += entry;
+    name_region += path;
+    name_region += '\0';
+  }
+
+  // POSIX region: one 704-byte record per (process, file).
+  std::string posix;
+  posix.reserve(run.files.size() * kDarshanPosixRecordSize);
+  for (const auto& f : run.files) {
+    std::string rec(kDarshanPosixRecordSize, '\0');
+    const auto r = rank_of.find({f.pid, f.proc_start_ns});
+    const int64_t rank = r == rank_of.end() ? -1 : r->second;
+    const core::FileCounters& c = f.counters;
+    int64_t v[kDarshanPosixCounters] = {};
+    auto set = [&](const char* name, int64_t value) { v[darshan_posix_counter_index(name)] = value; };
+    set("OPENS", static_cast<int64_t>(c.opens));
+    set("DUPS", static_cast<int64_t>(c.dups));
+    set("READS", static_cast<int64_t>(c.reads));
+    set("WRITES", static_cast<int64_t>(c.writes));
+    set("SEEKS", static_cast<int64_t>(c.seeks));
+    set("STATS", static_cast<int64_t>(c.stats));
+    set("MMAPS", static_cast<int64_t>(c.mmaps));
+    set("FSYNCS", static_cast<int64_t>(c.fsyncs));
+    set("FDSYNCS", static_cast<int64_t>(c.fdsyncs));
+    set("RENAME_SOURCES", static_cast<int64_t>(f.rename_sources));
+    set("BYTES_READ", static_cast<int64_t>(c.bytes_read));
+    set("BYTES_WRITTEN", static_cast<int64_t>(c.bytes_written));
+    set("MAX_BYTE_READ", std::max<int64_t>(0, c.max_byte_read));
+    set("MAX_BYTE_WRITTEN", std::max<int64_t>(0, c.max_byte_written));
+    set("CONSEC_READS", static_cast<int64_t>(c.consec_reads));
+    set("CONSEC_WRITES", static_cast<int64_t>(c.consec_writes));
+    set("SEQ_READS", static_cast<int64_t>(c.seq_reads));
+    set("SEQ_WRITES", static_cast<int64_t>(c.seq_writes));
+    set("RW_SWITCHES", static_cast<int64_t>(c.rw_switches));
+    // Not observed by iolens: -1, Darshan's mark for a counter it did not collect.
+    for (const char* n : {"MEM_NOT_ALIGNED", "MEM_ALIGNMENT", "FILE_NOT_ALIGNED", "FILE_ALIGNMENT"})
+      set(n, -1);
+    set("MAX_READ_TIME_SIZE", static_cast<int64_t>(c.max_read_time_size));
+    set("MAX_WRITE_TIME_SIZE", static_cast<int64_t>(c.max_write_time_size));
+    const int read0 = darshan_posix_counter_index("SIZE_READ_0_100");
+    const int write0 = darshan_posix_counter_index("SIZE_WRITE_0_100");
+    for (int i = 0; i < IOLENS_NR_SIZE_BUCKETS; ++i) {
+      v[read0 + i] = static_cast<int64_t>(c.size_read[i]);
+      v[write0 + i] = static_cast<int64_t>(c.size_write[i]);
+    }
+    set("FASTEST_RANK", rank);
+    set("FASTEST_RANK_BYTES", static_cast<int64_t>(c.bytes_read + c.bytes_written));
+    set("SLOWEST_RANK", rank);
+    set("SLOWEST_RANK_BYTES", static_cast<int64_t>(c.bytes_read + c.bytes_written));
+
+    double fv[kDarshanPosixFCounters] = {};
+    auto fset = [&](const char* name, double value) { fv[darshan_posix_fcounter_index(name)] = value; };
+    fset("F_OPEN_START_TIMESTAMP", seconds(c.open_start_ns));
+    fset("F_READ_START_TIMESTAMP", seconds(c.read_start_ns));
+    fset("F_WRITE_START_TIMESTAMP", seconds(c.write_start_ns));
+    fset("F_CLOSE_START_TIMESTAMP", seconds(c.close_start_ns));
+    fset("F_OPEN_END_TIMESTAMP", seconds(c.open_end_ns));
+    fset("F_READ_END_TIMESTAMP", seconds(c.read_end_ns));
+    fset("F_WRITE_END_TIMESTAMP", seconds(c.write_end_ns));
+    fset("F_CLOSE_END_TIMESTAMP", seconds(c.close_end_ns));
+    fset("F_READ_TIME", seconds(c.read_time_ns));
+    fset("F_WRITE_TIME", seconds(c.write_time_ns));
+    fset("F_META_TIME", seconds(c.meta_time_ns));
+    fset("F_MAX_READ_TIME", seconds(c.max_read_time_ns));
+    fset("F_MAX_WRITE_TIME", seconds(c.max_write_time_ns));
+    fset("F_FASTEST_RANK_TIME", seconds(c.read_time_ns + c.write_time_ns + c.meta_time_ns));
+    fset("F_SLOWEST_RANK_TIME", seconds(c.read_time_ns + c.write_time_ns + c.meta_time_ns));
+
+    put<uint64_t>(rec, 0, darshan_record_id(f.path));
+    put<int64_t>(rec, 8, rank);
+    std::memcpy(rec.data() + 16, v, sizeof(v));
+    std::memcpy(rec.data() + 16 + sizeof(v), fv, sizeof(fv));
+    posix += rec;
+  }
+
+  const std::string zjob = deflate_region(region);
+  const std::string znames = deflate_region(name_region);
+  const std::string zposix = posix.empty() ? std::string() : deflate_region(posix);
+
+  std::string out(kDarshanHeaderSize, '\0');
+  std::memcpy(out.data(), "3.41", 4);
+  put<int64_t>(out, 8, kDarshanMagic);
+  out[16] = 0;  // zlib
+  put<uint64_t>(out, 24, 0);  // partial_flag: nothing incomplete (iolens has no record limit)
+  const uint64_t names_off = kDarshanHeaderSize + zjob.size();
+  put<uint64_t>(out, 32, names_off);
+  put<uint64_t>(out, 40, znames.size());
+  const std::size_t mod_map = 48;
+  if (!zposix.empty()) {
+    put<uint64_t>(out, mod_map + 16 * kDarshanPosixModule, names_off + znames.size());
+    put<uint64_t>(out, mod_map + 16 * kDarshanPosixModule + 8, zposix.size());
+  }
+  const std::size_t mod_ver = mod_map + 16 * kMaxMods;
+  put<uint32_t>(out, mod_ver + 4 * kDarshanPosixModule, kDarshanPosixVersion);
+  out += zjob;
+  out += znames;
+  out += zposix;
+  return out;
+}
+
+bool read_darshan_log(std::string_view in, DarshanLogContents& out, std::string& error) {
+  if (in.size() < kDarshanHeaderSize) {
+    error = "truncated: " + std::to_string(in.size()) + " bytes, a Darshan header is " +
+            std::to_string(kDarshanHeaderSize);
+    return false;
+  }
+  out.version.assign(in.data(), strnlen(in.data(), 8));
+  if (out.version != "3.41") {
+    error = "unsupported version string at offset 0: '" + out.version + "' (expected 3.41)";
+    return false;
+  }
+  if (get<int64_t>(in, 8) != kDarshanMagic) {
+    error = "bad magic number at offset 8";
+    return false;
+  }
+  if (in[16] != 0) {
+    error = "unsupported compression type " + std::to_string(static_cast<int>(in[16])) +
+            " at offset 16 (only zlib)";
+    return false;
+  }
+  auto region = [&](uint64_t off, uint64_t len, const char* what, std::string& raw) {
+    if (off > in.size() || len > in.size() - off) {
+      error = std::string(what) + " region [" + std::to_string(off) + ", +" +
+              std::to_string(len) + ") lies past the end of the file (" +
+              std::to_string(in.size()) + " bytes)";
+      return false;
+    }
+    std::string why;
+    if (!inflate_region(in.substr(off, len), raw, why)) {
+      error = std::string(what) + " region at offset " + std::to_string(off) + ": " + why;
+      return false;
+    }
+    return true;
+  };
+  const uint64_t names_off = get<uint64_t>(in, 32);
+  const uint64_t names_len = get<uint64_t>(in, 40);
+  if (names_off < kDarshanHeaderSize) {
+    error = "name region offset " + std::to_string(names_off) + " overlaps the header";
+    return false;
+  }
+  std::string job;
+  if (!region(kDarshanHeaderSize, names_off - kDarshanHeaderSize, "job", job)) return false;
+  if (job.size() <= kDarshanJobSize) {
+    error = "job region too short: " + std::to_string(job.size()) + " bytes";
+    return false;
+  }
+  out.uid = get<int64_t>(job, 0);
+  out.start_sec = get<int64_t>(job, 8);
+  out.start_nsec = get<int64_t>(job, 16);
+  out.end_sec = get<int64_t>(job, 24);
+  out.end_nsec = get<int64_t>(job, 32);
+  out.nprocs = get<int64_t>(job, 40);
+  out.jobid = get<int64_t>(job, 48);
+  out.metadata.assign(job.data() + 56, strnlen(job.data() + 56, kMetadataLen));
+  std::string rest(job.data() + kDarshanJobSize, strnlen(job.data() + kDarshanJobSize,
+                                                         job.size() - kDarshanJobSize));
+  const auto nl = rest.find('\n');
+  out.exe = rest.substr(0, nl);
+  for (std::size_t pos = nl; pos != std::string::npos;) {
+    const auto next = rest.find('\n', pos + 1);
+    const std::string entry = rest.substr(pos + 1, next == std::string::npos ? std::string::npos
+                                                                             : next - pos - 1);
+    const auto tab = entry.find('\t');
+    if (tab == std::string::npos) {
+      error = "malformed mount entry in the job region: '" + entry + "'";
+      return false;
+    }
+    out.mounts.emplace_back(entry.substr(0, tab), entry.substr(tab + 1));
+    pos = next;
+  }
+
+  std::string names;
+  if (names_len && !region(names_off, names_len, "name", names)) return false;
+  for (std::size_t pos = 0; pos < names.size();) {
+    if (names.size() - pos < 9) {
+      error = "name region: " + std::to_string(names.size() - pos) + " stray bytes at its end";
+      return false;
+    }
+    const uint64_t id = get<uint64_t>(names, pos);
+    const std::size_t len = strnlen(names.data() + pos + 8, names.size() - pos - 8);
+    if (pos + 8 + len >= names.size()) {
+      error = "name region: unterminated name at byte " + std::to_string(pos + 8);
+      return false;
+    }
+    out.names.emplace(id, std::string(names.data() + pos + 8, len));
+    pos += 8 + len + 1;
+  }
+
+  const std::size_t mod_map = 48;
+  const uint64_t poff = get<uint64_t>(in, mod_map + 16 * kDarshanPosixModule);
+  const uint64_t plen = get<uint64_t>(in, mod_map + 16 * kDarshanPosixModule + 8);
+  const uint32_t pver = get<uint32_t>(in, mod_map + 16 * kMaxMods + 4 * kDarshanPosixModule);
+  if (plen) {
+    if (pver == 0 || pver > kDarshanPosixVersion) {
+      error = "POSIX module version " + std::to_string(pver) + " not supported (1.." +
+              std::to_string(kDarshanPosixVersion) + ")";
+      return false;
+    }
+    std::string raw;
+    if (!region(poff, plen, "POSIX", raw)) return false;
+    if (raw.size() % kDarshanPosixRecordSize != 0) {
+      error = "POSIX region: " + std::to_string(raw.size()) + " bytes is not a whole number of " +
+              std::to_string(kDarshanPosixRecordSize) + "-byte records";
+      return false;
+    }
+    for (std::size_t pos = 0; pos < raw.size(); pos += kDarshanPosixRecordSize) {
+      DarshanPosixRecord r;
+      r.id = get<uint64_t>(raw, pos);
+      r.rank = get<int64_t>(raw, pos + 8);
+      std::memcpy(r.counters.data(), raw.data() + pos + 16, sizeof(int64_t) * kDarshanPosixCounters);
+      std::memcpy(r.fcounters.data(), raw.data() + pos + 16 + sizeof(int64_t) * kDarshanPosixCounters,
+                  sizeof(double) * kDarshanPosixFCounters);
+      out.posix.push_back(r);
+    }
+  }
+  return true;
+}
+
+}  // namespace iolens::exporters

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+// The Darshan log writer against the format's written specification (shared/DARSHAN.md,
+// docs/darshan-log.md): header layout byte by byte, zlib regions, record sizes; then a round trip
+// through the reader, and the reader's errors on damaged files.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstring>
+
+#include "exporters/darshan_log.hpp"
+
+using namespace iolens;
+using namespace iolens::exporters;
+
+namespace {
+
+template <class T>
+T at(const std::string& s, std::size_t off) {
+  T v;
+  std::memcpy(&v, s.data() + off, sizeof(v));
+  return v;
+}
+
+std::string inflate_all(const std::string& z) {
+  std::string out(1 << 20, '\0');
+  uLongf len = out.size();
+  EXPECT_EQ(uncompress(reinterpret_cast<Bytef*>(out.data()), &len,
+                       reinterpret_cast<const Bytef*>(z.data()), z.size()),
+            Z_OK);
+  out.resize(len);
+  return out;
+}
+
+core::RunSnapshot sample() {
+  core::RunSnapshot s;
+  s.command = {"python3", "train.py"};
+  s.exit_code = 0;
+  s.start_ns = 1700000000123456789;
+  s.end_ns = 1700000010987654321;
+  for (uint32_t pid : {100u, 101u}) {
+    core::ProcessSnapshot p;
+    p.pid = pid;
+    p.start_ns = 1700000000000000000 + pid;
+    s.processes.push_back(p);
+  }
+  core::FileSnapshot f;
+  f.path = "/data/a.npy";
+  f.pid = 101;
+  f.proc_start_ns = 1700000000000000101;
+  f.counters = core::new_counters();
+  f.counters.opens = 2;
+  f.counters.dups = 1;
+  f.counters.reads = 3;
+  f.counters.bytes_read = 6530;
+  f.counters.max_byte_read = 3264;
+  f.counters.size_read[0] = 1;
+  f.counters.size_read[2] = 2;
+  f.counters.read_time_ns = 1500;
+  f.counters.read_start_ns = 2'000'000'000;
+  s.files.push_back(f);
+  f.path = "/ckpt/model.pt";
+  f.pid = 100;
+  f.proc_start_ns = 1700000000000000100;
+  f.counters = core::new_counters();
+  f.counters.writes = 2;
+  f.counters.bytes_written = 7671;
+  f.counters.size_write[2] = 1;
+  f.counters.size_write[0] = 1;
+  f.rename_sources = 1;
+  s.files.push_back(f);
+  return s;
+}
+
+DarshanJobInfo info() {
+  DarshanJobInfo j;
+  j.uid = 1000;
+  j.jobid = 100;
+  j.mounts = {{"ext4", "/"}, {"tmpfs", "/dev/shm"}, {"bad type", "/x"}};
+  return j;
+}
+
+}  // namespace
+
+TEST(DarshanLog, HeaderLayoutAndRegions) {
+  const std::string log = darshan_log(sample(), info());
+  ASSERT_GT(log.size(), kDarshanHeaderSize);
+  EXPECT_EQ(std::string(log.data(), 8), std::string("3.41\0\0\0\0", 8));
+  EXPECT_EQ(at<int64_t>(log, 8), 6567223);
+  EXPECT_EQ(log[16], 0);  // zlib
+  for (int i = 17; i < 24; ++i) EXPECT_EQ(log[static_cast<size_t>(i)], 0) << "padding " << i;
+  EXPECT_EQ(at<uint64_t>(log, 24), 0u);  // partial_flag
+  const auto names_off = at<uint64_t>(log, 32);
+  const auto names_len = at<uint64_t>(log, 40);
+  const auto posix_off = at<uint64_t>(log, 48 + 16 * 1);
+  const auto posix_len = at<uint64_t>(log, 48 + 16 * 1 + 8);
+  EXPECT_GT(names_off, kDarshanHeaderSize);  // the job region starts right after the header
+  EXPECT_EQ(posix_off, names_off + names_len);
+  EXPECT_EQ(log.size(), posix_off + posix_len);
+  for (int m = 0; m < 64; ++m) {
+    if (m == 1) continue;
+    EXPECT_EQ(at<uint64_t>(log, 48 + 16 * static_cast<size_t>(m)), 0u) << "module " << m;
+    EXPECT_EQ(at<uint32_t>(log, 1072 + 4 * static_cast<size_t>(m)), 0u) << "version of " << m;
+  }
+  EXPECT_EQ(at<uint32_t>(log, 1072 + 4), 4u);  // POSIX module version
+
+  // Every region is a zlib stream that plain zlib inflates.
+  const std::string job = inflate_all(log.substr(kDarshanHeaderSize, names_off - kDarshanHeaderSize));
+  EXPECT_EQ(at<int64_t>(job, 0), 1000);               // uid
+  EXPECT_EQ(at<int64_t>(job, 8), 1700000000);         // start sec
+  EXPECT_EQ(at<int64_t>(job, 16), 123456789);         // start nsec
+  EXPECT_EQ(at<int64_t>(job, 24), 1700000010);        // end sec
+  EXPECT_EQ(at<int64_t>(job, 40), 2);                 // nprocs: one rank per process
+  EXPECT_EQ(at<int64_t>(job, 48), 100);               // jobid
+  EXPECT_EQ(std::string(job.data() + 56), "lib_ver=3.5.0\nproducer=iolens\n");
+  EXPECT_EQ(std::string(job.data() + 1080), "python3 train.py\next4\t/\ntmpfs\t/dev/shm");
+  const std::string posix = inflate_all(log.substr(posix_off, posix_len));
+  EXPECT_EQ(posix.size(), 2 * kDarshanPosixRecordSize);
+  const std::string names = inflate_all(log.substr(names_off, names_len));
+  EXPECT_EQ(names.size(), (8 + 11 + 1) + (8 + 14 + 1));  // "/data/a.npy", "/ckpt/model.pt"
+}
+
+TEST(DarshanLog, RoundTripThroughTheReader) {
+  const auto run = sample();
+  const std::string log = darshan_log(run, info());
+  DarshanLogContents c;
+  std::string err;
+  ASSERT_TRUE(read_darshan_log(log, c, err)) << err;
+  EXPECT_EQ(c.exe, "python3 train.py");
+  ASSERT_EQ(c.mounts.size(), 2u);
+  EXPECT_EQ(c.mounts[1], (std::pair<std::string, std::string>{"tmpfs", "/dev/shm"}));
+  ASSERT_EQ(c.posix.size(), 2u);
+  ASSERT_EQ(c.names.size(), 2u);
+  const auto& a = c.posix[0];
+  EXPECT_EQ(c.names.at(a.id), "/data/a.npy");
+  EXPECT_EQ(a.id, darshan_record_id("/data/a.npy"));
+  EXPECT_EQ(a.rank, 1);  // pid 101 started second
+  auto n = [&](const DarshanPosixRecord& r, const char* name) {
+    return r.counters[static_cast<size_t>(darshan_posix_counter_index(name))];
+  };
+  auto fn = [&](const DarshanPosixRecord& r, const char* name) {
+    return r.fcounters[static_cast<size_t>(darshan_posix_fcounter_index(name))];
+  };
+  EXPECT_EQ(n(a, "OPENS"), 2);
+  EXPECT_EQ(n(a, "DUPS"), 1);
+  EXPECT_EQ(n(a, "READS"), 3);
+  EXPECT_EQ(n(a, "BYTES_READ"), 6530);
+  EXPECT_EQ(n(a, "MAX_BYTE_READ"), 3264);
+  EXPECT_EQ(n(a, "MAX_BYTE_WRITTEN"), 0);  // never written: 0, as Darshan
+  EXPECT_EQ(n(a, "SIZE_READ_0_100"), 1);
+  EXPECT_EQ(n(a, "SIZE_READ_1K_10K"), 2);
+  EXPECT_EQ(n(a, "FILE_ALIGNMENT"), -1);  // not observed
+  EXPECT_DOUBLE_EQ(fn(a, "F_READ_TIME"), 1.5e-6);
+  EXPECT_DOUBLE_EQ(fn(a, "F_READ_START_TIMESTAMP"), 2.0);
+  const auto& b = c.posix[1];
+  EXPECT_EQ(b.rank, 0);
+  EXPECT_EQ(n(b, "BYTES_WRITTEN"), 7671);
+  EXPECT_EQ(n(b, "RENAME_SOURCES"), 1);
+  EXPECT_EQ(n(b, "SIZE_WRITE_1K_10K"), 1);
+  // 69 integer and 17 floating counters, in Darshan's order.
+  EXPECT_EQ(darshan_posix_counter_index("OPENS"), 0);
+  EXPECT_EQ(darshan_posix_counter_index("BYTES_READ"), 14);
+  EXPECT_EQ(darshan_posix_counter_index("SIZE_READ_0_100"), 29);
+  EXPECT_EQ(darshan_posix_counter_index("SLOWEST_RANK_BYTES"), 68);
+  EXPECT_EQ(darshan_posix_fcounter_index("F_READ_TIME"), 8);
+  EXPECT_EQ(darshan_posix_fcounter_index("F_VARIANCE_RANK_BYTES"), 16);
+}
+
+TEST(DarshanLog, RecordIdsAreStableAndSpreadOverTheTail) {
+  // lookup8 adds the tail bytes into a, b and c by position: paths differing in any byte of a
+  // 0..23-byte tail, or only in length, must differ.
+  std::string p = "/data/set";
+  const uint64_t base = darshan_record_id(p);
+  EXPECT_EQ(base, darshan_record_id(std::string("/data/set")));
+  for (size_t len = 1; len <= 50; ++len) {
+    std::string s(len, 'a');
+    for (size_t i = 0; i < len; ++i) {
+      std::string t = s;
+      t[i] = 'b';
+      EXPECT_NE(darshan_record_id(s), darshan_record_id(t)) << len << " " << i;
+    }
+    EXPECT_NE(darshan_record_id(s), darshan_record_id(s + 'a'));
+  }
+}
+
+TEST(DarshanLog, ReaderNamesTheDamage) {
+  const std::string log = darshan_log(sample(), info());
+  DarshanLogContents c;
+  std::string err;
+  EXPECT_FALSE(read_darshan_log(log.substr(0, 100), c, err));
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
+  std::string bad = log;
+  bad[8] ^= 0x55;
+  EXPECT_FALSE(read_darshan_log(bad, c = {}, err));
+  EXPECT_NE(err.find("magic"), std::string::npos) << err;
+  bad = log;
+  bad[2] = '9';
+  EXPECT_FALSE(read_darshan_log(bad, c = {}, err));
+  EXPECT_NE(err.find("version"), std::string::npos) << err;
+  // Cut inside the POSIX region: the reader says which region and where.
+  EXPECT_FALSE(read_darshan_log(log.substr(0, log.size() - 5), c = {}, err));
+  EXPECT_NE(err.find("POSIX region"), std::string::npos) << err;
+  // Flip bytes inside the compressed job region.
+  bad = log;
+  for (size_t i = kDarshanHeaderSize + 10; i < kDarshanHeaderSize + 20; ++i) bad[i] ^= 0xff;
+  EXPECT_FALSE(read_darshan_log(bad, c = {}, err));
+  EXPECT_NE(err.find("job region"), std::string::npos) << err;
+}
