@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   cmd->add_flag("-q,--quiet", run.quiet, "No summary on stderr");
   cmd->add_option("--top", run.top_files, "Files listed in the summary")->capture_default_str();
   cmd->add_option("--drain-interval-ms", run.drain_interval_ms,
-                  "How often kernel maps are drained")
+                  "How often records of exited processes are moved out of the kernel "
+                  "(at once when its map is half full)")
       ->capture_default_str()
       ->check(CLI::Range(10u, 60000u));
   cmd->add_option("--max-file-records", run.loader.max_file_records,
