@@ -424,3 +424,69 @@ TEST_F(BpfTest, AnotherThreadClosingADescriptorDoesNotConfuseTheIdentityCache) {
     EXPECT_EQ(files[y]->counters.opens, 1u) << y;
   }
 }
+
+TEST_F(BpfTest, DeepPathIsMarkedIncompleteAndCounted) {
+  // 70 nested directories: deeper than the kernel walk's 56 steps. The name keeps its deepest
+  // components, is flagged incomplete, and the cut is counted.
+  std::string deep = dir_.string();
+  for (int i = 0; i < 70; ++i) {
+    deep += "/d" + std::to_string(i);
+    ASSERT_EQ(mkdir(deep.c_str(), 0755), 0);
+  }
+  const std::string leaf = deep + "/leaf.bin";
+  write_file(leaf, 5);
+  const pid_t pid = run_child([&] {
+    char b[8];
+    int fd = open(leaf.c_str(), O_RDONLY);
+    if (read(fd, b, sizeof(b)) != 5) _exit(1);
+    close(fd);
+  });
+  auto snap = collect(pid);
+  const FileSnapshot* rec = nullptr;
+  for (const auto& f : snap.files)
+    if (f.pid == static_cast<uint32_t>(pid) && f.counters.bytes_read == 5) rec = &f;
+  ASSERT_NE(rec, nullptr);
+  EXPECT_TRUE(rec->path_incomplete);
+  EXPECT_NE(rec->path.find("/d69/leaf.bin"), std::string::npos) << rec->path;
+  EXPECT_EQ(rec->path.find(dir_.string()), std::string::npos);  // the top was cut
+  EXPECT_GE(loader_->stats()[IOLENS_STAT_PATHS_TRUNCATED], 1u);
+}
+
+namespace {
+class BpfTinyRingTest : public BpfTest {
+ protected:
+  void SetUp() override {
+    opts_.ring_bytes = 4096;  // one page: fills after a few dozen names
+    BpfTest::SetUp();
+  }
+};
+}  // namespace
+
+TEST_F(BpfTinyRingTest, DroppedNamesAreCountedAndCountsStayExact) {
+  constexpr int kFiles = 300;
+  for (int i = 0; i < kFiles; ++i) write_file(path("n" + std::to_string(i)), 10);
+  const std::string d = dir_.string();
+  const pid_t pid = run_child([&] {
+    char b[16];
+    for (int i = 0; i < kFiles; ++i) {
+      int fd = open((d + "/n" + std::to_string(i)).c_str(), O_RDONLY);
+      if (read(fd, b, sizeof(b)) != 10) _exit(1);
+      close(fd);
+    }
+  });
+  auto snap = collect(pid);  // the ring is read only now: it overflowed meanwhile
+  const auto st = loader_->stats();
+  int named = 0, unknown = 0;
+  uint64_t bytes = 0;
+  for (const auto& f : snap.files) {
+    if (f.pid != static_cast<uint32_t>(pid) || f.counters.bytes_read != 10) continue;
+    bytes += f.counters.bytes_read;
+    (f.path_known ? named : unknown) += 1;
+  }
+  EXPECT_EQ(named + unknown, kFiles);  // every file has its record: counts never depend on names
+  EXPECT_EQ(bytes, 10u * kFiles);
+  EXPECT_GT(unknown, 0) << "a 4 KiB ring should have overflowed";
+  // Each unnamed file lost its name at least once (first open; close retries): all counted.
+  EXPECT_GE(st[IOLENS_STAT_PATH_EVENTS_LOST], static_cast<uint64_t>(unknown));
+  EXPECT_GE(st[IOLENS_STAT_EVENTS_LOST], st[IOLENS_STAT_PATH_EVENTS_LOST]);
+}
