@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 namespace iolens::exporters {
@@ -216,36 +217,19 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     const core::FileCounters& c = f.counters;
     int64_t v[kDarshanPosixCounters] = {};
     auto set = [&](const char* name, int64_t value) { v[darshan_posix_counter_index(name)] = value; };
-    set("OPENS", static_cast<int64_t>(c.opens));
-    set("DUPS", static_cast<int64_t>(c.dups));
-    set("READS", static_cast<int64_t>(c.reads));
-    set("WRITES", static_cast<int64_t>(c.writes));
-    set("SEEKS", static_cast<int64_t>(c.seeks));
-    set("STATS", static_cast<int64_t>(c.stats));
-    set("MMAPS", static_cast<int64_t>(c.mmaps));
-    set("FSYNCS", static_cast<int64_t>(c.fsyncs));
-    set("FDSYNCS", static_cast<int64_t>(c.fdsyncs));
+    // iolens's counters carry Darshan's names and semantics (docs/counters.md): each one whose
+    // upper-cased name is a POSIX counter goes there (max bytes exported as Darshan prints them).
+    for (const auto& field : core::counter_fields()) {
+      std::string name(field.name);
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char ch) { return static_cast<char>(std::toupper(ch)); });
+      const int idx = darshan_posix_counter_index(name);
+      if (idx >= 0) v[idx] = core::counter_value(c, field);
+    }
     set("RENAME_SOURCES", static_cast<int64_t>(f.rename_sources));
-    set("BYTES_READ", static_cast<int64_t>(c.bytes_read));
-    set("BYTES_WRITTEN", static_cast<int64_t>(c.bytes_written));
-    set("MAX_BYTE_READ", std::max<int64_t>(0, c.max_byte_read));
-    set("MAX_BYTE_WRITTEN", std::max<int64_t>(0, c.max_byte_written));
-    set("CONSEC_READS", static_cast<int64_t>(c.consec_reads));
-    set("CONSEC_WRITES", static_cast<int64_t>(c.consec_writes));
-    set("SEQ_READS", static_cast<int64_t>(c.seq_reads));
-    set("SEQ_WRITES", static_cast<int64_t>(c.seq_writes));
-    set("RW_SWITCHES", static_cast<int64_t>(c.rw_switches));
     // Not observed by iolens: -1, Darshan's mark for a counter it did not collect.
     for (const char* n : {"MEM_NOT_ALIGNED", "MEM_ALIGNMENT", "FILE_NOT_ALIGNED", "FILE_ALIGNMENT"})
       set(n, -1);
-    set("MAX_READ_TIME_SIZE", static_cast<int64_t>(c.max_read_time_size));
-    set("MAX_WRITE_TIME_SIZE", static_cast<int64_t>(c.max_write_time_size));
-    const int read0 = darshan_posix_counter_index("SIZE_READ_0_100");
-    const int write0 = darshan_posix_counter_index("SIZE_WRITE_0_100");
-    for (int i = 0; i < IOLENS_NR_SIZE_BUCKETS; ++i) {
-      v[read0 + i] = static_cast<int64_t>(c.size_read[i]);
-      v[write0 + i] = static_cast<int64_t>(c.size_write[i]);
-    }
     set("FASTEST_RANK", rank);
     set("FASTEST_RANK_BYTES", static_cast<int64_t>(c.bytes_read + c.bytes_written));
     set("SLOWEST_RANK", rank);
