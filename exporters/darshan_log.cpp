@@ -34,6 +34,27 @@ constexpr std::array<const char*, kDarshanPosixFCounters> kFCounterNames = {
     "F_META_TIME", "F_MAX_READ_TIME", "F_MAX_WRITE_TIME", "F_FASTEST_RANK_TIME",
     "F_SLOWEST_RANK_TIME", "F_VARIANCE_RANK_TIME", "F_VARIANCE_RANK_BYTES"};
 
+// Darshan floating counters (seconds) and the iolens nanosecond counter each one comes from.
+struct FCounterSource {
+  const char* name;
+  __u64 core::FileCounters::*member;  // nanoseconds
+};
+constexpr FCounterSource kFCounterSources[] = {
+    {"F_OPEN_START_TIMESTAMP", &core::FileCounters::open_start_ns},
+    {"F_READ_START_TIMESTAMP", &core::FileCounters::read_start_ns},
+    {"F_WRITE_START_TIMESTAMP", &core::FileCounters::write_start_ns},
+    {"F_CLOSE_START_TIMESTAMP", &core::FileCounters::close_start_ns},
+    {"F_OPEN_END_TIMESTAMP", &core::FileCounters::open_end_ns},
+    {"F_READ_END_TIMESTAMP", &core::FileCounters::read_end_ns},
+    {"F_WRITE_END_TIMESTAMP", &core::FileCounters::write_end_ns},
+    {"F_CLOSE_END_TIMESTAMP", &core::FileCounters::close_end_ns},
+    {"F_READ_TIME", &core::FileCounters::read_time_ns},
+    {"F_WRITE_TIME", &core::FileCounters::write_time_ns},
+    {"F_META_TIME", &core::FileCounters::meta_time_ns},
+    {"F_MAX_READ_TIME", &core::FileCounters::max_read_time_ns},
+    {"F_MAX_WRITE_TIME", &core::FileCounters::max_write_time_ns},
+};
+
 constexpr std::size_t kMaxMods = 64;
 constexpr std::size_t kMetadataLen = 1024;
 constexpr std::size_t kJobRegionMax = 4095;  // the runtime's own limit: job + exe + mounts
@@ -237,19 +258,7 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
 
     double fv[kDarshanPosixFCounters] = {};
     auto fset = [&](const char* name, double value) { fv[darshan_posix_fcounter_index(name)] = value; };
-    fset("F_OPEN_START_TIMESTAMP", seconds(c.open_start_ns));
-    fset("F_READ_START_TIMESTAMP", seconds(c.read_start_ns));
-    fset("F_WRITE_START_TIMESTAMP", seconds(c.write_start_ns));
-    fset("F_CLOSE_START_TIMESTAMP", seconds(c.close_start_ns));
-    fset("F_OPEN_END_TIMESTAMP", seconds(c.open_end_ns));
-    fset("F_READ_END_TIMESTAMP", seconds(c.read_end_ns));
-    fset("F_WRITE_END_TIMESTAMP", seconds(c.write_end_ns));
-    fset("F_CLOSE_END_TIMESTAMP", seconds(c.close_end_ns));
-    fset("F_READ_TIME", seconds(c.read_time_ns));
-    fset("F_WRITE_TIME", seconds(c.write_time_ns));
-    fset("F_META_TIME", seconds(c.meta_time_ns));
-    fset("F_MAX_READ_TIME", seconds(c.max_read_time_ns));
-    fset("F_MAX_WRITE_TIME", seconds(c.max_write_time_ns));
+    for (const auto& [name, member] : kFCounterSources) fset(name, seconds(c.*member));
     fset("F_FASTEST_RANK_TIME", seconds(c.read_time_ns + c.write_time_ns + c.meta_time_ns));
     fset("F_SLOWEST_RANK_TIME", seconds(c.read_time_ns + c.write_time_ns + c.meta_time_ns));
 
