@@ -27,17 +27,16 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import e2e_common as E  # noqa: E402
+
 PY = "/usr/bin/python3"
 MIN_FILES = 500
 MIN_PROCS = 3
 UNIT = re.compile(r"(\d+(?:\.\d+)?)\s?(B|KiB|MiB|GiB|TiB|bytes)\b")
 
-failures = []
-
-
-def fail(msg):
-    failures.append(msg)
-    print("FAIL:", msg, flush=True)
+CK = E.Checker("demo")  # e2e_common's failure collector, shared by every e2e test
+fail = CK.fail
 
 
 def lost_leaves(obj, prefix="lost"):
@@ -173,16 +172,11 @@ def main():
     try:
         check(a, tmp)
     finally:
-        if a.keep or failures:
+        if a.keep or CK.failures:
             print("(kept %s)" % tmp)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("\n%d FAILURE(S):" % len(failures))
-        for f in failures:
-            print("  - " + f)
-        return 1
-    print("\nPASS")
+    CK.finish()  # prints the verdict; exits 1 on any failure, else 0
     return 0
 
 

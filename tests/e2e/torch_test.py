@@ -36,6 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import e2e_common as E  # noqa: E402
 import strace_oracle as so  # noqa: E402
 
 PY = "/usr/bin/python3"
@@ -54,12 +55,8 @@ COMPARED = {
     "closes": lambda t: t.closes,
 }
 
-failures = []
-
-
-def fail(msg):
-    failures.append(msg)
-    print("FAIL:", msg, flush=True)
+CK = E.Checker("torch")  # e2e_common's failure collector, shared by every e2e test
+fail = CK.fail
 
 
 def info(msg):
@@ -179,19 +176,14 @@ def main():
     try:
         compare(a, iolens, tmp)
     finally:
-        if a.keep or failures:
+        if a.keep or CK.failures:
             info("(kept %s)" % tmp)
             if not a.keep:
                 # keep logs and JSON for diagnosis, not the 2000-file dataset
                 shutil.rmtree(os.path.join(tmp, "data"), ignore_errors=True)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        info("\n%d FAILURE(S):" % len(failures))
-        for f in failures:
-            info("  - " + f)
-        return 1
-    info("\nPASS")
+    CK.finish()  # prints the verdict; exits 1 on any failure, else 0
     return 0
 
 
