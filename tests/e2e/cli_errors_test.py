@@ -4,8 +4,9 @@
 
   1. `run -- /nonexistent/cmd`: non-zero, ONE non-empty stderr line, naming the command.
   2. `run` with no command: non-zero.
-  3. `run --json /nonexistent-dir/x.json -- touch MARKER`: non-zero, names the JSON path, and the
-     command never ran (MARKER absent): the output is checked BEFORE starting the command.
+  3. `run --json /nonexistent-dir/x.json -- touch MARKER` (and the same with --darshan): non-zero,
+     names the path, and the command never ran (MARKER absent): outputs are checked BEFORE
+     starting the command.
   4. as an unprivileged user (setpriv to 65534): non-zero, stderr mentions root or CAP_BPF; the
      same user with only CAP_BPF + CAP_PERFMON (ambient) traces a command fine.
   5. `run --btf /nonexistent/vmlinux -- true`: non-zero, names the BTF file.
@@ -66,13 +67,15 @@ def case_no_command(ck, iolens):
 
 def case_bad_json(ck, iolens, tmp):
     marker = os.path.join(tmp, "marker-should-not-exist")
-    bad = "/nonexistent-dir/x.json"
-    rc, out, err = simple(iolens, ["run", "--json", bad, "--", "touch", marker])
-    E.log("[3] --json %s: rc %d, stderr %r" % (bad, rc, err[:300]))
-    ck.check(rc != 0, "run --json %s exited 0" % bad)
-    ck.check(bad.encode() in err, "run --json %s: stderr does not name the file: %r" % (bad, err))
-    ck.check(not os.path.exists(marker),
-             "run --json %s: the command ran (created %s) before the error" % (bad, marker))
+    for opt, bad in (("--json", "/nonexistent-dir/x.json"),
+                     ("--darshan", "/nonexistent-dir/x.darshan")):
+        rc, out, err = simple(iolens, ["run", opt, bad, "--", "touch", marker])
+        E.log("[3] %s %s: rc %d, stderr %r" % (opt, bad, rc, err[:300]))
+        ck.check(rc != 0, "run %s %s exited 0" % (opt, bad))
+        ck.check(bad.encode() in err,
+                 "run %s %s: stderr does not name the file: %r" % (opt, bad, err))
+        ck.check(not os.path.exists(marker),
+                 "run %s %s: the command ran (created %s) before the error" % (opt, bad, marker))
 
 
 def case_unprivileged(ck, iolens, tmp):
