@@ -15,5 +15,8 @@ struct iolens_event_header abi_event_header;
 struct iolens_fork_event abi_fork_event;
 struct iolens_exit_event abi_exit_event;
 struct iolens_path_event abi_path_event;
+struct iolens_cgroup_event abi_cgroup_event;
+struct iolens_mark_event abi_mark_event;
+struct iolens_pin_meta abi_pin_meta;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

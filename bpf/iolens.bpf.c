@@ -23,6 +23,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* The loader refuses an object built against another ABI (see iolens_abi.h). */
 const volatile __u32 abi_version = IOLENS_ABI_VERSION;
+/* Daemon mode: report cgroup creation/removal and select tasks by cgroup and comm. */
+const volatile __u32 select_jobs = 0;
 
 #define S_IFMT 00170000
 #define S_IFREG 0100000
@@ -90,6 +92,35 @@ struct {
 	__type(key, struct seen_key);
 	__type(value, struct seen_file);
 } seen_files SEC(".maps");
+
+/*
+ * Job selection (daemon mode), filled by the agent: cgroup v2 id -> enum iolens_cgroup_action.
+ * A task is selected when the nearest of its cgroup and that cgroup's ancestors with an entry
+ * says TRACE. Consulted only when a task forks, execs or moves, never per syscall: the decision
+ * is kept in the task's storage.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u32);
+} cgroup_sel SEC(".maps");
+
+/* Written and read by the agent only (see struct iolens_pin_meta). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct iolens_pin_meta);
+} meta SEC(".maps");
+
+/* Process rules: the comm (after exec) of programs to trace wherever they run. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, char[IOLENS_COMM_LEN]);
+	__type(value, __u32);
+} comm_sel SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -184,6 +215,7 @@ static __always_inline void fill_header(struct iolens_event_header *h, __u32 typ
 	h->tgid = tgid;
 	h->pstart_ns = pstart;
 	h->ts_ns = ts;
+	h->cgroup_id = bpf_get_current_cgroup_id();
 }
 
 struct walk_ctx {
@@ -630,6 +662,199 @@ static __always_inline struct iolens_task_state *traced_state(struct task_struct
 	return bpf_task_storage_get(&task_state, task, 0, 0);
 }
 
+/* ---- job selection (daemon mode): which tasks get task storage, decided at fork/exec/move ---- */
+
+#define PF_KTHREAD 0x00200000
+/* Depth limit of the ancestor walk: Kubernetes and Slurm trees are 4 to 7 levels deep. */
+#define CGROUP_MAX_WALK 32
+
+static __always_inline __u64 cgroup_id_of(struct cgroup *cg)
+{
+	return BPF_CORE_READ(cg, kn, id);
+}
+
+static __always_inline struct cgroup *task_dfl_cgroup(struct task_struct *t)
+{
+	return BPF_CORE_READ(t, cgroups, dfl_cgrp);
+}
+
+/* The default (v2) hierarchy is the first one registered: hierarchy_id 0. The v1 hierarchies of
+ * a hybrid layout fire the same cgroup tracepoints and are ignored. */
+static __always_inline int on_v2(struct cgroup *cg)
+{
+	return BPF_CORE_READ(cg, root, hierarchy_id) == 0;
+}
+
+/* Whether tasks in `cg` are selected: the nearest of cg and its ancestors with an entry decides.
+ * A subtree created after the agent wrote its entries is covered by its ancestor's entry. */
+static __always_inline int cgroup_selected(struct cgroup *cg)
+{
+	for (int i = 0; i < CGROUP_MAX_WALK && cg; i++) {
+		__u64 id = cgroup_id_of(cg);
+		__u32 *act = bpf_map_lookup_elem(&cgroup_sel, &id);
+		struct cgroup_subsys_state *parent;
+
+		if (act)
+			return *act == IOLENS_CGROUP_TRACE;
+		parent = BPF_CORE_READ(cg, self.parent);
+		if (!parent)
+			return 0;
+		cg = container_of(parent, struct cgroup, self);
+	}
+	return 0;
+}
+
+/* Tasks traced because of their cgroup: they stop being traced when they leave the selection
+ * (tasks marked through a pidfd or by a process rule are traced wherever they go). */
+static __always_inline int origin_is_cgroup(__u32 origin)
+{
+	return origin == IOLENS_MARK_FORK || origin == IOLENS_MARK_ATTACH ||
+	       origin == IOLENS_MARK_SCAN || origin == IOLENS_MARK_MOVED;
+}
+
+static __always_inline struct iolens_task_state *mark_task(struct task_struct *t, __u32 reason)
+{
+	struct iolens_task_state *st =
+		bpf_task_storage_get(&task_state, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+
+	if (!st) {
+		stat_inc(IOLENS_STAT_TASK_STATE_FAILED);
+		return NULL;
+	}
+	st->pstart_ns = leader_start(t);
+	st->origin = reason;
+	return st;
+}
+
+/* Tells the agent a process (of `t`) entered or left the selection, with its cgroup. Woken at
+ * once: a new job process must be known before its records are drained. */
+static __always_inline void send_mark(struct task_struct *t, __u32 reason)
+{
+	struct iolens_mark_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	struct task_struct *parent;
+
+	if (!ev) {
+		stat_inc(IOLENS_STAT_EVENTS_LOST);
+		stat_inc(IOLENS_STAT_JOB_EVENTS_LOST);
+		return;
+	}
+	fill_header(&ev->hdr, IOLENS_EV_MARK, BPF_CORE_READ(t, tgid), leader_start(t),
+		    bpf_ktime_get_ns());
+	ev->hdr.cgroup_id = cgroup_id_of(task_dfl_cgroup(t));
+	ev->reason = reason;
+	ev->threads = BPF_CORE_READ(t, signal, nr_threads);
+	parent = BPF_CORE_READ(t, real_parent);
+	ev->ppid = BPF_CORE_READ(parent, tgid);
+	ev->pad = 0;
+	ev->parent_pstart_ns = BPF_CORE_READ(parent, group_leader, start_time);
+	bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), BPF_CORE_READ(t, comm));
+	bpf_ringbuf_submit(ev, 0);
+}
+
+static __always_inline void send_cgroup(struct cgroup *cg, const char *path, __u32 op)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	struct iolens_cgroup_event *ev;
+	long n;
+
+	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		stat_inc(IOLENS_STAT_EVENTS_LOST);
+		stat_inc(IOLENS_STAT_JOB_EVENTS_LOST);
+		return;
+	}
+	fill_header(&ev->hdr, IOLENS_EV_CGROUP, cur->tgid, leader_start(cur), bpf_ktime_get_ns());
+	ev->hdr.cgroup_id = cgroup_id_of(cg);
+	ev->op = op;
+	ev->level = BPF_CORE_READ(cg, level);
+	n = bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), path);
+	ev->path_len = n > 0 ? n : 0;
+	ev->flags = n == sizeof(ev->path) ? IOLENS_PATH_TRUNCATED : 0;
+	bpf_ringbuf_submit(ev, 0);
+}
+
+/* A cgroup is named when it is created, so a job whose cgroup lives for milliseconds is named. */
+SEC("tp_btf/cgroup_mkdir")
+int BPF_PROG(cgroup_mkdir, struct cgroup *cgrp, const char *path)
+{
+	if (select_jobs && on_v2(cgrp))
+		send_cgroup(cgrp, path, IOLENS_CGROUP_MKDIR);
+	return 0;
+}
+
+SEC("tp_btf/cgroup_rmdir")
+int BPF_PROG(cgroup_rmdir, struct cgroup *cgrp, const char *path)
+{
+	__u64 id;
+
+	if (!select_jobs || !on_v2(cgrp))
+		return 0;
+	/* Ids are never reused; an entry of a removed cgroup would only take a slot. */
+	id = cgroup_id_of(cgrp);
+	bpf_map_delete_elem(&cgroup_sel, &id);
+	send_cgroup(cgrp, path, IOLENS_CGROUP_RMDIR);
+	return 0;
+}
+
+/* A write to cgroup.procs/cgroup.threads moved `task` (the group leader if threadgroup). Runs in
+ * the writer's context (slurmstepd, runc, systemd), once per move. */
+SEC("tp_btf/cgroup_attach_task")
+int BPF_PROG(cgroup_attach_task, struct cgroup *dst_cgrp, const char *path,
+	     struct task_struct *task, bool threadgroup)
+{
+	struct iolens_task_state *st;
+	int sel;
+
+	if (!select_jobs || !on_v2(dst_cgrp))
+		return 0;
+	sel = cgroup_selected(dst_cgrp);
+	st = bpf_task_storage_get(&task_state, task, 0, 0);
+	if (st) {
+		if (!origin_is_cgroup(st->origin))
+			return 0;
+		if (sel) {
+			send_mark(task, IOLENS_MARK_MOVED);
+			return 0;
+		}
+		bpf_task_storage_delete(&task_state, task);
+		send_mark(task, IOLENS_MARK_UNTRACED);
+		return 0;
+	}
+	if (!sel || !mark_task(task, IOLENS_MARK_ATTACH))
+		return 0;
+	send_mark(task, IOLENS_MARK_ATTACH);
+	return 0;
+}
+
+/*
+ * Run by the agent (bpf_iter_create + read) when it starts and whenever the selection changes:
+ * marks every task already in a selected cgroup, and unmarks cgroup-selected tasks whose cgroup
+ * is no longer selected (an excluded subtree).
+ */
+SEC("iter/task")
+int scan_tasks(struct bpf_iter__task *ctx)
+{
+	struct task_struct *t = ctx->task;
+	struct iolens_task_state *st;
+	int sel;
+
+	if (!t || !select_jobs || (t->flags & PF_KTHREAD))
+		return 0;
+	sel = cgroup_selected(task_dfl_cgroup(t));
+	st = bpf_task_storage_get(&task_state, t, 0, 0);
+	if (st) {
+		if (!sel && origin_is_cgroup(st->origin)) {
+			bpf_task_storage_delete(&task_state, t);
+			send_mark(t, IOLENS_MARK_UNTRACED);
+		}
+		return 0;
+	}
+	if (!sel || !mark_task(t, IOLENS_MARK_SCAN))
+		return 0;
+	send_mark(t, IOLENS_MARK_SCAN);
+	return 0;
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
@@ -846,13 +1071,23 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 	struct iolens_fork_event *ev;
 	__u64 now;
 
-	if (!ps)
-		return 0;
-	cs = bpf_task_storage_get(&task_state, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!cs) {
-		/* The child would run untraced: count it so the output says so. */
-		stat_inc(IOLENS_STAT_TASK_STATE_FAILED);
-		return 0;
+	if (ps) {
+		cs = bpf_task_storage_get(&task_state, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!cs) {
+			/* The child would run untraced: count it so the output says so. */
+			stat_inc(IOLENS_STAT_TASK_STATE_FAILED);
+			return 0;
+		}
+		cs->origin = ps->origin;
+	} else {
+		/* An untraced parent: the child may have been created straight into a selected
+		 * cgroup (clone3 CLONE_INTO_CGROUP, as systemd and container runtimes do), or be a
+		 * new thread of a process moved into one. */
+		if (!select_jobs || !cgroup_selected(task_dfl_cgroup(child)))
+			return 0;
+		cs = mark_task(child, IOLENS_MARK_FORK);
+		if (!cs)
+			return 0;
 	}
 	if (child->tgid == parent->tgid) {
 		cs->pstart_ns = leader_start(parent);
@@ -867,6 +1102,7 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 		return 0;
 	}
 	fill_header(&ev->hdr, IOLENS_EV_FORK, child->tgid, child->start_time, now);
+	ev->hdr.cgroup_id = cgroup_id_of(task_dfl_cgroup(child));
 	ev->ppid = parent->tgid;
 	ev->pad = 0;
 	ev->parent_pstart_ns = leader_start(parent);
@@ -882,8 +1118,20 @@ int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct li
 	struct iolens_path_event *ev;
 	struct file *f;
 
-	if (!st)
-		return 0;
+	if (!st) {
+		/* Process rules: the comm is the new program's by now (begin_new_exec set it, zero
+		 * padded), so it can be the key as it is. */
+		char comm[IOLENS_COMM_LEN] = {};
+
+		if (!select_jobs)
+			return 0;
+		bpf_probe_read_kernel(comm, sizeof(comm), p->comm);
+		if (!bpf_map_lookup_elem(&comm_sel, comm))
+			return 0;
+		if (!mark_task(p, IOLENS_MARK_COMM))
+			return 0;
+		send_mark(p, IOLENS_MARK_COMM);
+	}
 	ev = path_event_begin(IOLENS_PATH_EXE, p->tgid, leader_start(p), bpf_ktime_get_ns());
 	if (!ev)
 		return 0;

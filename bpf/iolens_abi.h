@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 3
+#define IOLENS_ABI_VERSION 4
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -124,6 +124,8 @@ struct iolens_task_state {
 	__u64 cache_ino;
 	__u32 cache_dev;
 	__u32 cache_gen;
+	__u32 origin; /* enum iolens_mark_reason: why this task is traced */
+	__u32 pad;
 };
 
 /* Ring-buffer events: rare, per process or per new file, never per I/O call. */
@@ -132,6 +134,8 @@ enum iolens_event_type {
 	IOLENS_EV_EXEC = 2, /* a traced process exec'd; path = executable */
 	IOLENS_EV_EXIT = 3, /* the last thread of a traced process exited */
 	IOLENS_EV_PATH = 4, /* a path: name of a file, or the argument of a path-based call */
+	IOLENS_EV_CGROUP = 5, /* a cgroup v2 directory was created or removed (daemon mode) */
+	IOLENS_EV_MARK = 6,   /* a task started or stopped being traced by a selection rule */
 };
 
 struct iolens_event_header {
@@ -139,6 +143,7 @@ struct iolens_event_header {
 	__u32 tgid;      /* process the event belongs to */
 	__u64 pstart_ns; /* its start time (CLOCK_MONOTONIC ns) */
 	__u64 ts_ns;     /* when the event happened (CLOCK_MONOTONIC ns) */
+	__u64 cgroup_id; /* cgroup v2 id (the cgroup directory's inode number) of the process */
 };
 
 #define IOLENS_COMM_LEN 16
@@ -155,6 +160,66 @@ struct iolens_exit_event {
 	struct iolens_event_header hdr;
 	__s32 exit_code; /* raw wait status of the process (exit code << 8 | signal) */
 	__u32 pad;
+};
+
+/* IOLENS_EV_CGROUP: the header's cgroup_id is the cgroup's; tgid/pstart_ns are the caller's. */
+enum iolens_cgroup_op {
+	IOLENS_CGROUP_MKDIR = 1,
+	IOLENS_CGROUP_RMDIR = 2,
+};
+
+#define IOLENS_CGROUP_PATH_MAX 1024
+
+struct iolens_cgroup_event {
+	struct iolens_event_header hdr;
+	__u32 op;       /* enum iolens_cgroup_op */
+	__u32 level;    /* depth below the root (the root is 0) */
+	__u32 path_len; /* bytes of path, its NUL included; the path is cut at IOLENS_CGROUP_PATH_MAX */
+	__u32 flags;    /* IOLENS_PATH_TRUNCATED */
+	char path[IOLENS_CGROUP_PATH_MAX]; /* relative to the cgroup2 mount, "/a/b" */
+};
+
+/* Why a task is traced (iolens_task_state::origin) or why a mark event was sent. */
+enum iolens_mark_reason {
+	IOLENS_MARK_PID = 0,       /* marked by the agent through a pidfd (`iolens run`) */
+	IOLENS_MARK_FORK = 1,      /* created straight into a selected cgroup (CLONE_INTO_CGROUP) */
+	IOLENS_MARK_ATTACH = 2,    /* moved into a selected cgroup (a write to cgroup.procs) */
+	IOLENS_MARK_SCAN = 3,      /* found in a selected cgroup by the task iterator */
+	IOLENS_MARK_COMM = 4,      /* exec'd a program whose comm a process rule selects */
+	IOLENS_MARK_MOVED = 5,     /* a traced task moved to another selected cgroup */
+	IOLENS_MARK_UNTRACED = 6,  /* a traced task moved out of the selection: no longer traced */
+};
+
+/* IOLENS_EV_MARK: the header names the task's process and its (new) cgroup. */
+struct iolens_mark_event {
+	struct iolens_event_header hdr;
+	__u32 reason;  /* enum iolens_mark_reason */
+	__u32 threads; /* threads of the process when it was marked; only the one marked is traced
+			* until the agent runs the task iterator (IOLENS_MARK_ATTACH of a group) */
+	__u32 ppid;    /* parent tgid */
+	__u32 pad;
+	__u64 parent_pstart_ns;
+	char comm[IOLENS_COMM_LEN];
+};
+
+/* Values of the cgroup selection map: the nearest ancestor (or self) with an entry decides. */
+enum iolens_cgroup_action {
+	IOLENS_CGROUP_TRACE = 1,   /* trace every task at or below this cgroup */
+	IOLENS_CGROUP_EXCLUDE = 2, /* trace none at or below it (a non-job subtree of a traced one) */
+};
+
+/*
+ * Daemon mode keeps its maps pinned in bpffs so a restarted daemon continues them. This record,
+ * in the pinned `meta` map, says what they were created with; a daemon that finds another ABI or
+ * other sizes discards them (and says so) instead of misreading them.
+ */
+struct iolens_pin_meta {
+	__u32 abi_version;
+	__u32 files_max;
+	__u32 others_max;
+	__u32 ring_bytes;
+	__u64 created_wall_ns; /* CLOCK_REALTIME ns when the maps were created */
+	__u64 mono_to_wall_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC then (signed, stored as u64) */
 };
 
 /* What an IOLENS_EV_PATH event names. */
@@ -209,6 +274,7 @@ enum iolens_stat {
 	IOLENS_STAT_NAME_LOOKUPS,          /* path events emitted */
 	IOLENS_STAT_FILE_RECORDS_CREATED,  /* records inserted into `files` (not a loss: the agent
 					    * drains early when the map is half full) */
+	IOLENS_STAT_JOB_EVENTS_LOST,       /* of EVENTS_LOST: cgroup and mark events */
 	IOLENS_NR_STATS,
 };
 
@@ -221,11 +287,15 @@ enum iolens_stat {
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 512, "counters layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 72, "task state layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 24, "event header layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 56, "fork event layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_exit_event) == 32, "exit event layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_path_event) == 72 + IOLENS_PATH_DATA_MAX,
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 80, "task state layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 32, "event header layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 64, "fork event layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_exit_event) == 40, "exit event layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_path_event) == 80 + IOLENS_PATH_DATA_MAX,
 		     "path event layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_cgroup_event) == 48 + IOLENS_CGROUP_PATH_MAX,
+		     "cgroup event layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_mark_event) == 72, "mark event layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 32, "pin meta layout");
 
 #endif /* IOLENS_ABI_H */

@@ -180,6 +180,7 @@ int run_traced(const RunOptions& opts) {
       rec.add_lost("decode_errors", 1);
       return;
     }
+    if (r.job) return;  // job selection events: only the daemon selects jobs
     exits_pending += std::holds_alternative<core::ExitEvent>(r.event);
     rec.on_event(r.event);
   };

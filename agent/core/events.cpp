@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <algorithm>
 
 #include "iolens_abi.h"
 
@@ -36,7 +37,7 @@ DecodeResult decode_event(std::span<const uint8_t> bytes) {
       if (bytes.size() < sizeof(e)) return fail("short fork record");
       std::memcpy(&e, bytes.data(), sizeof(e));
       r.event = ForkEvent{key_of(h), ProcKey{e.ppid, e.parent_pstart_ns}, h.ts_ns,
-                          bounded_string(e.comm, sizeof(e.comm))};
+                          bounded_string(e.comm, sizeof(e.comm)), h.cgroup_id};
       break;
     }
     case IOLENS_EV_EXIT: {
@@ -77,6 +78,34 @@ DecodeResult decode_event(std::span<const uint8_t> bytes) {
       p.comm = bounded_string(e.comm, sizeof(e.comm));
       if (p.op < IOLENS_PATH_FILE || p.op > IOLENS_PATH_RENAME) return fail("unknown path op");
       r.event = std::move(p);
+      break;
+    }
+    case IOLENS_EV_CGROUP: {
+      constexpr std::size_t head = offsetof(iolens_cgroup_event, path);
+      if (bytes.size() < head) return fail("short cgroup record");
+      iolens_cgroup_event e;
+      std::memcpy(&e, bytes.data(), head);
+      if (e.op != IOLENS_CGROUP_MKDIR && e.op != IOLENS_CGROUP_RMDIR)
+        return fail("unknown cgroup op");
+      const std::size_t avail = std::min<std::size_t>(bytes.size() - head, sizeof(e.path));
+      if (e.path_len > avail) return fail("cgroup record path exceeds the record");
+      CgroupEvent c;
+      c.created = e.op == IOLENS_CGROUP_MKDIR;
+      c.id = h.cgroup_id;
+      c.level = e.level;
+      c.path = bounded_string(reinterpret_cast<const char*>(bytes.data() + head), e.path_len);
+      c.truncated = (e.flags & IOLENS_PATH_TRUNCATED) != 0;
+      c.ts_ns = h.ts_ns;
+      r.job = std::move(c);
+      break;
+    }
+    case IOLENS_EV_MARK: {
+      iolens_mark_event e{};
+      if (bytes.size() < sizeof(e)) return fail("short mark record");
+      std::memcpy(&e, bytes.data(), sizeof(e));
+      if (e.reason > IOLENS_MARK_UNTRACED) return fail("unknown mark reason");
+      r.job = MarkEvent{key_of(h), ProcKey{e.ppid, e.parent_pstart_ns}, h.cgroup_id, e.reason,
+                        e.threads, bounded_string(e.comm, sizeof(e.comm)), h.ts_ns};
       break;
     }
     default:

@@ -4,12 +4,17 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "iolens_bpf.skel.h"
@@ -43,6 +48,44 @@ int ring_callback(void* ctx, void* data, size_t size) {
 }
 
 constexpr int kErrNotSupp = 524;  // the kernel's ENOTSUPP, not in user-space errno.h
+constexpr long kBpfFsMagic = 0xcafe4a11;
+
+/// When a program is attached: always, in daemon mode only, or on demand (syscall hooks).
+enum class Group { Lifecycle, Jobs, Syscalls };
+
+int64_t clock_ns(clockid_t c) {
+  timespec ts{};
+  clock_gettime(c, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+/// Makes `dir` a directory on a bpffs, mounting bpffs at /sys/fs/bpf if nothing is there yet
+/// (systemd mounts it at boot; minimal hosts and containers may not).
+Status ensure_bpffs_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  struct statfs sfs {};
+  if (statfs("/sys/fs/bpf", &sfs) == 0 && sfs.f_type != kBpfFsMagic &&
+      dir.rfind("/sys/fs/bpf/", 0) == 0) {
+    if (mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700") != 0) {
+      const int e = errno;
+      return Status::Error("cannot mount bpffs at /sys/fs/bpf: " + errno_text(e), e);
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::Error("cannot create pin directory " + dir + ": " + ec.message());
+  if (statfs(dir.c_str(), &sfs) != 0 || sfs.f_type != kBpfFsMagic)
+    return Status::Error("pin directory " + dir + " is not on a bpf filesystem (mount -t bpf)");
+  return Status::Ok();
+}
+
+void remove_pins(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::error_code ec2;
+    std::filesystem::remove(e.path(), ec2);
+  }
+}
 
 }  // namespace
 
@@ -50,9 +93,27 @@ struct Loader::Impl {
   iolens_bpf* skel = nullptr;
   ring_buffer* ring = nullptr;
   const EventSink* current_sink = nullptr;
+  struct Prog {
+    const char* name;
+    bpf_program* prog;
+    bpf_link** link;
+    Group group;
+  };
+  std::vector<Prog> progs;
   ~Impl() {
     if (ring) ring_buffer__free(ring);
     if (skel) iolens_bpf__destroy(skel);
+  }
+  Prog* find(const std::string& name) {
+    for (auto& p : progs)
+      if (name == p.name) return &p;
+    return nullptr;
+  }
+  /// Maps that carry state from one agent to the next (pinned in daemon mode).
+  std::vector<bpf_map*> persistent_maps() const {
+    auto& m = skel->maps;
+    return {m.task_state, m.files,  m.others, m.seen_files, m.cgroup_sel,
+            m.comm_sel,   m.events, m.stats,  m.meta};
   }
 };
 
@@ -99,6 +160,44 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   bpf_map__set_max_entries(skel->maps.files, opts.max_file_records);
   bpf_map__set_max_entries(skel->maps.others, opts.max_other_records);
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
+  skel->rodata->select_jobs = opts.select_jobs ? 1 : 0;
+
+  PinState pins;
+  if (!opts.pin_dir.empty()) {
+    if (status = ensure_bpffs_dir(opts.pin_dir); !status) return nullptr;
+    // A previous agent's maps are reused only if they were made for this ABI and these sizes.
+    const std::string meta_path = opts.pin_dir + "/meta";
+    const bool any_pin = !std::filesystem::is_empty(opts.pin_dir);
+    if (any_pin) {
+      iolens_pin_meta old{};
+      const int fd = bpf_obj_get(meta_path.c_str());
+      const __u32 zero = 0;
+      const bool readable = fd >= 0 && bpf_map_lookup_elem(fd, &zero, &old) == 0;
+      if (fd >= 0) close(fd);
+      if (!readable) {
+        pins.discarded = "pins without a readable meta map";
+      } else if (old.abi_version != IOLENS_ABI_VERSION) {
+        pins.discarded = "made for ABI " + std::to_string(old.abi_version) + ", this agent has " +
+                         std::to_string(IOLENS_ABI_VERSION);
+      } else if (old.files_max != opts.max_file_records ||
+                 old.others_max != opts.max_other_records || old.ring_bytes != opts.ring_bytes) {
+        pins.discarded = "map sizes changed (files " + std::to_string(old.files_max) + " -> " +
+                         std::to_string(opts.max_file_records) + ")";
+      } else {
+        pins.resumed = true;
+        pins.mono_to_wall_ns = static_cast<int64_t>(old.mono_to_wall_ns);
+        pins.created_wall_ns = old.created_wall_ns;
+      }
+      if (!pins.resumed) remove_pins(opts.pin_dir);
+    }
+    for (bpf_map* m : impl->persistent_maps()) {
+      const std::string path = opts.pin_dir + "/" + bpf_map__name(m);
+      if (int err = bpf_map__set_pin_path(m, path.c_str()); err) {
+        status = Status::Error("cannot set pin path " + path + ": " + errno_text(err), -err);
+        return nullptr;
+      }
+    }
+  }
 
   if (int err = iolens_bpf__load(skel); err) {
     std::string msg = "cannot load the BPF programs: " + errno_text(err);
@@ -108,34 +207,48 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
     return nullptr;
   }
 
+  if (!opts.pin_dir.empty() && !pins.resumed) {
+    const int64_t wall = clock_ns(CLOCK_REALTIME);
+    iolens_pin_meta meta{IOLENS_ABI_VERSION, opts.max_file_records, opts.max_other_records,
+                         opts.ring_bytes, static_cast<uint64_t>(wall),
+                         static_cast<uint64_t>(wall - clock_ns(CLOCK_MONOTONIC))};
+    const __u32 zero = 0;
+    bpf_map_update_elem(bpf_map__fd(skel->maps.meta), &zero, &meta, BPF_ANY);
+    pins.mono_to_wall_ns = static_cast<int64_t>(meta.mono_to_wall_ns);
+    pins.created_wall_ns = meta.created_wall_ns;
+  }
+
+  impl->progs = {
+      {"sched_process_fork", skel->progs.sched_process_fork, &skel->links.sched_process_fork,
+       Group::Lifecycle},
+      {"sched_process_exec", skel->progs.sched_process_exec, &skel->links.sched_process_exec,
+       Group::Lifecycle},
+      {"sched_process_exit", skel->progs.sched_process_exit, &skel->links.sched_process_exit,
+       Group::Lifecycle},
+      {"cgroup_mkdir", skel->progs.cgroup_mkdir, &skel->links.cgroup_mkdir, Group::Jobs},
+      {"cgroup_rmdir", skel->progs.cgroup_rmdir, &skel->links.cgroup_rmdir, Group::Jobs},
+      {"cgroup_attach_task", skel->progs.cgroup_attach_task, &skel->links.cgroup_attach_task,
+       Group::Jobs},
+      {"sys_enter", skel->progs.sys_enter, &skel->links.sys_enter, Group::Syscalls},
+      {"sys_exit", skel->progs.sys_exit, &skel->links.sys_exit, Group::Syscalls},
+  };
   auto loader = std::unique_ptr<Loader>(new Loader(std::move(impl)));
   loader->max_file_records_ = opts.max_file_records;
-  // Attach one by one so that each failure is named; all of these are required for `run`.
-  struct {
-    const char* name;
-    bpf_program* prog;
-    bpf_link** link;
-  } progs[] = {
-      {"sched_process_fork", skel->progs.sched_process_fork, &skel->links.sched_process_fork},
-      {"sched_process_exec", skel->progs.sched_process_exec, &skel->links.sched_process_exec},
-      {"sched_process_exit", skel->progs.sched_process_exit, &skel->links.sched_process_exit},
-      {"sys_enter", skel->progs.sys_enter, &skel->links.sys_enter},
-      {"sys_exit", skel->progs.sys_exit, &skel->links.sys_exit},
-  };
-  for (auto& p : progs) {
-    ProgramState ps{p.name, false, ""};
-    *p.link = bpf_program__attach(p.prog);
-    if (!*p.link) {
-      const int e = errno;
-      ps.error = errno_text(e);
-      loader->programs_.push_back(ps);
-      std::string msg = std::string("cannot attach ") + p.name + ": " + ps.error;
-      if (e == EPERM || e == EACCES) msg += std::string(" (") + privilege_hint() + ")";
-      status = Status::Error(msg, e);
-      return nullptr;
+  loader->pin_state_ = pins;
+  loader->pin_dir_ = opts.pin_dir;
+  // Attach one by one so that each failure is named. Lifecycle and job programs are required;
+  // in daemon mode the syscall hooks wait for set_syscall_hooks(true), unless a previous agent
+  // left them attached (resumed), in which case its links are kept: re-attaching would leave a
+  // gap or count calls twice.
+  for (const auto& p : loader->impl_->progs) {
+    const std::string link_pin = opts.pin_dir + "/link_" + p.name;
+    const bool pinned_link = pins.resumed && access(link_pin.c_str(), F_OK) == 0;
+    if (p.group == Group::Jobs && !opts.select_jobs) continue;
+    if (p.group == Group::Syscalls && opts.select_jobs && !pinned_link) {
+      loader->programs_.push_back(ProgramState{p.name, false, ""});
+      continue;
     }
-    ps.attached = true;
-    loader->programs_.push_back(ps);
+    if (status = loader->attach_one(p.name, !opts.pin_dir.empty()); !status) return nullptr;
   }
 
   loader->impl_->ring = ring_buffer__new(bpf_map__fd(skel->maps.events), ring_callback,
@@ -147,6 +260,158 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   }
   status = Status::Ok();
   return loader;
+}
+
+void Loader::set_program_state(const std::string& name, bool attached, const std::string& error) {
+  for (auto& ps : programs_) {
+    if (ps.name == name) {
+      ps.attached = attached;
+      ps.error = error;
+      return;
+    }
+  }
+  programs_.push_back(ProgramState{name, attached, error});
+}
+
+Status Loader::attach_one(const std::string& name, bool pin) {
+  Impl::Prog* p = impl_->find(name);
+  if (!p) return Status::Error("no program " + name);
+  if (*p->link) return Status::Ok();
+  const std::string link_pin = pin_dir_ + "/link_" + name;
+  if (pin && pin_state_.resumed && access(link_pin.c_str(), F_OK) == 0) {
+    *p->link = bpf_link__open(link_pin.c_str());
+    if (*p->link) {
+      set_program_state(name, true, "");
+      return Status::Ok();
+    }
+    std::filesystem::remove(link_pin);  // unusable: attach afresh
+  }
+  *p->link = bpf_program__attach(p->prog);
+  if (!*p->link) {
+    const int e = errno;
+    set_program_state(name, false, errno_text(e));
+    std::string msg = "cannot attach " + name + ": " + errno_text(e);
+    if (e == EPERM || e == EACCES) msg += std::string(" (") + privilege_hint() + ")";
+    return Status::Error(msg, e);
+  }
+  if (pin) {
+    if (int err = bpf_link__pin(*p->link, link_pin.c_str()); err)
+      spdlog::warn("cannot pin {}: {} (a restart would detach it)", link_pin, errno_text(err));
+  }
+  set_program_state(name, true, "");
+  return Status::Ok();
+}
+
+Status Loader::set_syscall_hooks(bool attached) {
+  for (const char* name : {"sys_enter", "sys_exit"}) {
+    Impl::Prog* p = impl_->find(name);
+    if (attached) {
+      if (Status s = attach_one(name, !pin_dir_.empty()); !s) return s;
+    } else if (*p->link) {
+      if (bpf_link__pin_path(*p->link)) bpf_link__unpin(*p->link);
+      bpf_link__destroy(*p->link);
+      *p->link = nullptr;
+      set_program_state(name, false, "");
+    }
+  }
+  return Status::Ok();
+}
+
+bool Loader::syscall_hooks() const {
+  return impl_->skel->links.sys_enter != nullptr && impl_->skel->links.sys_exit != nullptr;
+}
+
+void Loader::unpin_all() {
+  if (pin_dir_.empty()) return;
+  for (auto& p : impl_->progs)
+    if (*p.link && bpf_link__pin_path(*p.link)) bpf_link__unpin(*p.link);
+  for (bpf_map* m : impl_->persistent_maps()) bpf_map__unpin(m, nullptr);
+  remove_pins(pin_dir_);
+  rmdir(pin_dir_.c_str());
+}
+
+Status Loader::select_cgroup(uint64_t id, uint32_t action) {
+  if (bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.cgroup_sel), &id, &action, BPF_ANY)) {
+    const int e = errno;
+    return Status::Error("cannot select cgroup " + std::to_string(id) + ": " + errno_text(e), e);
+  }
+  return Status::Ok();
+}
+
+Status Loader::unselect_cgroup(uint64_t id) {
+  if (bpf_map_delete_elem(bpf_map__fd(impl_->skel->maps.cgroup_sel), &id) && errno != ENOENT) {
+    const int e = errno;
+    return Status::Error("cannot unselect cgroup " + std::to_string(id) + ": " + errno_text(e), e);
+  }
+  return Status::Ok();
+}
+
+Status Loader::select_comm(const std::string& comm) {
+  char key[IOLENS_COMM_LEN] = {};
+  if (comm.empty() || comm.size() >= sizeof(key))
+    return Status::Error("a comm has 1 to 15 bytes: '" + comm + "'", EINVAL);
+  std::memcpy(key, comm.data(), comm.size());
+  const __u32 one = 1;
+  if (bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.comm_sel), key, &one, BPF_ANY)) {
+    const int e = errno;
+    return Status::Error("cannot select comm " + comm + ": " + errno_text(e), e);
+  }
+  return Status::Ok();
+}
+
+Status Loader::scan_tasks() {
+  bpf_link* link = bpf_program__attach_iter(impl_->skel->progs.scan_tasks, nullptr);
+  if (!link) {
+    const int e = errno;
+    return Status::Error("cannot attach the task iterator: " + errno_text(e), e);
+  }
+  const int fd = bpf_iter_create(bpf_link__fd(link));
+  if (fd < 0) {
+    const int e = errno;
+    bpf_link__destroy(link);
+    return Status::Error("cannot run the task iterator: " + errno_text(e), e);
+  }
+  // The program writes nothing to the seq file; reading to the end runs it over every task.
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+  }
+  const int e = n < 0 ? errno : 0;
+  close(fd);
+  bpf_link__destroy(link);
+  if (e) return Status::Error("task iterator failed: " + errno_text(e), e);
+  return Status::Ok();
+}
+
+int64_t Loader::map_entries(const std::string& name) const {
+  bpf_map* m = bpf_object__find_map_by_name(impl_->skel->obj, name.c_str());
+  if (!m) return -1;
+  // Hash maps do not report their size; count keys (the status command is rare).
+  const int fd = bpf_map__fd(m);
+  const uint32_t key_size = bpf_map__key_size(m);
+  std::vector<uint8_t> key(key_size), next(key_size);
+  int64_t n = 0;
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
+    ++n;
+    key.swap(next);
+    prev = key.data();
+  }
+  return n;
+}
+
+Status Loader::untrace_process(pid_t pid) {
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    const int e = errno;
+    return Status::Error("pidfd_open(" + std::to_string(pid) + "): " + errno_text(e), e);
+  }
+  const int err = bpf_map_delete_elem(bpf_map__fd(impl_->skel->maps.task_state), &pidfd);
+  const int e = errno;
+  close(pidfd);
+  if (err && e != ENOENT)
+    return Status::Error("cannot untrace process " + std::to_string(pid) + ": " + errno_text(e), e);
+  return Status::Ok();
 }
 
 Status Loader::trace_process(pid_t pid) {

@@ -24,6 +24,20 @@ struct Options {
   uint32_t max_other_records = 8192;
   uint32_t ring_bytes = 8u << 20;
   bool verbose = false;                // libbpf debug output
+  /// Daemon mode: select tasks by cgroup (select_cgroup) and comm (select_comm), report cgroup
+  /// creation and removal, and attach the syscall hooks only when asked (set_syscall_hooks).
+  bool select_jobs = false;
+  /// Pin maps and links under this bpffs directory so that a restarted agent continues them
+  /// (daemon mode). Empty: nothing pinned, everything goes away with the agent.
+  std::string pin_dir;
+};
+
+/// What a start with pinning found: a previous agent's live state, or why it was discarded.
+struct PinState {
+  bool resumed = false;        // maps and links of a previous agent were found and reused
+  std::string discarded;       // non-empty: a previous agent's pins existed but were removed (why)
+  int64_t mono_to_wall_ns = 0; // clock base of the maps when resumed
+  uint64_t created_wall_ns = 0;
 };
 
 /// One program and whether it is attached; failures are reported, never hidden.
@@ -45,6 +59,29 @@ class Loader {
 
   /// Starts tracing `pid` (and, through fork, all it creates). Call before it runs the job.
   Status trace_process(pid_t pid);
+  /// Stops tracing `pid`'s main thread (a process rule's candidate that did not match).
+  Status untrace_process(pid_t pid);
+
+  /// Daemon mode. Tasks at or below cgroup `id` are traced (TRACE) or not (EXCLUDE); the
+  /// nearest entry decides. Takes effect for tasks that fork, exec or move from now on; call
+  /// scan_tasks() to apply it to the tasks already there.
+  Status select_cgroup(uint64_t id, uint32_t action);
+  Status unselect_cgroup(uint64_t id);
+  /// Processes that exec a program with this comm are traced wherever they run.
+  Status select_comm(const std::string& comm);
+  /// Runs the task iterator: marks every task now in a selected cgroup, unmarks cgroup-selected
+  /// ones whose cgroup is no longer selected. Each change arrives as a mark event.
+  Status scan_tasks();
+  /// Attaches or detaches sys_enter/sys_exit: every syscall on the machine pays for them while
+  /// attached (bench/README.md), so the daemon attaches them only while a job is alive.
+  Status set_syscall_hooks(bool attached);
+  bool syscall_hooks() const;
+  /// Daemon mode: what start-up found in pin_dir.
+  const PinState& pin_state() const { return pin_state_; }
+  /// Removes every pin, so the maps and programs go away with this agent (a clean stop).
+  void unpin_all();
+  /// Entries of a map now (for status); -1 if unknown.
+  int64_t map_entries(const std::string& name) const;
 
   /// Hands every pending ring-buffer record to `sink`; never blocks. Returns records consumed.
   using EventSink = std::function<void(std::span<const uint8_t>)>;
@@ -78,10 +115,14 @@ class Loader {
   struct Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
   Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink);
+  Status attach_one(const std::string& name, bool pin);
+  void set_program_state(const std::string& name, bool attached, const std::string& error);
   void delete_keys(int map_fd, const std::vector<iolens_file_key>& keys);
 
   std::unique_ptr<Impl> impl_;
   std::vector<ProgramState> programs_;
+  PinState pin_state_;
+  std::string pin_dir_;
   uint32_t max_file_records_ = 0;
   bool batch_ok_ = true;  // cleared when the kernel refuses batched map reads
 };

@@ -81,10 +81,12 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   EXPECT_FIELD(ts, iolens_task_state, enter_ns);
   EXPECT_FIELD(ts, iolens_task_state, close_kind);
   EXPECT_FIELD(ts, iolens_task_state, close_gen);
+  EXPECT_FIELD(ts, iolens_task_state, origin);
 
   auto h = layout_of(b_, "iolens_event_header");
   ASSERT_EQ(h.size, sizeof(iolens_event_header));
   EXPECT_FIELD(h, iolens_event_header, ts_ns);
+  EXPECT_FIELD(h, iolens_event_header, cgroup_id);
 
   auto f = layout_of(b_, "iolens_fork_event");
   ASSERT_EQ(f.size, sizeof(iolens_fork_event));
@@ -107,4 +109,26 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   EXPECT_FIELD(p, iolens_path_event, str2_len);
   EXPECT_FIELD(p, iolens_path_event, comm);
   EXPECT_FIELD(p, iolens_path_event, data);
+
+  auto c = layout_of(b_, "iolens_cgroup_event");
+  ASSERT_EQ(c.size, sizeof(iolens_cgroup_event));
+  EXPECT_FIELD(c, iolens_cgroup_event, op);
+  EXPECT_FIELD(c, iolens_cgroup_event, level);
+  EXPECT_FIELD(c, iolens_cgroup_event, path_len);
+  EXPECT_FIELD(c, iolens_cgroup_event, flags);
+  EXPECT_FIELD(c, iolens_cgroup_event, path);
+
+  auto m = layout_of(b_, "iolens_mark_event");
+  ASSERT_EQ(m.size, sizeof(iolens_mark_event));
+  EXPECT_FIELD(m, iolens_mark_event, reason);
+  EXPECT_FIELD(m, iolens_mark_event, threads);
+  EXPECT_FIELD(m, iolens_mark_event, ppid);
+  EXPECT_FIELD(m, iolens_mark_event, parent_pstart_ns);
+  EXPECT_FIELD(m, iolens_mark_event, comm);
+
+  auto pm = layout_of(b_, "iolens_pin_meta");
+  ASSERT_EQ(pm.size, sizeof(iolens_pin_meta));
+  EXPECT_FIELD(pm, iolens_pin_meta, ring_bytes);
+  EXPECT_FIELD(pm, iolens_pin_meta, created_wall_ns);
+  EXPECT_FIELD(pm, iolens_pin_meta, mono_to_wall_ns);
 }

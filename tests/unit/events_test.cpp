@@ -22,7 +22,7 @@ std::vector<uint8_t> bytes_of(const T& v, size_t n = sizeof(T)) {
 std::vector<uint8_t> path_record(uint16_t op, const std::string& walk, const std::string& s1,
                                  const std::string& walk2 = "", const std::string& s2 = "") {
   iolens_path_event e{};
-  e.hdr = {IOLENS_EV_PATH, 42, 1000, 2000};
+  e.hdr = {IOLENS_EV_PATH, 42, 1000, 2000, 7};
   e.op = op;
   e.dev = (8u << 20) | 1;
   e.ino = 77;
@@ -39,7 +39,7 @@ std::vector<uint8_t> path_record(uint16_t op, const std::string& walk, const std
 
 TEST(Events, Fork) {
   iolens_fork_event e{};
-  e.hdr = {IOLENS_EV_FORK, 11, 500, 600};
+  e.hdr = {IOLENS_EV_FORK, 11, 500, 600, 7};
   e.ppid = 10;
   e.parent_pstart_ns = 400;
   std::strcpy(e.comm, "python3");
@@ -53,7 +53,7 @@ TEST(Events, Fork) {
 
 TEST(Events, CommWithoutTerminatorIsBounded) {
   iolens_fork_event e{};
-  e.hdr = {IOLENS_EV_FORK, 1, 1, 1};
+  e.hdr = {IOLENS_EV_FORK, 1, 1, 1, 7};
   std::memset(e.comm, 'A', sizeof(e.comm));  // no NUL
   auto r = decode_event(bytes_of(e));
   ASSERT_TRUE(r.ok);
@@ -62,7 +62,7 @@ TEST(Events, CommWithoutTerminatorIsBounded) {
 
 TEST(Events, Exit) {
   iolens_exit_event e{};
-  e.hdr = {IOLENS_EV_EXIT, 11, 500, 900};
+  e.hdr = {IOLENS_EV_EXIT, 11, 500, 900, 7};
   e.exit_code = 9;  // killed by SIGKILL
   auto r = decode_event(bytes_of(e));
   ASSERT_TRUE(r.ok);
@@ -86,12 +86,12 @@ TEST(Events, RejectsTruncatedAndForeignRecords) {
   EXPECT_FALSE(decode_event({}).ok);
   std::vector<uint8_t> tiny(10, 0);
   EXPECT_FALSE(decode_event(tiny).ok);
-  iolens_event_header h{99, 1, 1, 1};
+  iolens_event_header h{99, 1, 1, 1, 0};
   auto r = decode_event(bytes_of(h));
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("unknown event type"), std::string::npos);
   iolens_exit_event x{};
-  x.hdr = {IOLENS_EV_EXIT, 1, 1, 1};
+  x.hdr = {IOLENS_EV_EXIT, 1, 1, 1, 7};
   EXPECT_FALSE(decode_event(bytes_of(x, sizeof(x) - 1)).ok);
 }
 
@@ -102,4 +102,57 @@ TEST(Events, RejectsLengthsPastTheRecord) {
   EXPECT_FALSE(r.ok);
   auto c = path_record(7, "", "");  // unknown op
   EXPECT_FALSE(decode_event(c).ok);
+}
+
+TEST(Events, CgroupMkdir) {
+  iolens_cgroup_event e{};
+  e.hdr = {IOLENS_EV_CGROUP, 1, 2, 3, 4242};
+  e.op = IOLENS_CGROUP_MKDIR;
+  e.level = 2;
+  const char path[] = "/kubepods.slice/pod1";
+  std::memcpy(e.path, path, sizeof(path));
+  e.path_len = sizeof(path);
+  auto r = decode_event(bytes_of(e, offsetof(iolens_cgroup_event, path) + sizeof(path)));
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(r.job.has_value());
+  const auto& c = std::get<CgroupEvent>(*r.job);
+  EXPECT_TRUE(c.created);
+  EXPECT_EQ(c.id, 4242u);
+  EXPECT_EQ(c.level, 2u);
+  EXPECT_EQ(c.path, "/kubepods.slice/pod1");
+  EXPECT_FALSE(c.truncated);
+}
+
+TEST(Events, CgroupRecordCannotClaimMoreThanItHas) {
+  iolens_cgroup_event e{};
+  e.hdr = {IOLENS_EV_CGROUP, 1, 2, 3, 9};
+  e.op = IOLENS_CGROUP_RMDIR;
+  e.path_len = 500;  // but only 10 bytes follow the header
+  auto r = decode_event(bytes_of(e, offsetof(iolens_cgroup_event, path) + 10));
+  EXPECT_FALSE(r.ok);
+  e.path_len = 0;
+  e.op = 77;
+  EXPECT_FALSE(decode_event(bytes_of(e, sizeof(e))).ok);
+}
+
+TEST(Events, Mark) {
+  iolens_mark_event e{};
+  e.hdr = {IOLENS_EV_MARK, 31, 3100, 3200, 77};
+  e.reason = IOLENS_MARK_ATTACH;
+  e.threads = 4;
+  e.ppid = 30;
+  e.parent_pstart_ns = 3000;
+  std::memcpy(e.comm, "python3", 8);
+  auto r = decode_event(bytes_of(e, sizeof(e)));
+  ASSERT_TRUE(r.ok) << r.error;
+  const auto& m = std::get<MarkEvent>(*r.job);
+  EXPECT_EQ(m.proc, (ProcKey{31, 3100}));
+  EXPECT_EQ(m.parent, (ProcKey{30, 3000}));
+  EXPECT_EQ(m.cgroup_id, 77u);
+  EXPECT_EQ(m.reason, static_cast<uint32_t>(IOLENS_MARK_ATTACH));
+  EXPECT_EQ(m.threads, 4u);
+  EXPECT_EQ(m.comm, "python3");
+  e.reason = 99;
+  EXPECT_FALSE(decode_event(bytes_of(e, sizeof(e))).ok);
+  EXPECT_FALSE(decode_event(bytes_of(e, sizeof(e) - 1)).ok);
 }

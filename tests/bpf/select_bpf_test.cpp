@@ -1,0 +1,353 @@
+// SPDX-License-Identifier: Apache-2.0
+// BPF tier, daemon mode: tasks are selected by cgroup v2 subtree (moved in, created in, found
+// by the task iterator), by comm at exec, never outside; cgroups are named when created; pinned
+// maps and links survive the agent. Each test builds its own cgroups and knows what its children
+// did.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/events.hpp"
+#include "core/recorder.hpp"
+#include "loader/loader.hpp"
+#include "loader/preflight.hpp"
+
+namespace fs = std::filesystem;
+using iolens::core::CgroupEvent;
+using iolens::core::MarkEvent;
+using iolens::loader::Loader;
+
+namespace {
+
+/// The cgroup2 mount: /sys/fs/cgroup on pure v2 hosts, /sys/fs/cgroup/unified on hybrid ones.
+std::string cgroup2_mount() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  std::string found;
+  while (std::getline(in, line)) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream f(line);
+    std::string id, parent, devno, root, point;
+    f >> id >> parent >> devno >> root >> point;
+    if (found.empty() || point == "/sys/fs/cgroup") found = point;
+  }
+  return found;
+}
+
+uint64_t inode_of(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+void write_text(const std::string& p, const std::string& text) {
+  const int fd = open(p.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) std::abort();
+  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) std::abort();
+  close(fd);
+}
+
+/// Writes `n` bytes to a new file: the I/O each child does, known to the test.
+void write_bytes(const std::string& p, size_t n) {
+  std::string data(n, 'z');
+  const int fd = open(p.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0 || write(fd, data.data(), data.size()) != static_cast<ssize_t>(n)) _exit(121);
+  close(fd);
+}
+
+class SelectTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (auto s = iolens::loader::check_privileges(); !s) GTEST_SKIP() << s.message;
+    mount_ = cgroup2_mount();
+    ASSERT_FALSE(mount_.empty()) << "no cgroup2 mount: daemon mode needs cgroup v2";
+    rel_ = "/iolens-select-" + std::to_string(getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ASSERT_EQ(mkdir((mount_ + rel_).c_str(), 0755), 0) << std::strerror(errno);
+    char tmpl[] = "/var/tmp/iolens-select-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = fs::canonical(tmpl);
+    opts_.select_jobs = true;
+  }
+  void TearDown() override {
+    loader_.reset();
+    // Children have exited; remove the cgroups deepest first.
+    std::vector<std::string> dirs;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(mount_ + rel_, ec);
+         it != fs::recursive_directory_iterator(); ++it)
+      if (it->is_directory()) dirs.push_back(it->path());
+    std::sort(dirs.rbegin(), dirs.rend());
+    for (const auto& d : dirs) rmdir(d.c_str());
+    if (!mount_.empty()) rmdir((mount_ + rel_).c_str());
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  void load() {
+    iolens::Status st;
+    loader_ = Loader::create(opts_, st);
+    ASSERT_NE(loader_, nullptr) << st.message;
+  }
+
+  std::string cg(const std::string& sub = "") const { return mount_ + rel_ + sub; }
+  uint64_t cg_id(const std::string& sub = "") const { return inode_of(cg(sub)); }
+
+  /// Forks a child that waits for a byte on a pipe, then runs `body`. Returns pid + pipe.
+  struct Child {
+    pid_t pid;
+    int go;
+  };
+  Child spawn(const std::function<void()>& body) {
+    int p[2];
+    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(p[1]);
+      char c;
+      if (read(p[0], &c, 1) != 1) _exit(120);
+      body();
+      _exit(0);
+    }
+    close(p[0]);
+    return {pid, p[1]};
+  }
+  static void finish(Child c) {
+    EXPECT_EQ(write(c.go, "g", 1), 1);
+    close(c.go);
+    int status = 0;
+    EXPECT_EQ(waitpid(c.pid, &status, 0), c.pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  }
+
+  struct Seen {
+    std::vector<CgroupEvent> cgroups;
+    std::vector<MarkEvent> marks;
+    // bytes written per (pid, file path) as the recorder names them
+    std::map<std::pair<uint32_t, std::string>, uint64_t> written;
+  };
+  Seen collect() {
+    Seen s;
+    iolens::core::Recorder rec(0, static_cast<uint32_t>(getpid()));
+    loader_->consume_events([&](std::span<const uint8_t> b) {
+      auto r = iolens::core::decode_event(b);
+      ASSERT_TRUE(r.ok) << r.error;
+      if (r.job) {
+        if (auto* c = std::get_if<CgroupEvent>(&*r.job)) s.cgroups.push_back(*c);
+        if (auto* m = std::get_if<MarkEvent>(&*r.job)) s.marks.push_back(*m);
+        return;
+      }
+      rec.on_event(r.event);
+    });
+    auto keep = [](const auto&, const auto&, std::size_t) { return Loader::Disposition::Keep; };
+    loader_->drain_files(keep, [&](const auto& k, const auto& c, bool rm) { rec.on_file(k, c, rm); });
+    for (const auto& f : rec.snapshot({}).files)
+      s.written[{f.pid, f.path}] += f.counters.bytes_written;
+    return s;
+  }
+  static const MarkEvent* mark_of(const Seen& s, pid_t pid) {
+    for (const auto& m : s.marks)
+      if (m.proc.pid == static_cast<uint32_t>(pid)) return &m;
+    return nullptr;
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  iolens::loader::Options opts_;
+  std::unique_ptr<Loader> loader_;
+  std::string mount_, rel_;
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(SelectTest, SyscallHooksWaitUntilAsked) {
+  load();
+  EXPECT_FALSE(loader_->syscall_hooks());
+  std::map<std::string, bool> attached;
+  for (const auto& p : loader_->programs()) attached[p.name] = p.attached;
+  EXPECT_TRUE(attached["sched_process_fork"]);
+  EXPECT_TRUE(attached["cgroup_attach_task"]);
+  EXPECT_TRUE(attached["cgroup_mkdir"]);
+  EXPECT_FALSE(attached["sys_enter"]);
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  EXPECT_TRUE(loader_->syscall_hooks());
+  ASSERT_TRUE(loader_->set_syscall_hooks(false).ok);
+  EXPECT_FALSE(loader_->syscall_hooks());
+}
+
+TEST_F(SelectTest, MovedIntoNestedCgroupCreatedLaterIsTraced) {
+  load();
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  // Created after the selection: covered by its ancestor's entry, and named at creation.
+  ASSERT_EQ(mkdir(cg("/job/step").c_str(), 0755), -1);  // parent missing: mkdir -p by hand
+  ASSERT_EQ(mkdir(cg("/job").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(cg("/job/step").c_str(), 0755), 0);
+  // A cgroup v1 hierarchy of a hybrid layout fires the same tracepoint: it must be ignored.
+  const std::string v1 = "/sys/fs/cgroup/cpu" + rel_ + "-v1";
+  const bool have_v1 = mkdir(v1.c_str(), 0755) == 0;
+  const std::string procs = cg("/job/step/cgroup.procs");
+  const std::string inside = path("inside.bin");
+  Child in = spawn([&] {
+    write_text(procs, "0");  // "0": the writing process itself
+    write_bytes(inside, 4321);
+  });
+  Child out = spawn([&] { write_bytes(path("outside.bin"), 999); });
+  finish(in);
+  finish(out);
+  Seen s = collect();
+
+  bool named = false;
+  for (const auto& c : s.cgroups)
+    if (c.created && c.path == rel_ + "/job/step") {
+      named = true;
+      EXPECT_EQ(c.id, cg_id("/job/step"));
+    }
+  EXPECT_TRUE(named) << "no mkdir event for " << rel_ << "/job/step";
+  if (have_v1) {
+    rmdir(v1.c_str());
+    for (const auto& c : s.cgroups) EXPECT_EQ(c.path.find("-v1"), std::string::npos) << c.path;
+  }
+  const MarkEvent* m = mark_of(s, in.pid);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->reason, static_cast<uint32_t>(IOLENS_MARK_ATTACH));
+  EXPECT_EQ(m->cgroup_id, cg_id("/job/step"));
+  EXPECT_EQ((s.written[{static_cast<uint32_t>(in.pid), inside}]), 4321u);
+  EXPECT_EQ(mark_of(s, out.pid), nullptr);
+  for (const auto& [k, v] : s.written) EXPECT_NE(k.first, static_cast<uint32_t>(out.pid)) << k.second;
+}
+
+TEST_F(SelectTest, ExcludedSubtreeIsNotTraced) {
+  load();
+  ASSERT_EQ(mkdir(cg("/system").c_str(), 0755), 0);
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->select_cgroup(cg_id("/system"), IOLENS_CGROUP_EXCLUDE).ok);
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  const std::string procs = cg("/system/cgroup.procs");
+  Child c = spawn([&] {
+    write_text(procs, "0");
+    write_bytes(path("excluded.bin"), 100);
+  });
+  finish(c);
+  Seen s = collect();
+  EXPECT_EQ(mark_of(s, c.pid), nullptr);
+  EXPECT_TRUE(s.written.empty());
+}
+
+TEST_F(SelectTest, TaskIteratorMarksTasksAlreadyThere) {
+  load();
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  const std::string file = path("scanned.bin");
+  Child c = spawn([&] { write_bytes(file, 2048); });
+  // In the cgroup before it is selected: no attach event can mark it, only the iterator.
+  write_text(cg("/cgroup.procs"), std::to_string(c.pid));
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->scan_tasks().ok);
+  finish(c);
+  Seen s = collect();
+  const MarkEvent* m = mark_of(s, c.pid);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->reason, static_cast<uint32_t>(IOLENS_MARK_SCAN));
+  EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), file}]), 2048u);
+}
+
+TEST_F(SelectTest, ChildCreatedIntoCgroupIsTraced) {
+  load();
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  const int cgfd = open(cg().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(cgfd, 0);
+  clone_args args{};
+  args.flags = CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<uint64_t>(cgfd);
+  const std::string file = path("cloned.bin");
+  const long pid = syscall(SYS_clone3, &args, sizeof(args));
+  if (pid == 0) {
+    write_bytes(file, 777);
+    _exit(0);
+  }
+  ASSERT_GT(pid, 0) << std::strerror(errno);
+  close(cgfd);
+  int status = 0;
+  ASSERT_EQ(waitpid(static_cast<pid_t>(pid), &status, 0), pid);
+  Seen s = collect();
+  EXPECT_EQ((s.written[{static_cast<uint32_t>(pid), file}]), 777u);
+}
+
+TEST_F(SelectTest, CommRuleTracesAProgramWherever) {
+  load();
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  // A copy of cp under a name no other process has: its comm after exec is that name.
+  const std::string prog = path("iolens_cpx");
+  fs::copy_file("/bin/cp", prog);
+  fs::permissions(prog, fs::perms::owner_all);
+  ASSERT_TRUE(loader_->select_comm("iolens_cpx").ok);
+  write_bytes(path("src.bin"), 5000);
+  const std::string dst = path("dst.bin");
+  Child c = spawn([&] {
+    execl(prog.c_str(), "iolens_cpx", path("src.bin").c_str(), dst.c_str(), nullptr);
+    _exit(122);
+  });
+  finish(c);
+  Seen s = collect();
+  const MarkEvent* m = mark_of(s, c.pid);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->reason, static_cast<uint32_t>(IOLENS_MARK_COMM));
+  EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), dst}]), 5000u);
+}
+
+TEST_F(SelectTest, PinnedStateOutlivesTheAgent) {
+  opts_.pin_dir = "/sys/fs/bpf/iolens-test-" + std::to_string(getpid());
+  load();
+  EXPECT_FALSE(loader_->pin_state().resumed);
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  const std::string procs = cg("/cgroup.procs");
+  const std::string before = path("before.bin"), during = path("during.bin");
+  int again[2];
+  ASSERT_EQ(pipe(again), 0);
+  Child c = spawn([&] {
+    close(again[1]);
+    write_text(procs, "0");
+    write_bytes(before, 100);
+    char x;  // the second half runs while no agent exists
+    if (read(again[0], &x, 1) != 1) _exit(123);
+    write_bytes(during, 200);
+  });
+  close(again[0]);
+  ASSERT_EQ(write(c.go, "g", 1), 1);
+  close(c.go);
+  usleep(200 * 1000);
+  loader_.reset();  // the agent dies without unpinning: programs and maps stay
+  EXPECT_TRUE(fs::exists(opts_.pin_dir + "/link_sys_enter"));
+  ASSERT_EQ(write(again[1], "g", 1), 1);
+  close(again[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(c.pid, &status, 0), c.pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  load();
+  EXPECT_TRUE(loader_->pin_state().resumed) << loader_->pin_state().discarded;
+  EXPECT_TRUE(loader_->syscall_hooks());
+  Seen s = collect();
+  EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), before}]), 100u);
+  EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), during}]), 200u);
+  loader_->unpin_all();
+  loader_.reset();
+  EXPECT_FALSE(fs::exists(opts_.pin_dir));
+}
