@@ -430,6 +430,8 @@ Status Loader::trace_process(pid_t pid) {
   return Status::Ok();
 }
 
+int Loader::events_fd() const { return ring_buffer__epoll_fd(impl_->ring); }
+
 int Loader::consume_events(const EventSink& sink) {
   impl_->current_sink = &sink;
   const int n = ring_buffer__consume(impl_->ring);

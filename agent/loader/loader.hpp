@@ -86,6 +86,8 @@ class Loader {
   /// Hands every pending ring-buffer record to `sink`; never blocks. Returns records consumed.
   using EventSink = std::function<void(std::span<const uint8_t>)>;
   int consume_events(const EventSink& sink);
+  /// An fd that polls readable when the kernel woke the ring (cgroup and mark events do).
+  int events_fd() const;
 
   /// Reads every record of the files (or others) map and hands it to `sink`; records that
   /// `remove` says to remove are deleted from the kernel map and reported with removed=true

@@ -1,0 +1,524 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/daemon.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <variant>
+
+#include <spdlog/spdlog.h>
+
+#include "control/server.hpp"
+#include "core/events.hpp"
+#include "daemon/job_table.hpp"
+#include "daemon/job_writer.hpp"
+#include "iolens_abi.h"
+#include "jobs/selector.hpp"
+#include "loader/loader.hpp"
+
+#ifndef IOLENS_VERSION
+#define IOLENS_VERSION "0.0.0"
+#endif
+
+namespace iolens::daemon {
+namespace {
+
+int64_t clock_ns(clockid_t c) {
+  timespec ts{};
+  clock_gettime(c, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+uint64_t inode_of(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? st.st_ino : 0;
+}
+
+/// Every cgroup directory at and below `rel` (a path relative to the mount), parents first.
+void walk_cgroups(const std::string& mount, const std::string& rel,
+                  const std::function<void(uint64_t, const std::string&)>& visit, int depth = 0) {
+  const std::string abs = mount + (rel == "/" ? "" : rel);
+  const uint64_t id = inode_of(abs);
+  if (id == 0 || depth > 64) return;
+  visit(id, rel);
+  DIR* d = opendir(abs.c_str());
+  if (!d) return;
+  std::vector<std::string> subdirs;
+  while (dirent* e = readdir(d)) {
+    if (e->d_type != DT_DIR || std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0)
+      continue;
+    subdirs.emplace_back(e->d_name);
+  }
+  closedir(d);
+  for (const auto& s : subdirs) walk_cgroups(mount, (rel == "/" ? "" : rel) + "/" + s, visit, depth + 1);
+}
+
+/// The kernel's loss counters under the names docs/counters.md uses.
+nlohmann::json kernel_losses(const loader::KernelStats& st) {
+  return {{"file_records", st[IOLENS_STAT_FILE_RECORDS_LOST]},
+          {"other_records", st[IOLENS_STAT_OTHER_RECORDS_LOST]},
+          {"events", st[IOLENS_STAT_EVENTS_LOST]},
+          {"path_events", st[IOLENS_STAT_PATH_EVENTS_LOST]},
+          {"process_events", st[IOLENS_STAT_PROC_EVENTS_LOST]},
+          {"job_events", st[IOLENS_STAT_JOB_EVENTS_LOST]},
+          {"untraced_threads", st[IOLENS_STAT_TASK_STATE_FAILED]},
+          {"paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]}};
+}
+
+volatile sig_atomic_t g_dummy = 0;
+
+class Daemon {
+ public:
+  explicit Daemon(const DaemonOptions& o) : opts_(o), cfg_(o.config) {}
+  int run();
+
+ private:
+  bool setup();
+  void initial_scan();
+  void on_record(std::span<const uint8_t> bytes);
+  void on_cgroup_event(const core::CgroupEvent& c);
+  void on_mark_event(const core::MarkEvent& m);
+  void apply(const std::vector<SelectionChange>& changes);
+  void drain();
+  void write_closed();
+  void hooks_policy();
+  void note_new_jobs();
+  void stop_clean();
+  nlohmann::json handle(const nlohmann::json& req);
+  nlohmann::json status_json();
+  std::optional<std::string> resolve_cgroup(uint64_t id);
+
+  DaemonOptions opts_;
+  jobs::Config cfg_;
+  std::string mount_;
+  std::optional<jobs::Selector> sel_;
+  std::unique_ptr<loader::Loader> loader_;
+  std::unique_ptr<control::Server> server_;
+  std::unique_ptr<JobTable> table_;
+  std::unique_ptr<JobWriter> writer_;
+  int sigfd_ = -1;
+  int64_t start_mono_ = 0;
+  int64_t mono_to_wall_ = 0;
+  bool scan_needed_ = false;
+  bool drain_soon_ = false;
+  int64_t last_drain_ = 0;
+  int64_t last_active_ = 0;
+  int64_t hooks_since_mono_ = -1;  // when the syscall hooks were last attached; -1 detached
+  uint64_t hooks_attach_count_ = 0;
+  uint64_t decode_errors_ = 0;
+  uint64_t removed_records_ = 0;     // taken out of the files map by this daemon
+  uint64_t created_baseline_ = 0;    // FILE_RECORDS_CREATED minus the entries at start
+  uint64_t last_drain_us_ = 0;
+  std::map<std::string, loader::KernelStats> job_loss_base_;
+  struct Closed {
+    nlohmann::json summary;
+    std::string path;
+  };
+  std::deque<std::pair<std::string, Closed>> closed_;  // newest last, bounded
+};
+
+bool Daemon::setup() {
+  const auto mountinfo = read_file(opts_.mountinfo_path);
+  if (!mountinfo) {
+    spdlog::error("cannot read {}: {}", opts_.mountinfo_path, std::strerror(errno));
+    return false;
+  }
+  const jobs::RootResult root = jobs::resolve_cgroup_root(cfg_.cgroup_root, *mountinfo);
+  if (!root.error.empty()) {
+    spdlog::error("cgroup root: {}", root.error);
+    return false;
+  }
+  mount_ = root.path;
+  if (access(mount_.c_str(), R_OK | X_OK) != 0) {
+    spdlog::error("cannot read the cgroup root {}: {}", mount_, std::strerror(errno));
+    return false;
+  }
+  try {
+    sel_.emplace(cfg_.rules);
+  } catch (const std::exception& e) {
+    spdlog::error("bad job rule: {}", e.what());
+    return false;
+  }
+  writer_ = std::make_unique<JobWriter>(cfg_.output_dir, cfg_.rotation.max_bytes,
+                                        cfg_.rotation.max_age_s);
+  if (Status s = writer_->prepare(); !s) {
+    spdlog::error("{}", s.message);
+    return false;
+  }
+  std::optional<gid_t> group;
+  if (!cfg_.socket_group.empty()) {
+    std::string err;
+    group = control::group_id(cfg_.socket_group, err);
+    if (!group) {
+      spdlog::error("socket_group: {}", err);
+      return false;
+    }
+  }
+  std::string err;
+  server_ = control::Server::listen(cfg_.socket_path, group, err);
+  if (!server_) {
+    spdlog::error("control socket: {}", err);
+    return false;
+  }
+
+  loader::Options lo;
+  lo.btf_path = opts_.btf_path;
+  lo.verbose = opts_.verbose;
+  lo.select_jobs = true;
+  lo.pin_dir = cfg_.pin_dir;
+  lo.max_file_records = cfg_.limits.kernel_file_records;
+  Status st;
+  loader_ = loader::Loader::create(lo, st);
+  if (!loader_) {
+    spdlog::error("{}", st.message);
+    return false;
+  }
+  const auto& pins = loader_->pin_state();
+  if (!pins.discarded.empty())
+    spdlog::warn("discarded the kernel state a previous iolensd left in {}: {}", cfg_.pin_dir,
+                 pins.discarded);
+  if (pins.resumed) spdlog::info("continuing the kernel state left in {}", cfg_.pin_dir);
+
+  start_mono_ = clock_ns(CLOCK_MONOTONIC);
+  mono_to_wall_ = clock_ns(CLOCK_REALTIME) - start_mono_;
+  table_ = std::make_unique<JobTable>(*sel_, cfg_.limits, mono_to_wall_);
+  table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
+  const int64_t in_map = loader_->map_entries("files");
+  created_baseline_ = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) -
+                      static_cast<uint64_t>(in_map > 0 ? in_map : 0);
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR2}) sigaddset(&mask, s);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  sigfd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}
+
+std::optional<std::string> Daemon::resolve_cgroup(uint64_t id) {
+  std::optional<std::string> found;
+  for (const auto& root : sel_->watch_roots()) {
+    if (found) break;
+    walk_cgroups(mount_, root, [&](uint64_t cid, const std::string& rel) {
+      if (cid == id && !found) found = rel;
+    });
+  }
+  return found;
+}
+
+void Daemon::apply(const std::vector<SelectionChange>& changes) {
+  for (const auto& c : changes) {
+    Status s = c.action ? loader_->select_cgroup(c.cgroup_id, c.action)
+                        : loader_->unselect_cgroup(c.cgroup_id);
+    if (!s) spdlog::warn("{}", s.message);
+    spdlog::debug("cgroup {} ({}): {}", c.path, c.cgroup_id,
+                  c.action == IOLENS_CGROUP_TRACE ? "trace" : c.action ? "exclude" : "removed");
+    scan_needed_ = true;  // tasks already in it must be (un)marked
+  }
+}
+
+void Daemon::initial_scan() {
+  for (const auto& root : sel_->watch_roots()) {
+    walk_cgroups(mount_, root, [&](uint64_t id, const std::string& rel) {
+      apply(table_->on_cgroup(id, rel, false, 0));
+    });
+  }
+  for (const auto& comm : sel_->process_comms())
+    if (Status s = loader_->select_comm(comm); !s) spdlog::warn("{}", s.message);
+  scan_needed_ = true;
+}
+
+void Daemon::on_cgroup_event(const core::CgroupEvent& c) {
+  if (c.created) {
+    if (c.truncated) spdlog::warn("cgroup path longer than {} bytes cut: {}", c.path.size(), c.path);
+    apply(table_->on_cgroup(c.id, c.path, true, c.ts_ns));
+  } else {
+    table_->on_cgroup_removed(c.id, c.ts_ns);
+    drain_soon_ = true;
+  }
+}
+
+void Daemon::on_mark_event(const core::MarkEvent& m) {
+  if (m.reason == IOLENS_MARK_COMM) {
+    const auto cmdline = read_file("/proc/" + std::to_string(m.proc.pid) + "/cmdline");
+    // The process may already be gone: the comm matched, so the rule decides on comm alone.
+    const auto rule = sel_->match_process(m.comm, cmdline.value_or(""));
+    if (rule) {
+      table_->add_process_job(m, *rule);
+    } else {
+      loader_->untrace_process(static_cast<pid_t>(m.proc.pid));
+    }
+    return;
+  }
+  if (!table_->on_mark(m)) {
+    loader_->untrace_process(static_cast<pid_t>(m.proc.pid));
+    return;
+  }
+  // A whole thread group moved: only its leader was marked; the iterator marks the others.
+  if (m.reason == IOLENS_MARK_ATTACH && m.threads > 1) scan_needed_ = true;
+}
+
+void Daemon::on_record(std::span<const uint8_t> bytes) {
+  core::DecodeResult r = core::decode_event(bytes);
+  if (!r.ok) {
+    ++decode_errors_;
+    return;
+  }
+  if (r.job) {
+    if (const auto* c = std::get_if<core::CgroupEvent>(&*r.job)) on_cgroup_event(*c);
+    if (const auto* m = std::get_if<core::MarkEvent>(&*r.job)) on_mark_event(*m);
+    return;
+  }
+  table_->on_event(r.event);
+}
+
+void Daemon::note_new_jobs() {
+  for (const auto& [id, job] : table_->jobs()) {
+    if (job_loss_base_.count(id)) continue;
+    job_loss_base_[id] = loader_->stats();
+    spdlog::info("job {} ({}) opened: cgroup {}", id, job->identity.kind, job->identity.job_cgroup);
+  }
+}
+
+void Daemon::drain() {
+  const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+  using D = loader::Loader::Disposition;
+  const uint32_t max = loader_->max_file_records();
+  auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map) {
+    const core::ProcKey p{k.tgid, k.pstart_ns};
+    if (!table_->attributed(p)) return D::RemoveLive;  // counted as unattributed, dropped
+    if (table_->exited(p)) return D::RemoveFinal;
+    if (in_map * 2 > max && core::foldable(c)) return D::RemoveLive;
+    return D::Keep;
+  };
+  loader_->drain_files(remove, [&](const auto& k, const auto& c, bool removed) {
+    table_->on_file(k, c, removed);
+    removed_records_ += removed;
+  });
+  loader_->drain_others(
+      [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
+        const core::ProcKey p{k.tgid, k.pstart_ns};
+        if (!table_->attributed(p)) return D::RemoveLive;
+        return table_->exited(p) ? D::RemoveFinal : D::Keep;
+      },
+      [&](const auto& k, const auto& c, bool removed) { table_->on_other(k, c, removed); });
+  table_->enforce_limits();
+  last_drain_ = clock_ns(CLOCK_MONOTONIC);
+  last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
+}
+
+void Daemon::write_closed() {
+  for (const std::string& id : table_->closing()) {
+    Job* job = table_->find(id);
+    if (!job) continue;
+    // Node-wide kernel losses while the job was live: a non-zero count may concern it.
+    const loader::KernelStats now = loader_->stats();
+    const loader::KernelStats& base = job_loss_base_[id];
+    loader::KernelStats delta{};
+    for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] - base[i];
+    job->state = JobState::Closed;
+    nlohmann::json record = table_->job_json(*job, IOLENS_VERSION);
+    record["lost"] = kernel_losses(delta);
+    record["lost"]["decode_errors"] = 0;
+    const std::string name = job_file_name(id, job->start_ns);
+    std::string path;
+    if (Status s = writer_->write(name, record, path); !s) {
+      spdlog::error("job {}: {}", id, s.message);
+    } else {
+      spdlog::info("job {} closed: {}", id, path);
+    }
+    auto taken = table_->take(id);
+    nlohmann::json summary = table_->job_summary(*taken);
+    closed_.push_back({id, Closed{summary, path}});
+    while (closed_.size() > 256) closed_.pop_front();
+    job_loss_base_.erase(id);
+  }
+}
+
+void Daemon::hooks_policy() {
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  const bool always = opts_.syscall_hooks == "always";
+  const bool active = table_->active_jobs() > 0;
+  if (active) last_active_ = now;
+  const bool attached = loader_->syscall_hooks();
+  if ((always || active) && !attached) {
+    if (Status s = loader_->set_syscall_hooks(true); !s) {
+      spdlog::error("{}", s.message);
+      return;
+    }
+    hooks_since_mono_ = now;
+    ++hooks_attach_count_;
+    spdlog::info("syscall hooks attached ({} live job(s))", table_->active_jobs());
+  } else if (attached && !always && !active &&
+             now - last_active_ > static_cast<int64_t>(opts_.hooks_idle_s) * 1000000000LL) {
+    loader_->set_syscall_hooks(false);
+    hooks_since_mono_ = -1;
+    spdlog::info("syscall hooks detached (no live job for {} s)", opts_.hooks_idle_s);
+  }
+}
+
+nlohmann::json Daemon::status_json() {
+  nlohmann::json j;
+  j["version"] = IOLENS_VERSION;
+  j["pid"] = getpid();
+  j["uptime_s"] = static_cast<double>(clock_ns(CLOCK_MONOTONIC) - start_mono_) / 1e9;
+  j["cgroup_root"] = mount_;
+  j["watch_roots"] = sel_->watch_roots();
+  j["syscall_hooks"] = loader_->syscall_hooks() ? "attached" : "detached";
+  j["syscall_hooks_mode"] = opts_.syscall_hooks;
+  nlohmann::json progs = nlohmann::json::array();
+  for (const auto& p : loader_->programs())
+    progs.push_back({{"name", p.name},
+                     {"attached", p.attached},
+                     {"error", p.error},
+                     {"state", p.attached ? "attached" : p.error.empty() ? "detached" : "failed"}});
+  j["programs"] = progs;
+  j["maps"] = nlohmann::json::array(
+      {{{"name", "files"}, {"entries", loader_->map_entries("files")},
+        {"max", loader_->max_file_records()}},
+       {{"name", "cgroup_sel"}, {"entries", loader_->map_entries("cgroup_sel")}, {"max", 16384}}});
+  nlohmann::json lost = kernel_losses(loader_->stats());
+  const TableStats& ts = table_->stats();
+  lost["decode_errors"] = decode_errors_;
+  lost["unattributed_records"] = ts.unattributed_records;
+  j["lost"] = lost;
+  j["unattributed_processes"] = ts.unattributed_processes;
+  j["jobs"] = {{"live", table_->active_jobs()}, {"closed", ts.jobs_closed}};
+  j["records"] = {{"files", table_->file_records()}, {"folded", ts.folded_records}};
+  j["drain"] = {{"last_us", last_drain_us_}};
+  j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
+                 {"rotated", writer_->rotated()}, {"failed", writer_->failed()}};
+  const auto& pins = loader_->pin_state();
+  j["restart"] = {{"resumed", pins.resumed}, {"note", pins.discarded}};
+  return j;
+}
+
+nlohmann::json Daemon::handle(const nlohmann::json& req) {
+  const std::string cmd = req.value("cmd", "");
+  if (cmd == "status") return status_json();
+  if (cmd == "jobs") {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& [id, job] : table_->jobs()) list.push_back(table_->job_summary(*job));
+    for (const auto& [id, c] : closed_) list.push_back(c.summary);
+    return {{"jobs", list}};
+  }
+  if (cmd == "job") {
+    const std::string id = req.value("id", "");
+    if (Job* job = table_->find(id)) return table_->job_json(*job, IOLENS_VERSION);
+    for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
+      if (it->first != id) continue;
+      if (auto text = read_file(it->second.path)) {
+        auto j = nlohmann::json::parse(*text, nullptr, false);
+        if (!j.is_discarded()) return j;
+      }
+      throw std::runtime_error("job " + id + " has ended and its record " + it->second.path +
+                               " cannot be read (rotated away?)");
+    }
+    throw std::runtime_error("no job '" + id + "' (see iolens jobs)");
+  }
+  throw control::BadRequest("unknown command '" + cmd + "'");
+}
+
+void Daemon::stop_clean() {
+  drain();
+  drain();  // the first pass may have learnt of exits; the second moves their records out
+  write_closed();
+  // Live jobs: what is held so far, marked as cut short by the stop.
+  for (const auto& [id, job] : table_->jobs()) {
+    nlohmann::json record = table_->job_json(*job, IOLENS_VERSION);
+    record["job"]["state"] = "interrupted";
+    record["lost"] = kernel_losses(loader_->stats());
+    std::string path;
+    if (Status s = writer_->write(job_file_name(id, job->start_ns), record, path); !s)
+      spdlog::error("job {}: {}", id, s.message);
+    else
+      spdlog::info("job {} written at stop (still running): {}", id, path);
+  }
+  loader_->unpin_all();
+}
+
+int Daemon::run() {
+  if (!setup()) return 1;
+  initial_scan();
+  spdlog::info("iolensd {} started: cgroup root {}, watching {}, {} job(s) found", IOLENS_VERSION,
+               mount_, fmt::join(sel_->watch_roots(), ", "), table_->jobs().size());
+  const int64_t interval = static_cast<int64_t>(cfg_.drain_interval_ms) * 1000000LL;
+  last_drain_ = clock_ns(CLOCK_MONOTONIC);
+  for (;;) {
+    if (scan_needed_) {
+      scan_needed_ = false;
+      if (Status s = loader_->scan_tasks(); !s) spdlog::warn("{}", s.message);
+    }
+    loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+    note_new_jobs();
+    hooks_policy();
+    const int64_t now = clock_ns(CLOCK_MONOTONIC);
+    const uint64_t in_map = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - created_baseline_ -
+                            removed_records_;
+    if (drain_soon_ || now - last_drain_ >= interval || in_map * 2 > loader_->max_file_records()) {
+      drain_soon_ = false;
+      drain();
+      write_closed();
+    }
+    pollfd fds[3] = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},
+                     {sigfd_, POLLIN, 0}};
+    // Short naps while the map fills fast; otherwise the ring wakes us for what matters.
+    const int timeout = in_map * 4 > loader_->max_file_records() ? 2 : 100;
+    const int n = poll(fds, 3, timeout);
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("poll: {}", std::strerror(errno));
+      break;
+    }
+    if (fds[1].revents & POLLIN) {
+      server_->serve_pending([this](const nlohmann::json& req) { return handle(req); });
+    }
+    if (fds[2].revents & POLLIN) {
+      signalfd_siginfo si{};
+      if (read(sigfd_, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+        if (si.ssi_signo == SIGHUP) {
+          spdlog::info("SIGHUP: nothing to reload; restart iolensd to apply a new config");
+          continue;
+        }
+        spdlog::info("signal {}: stopping", si.ssi_signo == SIGUSR2 ? "SIGUSR2" : strsignal(static_cast<int>(si.ssi_signo)));
+        stop_clean();
+        return 0;
+      }
+    }
+  }
+  stop_clean();
+  return 1;
+}
+
+}  // namespace
+
+int run_daemon(const DaemonOptions& opts) {
+  (void)g_dummy;
+  Daemon d(opts);
+  return d.run();
+}
+
+}  // namespace iolens::daemon

@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/job_table.hpp"
+
+#include <algorithm>
+#include <variant>
+
+#include "exporters/json_report.hpp"
+#include "iolens_abi.h"
+
+namespace iolens::daemon {
+namespace {
+
+bool under(const std::string& path, const std::string& root) {
+  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                          (root == "/" || path[root.size()] == '/'));
+}
+
+std::string state_name(JobState s) {
+  switch (s) {
+    case JobState::Live: return "live";
+    case JobState::Closing: return "closing";
+    case JobState::Closed: return "closed";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+std::map<std::string, std::string> sub_labels(const jobs::Selector& sel, const std::string& path) {
+  const jobs::Classification c = sel.classify(path);
+  if (c.verdict != jobs::Verdict::Job || !c.identity) return {};
+  return c.identity->sub;
+}
+
+JobTable::JobTable(jobs::Selector selector, jobs::Limits limits, int64_t mono_to_wall_ns)
+    : selector_(std::move(selector)), limits_(limits), mono_to_wall_(mono_to_wall_ns) {}
+
+core::ClockBase JobTable::clock() const { return core::ClockBase{0, mono_to_wall_}; }
+
+std::vector<SelectionChange> JobTable::on_cgroup(uint64_t id, const std::string& path,
+                                                 bool created, uint64_t ts_mono) {
+  std::vector<SelectionChange> out;
+  Cgroup& cg = cgroups_[id];
+  cg.path = path;
+  for (const auto& root : selector_.watch_roots()) {
+    if (path == root) {
+      out.push_back({id, IOLENS_CGROUP_TRACE, path});
+      break;
+    }
+  }
+  const jobs::Classification c = selector_.classify(path);
+  switch (c.verdict) {
+    case jobs::Verdict::Job: {
+      Job& job = open_job(*c.identity, c.rule, created ? wall(ts_mono) : 0);
+      cg.job_id = job.identity.id;
+      if (path == job.identity.job_cgroup) job.cgroup_id = id;
+      break;
+    }
+    case jobs::Verdict::Container:
+      break;
+    case jobs::Verdict::Excluded: {
+      // Only a cgroup inside a traced root needs an entry: elsewhere nothing is traced anyway.
+      bool in_root = false;
+      for (const auto& root : selector_.watch_roots()) in_root = in_root || under(path, root);
+      if (in_root && out.empty()) out.push_back({id, IOLENS_CGROUP_EXCLUDE, path});
+      break;
+    }
+  }
+  return out;
+}
+
+void JobTable::on_cgroup_removed(uint64_t id, uint64_t ts_mono) {
+  auto it = cgroups_.find(id);
+  if (it == cgroups_.end()) return;
+  const std::string job_id = it->second.job_id;
+  cgroups_.erase(it);
+  if (job_id.empty()) return;
+  Job* job = find(job_id);
+  if (job && job->cgroup_id == id && job->state == JobState::Live) {
+    job->state = JobState::Closing;
+    job->end_ns = wall(ts_mono);
+  }
+}
+
+Job& JobTable::open_job(const jobs::Identity& id, const std::string& rule, int64_t start_ns) {
+  auto& slot = jobs_[id.id];
+  if (!slot) {
+    slot = std::make_unique<Job>();
+    slot->identity = id;
+    slot->rule = rule;
+    slot->start_ns = start_ns;
+    slot->rec = std::make_unique<core::Recorder>(0, 0);
+  } else if (slot->start_ns == 0 || (start_ns != 0 && start_ns < slot->start_ns)) {
+    if (start_ns != 0) slot->start_ns = start_ns;
+  }
+  return *slot;
+}
+
+Job* JobTable::find(const std::string& id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+Job* JobTable::job_of_cgroup(uint64_t cgroup_id) {
+  auto it = cgroups_.find(cgroup_id);
+  if (it == cgroups_.end() && resolve_) {
+    if (auto path = resolve_(cgroup_id)) {
+      on_cgroup(cgroup_id, *path, false, 0);
+      it = cgroups_.find(cgroup_id);
+    }
+  }
+  if (it == cgroups_.end()) {
+    ++stats_.unknown_cgroups;
+    return nullptr;
+  }
+  if (it->second.job_id.empty()) return nullptr;
+  Job* job = find(it->second.job_id);
+  // A closed job's cgroup id is gone from cgroups_; a Closing one still takes late records.
+  return job;
+}
+
+void JobTable::attribute(Job& job, const core::ProcKey& p, const core::ProcKey& parent,
+                         const std::string& comm, uint64_t cgroup_id, uint64_t ts) {
+  proc_job_[p] = job.identity.id;
+  job.procs.insert(p);
+  job.live.insert(p);
+  if (job.start_ns == 0) job.start_ns = wall(ts);
+  const std::string path = cgroup_path(cgroup_id);
+  if (!path.empty()) {
+    auto labels = sub_labels(selector_, path);
+    if (!labels.empty()) job.proc_labels[p] = std::move(labels);
+  }
+  job.rec->on_event(core::ForkEvent{p, parent, ts, comm, cgroup_id});
+}
+
+bool JobTable::on_mark(const core::MarkEvent& m) {
+  if (m.reason == IOLENS_MARK_UNTRACED) return true;  // stays in its job; no longer traced
+  if (proc_job_.count(m.proc)) return true;           // moved within the selection
+  Job* job = job_of_cgroup(m.cgroup_id);
+  if (!job) {
+    if (unattributed_.insert(m.proc).second) ++stats_.unattributed_processes;
+    return false;
+  }
+  attribute(*job, m.proc, m.parent, m.comm, m.cgroup_id, m.ts_ns);
+  return true;
+}
+
+void JobTable::add_process_job(const core::MarkEvent& m, const std::string& rule) {
+  jobs::Identity id;
+  id.kind = "process";
+  id.id = "process/" + rule + "/" + std::to_string(m.proc.pid) + "-" +
+          std::to_string(m.proc.start_ns);
+  id.labels["rule"] = rule;
+  id.labels["pid"] = std::to_string(m.proc.pid);
+  id.labels["comm"] = m.comm;
+  Job& job = open_job(id, rule, wall(m.ts_ns));
+  attribute(job, m.proc, m.parent, m.comm, m.cgroup_id, m.ts_ns);
+}
+
+void JobTable::on_event(const core::Event& ev) {
+  if (const auto* f = std::get_if<core::ForkEvent>(&ev)) {
+    // The child's cgroup decides when it is a job's (clone into another job's cgroup); else
+    // the parent's job, which also covers process-rule jobs.
+    Job* job = nullptr;
+    auto pj = proc_job_.find(f->parent);
+    if (pj == proc_job_.end() || find(pj->second)->identity.kind != "process")
+      job = job_of_cgroup(f->cgroup_id);
+    if (!job && pj != proc_job_.end()) job = find(pj->second);
+    if (!job) {
+      if (unattributed_.insert(f->proc).second) ++stats_.unattributed_processes;
+      return;
+    }
+    attribute(*job, f->proc, f->parent, f->comm, f->cgroup_id, f->ts_ns);
+    return;
+  }
+  core::ProcKey p;
+  if (const auto* x = std::get_if<core::ExitEvent>(&ev)) p = x->proc;
+  if (const auto* x = std::get_if<core::PathEvent>(&ev)) p = x->proc;
+  auto it = proc_job_.find(p);
+  if (it == proc_job_.end()) return;
+  Job* job = find(it->second);
+  if (!job) return;
+  job->rec->on_event(ev);
+  if (const auto* x = std::get_if<core::ExitEvent>(&ev)) {
+    job->live.erase(p);
+    if (job->identity.kind == "process" && job->live.empty() && job->state == JobState::Live) {
+      job->state = JobState::Closing;
+      job->end_ns = wall(x->ts_ns);
+    }
+  }
+}
+
+void JobTable::on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed) {
+  auto it = proc_job_.find(core::ProcKey{key.tgid, key.pstart_ns});
+  Job* job = it == proc_job_.end() ? nullptr : find(it->second);
+  if (!job) {
+    ++stats_.unattributed_records;
+    return;
+  }
+  job->rec->on_file(key, c, removed);
+}
+
+void JobTable::on_other(const iolens_file_key& key, const core::FileCounters& c, bool removed) {
+  auto it = proc_job_.find(core::ProcKey{key.tgid, key.pstart_ns});
+  Job* job = it == proc_job_.end() ? nullptr : find(it->second);
+  if (!job) {
+    ++stats_.unattributed_records;
+    return;
+  }
+  job->rec->on_other(key, c, removed);
+}
+
+bool JobTable::exited(const core::ProcKey& p) const {
+  auto it = proc_job_.find(p);
+  if (it == proc_job_.end()) return false;
+  auto j = jobs_.find(it->second);
+  return j != jobs_.end() && j->second->rec->exited(p);
+}
+
+bool JobTable::attributed(const core::ProcKey& p) const { return proc_job_.count(p) != 0; }
+
+std::size_t JobTable::enforce_limits() {
+  std::size_t folded = 0;
+  for (auto& [id, job] : jobs_) folded += job->rec->fold_to(limits_.max_files_per_job);
+  // Over the node-wide budget: shrink the biggest jobs first, each to its share.
+  std::size_t total = file_records();
+  if (total > limits_.max_records && !jobs_.empty()) {
+    std::vector<Job*> by_size;
+    for (auto& [id, job] : jobs_) by_size.push_back(job.get());
+    std::sort(by_size.begin(), by_size.end(), [](const Job* a, const Job* b) {
+      return a->rec->file_records() > b->rec->file_records();
+    });
+    const std::size_t share = std::max<std::size_t>(1, limits_.max_records / by_size.size());
+    for (Job* job : by_size) {
+      if (total <= limits_.max_records) break;
+      const std::size_t before = job->rec->file_records();
+      if (before <= share) continue;
+      folded += job->rec->fold_to(share);
+      total -= before - job->rec->file_records();
+    }
+  }
+  stats_.folded_records += folded;
+  return folded;
+}
+
+std::vector<std::string> JobTable::closing() const {
+  std::vector<std::string> out;
+  for (const auto& [id, job] : jobs_)
+    if (job->state == JobState::Closing) out.push_back(id);
+  return out;
+}
+
+std::unique_ptr<Job> JobTable::take(const std::string& id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return nullptr;
+  std::unique_ptr<Job> job = std::move(it->second);
+  jobs_.erase(it);
+  for (const auto& p : job->procs) proc_job_.erase(p);
+  for (auto c = cgroups_.begin(); c != cgroups_.end();) {
+    if (c->second.job_id == id) c = cgroups_.erase(c);
+    else ++c;
+  }
+  job->state = JobState::Closed;
+  ++stats_.jobs_closed;
+  return job;
+}
+
+std::size_t JobTable::file_records() const {
+  std::size_t n = 0;
+  for (const auto& [id, job] : jobs_) n += job->rec->file_records();
+  return n;
+}
+
+std::size_t JobTable::active_jobs() const {
+  std::size_t n = 0;
+  for (const auto& [id, job] : jobs_)
+    if (job->state == JobState::Live) ++n;
+  return n;
+}
+
+std::string JobTable::cgroup_path(uint64_t id) const {
+  auto it = cgroups_.find(id);
+  return it == cgroups_.end() ? std::string() : it->second.path;
+}
+
+nlohmann::json JobTable::job_summary(const Job& job) const {
+  nlohmann::json j;
+  j["id"] = job.identity.id;
+  j["kind"] = job.identity.kind;
+  j["rule"] = job.rule;
+  j["cgroup"] = job.identity.job_cgroup;
+  j["labels"] = job.identity.labels;
+  j["state"] = state_name(job.state);
+  j["start_ns"] = job.start_ns;
+  j["end_ns"] = job.end_ns ? nlohmann::json(*job.end_ns) : nlohmann::json(nullptr);
+  j["processes"] = job.procs.size();
+  j["live_processes"] = job.live.size();
+  const core::RunSnapshot snap = job.rec->snapshot(clock());
+  core::FileCounters t{};
+  uint64_t files = 0;
+  for (const auto& p : snap.processes) {
+    core::add_totals(t, p.totals);
+    files += p.files;
+  }
+  j["files"] = files;
+  j["folded_files"] = snap.folded_records;
+  j["totals"] = {{"reads", t.reads},     {"writes", t.writes}, {"bytes_read", t.bytes_read},
+                 {"bytes_written", t.bytes_written}, {"opens", t.opens}, {"stats", t.stats},
+                 {"seeks", t.seeks},     {"fsyncs", t.fsyncs + t.fdsyncs}};
+  return j;
+}
+
+nlohmann::json JobTable::job_json(const Job& job, const std::string& version) const {
+  core::RunSnapshot snap = job.rec->snapshot(clock());
+  snap.start_ns = job.start_ns;
+  snap.end_ns = job.end_ns.value_or(0);
+  nlohmann::json j = exporters::run_to_json(snap, version);
+  j["schema"] = "iolens.job/1";
+  j.erase("command");
+  j.erase("exit_code");
+  if (!job.end_ns) j["end_ns"] = nullptr;
+  j["job"] = job_summary(job);
+  // Per-process labels below the job: the container or Slurm step each process ran in.
+  for (auto& p : j["processes"]) {
+    const core::ProcKey key{p.value("pid", 0u), 0};
+    for (const auto& [pk, labels] : job.proc_labels) {
+      if (pk.pid == key.pid) {
+        p["labels"] = labels;
+        break;
+      }
+    }
+  }
+  return j;
+}
+
+}  // namespace iolens::daemon

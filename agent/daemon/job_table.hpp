@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// The daemon's picture of the node: cgroups under the watched roots, the jobs they make, which
+/// process belongs to which job, and one Recorder per job. Pure: fed by decoded events and map
+/// records (from the loader, or from tests), it says what the kernel selection must become and
+/// which jobs are ready to be written, but does no I/O itself.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/events.hpp"
+#include "core/recorder.hpp"
+#include "core/snapshot.hpp"
+#include "jobs/config.hpp"
+#include "jobs/selector.hpp"
+
+namespace iolens::daemon {
+
+/// A change the kernel's cgroup selection map must receive.
+struct SelectionChange {
+  uint64_t cgroup_id = 0;
+  uint32_t action = 0;  // IOLENS_CGROUP_TRACE / IOLENS_CGROUP_EXCLUDE; 0 = remove the entry
+  std::string path;     // for the log
+};
+
+enum class JobState { Live, Closing, Closed };
+
+struct Job {
+  jobs::Identity identity;
+  std::string rule;
+  uint64_t cgroup_id = 0;          // of identity.job_cgroup; 0 for process-rule jobs
+  JobState state = JobState::Live;
+  int64_t start_ns = 0;            // wall clock: cgroup creation or first sight
+  std::optional<int64_t> end_ns;   // wall clock: cgroup removal or last exit
+  std::set<core::ProcKey> procs;   // every process ever attributed
+  std::set<core::ProcKey> live;    // those not yet exited
+  std::map<core::ProcKey, std::map<std::string, std::string>> proc_labels;  // container, step...
+  std::unique_ptr<core::Recorder> rec;
+};
+
+/// Counts of what could not be attributed to a job (shown in status and metrics).
+struct TableStats {
+  uint64_t unattributed_processes = 0;  // traced, but in no job (e.g. directly in a root)
+  uint64_t unattributed_records = 0;    // kernel records of such processes, discarded
+  uint64_t unknown_cgroups = 0;         // cgroup ids no event or scan named
+  uint64_t folded_records = 0;          // over all jobs, closed ones included
+  uint64_t jobs_closed = 0;
+};
+
+class JobTable {
+ public:
+  /// `mono_to_wall_ns`: wall = monotonic + offset, for the kernel's timestamps.
+  JobTable(jobs::Selector selector, jobs::Limits limits, int64_t mono_to_wall_ns);
+
+  /// Resolves a cgroup id nobody named yet (created before the daemon, outside a scan) to its
+  /// path; the daemon searches the cgroup filesystem. May return nullopt.
+  using CgroupResolver = std::function<std::optional<std::string>(uint64_t id)>;
+  void set_cgroup_resolver(CgroupResolver r) { resolve_ = std::move(r); }
+
+  /// A cgroup that exists (found by a scan, `created` = false) or was just created. Returns the
+  /// selection changes it needs: a watched root gets TRACE, an excluded cgroup under a root
+  /// gets EXCLUDE (so its tasks are not traced), a job cgroup opens its job.
+  std::vector<SelectionChange> on_cgroup(uint64_t id, const std::string& path, bool created,
+                                         uint64_t ts_mono);
+  /// A cgroup was removed: its job, if it is a job's own cgroup, starts closing.
+  void on_cgroup_removed(uint64_t id, uint64_t ts_mono);
+
+  /// A process entered the selection. Returns false when it belongs to no job: the caller
+  /// should stop tracing it.
+  bool on_mark(const core::MarkEvent& m);
+  /// A process selected by a process rule (its comm matched in the kernel, its cmdline here).
+  void add_process_job(const core::MarkEvent& m, const std::string& rule);
+
+  /// Fork, exit and path events of traced processes.
+  void on_event(const core::Event& ev);
+  /// A kernel record. Records of processes in no job are counted and dropped.
+  void on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed);
+  void on_other(const iolens_file_key& key, const core::FileCounters& c, bool removed);
+
+  /// Whether the process is known and its last thread has exited (records are final).
+  bool exited(const core::ProcKey& p) const;
+  /// Whether the process belongs to a job (its records are kept).
+  bool attributed(const core::ProcKey& p) const;
+
+  /// Folds records of jobs over their per-job limit, then of the biggest jobs while the total is
+  /// over max_records. Returns the records folded.
+  std::size_t enforce_limits();
+
+  /// Jobs that have closed since the last call (cgroup removed, or last process exited for a
+  /// process rule), ready to be written after the drain that follows their close. Their
+  /// records are final; take_closed() removes them from the table.
+  std::vector<std::string> closing() const;
+  std::unique_ptr<Job> take(const std::string& id);
+
+  /// The job record (`iolens.job/1`, docs/daemon.md) of a live or closing job.
+  nlohmann::json job_json(const Job& job, const std::string& version) const;
+  /// One line per job for `iolens jobs`.
+  nlohmann::json job_summary(const Job& job) const;
+
+  const std::map<std::string, std::unique_ptr<Job>>& jobs() const { return jobs_; }
+  Job* find(const std::string& id);
+  const TableStats& stats() const { return stats_; }
+  std::size_t file_records() const;
+  /// Live jobs that have a process alive or a cgroup: syscall hooks are needed while > 0.
+  std::size_t active_jobs() const;
+  /// The path of a known cgroup id, "" if unknown.
+  std::string cgroup_path(uint64_t id) const;
+  const jobs::Selector& selector() const { return selector_; }
+  core::ClockBase clock() const;
+
+ private:
+  struct Cgroup {
+    std::string path;
+    std::string job_id;  // non-empty when the cgroup is (in) a job
+  };
+  Job& open_job(const jobs::Identity& id, const std::string& rule, int64_t start_ns);
+  Job* job_of_cgroup(uint64_t cgroup_id);
+  void attribute(Job& job, const core::ProcKey& p, const core::ProcKey& parent,
+                 const std::string& comm, uint64_t cgroup_id, uint64_t ts);
+  int64_t wall(uint64_t mono) const { return static_cast<int64_t>(mono) + mono_to_wall_; }
+
+  jobs::Selector selector_;
+  jobs::Limits limits_;
+  int64_t mono_to_wall_;
+  CgroupResolver resolve_;
+  std::map<uint64_t, Cgroup> cgroups_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  std::map<core::ProcKey, std::string> proc_job_;
+  std::set<core::ProcKey> unattributed_;
+  TableStats stats_;
+};
+
+/// Labels of a process's own cgroup below its job (container id, Slurm step...).
+std::map<std::string, std::string> sub_labels(const jobs::Selector& sel, const std::string& path);
+
+}  // namespace iolens::daemon

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// Writes job records into the output directory under stable names, atomically, and keeps the
+/// directory within its size and age limits (docs/daemon.md#output).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loader/status.hpp"
+
+namespace iolens::daemon {
+
+/// `<start, UTC, %Y%m%dT%H%M%SZ>_<job id with every byte outside [A-Za-z0-9._-] as '_'>.json`
+/// e.g. 20261122T031500Z_k8s_0f3e9a7c-1d2b-4c5d-8e9f-0a1b2c3d4e5f.json. Sorting the names sorts
+/// the jobs by start.
+std::string job_file_name(const std::string& job_id, int64_t start_wall_ns);
+
+struct RotationResult {
+  std::vector<std::string> removed;  // file names removed
+  uint64_t kept_bytes = 0;
+};
+
+/// Removes the oldest records (by name, so by job start) while the directory's records exceed
+/// `max_bytes` in total, and every record older than `max_age_s` (by modification time).
+/// `now_wall_s`: seconds since the epoch. Only files named like job records are touched.
+RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64_t max_age_s,
+                              int64_t now_wall_s);
+
+class JobWriter {
+ public:
+  JobWriter(std::string dir, uint64_t max_bytes, uint64_t max_age_s);
+  /// Creates the directory (0750) if missing; an error names the directory and the reason.
+  Status prepare() const;
+  /// Writes `record` as `dir/name` through a temporary file and rename(2), so a reader never
+  /// sees half a record; an existing file of that name gets a ".N" suffix before ".json".
+  /// Then rotates. Returns the path written, or an error.
+  Status write(const std::string& name, const nlohmann::json& record, std::string& path_out);
+  uint64_t written() const { return written_; }
+  uint64_t rotated() const { return rotated_; }
+  uint64_t failed() const { return failed_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  uint64_t max_bytes_, max_age_s_;
+  uint64_t written_ = 0, rotated_ = 0, failed_ = 0;
+};
+
+}  // namespace iolens::daemon
