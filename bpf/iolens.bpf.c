@@ -25,6 +25,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile __u32 abi_version = IOLENS_ABI_VERSION;
 /* Daemon mode: report cgroup creation/removal and select tasks by cgroup and comm. */
 const volatile __u32 select_jobs = 0;
+/* Set by the agent before it runs the task iterator: also report every process already traced
+ * (a restarted daemon relearns which processes are traced). */
+__u32 scan_report_all = 0;
 
 #define S_IFMT 00170000
 #define S_IFREG 0100000
@@ -846,6 +849,8 @@ int scan_tasks(struct bpf_iter__task *ctx)
 		if (!sel && origin_is_cgroup(st->origin)) {
 			bpf_task_storage_delete(&task_state, t);
 			send_mark(t, IOLENS_MARK_UNTRACED);
+		} else if (scan_report_all && t == BPF_CORE_READ(t, group_leader)) {
+			send_mark(t, st->origin == IOLENS_MARK_COMM ? IOLENS_MARK_COMM : IOLENS_MARK_SCAN);
 		}
 		return 0;
 	}

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -27,6 +28,7 @@
 #include "daemon/job_table.hpp"
 #include "daemon/job_writer.hpp"
 #include "iolens_abi.h"
+#include "jobs/identity.hpp"
 #include "jobs/selector.hpp"
 #include "loader/loader.hpp"
 
@@ -106,6 +108,8 @@ class Daemon {
   void hooks_policy();
   void note_new_jobs();
   void stop_clean();
+  void checkpoint();
+  void resume();
   nlohmann::json handle(const nlohmann::json& req);
   nlohmann::json status_json();
   std::optional<std::string> resolve_cgroup(uint64_t id);
@@ -132,6 +136,16 @@ class Daemon {
   uint64_t created_baseline_ = 0;    // FILE_RECORDS_CREATED minus the entries at start
   uint64_t last_drain_us_ = 0;
   std::map<std::string, loader::KernelStats> job_loss_base_;
+  // Restart without loss (docs/daemon.md#restart): records of exited processes leave the
+  // kernel only after a saved state holds them.
+  std::vector<iolens_file_key> pending_files_, pending_others_;
+  bool state_dirty_ = true;
+  uint64_t checkpoints_ = 0;
+  uint64_t checkpoint_failures_ = 0;
+  uint64_t last_checkpoint_us_ = 0;
+  nlohmann::json restart_ = nlohmann::json::object();
+  std::string state_path() const { return cfg_.state_dir + "/state.cbor"; }
+  std::string marker_path() const { return cfg_.state_dir + "/pressure-drain"; }
   struct Closed {
     nlohmann::json summary;
     std::string path;
@@ -205,6 +219,15 @@ bool Daemon::setup() {
   mono_to_wall_ = clock_ns(CLOCK_REALTIME) - start_mono_;
   table_ = std::make_unique<JobTable>(*sel_, cfg_.limits, mono_to_wall_);
   table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(cfg_.state_dir, ec);
+    if (ec) {
+      spdlog::error("cannot create state directory {}: {}", cfg_.state_dir, ec.message());
+      return false;
+    }
+  }
+  resume();
   const int64_t in_map = loader_->map_entries("files");
   created_baseline_ = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) -
                       static_cast<uint64_t>(in_map > 0 ? in_map : 0);
@@ -282,6 +305,7 @@ void Daemon::on_mark_event(const core::MarkEvent& m) {
 }
 
 void Daemon::on_record(std::span<const uint8_t> bytes) {
+  state_dirty_ = true;
   core::DecodeResult r = core::decode_event(bytes);
   if (!r.ok) {
     ++decode_errors_;
@@ -299,6 +323,14 @@ void Daemon::note_new_jobs() {
   for (const auto& [id, job] : table_->jobs()) {
     if (job_loss_base_.count(id)) continue;
     job_loss_base_[id] = loader_->stats();
+    // Optional enrichment: the pod's namespace and name, from the kubelet's log directory.
+    auto& labels = job->identity.labels;
+    if (job->identity.kind == "kubernetes" && labels.count("pod_uid") && !labels.count("pod")) {
+      if (auto nn = jobs::pod_name_from_log_dir(opts_.pod_log_dir, labels["pod_uid"])) {
+        labels["namespace"] = nn->first;
+        labels["pod"] = nn->second;
+      }
+    }
     spdlog::info("job {} ({}) opened: cgroup {}", id, job->identity.kind, job->identity.job_cgroup);
   }
 }
@@ -315,20 +347,169 @@ void Daemon::drain() {
     if (in_map * 2 > max && core::foldable(c)) return D::RemoveLive;
     return D::Keep;
   };
-  loader_->drain_files(remove, [&](const auto& k, const auto& c, bool removed) {
-    table_->on_file(k, c, removed);
-    removed_records_ += removed;
-  });
+  // A pressure drain reads and deletes live records in one step: a crash before the next saved
+  // state would lose their counts. The marker lets the next daemon say so (docs/daemon.md).
+  const bool pressure = (loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - created_baseline_ -
+                         removed_records_) * 2 > max;
+  if (pressure) {
+    if (FILE* f = std::fopen(marker_path().c_str(), "w")) std::fclose(f);
+  }
+  uint64_t moved = 0;
+  loader_->drain_files(
+      remove,
+      [&](const auto& k, const auto& c, bool removed) {
+        table_->on_file(k, c, removed);
+        removed_records_ += removed;
+        moved += removed;
+      },
+      &pending_files_);
   loader_->drain_others(
       [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
         const core::ProcKey p{k.tgid, k.pstart_ns};
         if (!table_->attributed(p)) return D::RemoveLive;
         return table_->exited(p) ? D::RemoveFinal : D::Keep;
       },
-      [&](const auto& k, const auto& c, bool removed) { table_->on_other(k, c, removed); });
-  table_->enforce_limits();
+      [&](const auto& k, const auto& c, bool removed) {
+        table_->on_other(k, c, removed);
+        moved += removed;
+      },
+      &pending_others_);
+  std::vector<core::FileIdentity> forgotten;
+  if (table_->enforce_limits(&forgotten) > 0) {
+    std::vector<loader::Loader::NameId> ids;
+    ids.reserve(forgotten.size());
+    for (const auto& f : forgotten) ids.push_back({f.ino, f.dev, f.gen});
+    loader_->forget_names(ids);
+    state_dirty_ = true;
+  }
+  if (moved) state_dirty_ = true;
+  checkpoint();
+  if (pressure) std::remove(marker_path().c_str());
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
+}
+
+void Daemon::checkpoint() {
+  if (!state_dirty_ && pending_files_.empty() && pending_others_.empty()) return;
+  const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  nlohmann::json st;
+  st["format"] = 1;
+  st["abi"] = IOLENS_ABI_VERSION;
+  st["pins_created_wall_ns"] = loader_->pin_state().created_wall_ns;
+  st["ring_pos"] = loader_->ring_consumer_pos();
+  st["saved_wall_ns"] = clock_ns(CLOCK_REALTIME);
+  st["kernel_lost"] = kernel_losses(loader_->stats());
+  st["table"] = table_->save();
+  auto keys = [](const std::vector<iolens_file_key>& v) {
+    const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+    return nlohmann::json::binary(std::vector<uint8_t>(b, b + v.size() * sizeof(iolens_file_key)));
+  };
+  st["pending_files"] = keys(pending_files_);
+  st["pending_others"] = keys(pending_others_);
+  nlohmann::json bases = nlohmann::json::object();
+  for (const auto& [id, b] : job_loss_base_) bases[id] = b;
+  st["job_loss_base"] = bases;
+  const std::vector<uint8_t> bytes = nlohmann::json::to_cbor(st);
+  const std::string tmp = state_path() + ".tmp";
+  bool ok = false;
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    size_t off = 0;
+    while (off < bytes.size()) {
+      const ssize_t n = write(fd, bytes.data() + off, bytes.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    ok = off == bytes.size() && fsync(fd) == 0;
+    close(fd);
+    ok = ok && rename(tmp.c_str(), state_path().c_str()) == 0;
+  }
+  if (!ok) {
+    // Without a saved state, deleting the records would risk them: keep them in the kernel.
+    if (checkpoint_failures_++ % 60 == 0)
+      spdlog::error("cannot save state to {}: {}", state_path(), std::strerror(errno));
+    return;
+  }
+  ++checkpoints_;
+  state_dirty_ = false;
+  loader_->delete_files(pending_files_);
+  loader_->delete_others(pending_others_);
+  pending_files_.clear();
+  pending_others_.clear();
+  last_checkpoint_us_ = static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC) - t0) / 1000;
+}
+
+void Daemon::resume() {
+  const auto& pins = loader_->pin_state();
+  restart_["resumed"] = pins.resumed;
+  if (!pins.discarded.empty()) restart_["discarded"] = pins.discarded;
+  if (!pins.resumed) {
+    std::remove(state_path().c_str());  // it described kernel state that no longer exists
+    std::remove(marker_path().c_str());
+    return;
+  }
+  nlohmann::json lost = nlohmann::json::object();
+  const auto text = read_file(state_path());
+  nlohmann::json st;
+  if (text) st = nlohmann::json::from_cbor(*text, true, false);
+  std::string error;
+  if (!text) {
+    restart_["state"] = "none: the previous daemon saved no state";
+  } else if (st.is_discarded()) {
+    restart_["state"] = "corrupt: " + state_path() + " is not a saved state";
+  } else if (st.value("pins_created_wall_ns", uint64_t{0}) != pins.created_wall_ns) {
+    restart_["state"] = "stale: saved for other kernel maps";
+  } else if (!table_->load(st.at("table"), error)) {
+    restart_["state"] = "unreadable: " + error;
+  } else {
+    restart_["state"] = "loaded";
+    restart_["saved_wall_ns"] = st.value("saved_wall_ns", int64_t{0});
+    if (auto it = st.find("job_loss_base"); it != st.end() && it->is_object())
+      for (auto b = it->begin(); b != it->end(); ++b)
+        job_loss_base_[b.key()] = b.value().get<loader::KernelStats>();
+    // Records the previous daemon held as final but had not deleted yet.
+    auto keys = [](const nlohmann::json& j) {
+      std::vector<iolens_file_key> v;
+      if (!j.is_binary()) return v;
+      const auto& b = j.get_binary();
+      v.resize(b.size() / sizeof(iolens_file_key));
+      std::memcpy(v.data(), b.data(), v.size() * sizeof(iolens_file_key));
+      return v;
+    };
+    loader_->delete_files(keys(st.at("pending_files")));
+    loader_->delete_others(keys(st.at("pending_others")));
+    // Replay what the previous daemon consumed after it saved.
+    const uint64_t pos = st.value("ring_pos", uint64_t{0});
+    const uint64_t replay = loader_->ring_consumer_pos() - pos;
+    if (Status s = loader_->rewind_ring(pos); s) {
+      restart_["replayed_bytes"] = replay;
+    } else {
+      restart_["replay"] = s.message;
+      lost["events_not_replayed"] = replay;
+    }
+    // Kernel drops while no daemon read the ring (it filled up): counted by the kernel.
+    const nlohmann::json now = kernel_losses(loader_->stats());
+    const auto before = st.find("kernel_lost");
+    for (auto v = now.begin(); v != now.end(); ++v) {
+      uint64_t was = 0;
+      if (before != st.end() && before->is_object() && before->contains(v.key()))
+        was = (*before)[v.key()].get<uint64_t>();
+      const uint64_t d = v.value().get<uint64_t>() - was;
+      if (d) lost[v.key()] = d;
+    }
+  }
+  if (access(marker_path().c_str(), F_OK) == 0) {
+    lost["interrupted_pressure_drain"] = 1;
+    restart_["pressure_drain"] =
+        "the previous daemon died while moving idle records out of the full kernel map; the "
+        "counts those records gained since the state saved before it are lost";
+    std::remove(marker_path().c_str());
+  }
+  restart_["lost"] = lost;
+  // Processes the saved state does not know (it was older, or absent) are relearned here.
+  if (Status s = loader_->scan_tasks(true); !s) spdlog::warn("{}", s.message);
+  spdlog::info("resumed: state {}, {}", restart_.value("state", "?"), restart_.dump());
 }
 
 void Daemon::write_closed() {
@@ -356,6 +537,9 @@ void Daemon::write_closed() {
     closed_.push_back({id, Closed{summary, path}});
     while (closed_.size() > 256) closed_.pop_front();
     job_loss_base_.erase(id);
+    // Saved at once: a restart must not write this job a second time.
+    state_dirty_ = true;
+    checkpoint();
   }
 }
 
@@ -413,7 +597,10 @@ nlohmann::json Daemon::status_json() {
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()}};
   const auto& pins = loader_->pin_state();
-  j["restart"] = {{"resumed", pins.resumed}, {"note", pins.discarded}};
+  j["restart"] = restart_;
+  j["restart"]["note"] = pins.discarded;
+  j["state"] = {{"path", state_path()}, {"saves", checkpoints_}, {"failures", checkpoint_failures_},
+                {"last_us", last_checkpoint_us_}};
   return j;
 }
 
@@ -459,6 +646,7 @@ void Daemon::stop_clean() {
       spdlog::info("job {} written at stop (still running): {}", id, path);
   }
   loader_->unpin_all();
+  std::remove(state_path().c_str());  // it described kernel state that is gone now
 }
 
 int Daemon::run() {
@@ -503,7 +691,16 @@ int Daemon::run() {
           spdlog::info("SIGHUP: nothing to reload; restart iolensd to apply a new config");
           continue;
         }
-        spdlog::info("signal {}: stopping", si.ssi_signo == SIGUSR2 ? "SIGUSR2" : strsignal(static_cast<int>(si.ssi_signo)));
+        if (si.ssi_signo == SIGUSR2) {
+          // Hand-over (an upgrade): save everything, leave the programs counting for the next
+          // daemon, which continues the same jobs.
+          spdlog::info("SIGUSR2: saving state and leaving the kernel programs to the next iolensd");
+          drain();
+          state_dirty_ = true;
+          checkpoint();
+          return 0;
+        }
+        spdlog::info("signal {}: stopping", strsignal(static_cast<int>(si.ssi_signo)));
         stop_clean();
         return 0;
       }

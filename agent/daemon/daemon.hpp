@@ -19,6 +19,8 @@ struct DaemonOptions {
   std::string syscall_hooks = "on-demand";
   uint32_t hooks_idle_s = 30;
   std::string mountinfo_path = "/proc/self/mountinfo";
+  /// The kubelet's pod log directory (<namespace>_<pod>_<uid>): names pods when present.
+  std::string pod_log_dir = "/var/log/pods";
 };
 
 /// Runs until SIGTERM/SIGINT (clean stop: records written, kernel state removed) or SIGUSR2

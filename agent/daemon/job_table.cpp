@@ -219,9 +219,9 @@ bool JobTable::exited(const core::ProcKey& p) const {
 
 bool JobTable::attributed(const core::ProcKey& p) const { return proc_job_.count(p) != 0; }
 
-std::size_t JobTable::enforce_limits() {
+std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten) {
   std::size_t folded = 0;
-  for (auto& [id, job] : jobs_) folded += job->rec->fold_to(limits_.max_files_per_job);
+  for (auto& [id, job] : jobs_) folded += job->rec->fold_to(limits_.max_files_per_job, forgotten);
   // Over the node-wide budget: shrink the biggest jobs first, each to its share.
   std::size_t total = file_records();
   if (total > limits_.max_records && !jobs_.empty()) {
@@ -235,7 +235,7 @@ std::size_t JobTable::enforce_limits() {
       if (total <= limits_.max_records) break;
       const std::size_t before = job->rec->file_records();
       if (before <= share) continue;
-      folded += job->rec->fold_to(share);
+      folded += job->rec->fold_to(share, forgotten);
       total -= before - job->rec->file_records();
     }
   }
@@ -331,6 +331,112 @@ nlohmann::json JobTable::job_json(const Job& job, const std::string& version) co
     }
   }
   return j;
+}
+
+namespace {
+
+nlohmann::json proc_json(const core::ProcKey& p) { return {p.pid, p.start_ns}; }
+core::ProcKey proc_of(const nlohmann::json& j) {
+  return core::ProcKey{j.at(0).get<uint32_t>(), j.at(1).get<uint64_t>()};
+}
+
+}  // namespace
+
+nlohmann::json JobTable::save() const {
+  nlohmann::json j;
+  j["format"] = 1;
+  j["mono_to_wall_ns"] = mono_to_wall_;
+  auto& cgs = j["cgroups"] = nlohmann::json::array();
+  for (const auto& [id, c] : cgroups_) cgs.push_back({id, c.path, c.job_id});
+  auto& js = j["jobs"] = nlohmann::json::array();
+  for (const auto& [id, job] : jobs_) {
+    nlohmann::json o;
+    o["kind"] = job->identity.kind;
+    o["id"] = job->identity.id;
+    o["job_cgroup"] = job->identity.job_cgroup;
+    o["labels"] = job->identity.labels;
+    o["sub"] = job->identity.sub;
+    o["rule"] = job->rule;
+    o["cgroup_id"] = job->cgroup_id;
+    o["state"] = static_cast<int>(job->state);
+    o["start_ns"] = job->start_ns;
+    o["end_ns"] = job->end_ns ? nlohmann::json(*job->end_ns) : nlohmann::json(nullptr);
+    auto& procs = o["procs"] = nlohmann::json::array();
+    for (const auto& p : job->procs) procs.push_back(proc_json(p));
+    auto& live = o["live"] = nlohmann::json::array();
+    for (const auto& p : job->live) live.push_back(proc_json(p));
+    auto& pl = o["proc_labels"] = nlohmann::json::array();
+    for (const auto& [p, labels] : job->proc_labels) pl.push_back({proc_json(p), labels});
+    const std::string blob = job->rec->save();
+    o["recorder"] = nlohmann::json::binary(std::vector<uint8_t>(blob.begin(), blob.end()));
+    js.push_back(std::move(o));
+  }
+  auto& pj = j["proc_job"] = nlohmann::json::array();
+  for (const auto& [p, id] : proc_job_) pj.push_back({proc_json(p), id});
+  auto& un = j["unattributed"] = nlohmann::json::array();
+  for (const auto& p : unattributed_) un.push_back(proc_json(p));
+  j["stats"] = {stats_.unattributed_processes, stats_.unattributed_records, stats_.unknown_cgroups,
+                stats_.folded_records, stats_.jobs_closed};
+  return j;
+}
+
+bool JobTable::load(const nlohmann::json& j, std::string& error) {
+  try {
+    if (j.at("format").get<int>() != 1) {
+      error = "unknown state format " + j.at("format").dump();
+      return false;
+    }
+    std::map<uint64_t, Cgroup> cgroups;
+    for (const auto& c : j.at("cgroups"))
+      cgroups[c.at(0).get<uint64_t>()] = Cgroup{c.at(1).get<std::string>(), c.at(2).get<std::string>()};
+    std::map<std::string, std::unique_ptr<Job>> jobs;
+    for (const auto& o : j.at("jobs")) {
+      auto job = std::make_unique<Job>();
+      job->identity.kind = o.at("kind").get<std::string>();
+      job->identity.id = o.at("id").get<std::string>();
+      job->identity.job_cgroup = o.at("job_cgroup").get<std::string>();
+      job->identity.labels = o.at("labels").get<std::map<std::string, std::string>>();
+      job->identity.sub = o.at("sub").get<std::map<std::string, std::string>>();
+      job->rule = o.at("rule").get<std::string>();
+      job->cgroup_id = o.at("cgroup_id").get<uint64_t>();
+      const int state = o.at("state").get<int>();
+      if (state < 0 || state > static_cast<int>(JobState::Closed)) throw std::out_of_range("state");
+      job->state = static_cast<JobState>(state);
+      job->start_ns = o.at("start_ns").get<int64_t>();
+      if (!o.at("end_ns").is_null()) job->end_ns = o.at("end_ns").get<int64_t>();
+      for (const auto& p : o.at("procs")) job->procs.insert(proc_of(p));
+      for (const auto& p : o.at("live")) job->live.insert(proc_of(p));
+      for (const auto& pl : o.at("proc_labels"))
+        job->proc_labels[proc_of(pl.at(0))] = pl.at(1).get<std::map<std::string, std::string>>();
+      const auto& bin = o.at("recorder").get_binary();
+      std::string rec_error;
+      job->rec = core::Recorder::load(std::string_view(reinterpret_cast<const char*>(bin.data()), bin.size()),
+                                      rec_error);
+      if (!job->rec) {
+        error = "job " + job->identity.id + ": " + rec_error;
+        return false;
+      }
+      const std::string id = job->identity.id;
+      jobs[id] = std::move(job);
+    }
+    std::map<core::ProcKey, std::string> proc_job;
+    for (const auto& p : j.at("proc_job")) proc_job[proc_of(p.at(0))] = p.at(1).get<std::string>();
+    std::set<core::ProcKey> unattributed;
+    for (const auto& p : j.at("unattributed")) unattributed.insert(proc_of(p));
+    const auto& st = j.at("stats");
+    TableStats stats{st.at(0).get<uint64_t>(), st.at(1).get<uint64_t>(), st.at(2).get<uint64_t>(),
+                     st.at(3).get<uint64_t>(), st.at(4).get<uint64_t>()};
+    cgroups_ = std::move(cgroups);
+    jobs_ = std::move(jobs);
+    proc_job_ = std::move(proc_job);
+    unattributed_ = std::move(unattributed);
+    stats_ = stats;
+    mono_to_wall_ = j.at("mono_to_wall_ns").get<int64_t>();
+    return true;
+  } catch (const std::exception& e) {
+    error = std::string("malformed state: ") + e.what();
+    return false;
+  }
 }
 
 }  // namespace iolens::daemon

@@ -91,8 +91,9 @@ class JobTable {
   bool attributed(const core::ProcKey& p) const;
 
   /// Folds records of jobs over their per-job limit, then of the biggest jobs while the total is
-  /// over max_records. Returns the records folded.
-  std::size_t enforce_limits();
+  /// over max_records. Returns the records folded; the files whose names were forgotten are
+  /// appended to `forgotten` (the kernel must be told to name them again).
+  std::size_t enforce_limits(std::vector<core::FileIdentity>* forgotten = nullptr);
 
   /// Jobs that have closed since the last call (cgroup removed, or last process exited for a
   /// process rule), ready to be written after the drain that follows their close. Their
@@ -114,6 +115,13 @@ class JobTable {
   /// The path of a known cgroup id, "" if unknown.
   std::string cgroup_path(uint64_t id) const;
   const jobs::Selector& selector() const { return selector_; }
+
+  /// Everything the table holds, for the daemon's checkpoint (docs/daemon.md#restart); the
+  /// recorders as opaque binary blobs (core::Recorder::save).
+  nlohmann::json save() const;
+  /// Replaces the table's contents with a saved one. False (and `error`) if it is malformed;
+  /// the table is then unchanged.
+  bool load(const nlohmann::json& saved, std::string& error);
   core::ClockBase clock() const;
 
  private:

@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"on-demand", "always"}));
   app.add_option("--hooks-idle-s", hooks_idle_s,
                  "seconds without a live job before on-demand hooks are detached");
+  std::string pod_log_dir = "/var/log/pods";
+  app.add_option("--pod-log-dir", pod_log_dir,
+                 "kubelet pod log directory, to name pods (namespace_name_uid entries)");
   app.add_option("--btf", btf, "kernel BTF for CO-RE");
   app.add_flag("-v,--verbose", verbose, "libbpf debug output");
   CLI11_PARSE(app, argc, argv);
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
   opts.verbose = verbose;
   opts.syscall_hooks = hooks;
   opts.hooks_idle_s = hooks_idle_s;
+  opts.pod_log_dir = pod_log_dir;
 
   // Logs on stderr: journald (or the caller) adds the timestamps it wants.
   auto logger = spdlog::stderr_logger_st("iolensd");

@@ -4,6 +4,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -100,7 +101,15 @@ struct Loader::Impl {
     Group group;
   };
   std::vector<Prog> progs;
+  // The ring's position pages, mapped by us (libbpf keeps its own mapping private).
+  void* consumer_page = nullptr;
+  void* producer_page = nullptr;
+  uint64_t* ring_consumer = nullptr;
+  const uint64_t* ring_producer = nullptr;
   ~Impl() {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (consumer_page) munmap(consumer_page, static_cast<size_t>(page));
+    if (producer_page) munmap(producer_page, static_cast<size_t>(page));
     if (ring) ring_buffer__free(ring);
     if (skel) iolens_bpf__destroy(skel);
   }
@@ -258,6 +267,23 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
     status = Status::Error("cannot set up the ring buffer: " + errno_text(e), e);
     return nullptr;
   }
+  {
+    // The kernel's layout: the consumer position page (writable), then the producer's.
+    const int fd = bpf_map__fd(skel->maps.events);
+    const long page = sysconf(_SC_PAGESIZE);
+    Impl& im = *loader->impl_;
+    im.consumer_page = mmap(nullptr, static_cast<size_t>(page), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    im.producer_page = mmap(nullptr, static_cast<size_t>(page), PROT_READ, MAP_SHARED, fd, page);
+    if (im.consumer_page == MAP_FAILED || im.producer_page == MAP_FAILED) {
+      const int e = errno;
+      if (im.consumer_page == MAP_FAILED) im.consumer_page = nullptr;
+      if (im.producer_page == MAP_FAILED) im.producer_page = nullptr;
+      status = Status::Error("cannot map the ring buffer's positions: " + errno_text(e), e);
+      return nullptr;
+    }
+    im.ring_consumer = static_cast<uint64_t*>(im.consumer_page);
+    im.ring_producer = static_cast<const uint64_t*>(im.producer_page);
+  }
   status = Status::Ok();
   return loader;
 }
@@ -359,7 +385,8 @@ Status Loader::select_comm(const std::string& comm) {
   return Status::Ok();
 }
 
-Status Loader::scan_tasks() {
+Status Loader::scan_tasks(bool report_all) {
+  impl_->skel->bss->scan_report_all = report_all ? 1 : 0;
   bpf_link* link = bpf_program__attach_iter(impl_->skel->progs.scan_tasks, nullptr);
   if (!link) {
     const int e = errno;
@@ -379,6 +406,7 @@ Status Loader::scan_tasks() {
   const int e = n < 0 ? errno : 0;
   close(fd);
   bpf_link__destroy(link);
+  impl_->skel->bss->scan_report_all = 0;
   if (e) return Status::Error("task iterator failed: " + errno_text(e), e);
   return Status::Ok();
 }
@@ -501,7 +529,8 @@ void Loader::delete_keys(int map_fd, const std::vector<iolens_file_key>& keys) {
   for (size_t i = done; i < keys.size(); ++i) bpf_map_delete_elem(map_fd, &keys[i]);
 }
 
-Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink) {
+Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
+                     std::vector<iolens_file_key>* deferred) {
   std::vector<iolens_file_key> keys;
   std::vector<iolens_file_counters> values;
   if (!batch_ok_ || !read_batched(map_fd, keys, values)) {
@@ -532,16 +561,71 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
         break;
     }
   }
-  delete_keys(map_fd, final_keys);
+  if (deferred)
+    deferred->insert(deferred->end(), final_keys.begin(), final_keys.end());
+  else
+    delete_keys(map_fd, final_keys);
   return Status::Ok();
 }
 
-Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink) {
-  return drain(bpf_map__fd(impl_->skel->maps.files), remove, sink);
+Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink,
+                           std::vector<iolens_file_key>* deferred) {
+  return drain(bpf_map__fd(impl_->skel->maps.files), remove, sink, deferred);
 }
 
-Status Loader::drain_others(const RemovePredicate& remove, const RecordSink& sink) {
-  return drain(bpf_map__fd(impl_->skel->maps.others), remove, sink);
+Status Loader::drain_others(const RemovePredicate& remove, const RecordSink& sink,
+                            std::vector<iolens_file_key>* deferred) {
+  return drain(bpf_map__fd(impl_->skel->maps.others), remove, sink, deferred);
+}
+
+void Loader::delete_files(const std::vector<iolens_file_key>& keys) {
+  delete_keys(bpf_map__fd(impl_->skel->maps.files), keys);
+}
+
+void Loader::forget_names(const std::vector<NameId>& ids) {
+  // bpf/iolens.bpf.c's seen_key and seen_file: (ino, dev, pad) -> (gen, named).
+  struct SeenKey {
+    uint64_t ino;
+    uint32_t dev, pad;
+  };
+  struct SeenFile {
+    uint32_t gen, named;
+  };
+  const int fd = bpf_map__fd(impl_->skel->maps.seen_files);
+  for (const auto& id : ids) {
+    const SeenKey k{id.ino, id.dev, 0};
+    SeenFile v{};
+    // Cleared, not deleted: a path-based stat still finds the generation here.
+    if (bpf_map_lookup_elem(fd, &k, &v) == 0 && v.gen == id.gen && v.named) {
+      v.named = 0;
+      bpf_map_update_elem(fd, &k, &v, BPF_EXIST);
+    }
+  }
+}
+
+void Loader::delete_others(const std::vector<iolens_file_key>& keys) {
+  delete_keys(bpf_map__fd(impl_->skel->maps.others), keys);
+}
+
+uint64_t Loader::ring_size() const { return bpf_map__max_entries(impl_->skel->maps.events); }
+
+uint64_t Loader::ring_consumer_pos() const {
+  return __atomic_load_n(impl_->ring_consumer, __ATOMIC_ACQUIRE);
+}
+
+uint64_t Loader::ring_producer_pos() const {
+  return __atomic_load_n(impl_->ring_producer, __ATOMIC_ACQUIRE);
+}
+
+Status Loader::rewind_ring(uint64_t pos) {
+  const uint64_t prod = ring_producer_pos();
+  const uint64_t cons = ring_consumer_pos();
+  if (pos > cons) return Status::Error("cannot rewind the ring forward", EINVAL);
+  if (prod - pos > ring_size())
+    return Status::Error("the ring ran " + std::to_string(prod - pos - ring_size()) +
+                         " bytes past the saved position: records were overwritten", ERANGE);
+  __atomic_store_n(impl_->ring_consumer, pos, __ATOMIC_RELEASE);
+  return Status::Ok();
 }
 
 uint64_t Loader::stat(uint32_t index) const {

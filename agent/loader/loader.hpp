@@ -71,7 +71,8 @@ class Loader {
   Status select_comm(const std::string& comm);
   /// Runs the task iterator: marks every task now in a selected cgroup, unmarks cgroup-selected
   /// ones whose cgroup is no longer selected. Each change arrives as a mark event.
-  Status scan_tasks();
+  /// `report_all`: also send a mark event for every process already traced (after a restart).
+  Status scan_tasks(bool report_all = false);
   /// Attaches or detaches sys_enter/sys_exit: every syscall on the machine pays for them while
   /// attached (bench/README.md), so the daemon attaches them only while a job is alive.
   Status set_syscall_hooks(bool attached);
@@ -103,8 +104,34 @@ class Loader {
   /// Asked for every record; `records_in_map` is how many the map held at this drain.
   using RemovePredicate = std::function<Disposition(
       const iolens_file_key&, const iolens_file_counters&, std::size_t records_in_map)>;
-  Status drain_files(const RemovePredicate& remove, const RecordSink& sink);
-  Status drain_others(const RemovePredicate& remove, const RecordSink& sink);
+  /// `deferred`: when given, RemoveFinal records are reported removed but their keys are
+  /// appended here instead of being deleted, so the caller can save its state first and delete
+  /// them after (delete_files/delete_others): a crash in between cannot lose or double them.
+  Status drain_files(const RemovePredicate& remove, const RecordSink& sink,
+                     std::vector<iolens_file_key>* deferred = nullptr);
+  Status drain_others(const RemovePredicate& remove, const RecordSink& sink,
+                      std::vector<iolens_file_key>* deferred = nullptr);
+  void delete_files(const std::vector<iolens_file_key>& keys);
+  /// The kernel sends each file's name once; after the agent forgot names (folded records),
+  /// this makes it send them again if the files are used again. Entries of another
+  /// generation (the inode number reused) are left alone.
+  struct NameId {
+    uint64_t ino;
+    uint32_t dev;
+    uint32_t gen;
+  };
+  void forget_names(const std::vector<NameId>& ids);
+  void delete_others(const std::vector<iolens_file_key>& keys);
+
+  /// Ring positions (bytes since the ring was created). The consumer position lives in the
+  /// ring's memory, so it survives the agent when the ring is pinned.
+  uint64_t ring_consumer_pos() const;
+  uint64_t ring_producer_pos() const;
+  uint64_t ring_size() const;
+  /// Moves the consumer back to `pos` so that records consumed since are read again (a
+  /// restarted daemon replays what it consumed after its last saved state). Fails when the
+  /// producer may have overwritten them (it ran more than the ring's size past `pos`).
+  Status rewind_ring(uint64_t pos);
 
   /// Sums of the per-CPU drop/failure counters.
   KernelStats stats() const;
@@ -116,7 +143,8 @@ class Loader {
  private:
   struct Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
-  Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink);
+  Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
+               std::vector<iolens_file_key>* deferred);
   Status attach_one(const std::string& name, bool pin);
   void set_program_state(const std::string& name, bool attached, const std::string& error);
   void delete_keys(int map_fd, const std::vector<iolens_file_key>& keys);

@@ -334,6 +334,12 @@ TEST_F(SelectTest, PinnedStateOutlivesTheAgent) {
   ASSERT_EQ(write(c.go, "g", 1), 1);
   close(c.go);
   usleep(200 * 1000);
+  // What this agent consumes before it dies, a restarted one can read again from the saved
+  // position: the consumer position lives in the pinned ring.
+  const uint64_t saved_pos = loader_->ring_consumer_pos();
+  int consumed = loader_->consume_events([](std::span<const uint8_t>) {});
+  EXPECT_GT(consumed, 0);  // at least the child's mark event
+  EXPECT_GT(loader_->ring_consumer_pos(), saved_pos);
   loader_.reset();  // the agent dies without unpinning: programs and maps stay
   EXPECT_TRUE(fs::exists(opts_.pin_dir + "/link_sys_enter"));
   ASSERT_EQ(write(again[1], "g", 1), 1);
@@ -344,7 +350,11 @@ TEST_F(SelectTest, PinnedStateOutlivesTheAgent) {
   load();
   EXPECT_TRUE(loader_->pin_state().resumed) << loader_->pin_state().discarded;
   EXPECT_TRUE(loader_->syscall_hooks());
+  EXPECT_FALSE(loader_->rewind_ring(loader_->ring_consumer_pos() + 8).ok);  // never forward
+  ASSERT_TRUE(loader_->rewind_ring(saved_pos).ok);
   Seen s = collect();
+  const MarkEvent* m = mark_of(s, c.pid);
+  ASSERT_NE(m, nullptr) << "the mark consumed before the restart was not replayed";
   EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), before}]), 100u);
   EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), during}]), 200u);
   loader_->unpin_all();

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's job table, fed synthetic kernel events: which cgroups the kernel must trace or
+// exclude, which process lands in which job, when a job closes, what its record holds.
+#include <gtest/gtest.h>
+
+#include "daemon/job_table.hpp"
+#include "iolens_abi.h"
+
+using namespace iolens;
+using daemon::JobState;
+using daemon::JobTable;
+
+namespace {
+
+jobs::Rule kube_rule() {
+  jobs::Rule r;
+  r.kind = jobs::RuleKind::Kubernetes;
+  r.name = "kubernetes";
+  r.roots = {"/kubepods.slice"};
+  return r;
+}
+
+jobs::Rule cgroup_rule(const std::string& glob) {
+  jobs::Rule r;
+  r.kind = jobs::RuleKind::Cgroup;
+  r.name = "dl";
+  r.globs = {glob};
+  r.roots = {"/dl"};
+  return r;
+}
+
+const std::string kPod = "/kubepods.slice/kubepods-burstable.slice/"
+                         "kubepods-burstable-pod0f3e9a7c_1d2b_4c5d_8e9f_0a1b2c3d4e5f.slice";
+const std::string kCtr = kPod + "/cri-containerd-" + std::string(64, 'a') + ".scope";
+
+core::MarkEvent mark(uint32_t pid, uint64_t cgroup, uint64_t ts = 1000) {
+  core::MarkEvent m;
+  m.proc = {pid, pid * 10ull};
+  m.parent = {1, 1};
+  m.cgroup_id = cgroup;
+  m.reason = IOLENS_MARK_ATTACH;
+  m.threads = 1;
+  m.comm = "python3";
+  m.ts_ns = ts;
+  return m;
+}
+
+iolens_file_key key(uint32_t pid, uint64_t ino) {
+  iolens_file_key k{};
+  k.ino = ino;
+  k.dev = 7;
+  k.tgid = pid;
+  k.pstart_ns = pid * 10ull;
+  k.gen = 1;
+  return k;
+}
+
+core::FileCounters written(uint64_t bytes) {
+  core::FileCounters c = core::new_counters();
+  c.opens = 1;
+  c.closes = 1;
+  c.writes = 1;
+  c.bytes_written = bytes;
+  c.max_byte_written = static_cast<int64_t>(bytes) - 1;
+  return c;
+}
+
+class JobTableTest : public ::testing::Test {
+ protected:
+  JobTable make(std::vector<jobs::Rule> rules, jobs::Limits limits = {}) {
+    return JobTable(jobs::Selector(std::move(rules)), limits, 1'000'000'000);
+  }
+};
+
+}  // namespace
+
+TEST_F(JobTableTest, RootsAreTracedJobsOpenAtCreationSiblingsExcluded) {
+  auto t = make({kube_rule()});
+  auto root = t.on_cgroup(1, "/kubepods.slice", false, 0);
+  ASSERT_EQ(root.size(), 1u);
+  EXPECT_EQ(root[0].action, static_cast<uint32_t>(IOLENS_CGROUP_TRACE));
+  EXPECT_TRUE(t.on_cgroup(2, "/kubepods.slice/kubepods-burstable.slice", true, 5).empty());
+  EXPECT_TRUE(t.on_cgroup(3, kPod, true, 500).empty());  // traced through its ancestor
+  ASSERT_EQ(t.jobs().size(), 1u);
+  const auto& job = *t.jobs().begin()->second;
+  EXPECT_EQ(job.identity.id, "k8s/0f3e9a7c-1d2b-4c5d-8e9f-0a1b2c3d4e5f");
+  EXPECT_EQ(job.cgroup_id, 3u);
+  EXPECT_EQ(job.start_ns, 1'000'000'500);  // creation time, on the wall clock
+  // Not a pod: nothing can be a job below it, so the kernel must not trace its tasks.
+  auto other = t.on_cgroup(4, "/kubepods.slice/not-a-pod", true, 6);
+  ASSERT_EQ(other.size(), 1u);
+  EXPECT_EQ(other[0].action, static_cast<uint32_t>(IOLENS_CGROUP_EXCLUDE));
+  EXPECT_EQ(t.active_jobs(), 1u);
+}
+
+TEST_F(JobTableTest, ProcessesOfNestedCgroupsBelongToTheJobWithTheirContainer) {
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  t.on_cgroup(3, kPod, true, 10);
+  t.on_cgroup(5, kCtr, true, 20);
+  ASSERT_TRUE(t.on_mark(mark(100, 5)));
+  core::ForkEvent f{{101, 1010}, {100, 1000}, 30, "python3", 5};
+  t.on_event(f);
+  EXPECT_TRUE(t.attributed({100, 1000}));
+  EXPECT_TRUE(t.attributed({101, 1010}));
+  t.on_file(key(100, 1), written(4096), false);
+  t.on_file(key(101, 2), written(100), false);
+  const auto& job = *t.jobs().begin()->second;
+  EXPECT_EQ(job.procs.size(), 2u);
+  auto rec = t.job_json(job, "test");
+  EXPECT_EQ(rec["schema"], "iolens.job/1");
+  EXPECT_EQ(rec["job"]["totals"]["bytes_written"], 4196u);
+  EXPECT_EQ(rec["job"]["labels"]["qos_class"], "burstable");
+  ASSERT_EQ(rec["processes"].size(), 2u);
+  for (const auto& p : rec["processes"])
+    EXPECT_EQ(p["labels"]["container_id"], std::string(64, 'a')) << p.dump();
+}
+
+TEST_F(JobTableTest, OutsideProcessesAndTheirRecordsAreCountedNotKept) {
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  // A process directly in the root: traced by the kernel, but in no job.
+  EXPECT_FALSE(t.on_mark(mark(200, 1)));
+  EXPECT_FALSE(t.attributed({200, 2000}));
+  t.on_file(key(200, 9), written(10), false);
+  EXPECT_EQ(t.stats().unattributed_processes, 1u);
+  EXPECT_EQ(t.stats().unattributed_records, 1u);
+  EXPECT_TRUE(t.jobs().empty());
+}
+
+TEST_F(JobTableTest, JobClosesWhenItsOwnCgroupGoesNotASubCgroup) {
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  t.on_cgroup(3, kPod, true, 10);
+  t.on_cgroup(5, kCtr, true, 20);
+  t.on_mark(mark(100, 5));
+  t.on_event(core::ExitEvent{{100, 1000}, 40, 0});
+  t.on_cgroup_removed(5, 50);  // the container goes; the pod stays
+  EXPECT_TRUE(t.closing().empty());
+  t.on_cgroup_removed(3, 60);
+  ASSERT_EQ(t.closing().size(), 1u);
+  auto job = t.take(t.closing()[0]);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->end_ns, 1'000'000'060);
+  EXPECT_EQ(job->state, JobState::Closed);
+  EXPECT_TRUE(t.jobs().empty());
+  EXPECT_FALSE(t.attributed({100, 1000}));
+  EXPECT_EQ(t.stats().jobs_closed, 1u);
+}
+
+TEST_F(JobTableTest, ACgroupNobodyNamedIsResolvedOnDemand) {
+  auto t = make({cgroup_rule("/dl/*")});
+  t.on_cgroup(1, "/dl", false, 0);
+  int asked = 0;
+  t.set_cgroup_resolver([&](uint64_t id) -> std::optional<std::string> {
+    ++asked;
+    if (id == 77) return std::string("/dl/job-a");
+    return std::nullopt;
+  });
+  EXPECT_TRUE(t.on_mark(mark(300, 77)));
+  EXPECT_EQ(asked, 1);
+  ASSERT_NE(t.find("cgroup/dl/job-a"), nullptr);
+  EXPECT_FALSE(t.on_mark(mark(301, 78)));
+  EXPECT_EQ(t.stats().unknown_cgroups, 1u);
+}
+
+TEST_F(JobTableTest, ProcessRuleJobClosesWithItsLastProcess) {
+  auto t = make({});
+  core::MarkEvent m = mark(400, 1);
+  m.reason = IOLENS_MARK_COMM;
+  t.add_process_job(m, "trainers");
+  t.on_event(core::ForkEvent{{401, 4010}, {400, 4000}, 1100, "python3", 1});
+  ASSERT_EQ(t.jobs().size(), 1u);
+  const std::string id = t.jobs().begin()->first;
+  EXPECT_EQ(id, "process/trainers/400-4000");
+  t.on_event(core::ExitEvent{{400, 4000}, 1200, 0});
+  EXPECT_TRUE(t.closing().empty());  // a child is still running
+  t.on_event(core::ExitEvent{{401, 4010}, 1300, 0});
+  ASSERT_EQ(t.closing().size(), 1u);
+  EXPECT_EQ(t.find(id)->end_ns, 1'000'001'300);
+}
+
+TEST_F(JobTableTest, LimitsFoldFinalRecordsAndKeepTotals) {
+  jobs::Limits limits;
+  limits.max_files_per_job = 100;
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/big", true, 0);
+  t.on_mark(mark(500, 2));
+  uint64_t total = 0;
+  for (uint64_t i = 1; i <= 1000; ++i) {
+    t.on_file(key(500, i), written(i), true);  // final: out of the kernel
+    total += i;
+  }
+  EXPECT_GT(t.enforce_limits(), 0u);
+  EXPECT_LE(t.file_records(), 100u);
+  const auto& job = *t.find("cgroup/dl/big");
+  auto rec = t.job_json(job, "test");
+  EXPECT_EQ(rec["job"]["totals"]["bytes_written"], total);
+  EXPECT_EQ(rec["job"]["files"], 1000u);
+  EXPECT_GT(rec["job"]["folded_files"].get<uint64_t>(), 0u);
+  EXPECT_EQ(t.stats().folded_records, rec["job"]["folded_files"].get<uint64_t>());
+}
+
+TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  t.on_cgroup(3, kPod, true, 10);
+  t.on_cgroup(5, kCtr, true, 20);
+  t.on_mark(mark(100, 5));
+  t.on_file(key(100, 1), written(4096), true);
+  t.on_file(key(100, 2), written(10), false);
+  const nlohmann::json saved = t.save();
+  auto u = make({kube_rule()});
+  std::string error;
+  ASSERT_TRUE(u.load(saved, error)) << error;
+  ASSERT_EQ(u.jobs().size(), 1u);
+  const auto& a = *t.jobs().begin()->second;
+  const auto& b = *u.jobs().begin()->second;
+  EXPECT_EQ(t.job_json(a, "v"), u.job_json(b, "v"));
+  EXPECT_TRUE(u.attributed({100, 1000}));
+  EXPECT_EQ(u.cgroup_path(5), kCtr);
+  // Continues: the live record re-read from the kernel replaces its earlier value.
+  u.on_file(key(100, 2), written(20), false);
+  EXPECT_EQ(u.job_json(b, "v")["job"]["totals"]["bytes_written"], 4116u);
+  // Corrupt input is refused without touching the table.
+  nlohmann::json bad = saved;
+  bad["jobs"][0]["recorder"] = nlohmann::json::binary({1, 2, 3});
+  EXPECT_FALSE(u.load(bad, error));
+  EXPECT_FALSE(error.empty());
+  EXPECT_FALSE(u.load(nlohmann::json::object(), error));
+  EXPECT_EQ(u.jobs().size(), 1u);
+}
