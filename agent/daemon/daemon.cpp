@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -123,6 +124,7 @@ class Daemon {
   std::unique_ptr<JobTable> table_;
   std::unique_ptr<JobWriter> writer_;
   int sigfd_ = -1;
+  int state_lock_ = -1;  // flock'd for the daemon's lifetime
   int64_t start_mono_ = 0;
   int64_t mono_to_wall_ = 0;
   bool scan_needed_ = false;
@@ -181,6 +183,22 @@ bool Daemon::setup() {
     spdlog::error("{}", s.message);
     return false;
   }
+  {
+    // One daemon per state directory: a second one would overwrite the first one's state.
+    std::error_code ec;
+    std::filesystem::create_directories(cfg_.state_dir, ec);
+    if (ec) {
+      spdlog::error("cannot create state directory {}: {}", cfg_.state_dir, ec.message());
+      return false;
+    }
+    chmod(cfg_.state_dir.c_str(), 0700);
+    state_lock_ = open((cfg_.state_dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (state_lock_ < 0 || flock(state_lock_, LOCK_EX | LOCK_NB) != 0) {
+      spdlog::error("state directory {} is in use by another running iolensd ({})",
+                    cfg_.state_dir, std::strerror(errno));
+      return false;
+    }
+  }
   std::optional<gid_t> group;
   if (!cfg_.socket_group.empty()) {
     std::string err;
@@ -219,14 +237,6 @@ bool Daemon::setup() {
   mono_to_wall_ = clock_ns(CLOCK_REALTIME) - start_mono_;
   table_ = std::make_unique<JobTable>(*sel_, cfg_.limits, mono_to_wall_);
   table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
-  {
-    std::error_code ec;
-    std::filesystem::create_directories(cfg_.state_dir, ec);
-    if (ec) {
-      spdlog::error("cannot create state directory {}: {}", cfg_.state_dir, ec.message());
-      return false;
-    }
-  }
   resume();
   const int64_t in_map = loader_->map_entries("files");
   created_baseline_ = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) -

@@ -4,6 +4,8 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -106,7 +108,9 @@ struct Loader::Impl {
   void* producer_page = nullptr;
   uint64_t* ring_consumer = nullptr;
   const uint64_t* ring_producer = nullptr;
+  int pin_lock = -1;
   ~Impl() {
+    if (pin_lock >= 0) close(pin_lock);
     const long page = sysconf(_SC_PAGESIZE);
     if (consumer_page) munmap(consumer_page, static_cast<size_t>(page));
     if (producer_page) munmap(producer_page, static_cast<size_t>(page));
@@ -174,6 +178,15 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   PinState pins;
   if (!opts.pin_dir.empty()) {
     if (status = ensure_bpffs_dir(opts.pin_dir); !status) return nullptr;
+    // Pins left by a dead agent are continued; pins of a live one must not be touched. The
+    // lock goes with the process, whatever way it ends.
+    impl->pin_lock = open(opts.pin_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (impl->pin_lock < 0 || flock(impl->pin_lock, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      status = Status::Error("pin directory " + opts.pin_dir + " is in use by another running " +
+                             "agent (" + errno_text(e) + "): give each daemon its own pin_dir", e);
+      return nullptr;
+    }
     // A previous agent's maps are reused only if they were made for this ABI and these sizes.
     const std::string meta_path = opts.pin_dir + "/meta";
     const bool any_pin = !std::filesystem::is_empty(opts.pin_dir);
