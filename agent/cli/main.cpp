@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The `iolens` command line. Parsing only; the work is in iolens_run.
+// The `iolens` command line. Parsing only; the work is in iolens_run and iolens_control.
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 
+#include "cli/query_command.hpp"
 #include "cli/run_command.hpp"
 
 int main(int argc, char** argv) {
@@ -38,11 +39,14 @@ int main(int argc, char** argv) {
   cmd->add_option("command", run.command, "The command to trace, after --")->required();
   cmd->positionals_at_end();
 
+  iolens::cli::QueryCommands queries(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return queries.given() ? queries.usage_error(app, e) : app.exit(e);
   }
+  if (queries.given()) return queries.run();
   // Logs go to stderr: stdout belongs to the traced command.
   spdlog::set_default_logger(spdlog::stderr_color_mt("iolens"));
   spdlog::set_pattern("iolens: %l: %v");

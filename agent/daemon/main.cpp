@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "daemon/daemon.hpp"
 #include "jobs/config.hpp"
@@ -20,8 +21,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", IOLENS_VERSION);
   std::string config_path, check_path;
   std::string cgroup_root, output_dir, state_dir, pin_dir, socket, socket_group, log_level;
-  std::string hooks = "on-demand";
-  uint32_t drain_ms = 0, hooks_idle_s = 30;
+  std::string hooks;
+  uint32_t drain_ms = 0;
+  std::optional<uint32_t> hooks_idle_s;
   uint64_t max_files_per_job = 0;
   std::string btf = "/sys/kernel/btf/vmlinux";
   bool verbose = false;
@@ -42,7 +44,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.add_option("--syscall-hooks", hooks,
-                 "on-demand: attach syscall hooks only while a job is live; always")
+                 "on-demand: attach syscall hooks only while a job is live; always "
+                 "(default: the config's syscall_hooks)")
       ->check(CLI::IsMember({"on-demand", "always"}));
   app.add_option("--hooks-idle-s", hooks_idle_s,
                  "seconds without a live job before on-demand hooks are detached");
@@ -85,8 +88,8 @@ int main(int argc, char** argv) {
   if (!log_level.empty()) c.log_level = log_level;
   opts.btf_path = btf;
   opts.verbose = verbose;
-  opts.syscall_hooks = hooks;
-  opts.hooks_idle_s = hooks_idle_s;
+  opts.syscall_hooks = hooks.empty() ? c.syscall_hooks : hooks;
+  opts.hooks_idle_s = static_cast<uint32_t>(hooks_idle_s.value_or(c.hooks_idle_s));
   opts.pod_log_dir = pod_log_dir;
 
   // Logs on stderr: journald (or the caller) adds the timestamps it wants.

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/query_command.hpp"
+
+#include <time.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "control/client.hpp"
+#include "control/format.hpp"
+
+namespace iolens::cli {
+namespace {
+
+uint64_t wall_now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+QueryCommands::QueryCommands(CLI::App& app) : socket_path_(control::kDefaultSocketPath) {
+  status_ = app.add_subcommand("status", "Health of the node daemon (iolensd)");
+  jobs_ = app.add_subcommand("jobs", "The jobs iolensd records, live and recently closed");
+  job_ = app.add_subcommand("job", "One job recorded by iolensd: its processes and top files");
+  job_->add_option("ID", job_id_, "The job's ID, as `iolens jobs` lists it")->required();
+  for (CLI::App* cmd : {status_, jobs_, job_}) {
+    cmd->add_option("--socket", socket_path_, "iolensd's control socket")->capture_default_str();
+    cmd->add_flag("--json", json_, "Print the daemon's answer as JSON (docs/control.md)");
+  }
+}
+
+bool QueryCommands::given() const { return status_->parsed() || jobs_->parsed() || job_->parsed(); }
+
+int QueryCommands::usage_error(CLI::App& app, const CLI::ParseError& e) const {
+  if (e.get_exit_code() == 0) return app.exit(e);  // --help
+  std::fprintf(stderr, "iolens: %s\nRun with --help for more information.\n", e.what());
+  return 2;
+}
+
+int QueryCommands::run() const {
+  nlohmann::json request;
+  if (status_->parsed()) {
+    request = {{"cmd", "status"}};
+  } else if (jobs_->parsed()) {
+    request = {{"cmd", "jobs"}};
+  } else {
+    if (job_id_.empty()) {
+      std::fprintf(stderr, "iolens: the job ID is empty\n");
+      return 2;
+    }
+    request = {{"cmd", "job"}, {"id", job_id_}};
+  }
+
+  std::string error;
+  const auto result = control::request(socket_path_, request, error);
+  if (!result) {
+    // The daemon's text is not ours: escaped so it cannot drive the terminal.
+    std::fprintf(stderr, "iolens: %s\n", control::terminal_safe(error).c_str());
+    return 1;
+  }
+  std::string text;
+  if (json_) {
+    text = result->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  } else if (status_->parsed()) {
+    text = control::format_status(*result);
+  } else if (jobs_->parsed()) {
+    text = control::format_jobs(*result);
+  } else {
+    text = control::format_job(*result, wall_now_ns());
+  }
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+}  // namespace iolens::cli

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// The client's end of the control socket (`iolens status` and friends).
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace iolens::control {
+
+/// Where iolensd listens unless told otherwise.
+inline constexpr const char* kDefaultSocketPath = "/run/iolens/iolens.sock";
+
+/// The most of an answer a client reads. A job with very many files makes a large answer; the
+/// cap only stops a broken daemon from filling the client's memory.
+inline constexpr std::size_t kMaxAnswerBytes = 512u << 20;
+
+/// Connects, sends `req` as one line, reads one answer line; the whole exchange within
+/// `timeout_ms`. Returns the answer's "result", or nullopt and `error` saying what went wrong:
+/// "cannot connect to iolensd at PATH: ... (is iolensd running?)", "permission denied by
+/// iolensd: ...", "iolensd: <its error text>", a timeout or a malformed answer.
+std::optional<nlohmann::json> request(const std::string& socket_path, const nlohmann::json& req,
+                                      std::string& error, int timeout_ms = 5000);
+
+}  // namespace iolens::control

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// The control protocol without the socket (docs/control.md): one JSON object per line each
+/// way. Requests {"cmd":"status"|"jobs"|"job", ...}; answers {"ok":true,"result":{...}} or
+/// {"ok":false,"code":"...","error":"..."}. Pure, so every malformed input is unit-testable.
+
+#include <cstddef>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace iolens::control {
+
+/// The longest request line the daemon reads (without its newline). Requests are tiny; the cap
+/// bounds what a client can make the daemon hold.
+inline constexpr std::size_t kMaxRequestBytes = 64 * 1024;
+
+/// Error codes in answers, for clients that act on the kind of failure rather than its text.
+inline constexpr const char* kCodeBadRequest = "bad_request";  // malformed, oversize, unknown cmd
+inline constexpr const char* kCodeDenied = "denied";           // the peer may not ask
+inline constexpr const char* kCodeFailed = "failed";           // the daemon could not answer
+
+/// Turns a request into its "result" object. Throw std::runtime_error (or BadRequest) for an
+/// error answer; the text is sent to the client.
+using Handler = std::function<nlohmann::json(const nlohmann::json& request)>;
+
+/// Thrown by a handler for a request it does not understand (unknown "cmd", missing "id"): the
+/// answer's code is "bad_request" instead of "failed".
+struct BadRequest : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// One answer line, newline included. Strings that are not valid UTF-8 are sent with U+FFFD in
+/// their place instead of failing the whole answer.
+std::string ok_line(const nlohmann::json& result);
+std::string error_line(std::string_view code, std::string_view message);
+
+/// The answer to one request line (without its newline): parsed, checked to be an object with a
+/// string "cmd", handed to `handler`. Never throws.
+std::string answer_line(std::string_view request_line, const Handler& handler);
+
+/// A request line, newline included.
+std::string request_line(const nlohmann::json& request);
+
+/// What a client learns from one answer line: the result, or an error.
+struct Answer {
+  std::optional<nlohmann::json> result;  // set iff the daemon said ok
+  std::string code;                      // the error's code ("" if the daemon gave none)
+  std::string error;                     // the daemon's text, or why the line is not an answer
+  bool malformed = false;                // the line is not a protocol answer at all
+};
+Answer parse_answer(std::string_view line);
+
+}  // namespace iolens::control

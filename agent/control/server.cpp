@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "control/server.hpp"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "control/unique_fd.hpp"
+
+namespace iolens::control {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+/// Fills `addr` for `path`; false if the path does not fit sun_path (with its NUL).
+bool unix_address(const std::string& path, sockaddr_un& addr) {
+  addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) return false;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  return true;
+}
+
+/// mkdir -p with mode 0755 for the directories it creates; existing ones are left as they are
+/// (an administrator may have chosen their mode).
+bool make_parent_dirs(const std::string& path, std::string& error) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return true;
+  const std::string parent = path.substr(0, slash);
+  for (size_t pos = 1; pos <= parent.size(); ++pos) {
+    if (pos != parent.size() && parent[pos] != '/') continue;
+    const std::string dir = parent.substr(0, pos);
+    if (mkdir(dir.c_str(), 0755) == 0) {
+      chmod(dir.c_str(), 0755);  // mkdir applied the umask
+    } else if (errno != EEXIST) {
+      error = errno_text("cannot create directory " + dir);
+      return false;
+    }
+  }
+  struct stat st {};
+  if (stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    error = parent + " is not a directory";
+    return false;
+  }
+  return true;
+}
+
+/// Clears the way for bind(): nothing there, or a socket left by a daemon that died (nobody
+/// accepts on it). A live socket or any other file is an error: replacing it would cut off a
+/// running daemon or destroy someone's file.
+bool remove_stale_socket(const std::string& path, const sockaddr_un& addr, std::string& error) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return true;
+    error = errno_text("cannot inspect " + path);
+    return false;
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    error = path + " exists and is not a socket; refusing to replace it";
+    return false;
+  }
+  UniqueFd probe(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (probe.get() < 0) {
+    error = errno_text("socket");
+    return false;
+  }
+  // Non-blocking: a live daemon with a full backlog answers EAGAIN, which is not "stale" either.
+  if (connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 ||
+      errno != ECONNREFUSED) {
+    error = "another process is listening on " + path + " (another iolensd?)";
+    return false;
+  }
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    error = errno_text("cannot remove stale socket " + path);
+    return false;
+  }
+  spdlog::info("control: removed stale socket {}", path);
+  return true;
+}
+
+/// Sends what the socket takes now; false when the peer is gone.
+bool send_some(int fd, const std::string& data, size_t& offset) {
+  while (offset < data.size()) {
+    const ssize_t n =
+        send(fd, data.data() + offset, data.size() - offset, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      offset += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+  }
+  return true;
+}
+
+/// One client between accept and close.
+struct Connection {
+  UniqueFd fd;
+  Peer peer;
+  Clock::time_point deadline;
+  bool writing = false;  // false: reading the request
+  std::string in;
+  std::string out;
+  size_t sent = 0;
+  bool done = false;
+};
+
+/// Reads what is there. Sets `line` once a request line is complete (newline, or end of input
+/// after some bytes: `printf '{"cmd":"status"}' | socat` sends no newline), or the answer
+/// itself when the input is oversize. False when the connection should just be closed.
+bool read_request(Connection& c, std::optional<std::string>& line, std::string& early_answer) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n < 0) return false;
+    if (n == 0) {
+      if (c.in.empty()) return false;  // connected and left: nobody to answer
+      line = std::move(c.in);
+      return true;
+    }
+    const size_t old_size = c.in.size();
+    c.in.append(buf, static_cast<size_t>(n));
+    const size_t nl = c.in.find('\n', old_size);
+    if (nl != std::string::npos && nl <= kMaxRequestBytes) {
+      c.in.resize(nl);  // anything after the first line is ignored
+      line = std::move(c.in);
+      return true;
+    }
+    if (c.in.size() > kMaxRequestBytes) {
+      early_answer = error_line(
+          kCodeBadRequest, "request longer than " + std::to_string(kMaxRequestBytes) + " bytes");
+      return true;
+    }
+  }
+}
+
+/// "uid 1000 is not root or a member of group iolens": who would have been let in.
+std::string refusal_text(uid_t uid, uid_t daemon_euid, std::optional<gid_t> group) {
+  std::vector<std::string> who{"root"};
+  if (daemon_euid != 0) who.push_back("iolensd's user (uid " + std::to_string(daemon_euid) + ")");
+  if (group) who.push_back("a member of group " + group_name(*group));
+  std::string text = "uid " + std::to_string(uid) + " is not ";
+  for (size_t i = 0; i < who.size(); ++i) {
+    if (i != 0) text += i + 1 == who.size() ? " or " : ", ";
+    text += who[i];
+  }
+  return text;
+}
+
+int poll_timeout_ms(Clock::time_point now, Clock::time_point deadline) {
+  if (deadline <= now) return 0;
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
+  return static_cast<int>(std::min<long long>(ms, 60000));
+}
+
+}  // namespace
+
+Server::Server(int fd, std::string path, dev_t dev, ino_t ino, std::optional<gid_t> group)
+    : fd_(fd), path_(std::move(path)), dev_(dev), ino_(ino), euid_(geteuid()), group_(group) {}
+
+std::unique_ptr<Server> Server::listen(const std::string& path, std::optional<gid_t> group,
+                                       std::string& error) {
+  sockaddr_un addr{};
+  if (!unix_address(path, addr)) {
+    error = "control socket path must be 1 to " + std::to_string(sizeof(addr.sun_path) - 1) +
+            " bytes long: '" + path + "'";
+    return nullptr;
+  }
+  if (!make_parent_dirs(path, error) || !remove_stale_socket(path, addr, error)) return nullptr;
+
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (fd.get() < 0) {
+    error = errno_text("socket");
+    return nullptr;
+  }
+  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    error = errno_text("cannot bind control socket " + path);
+    return nullptr;
+  }
+  // From here on the file is ours: remove it on every failure. Mode and group are set before
+  // listen(), so no client can connect while the file is still open to everyone.
+  auto fail = [&](const std::string& what) {
+    error = errno_text(what);
+    unlink(path.c_str());
+    return nullptr;
+  };
+  if (chmod(path.c_str(), 0660) != 0) return fail("cannot chmod 0660 " + path);
+  if (group && chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
+    return fail("cannot give " + path + " to group " + group_name(*group));
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return fail("cannot stat " + path);
+  if (::listen(fd.get(), 128) != 0) return fail("cannot listen on " + path);
+  return std::unique_ptr<Server>(new Server(fd.release(), path, st.st_dev, st.st_ino, group));
+}
+
+Server::~Server() {
+  close(fd_);
+  struct stat st {};
+  if (lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
+    unlink(path_.c_str());
+  }
+}
+
+bool Server::allowed(int conn_fd, const Peer& peer) const {
+  if (access_rule_) return access_rule_(peer);
+  if (peer_allowed(peer, euid_, group_, {})) return true;
+  // Supplementary groups cost a syscall or a /proc read: only when they can change the answer.
+  return group_ && peer_allowed(peer, euid_, group_, peer_groups(conn_fd, peer.pid));
+}
+
+void Server::serve_pending(const Handler& handler) {
+  std::vector<Connection> conns;
+  while (conns.size() < kMaxConnectionsPerServe) {
+    UniqueFd conn(accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (conn.get() < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK && !accept_failing_) {
+        spdlog::warn("control: accept on {}: {}", path_, std::strerror(errno));
+        accept_failing_ = true;
+      }
+      break;
+    }
+    accept_failing_ = false;
+    std::string why;
+    const std::optional<Peer> peer = peer_credentials(conn.get(), why);
+    if (!peer || !allowed(conn.get(), *peer)) {
+      // Refused before reading anything: a peer that may not ask cannot hold the daemon up.
+      std::string text = "peer has no credentials: " + why;
+      if (peer) {
+        spdlog::warn("control: refused pid {} uid {} gid {} on {}", peer->pid, peer->uid, peer->gid,
+                     path_);
+        text = refusal_text(peer->uid, euid_, group_);
+      } else {
+        spdlog::warn("control: refused a peer on {}: {}", path_, why);
+      }
+      size_t sent = 0;
+      send_some(conn.get(), error_line(kCodeDenied, text), sent);  // best effort
+      continue;
+    }
+    Connection c;
+    c.fd = std::move(conn);
+    c.peer = *peer;
+    c.deadline = Clock::now() + kClientTimeout;
+    conns.push_back(std::move(c));
+  }
+
+  std::vector<pollfd> fds;
+  while (!conns.empty()) {
+    const auto now = Clock::now();
+    auto next_deadline = now + kClientTimeout;
+    fds.clear();
+    for (const Connection& c : conns) {
+      fds.push_back(pollfd{c.fd.get(), static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
+      next_deadline = std::min(next_deadline, c.deadline);
+    }
+    if (poll(fds.data(), fds.size(), poll_timeout_ms(now, next_deadline)) < 0 && errno != EINTR) {
+      spdlog::warn("control: poll: {}", std::strerror(errno));
+      break;  // the connections are closed below; their clients see EOF
+    }
+    for (size_t i = 0; i < conns.size(); ++i) {
+      Connection& c = conns[i];
+      const bool ready = fds[i].revents != 0;
+      if (ready && !c.writing) {
+        std::optional<std::string> line;
+        std::string answer;
+        if (!read_request(c, line, answer)) {
+          c.done = true;
+          continue;
+        }
+        if (line) {
+          spdlog::debug("control: request from pid {} uid {}", c.peer.pid, c.peer.uid);
+          answer = answer_line(*line, handler);
+        }
+        if (!answer.empty()) {
+          c.in.clear();
+          c.in.shrink_to_fit();
+          c.out = std::move(answer);
+          c.writing = true;
+          c.deadline = Clock::now() + kClientTimeout;  // the handler's time is not the client's
+        }
+      }
+      if (c.writing && !c.done) {
+        c.done = !send_some(c.fd.get(), c.out, c.sent) || c.sent == c.out.size();
+      }
+      if (!c.done && Clock::now() >= c.deadline) {
+        spdlog::debug("control: pid {} timed out {}", c.peer.pid,
+                      c.writing ? "taking its answer" : "sending its request");
+        if (!c.writing) {
+          size_t sent = 0;
+          send_some(c.fd.get(),
+                    error_line(kCodeBadRequest, "no complete request line within " +
+                                                    std::to_string(kClientTimeout.count()) + " ms"),
+                    sent);
+        }
+        c.done = true;
+      }
+    }
+    std::erase_if(conns, [](const Connection& c) { return c.done; });
+  }
+}
+
+}  // namespace iolens::control

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// The daemon's end of the control socket: a unix stream socket the daemon polls with the rest of
+/// its work. Answers are computed inline by the daemon's handler; no threads.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "control/peer.hpp"
+#include "control/protocol.hpp"
+
+namespace iolens::control {
+
+/// How long one client may take to send its request (and again to take its answer). Clients are
+/// served together, so one stuck client delays the others by at most this.
+inline constexpr std::chrono::milliseconds kClientTimeout{2000};
+
+/// Connections handled by one serve_pending(); more stay queued for the next call. Bounds the
+/// memory a burst of clients can pin (each may buffer up to kMaxRequestBytes).
+inline constexpr std::size_t kMaxConnectionsPerServe = 64;
+
+class Server {
+ public:
+  using Handler = control::Handler;
+  /// Whether a peer may ask. The default: peer_allowed() with the daemon's euid and `group`.
+  using AccessRule = std::function<bool(const Peer&)>;
+
+  /// Creates the parent directory (0755) if missing, removes a stale socket file (only if it is
+  /// a socket nobody listens on; anything else at the path is an error), binds, chmod 0660,
+  /// chgrp `group` when given, listens. nullptr and `error` on failure.
+  static std::unique_ptr<Server> listen(const std::string& path, std::optional<gid_t> group,
+                                        std::string& error);
+
+  /// The listening fd (non-blocking): poll it for POLLIN, then call serve_pending().
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+
+  /// Accepts the pending connections and answers each: one request line, SO_PEERCRED checked
+  /// first (a refused peer gets an error answer and a warning in the log), `handler`, one answer
+  /// line, close. Returns when every accepted client is answered or timed out (kClientTimeout).
+  void serve_pending(const Handler& handler);
+
+  /// Replaces the default access rule. For tests: a refusal can be seen without a second user.
+  void override_access_rule(AccessRule rule) { access_rule_ = std::move(rule); }
+
+  /// Closes the socket and removes its file (unless another process has replaced it since).
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+ private:
+  Server(int fd, std::string path, dev_t dev, ino_t ino, std::optional<gid_t> group);
+  bool allowed(int conn_fd, const Peer& peer) const;
+
+  int fd_;
+  std::string path_;
+  dev_t dev_;  // the socket file we created, to unlink only that one
+  ino_t ino_;
+  uid_t euid_;
+  std::optional<gid_t> group_;
+  AccessRule access_rule_;
+  bool accept_failing_ = false;  // accept() errors (EMFILE) are logged once, not every poll
+};
+
+}  // namespace iolens::control

@@ -1,0 +1,438 @@
+// SPDX-License-Identifier: Apache-2.0
+// A real control socket in a temporary directory, driven by the real client and by raw sockets
+// that misbehave: garbage, no newline, oversize lines, silence, many clients at once.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "control/client.hpp"
+#include "control/server.hpp"
+
+using namespace iolens::control;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "iolens-ctl-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp");
+    path_ = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::atomic<int> handler_calls{0};
+
+json handler(const json& req) {
+  ++handler_calls;
+  const std::string cmd = req.at("cmd").get<std::string>();
+  if (cmd == "status") return {{"version", "0.1.0"}};
+  if (cmd == "job") {
+    const std::string id = req.at("id").get<std::string>();
+    if (id == "missing") throw std::runtime_error("no job missing");
+    return {{"id", id}};
+  }
+  if (cmd == "alien") throw 42;
+  throw BadRequest("unknown command: " + cmd);
+}
+
+/// Serves in the background the way the daemon does: poll the fd, then serve_pending().
+class ServingThread {
+ public:
+  explicit ServingThread(Server& server)
+      : thread_([this, &server] {
+          while (!stop_) {
+            pollfd p{server.fd(), POLLIN, 0};
+            if (poll(&p, 1, 20) > 0) server.serve_pending(handler);
+          }
+        }) {}
+  ~ServingThread() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+int connect_raw(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void send_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    const ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server may close on us; what it answered is still readable
+    off += static_cast<size_t>(n);
+  }
+}
+
+/// Everything the server sends until it closes.
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+std::unique_ptr<Server> must_listen(const std::string& path, std::optional<gid_t> group = {}) {
+  std::string error;
+  auto server = Server::listen(path, group, error);
+  EXPECT_NE(nullptr, server) << error;
+  return server;
+}
+
+json parse_line(const std::string& text) {
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(text.size() - 1, text.find('\n')) << text;
+  return json::parse(text);
+}
+
+}  // namespace
+
+TEST(ControlServer, AnswersThroughTheClient) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  ServingThread serving(*server);
+  std::string error;
+
+  auto result = request(server->path(), {{"cmd", "status"}}, error);
+  ASSERT_TRUE(result) << error;
+  EXPECT_EQ((json{{"version", "0.1.0"}}), *result);
+
+  result = request(server->path(), {{"cmd", "job"}, {"id", "k8s/x\ny"}}, error);
+  ASSERT_TRUE(result) << error;
+  EXPECT_EQ("k8s/x\ny", (*result)["id"]);
+
+  EXPECT_FALSE(request(server->path(), {{"cmd", "job"}, {"id", "missing"}}, error));
+  EXPECT_EQ("iolensd: no job missing", error);
+  EXPECT_FALSE(request(server->path(), {{"cmd", "frob"}}, error));
+  EXPECT_EQ("iolensd: unknown command: frob", error);
+  EXPECT_FALSE(request(server->path(), {{"cmd", "alien"}}, error));
+  EXPECT_EQ("iolensd: internal error", error);
+  EXPECT_FALSE(request(server->path(), json::array({1, 2}), error));
+  EXPECT_EQ("iolensd: request must be a JSON object", error);
+  // Still serving after all that.
+  EXPECT_TRUE(request(server->path(), {{"cmd", "status"}}, error)) << error;
+}
+
+TEST(ControlServer, HostileRawClients) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  ServingThread serving(*server);
+
+  // Garbage bytes.
+  int fd = connect_raw(server->path());
+  ASSERT_GE(fd, 0);
+  send_all(fd, std::string("\x00\xff\xfe\x1b[2J garbage\n", 16));
+  json a = parse_line(read_all(fd));
+  close(fd);
+  EXPECT_EQ(false, a["ok"]);
+  EXPECT_EQ("bad_request", a["code"]);
+
+  // A request without its newline, then end of input: answered.
+  fd = connect_raw(server->path());
+  send_all(fd, R"({"cmd":"status"})");
+  shutdown(fd, SHUT_WR);
+  a = parse_line(read_all(fd));
+  close(fd);
+  EXPECT_EQ(true, a["ok"]) << a;
+
+  // Garbage without a newline, then end of input: an error answer.
+  fd = connect_raw(server->path());
+  send_all(fd, "{\"cmd\"");
+  shutdown(fd, SHUT_WR);
+  a = parse_line(read_all(fd));
+  close(fd);
+  EXPECT_EQ("bad_request", a["code"]);
+
+  // Connects and leaves at once: nothing to answer, nothing breaks.
+  fd = connect_raw(server->path());
+  close(fd);
+
+  // Two lines in one go: the first is answered, the rest ignored.
+  fd = connect_raw(server->path());
+  send_all(fd, "{\"cmd\":\"status\"}\n{\"cmd\":\"frob\"}\n");
+  a = parse_line(read_all(fd));
+  close(fd);
+  EXPECT_EQ(true, a["ok"]);
+
+  // 1 MiB without a newline: refused once the cap is passed, not buffered whole.
+  fd = connect_raw(server->path());
+  send_all(fd, std::string(1 << 20, 'x'));
+  a = parse_line(read_all(fd));
+  close(fd);
+  EXPECT_EQ("bad_request", a["code"]);
+  EXPECT_EQ("request longer than 65536 bytes", a["error"]);
+
+  // A line of exactly the cap is read (and is not JSON).
+  fd = connect_raw(server->path());
+  send_all(fd, std::string(kMaxRequestBytes, ' ') + "\n");
+  a = parse_line(read_all(fd));
+  close(fd);
+  EXPECT_EQ("bad_request", a["code"]);
+  EXPECT_EQ(0u, a["error"].get<std::string>().find("malformed request"));
+
+  std::string error;
+  EXPECT_TRUE(request(server->path(), {{"cmd", "status"}}, error)) << error;
+}
+
+TEST(ControlServer, OversizeRequestThroughTheClient) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  ServingThread serving(*server);
+  // The server answers and closes before the client has sent it all: the client still reports
+  // the answer, not a broken pipe.
+  std::string error;
+  EXPECT_FALSE(request(server->path(), {{"cmd", "job"}, {"id", std::string(1 << 20, 'a')}}, error));
+  EXPECT_EQ("iolensd: request longer than 65536 bytes", error);
+}
+
+TEST(ControlServer, ManyClientsAtOnce) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  ServingThread serving(*server);
+  handler_calls = 0;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 16; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        std::string error;
+        const std::string id = std::to_string(t) + "/" + std::to_string(i);
+        auto r = request(server->path(), {{"cmd", "job"}, {"id", id}}, error);
+        if (r && (*r)["id"] == id) ++ok;
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(400, ok.load());
+  EXPECT_EQ(400, handler_calls.load());
+}
+
+TEST(ControlServer, SilentClientDelaysOthersAtMostTheTimeout) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  const int silent = connect_raw(server->path());
+  ASSERT_GE(silent, 0);
+  const int good = connect_raw(server->path());
+  ASSERT_GE(good, 0);
+  send_all(good, "{\"cmd\":\"status\"}\n");
+
+  const auto start = Clock::now();
+  Clock::time_point good_answered;
+  std::string good_answer;
+  std::thread reader([&] {
+    good_answer = read_all(good);
+    good_answered = Clock::now();
+  });
+  server->serve_pending(handler);
+  const auto elapsed = Clock::now() - start;
+  reader.join();
+
+  // The silent client ends serve_pending at its deadline, not later (loosely: CI machines are
+  // slow), and the good client was answered without waiting for it.
+  EXPECT_GE(elapsed, kClientTimeout - std::chrono::milliseconds(100));
+  EXPECT_LT(elapsed, kClientTimeout + std::chrono::milliseconds(1500));
+  EXPECT_LT(good_answered - start, std::chrono::milliseconds(1000));
+  EXPECT_EQ(true, parse_line(good_answer)["ok"]);
+  // The silent one is told why it is cut off.
+  const json a = parse_line(read_all(silent));
+  EXPECT_EQ("bad_request", a["code"]);
+  EXPECT_EQ("no complete request line within 2000 ms", a["error"]);
+  close(silent);
+  close(good);
+}
+
+TEST(ControlServer, RefusedPeerGetsAnErrorAndIsLogged) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock", getgid());
+  ASSERT_TRUE(server);
+  std::vector<Peer> seen;
+  server->override_access_rule([&](const Peer& p) {
+    seen.push_back(p);
+    return false;
+  });
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "test", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  handler_calls = 0;
+  {
+    ServingThread serving(*server);
+    std::string error;
+    EXPECT_FALSE(request(server->path(), {{"cmd", "status"}}, error));
+    // Who would have been let in; a daemon running as root has no separate "own user".
+    const std::string group = "a member of group " + group_name(getgid());
+    const std::string who =
+        geteuid() == 0 ? "root or " + group
+                       : "root, iolensd's user (uid " + std::to_string(geteuid()) + ") or " + group;
+    EXPECT_EQ("permission denied by iolensd: uid " + std::to_string(getuid()) + " is not " + who,
+              error);
+  }
+  spdlog::set_default_logger(previous);
+  EXPECT_EQ(0, handler_calls.load());
+  ASSERT_EQ(1u, seen.size());
+  EXPECT_EQ(getpid(), seen[0].pid);
+  EXPECT_EQ(getuid(), seen[0].uid);
+  EXPECT_EQ(getgid(), seen[0].gid);
+  const std::string want = "refused pid " + std::to_string(getpid()) + " uid " +
+                           std::to_string(getuid()) + " gid " + std::to_string(getgid());
+  EXPECT_NE(std::string::npos, log.str().find(want)) << log.str();
+}
+
+TEST(ControlServer, SocketFileModeGroupAndParentDirectories) {
+  TempDir dir;
+  const std::string path = dir / "run/iolens/ctl.sock";
+  const mode_t old_umask = umask(077);  // the daemon's umask must not decide who can connect
+  auto server = must_listen(path, getgid());
+  umask(old_umask);
+  ASSERT_TRUE(server);
+  struct stat st {};
+  ASSERT_EQ(0, stat((dir / "run").c_str(), &st));
+  EXPECT_EQ(0755u, st.st_mode & 07777);
+  ASSERT_EQ(0, stat((dir / "run/iolens").c_str(), &st));
+  EXPECT_EQ(0755u, st.st_mode & 07777);
+  ASSERT_EQ(0, lstat(path.c_str(), &st));
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(0660u, st.st_mode & 07777);
+  EXPECT_EQ(getgid(), st.st_gid);
+  server.reset();
+  EXPECT_FALSE(std::filesystem::exists(path));  // the destructor removes it
+}
+
+TEST(ControlServer, StaleSocketReplacedLiveOneAndOtherFilesRefused) {
+  TempDir dir;
+  const std::string path = dir / "ctl.sock";
+  {
+    // A socket file left by a daemon that died: bound, never unlinked.
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(0, bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)));
+    close(fd);
+  }
+  ASSERT_TRUE(std::filesystem::is_socket(path));
+  auto server = must_listen(path);
+  ASSERT_TRUE(server);
+
+  // A second daemon on the same path would cut the first off.
+  std::string error;
+  EXPECT_EQ(nullptr, Server::listen(path, std::nullopt, error));
+  EXPECT_EQ("another process is listening on " + path + " (another iolensd?)", error);
+  {
+    ServingThread serving(*server);
+    EXPECT_TRUE(request(path, {{"cmd", "status"}}, error)) << error;
+  }
+
+  // Someone else's file at the path is never removed, and the destructor leaves a file that
+  // replaced our socket alone.
+  server.reset();
+  std::ofstream(path) << "precious";
+  EXPECT_EQ(nullptr, Server::listen(path, std::nullopt, error));
+  EXPECT_EQ(path + " exists and is not a socket; refusing to replace it", error);
+  std::string content;
+  std::getline(std::ifstream(path), content);
+  EXPECT_EQ("precious", content);
+
+  std::filesystem::remove(path);
+  server = must_listen(path);
+  std::filesystem::remove(path);
+  std::ofstream(path) << "new";
+  server.reset();
+  EXPECT_TRUE(std::filesystem::exists(path));
+}
+
+TEST(ControlServer, ListenErrors) {
+  TempDir dir;
+  std::string error;
+  EXPECT_EQ(nullptr, Server::listen("", std::nullopt, error));
+  EXPECT_EQ(nullptr, Server::listen(dir / std::string(120, 'a'), std::nullopt, error));
+  EXPECT_NE(std::string::npos, error.find("must be 1 to 107 bytes long")) << error;
+  std::ofstream(dir / "file") << "x";
+  EXPECT_EQ(nullptr, Server::listen(dir / "file/ctl.sock", std::nullopt, error));
+  EXPECT_NE(std::string::npos, error.find("file")) << error;
+}
+
+TEST(ControlClient, Errors) {
+  TempDir dir;
+  std::string error;
+  const std::string missing = dir / "none.sock";
+  EXPECT_FALSE(request(missing, {{"cmd", "status"}}, error));
+  EXPECT_EQ("cannot connect to iolensd at " + missing +
+                ": No such file or directory (is iolensd running?)",
+            error);
+
+  // Listening but never accepting (a hung daemon): the client gives up at its timeout.
+  const std::string hung = dir / "hung.sock";
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, hung.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(0, bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)));
+  ASSERT_EQ(0, listen(fd, 4));
+  const auto start = Clock::now();
+  EXPECT_FALSE(request(hung, {{"cmd", "status"}}, error, 300));
+  const auto elapsed = Clock::now() - start;
+  EXPECT_EQ("iolensd at " + hung + " did not answer within 300 ms", error);
+  EXPECT_GE(elapsed, std::chrono::milliseconds(250));
+  EXPECT_LT(elapsed, std::chrono::milliseconds(2000));
+  close(accept(fd, nullptr, nullptr));  // that client's connection, still queued
+
+  // Something that is not iolensd answers.
+  std::thread fake([&] {
+    const int c = accept(fd, nullptr, nullptr);
+    send_all(c, "HTTP/1.0 400 Bad Request\r\n");
+    close(c);
+  });
+  EXPECT_FALSE(request(hung, {{"cmd", "status"}}, error));
+  fake.join();
+  EXPECT_EQ(0u, error.find("malformed answer from iolensd at " + hung + ": not JSON")) << error;
+
+  // Accepts, then closes without a word.
+  std::thread mute([&] { close(accept(fd, nullptr, nullptr)); });
+  EXPECT_FALSE(request(hung, {{"cmd", "status"}}, error));
+  mute.join();
+  EXPECT_EQ("iolensd at " + hung + " closed the connection without an answer", error);
+  close(fd);
+}
