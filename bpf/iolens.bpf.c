@@ -930,6 +930,10 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	cx.t0 = st->enter_ns;
 	cx.t1 = now;
 	st->enter_ns = 0;
+	/* A call whose entry was not seen (the task was selected during it: the write to
+	 * cgroup.procs that moved it into a job) is not counted: tracing starts with the next. */
+	if (!cx.t0)
+		return 0;
 	if (!st->pstart_ns)
 		st->pstart_ns = leader_start(task);
 	cx.pstart = st->pstart_ns;

@@ -102,16 +102,16 @@ FileCounters new_counters() {
   return c;
 }
 
-void fold_counters(FileCounters& earlier, const FileCounters& later) {
+void combine_counters(FileCounters& into, const FileCounters& other) {
   // The max-time sizes follow their times, so fold them before the times are overwritten.
-  if (later.max_read_time_ns > earlier.max_read_time_ns)
-    earlier.max_read_time_size = later.max_read_time_size;
-  if (later.max_write_time_ns > earlier.max_write_time_ns)
-    earlier.max_write_time_size = later.max_write_time_size;
+  if (other.max_read_time_ns > into.max_read_time_ns)
+    into.max_read_time_size = other.max_read_time_size;
+  if (other.max_write_time_ns > into.max_write_time_ns)
+    into.max_write_time_size = other.max_write_time_size;
   for (const auto& f : kFields) {
     if (f.name == "max_read_time_size" || f.name == "max_write_time_size") continue;
-    uint64_t& a = u64_at(earlier, f.offset);
-    const uint64_t b = u64_at(later, f.offset);
+    uint64_t& a = u64_at(into, f.offset);
+    const uint64_t b = u64_at(other, f.offset);
     switch (f.fold) {
       case Fold::Sum: a += b; break;
       case Fold::Max:
@@ -127,6 +127,10 @@ void fold_counters(FileCounters& earlier, const FileCounters& later) {
       case Fold::LastEnd: a = std::max(a, b); break;
     }
   }
+}
+
+void fold_counters(FileCounters& earlier, const FileCounters& later) {
+  combine_counters(earlier, later);
   // Darshan counts a switch when a read follows a write on the record; the split hid it.
   if (earlier.last_io_type != IOLENS_IO_NONE && later.first_io_type != IOLENS_IO_NONE &&
       earlier.last_io_type != later.first_io_type)

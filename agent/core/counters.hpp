@@ -34,9 +34,15 @@ int64_t counter_value(const FileCounters& c, const CounterField& f);
 /// A fresh record, as the kernel creates it.
 FileCounters new_counters();
 
+/// Combine the counters of `other` into `into`, field by field as the Fold of each says: sums
+/// add, maxima take the max (a max_*_time_size follows its time), starts the earliest non-zero,
+/// ends the latest. No state is carried over: for records of different files (a process's
+/// "other files" record), where sums must stay exact sums.
+void combine_counters(FileCounters& into, const FileCounters& other);
+
 /// Fold `later` (a record of the same (process, file) created after `earlier` was removed from
-/// the kernel map) into `earlier`. Sums add, maxima take the max, starts the earliest non-zero,
-/// ends the latest; one rw switch is added when the later part begins with the other direction.
+/// the kernel map) into `earlier`: combine_counters, plus one rw switch when the later part
+/// begins with the other direction, and the later part's pattern state.
 void fold_counters(FileCounters& earlier, const FileCounters& later);
 
 /// Add `c`'s count, byte and time counters into `total` (for per-process sums).

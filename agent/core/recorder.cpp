@@ -2,6 +2,8 @@
 #include "core/recorder.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <set>
 #include <tuple>
 
 #include "core/paths.hpp"
@@ -19,6 +21,34 @@ struct Overloaded : Ts... {
 };
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
+
+FileIdentity identity_of(const FileKey& k) { return FileIdentity{k.ino, k.dev, k.gen}; }
+FileKey key_of(const FileIdentity& id, const ProcKey& p) {
+  return FileKey{id.dev, id.ino, id.gen, p};
+}
+
+/// The kind of a record's last data call (IOLENS_IO_*); anything unexpected as none.
+uint32_t io_kind(uint32_t t) { return t <= IOLENS_IO_WRITE ? t : uint32_t{IOLENS_IO_NONE}; }
+
+/// FNV-1a, 64 bits: defined by its spec, unlike std::hash, so that the hashes a checkpoint holds
+/// (docs/state-format.md) mean the same to a daemon built with another standard library.
+uint64_t path_hash(const std::string& path) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : path) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+uint64_t calls_of(const FileCounters& c) {
+  return c.opens + c.reads + c.writes + c.seeks + c.stats + c.mmaps + c.fsyncs + c.fdsyncs +
+         c.truncates + c.closes;
+}
+
+uint64_t last_activity_of(const FileCounters& c) {
+  return std::max({c.open_end_ns, c.read_end_ns, c.write_end_ns, c.close_end_ns, c.meta_end_ns});
+}
 
 }  // namespace
 
@@ -57,11 +87,71 @@ FileCounters Recorder::FileAcc::total() const {
   return t;
 }
 
+// ---- FoldedIds ----
+
+std::optional<uint32_t> Recorder::FoldedIds::last_io(const FileIdentity& id) const {
+  for (uint32_t t = 0; t < by_last_io_.size(); ++t) {
+    const auto& part = by_last_io_[t];
+    if (std::binary_search(part.begin(), part.end(), id)) return t;
+  }
+  return std::nullopt;
+}
+
+void Recorder::FoldedIds::gens(uint32_t dev, uint64_t ino, std::vector<uint32_t>& out) const {
+  for (const auto& part : by_last_io_) {
+    for (auto it = std::lower_bound(part.begin(), part.end(), FileIdentity{ino, dev, 1});
+         it != part.end() && it->dev == dev && it->ino == ino; ++it)
+      out.push_back(it->gen);
+  }
+}
+
+void Recorder::FoldedIds::insert(const std::vector<std::pair<FileIdentity, uint32_t>>& batch) {
+  std::vector<FileIdentity> ids;
+  ids.reserve(batch.size());
+  for (const auto& [id, kind] : batch) ids.push_back(id);
+  for (uint32_t t = 0; t < by_last_io_.size(); ++t) {
+    auto& part = by_last_io_[t];
+    // A file folded again moves to the kind its folded part now ends with.
+    std::vector<FileIdentity> kept;
+    kept.reserve(part.size());
+    std::set_difference(part.begin(), part.end(), ids.begin(), ids.end(),
+                        std::back_inserter(kept));
+    std::vector<FileIdentity> added;
+    for (const auto& [id, kind] : batch)
+      if (kind == t) added.push_back(id);
+    std::vector<FileIdentity> out;
+    out.reserve(kept.size() + added.size());  // exact: these vectors are the bulk of the cost
+    std::merge(kept.begin(), kept.end(), added.begin(), added.end(), std::back_inserter(out));
+    part.swap(out);
+  }
+}
+
+bool Recorder::FoldedIds::restore(std::array<std::vector<FileIdentity>, 3> parts) {
+  std::vector<FileIdentity> all;
+  for (const auto& part : parts) {
+    if (std::adjacent_find(part.begin(), part.end(), std::greater_equal<>()) != part.end())
+      return false;
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  std::sort(all.begin(), all.end());
+  if (std::adjacent_find(all.begin(), all.end()) != all.end()) return false;
+  by_last_io_ = std::move(parts);
+  return true;
+}
+
+std::size_t Recorder::FoldedIds::size() const {
+  std::size_t n = 0;
+  for (const auto& part : by_last_io_) n += part.size();
+  return n;
+}
+
+// ---- records ----
+
 Recorder::Proc& Recorder::proc(const ProcKey& k) {
   auto [it, inserted] = procs_.try_emplace(k);
   if (inserted) {
     it->second.key = k;
-    if (k.pid == root_pid_) {
+    if (root_pid_ != 0 && k.pid == root_pid_) {
       // The root was created by iolens itself, before tracing: no fork event names its parent.
       it->second.parent = ProcKey{tracer_pid_, 0};
       it->second.parent_known = true;
@@ -70,8 +160,24 @@ Recorder::Proc& Recorder::proc(const ProcKey& k) {
   return it->second;
 }
 
+Recorder::FileAcc& Recorder::file_acc(const FileKey& k, Proc& p) {
+  auto [it, inserted] = files_.try_emplace(k);
+  if (inserted && p.folded) {
+    const auto io = p.folded->ids.last_io(identity_of(k));
+    if (io && *io != IOLENS_IO_NONE) {
+      // Seen again after fold_to took its earlier part: the new record goes on from where that
+      // part ended, so a read/write switch between them is counted (fold_counters) as it would
+      // have been in one record, and the process totals stay exact.
+      it->second.folded.last_io_type = *io;
+      it->second.has_folded = true;
+    }
+  }
+  return it->second;
+}
+
 void Recorder::accumulate(FileAcc& acc, const FileCounters& c, bool removed) {
   if (removed) {
+    ++final_snapshots_;
     if (acc.has_folded) {
       fold_counters(acc.folded, c);
     } else {
@@ -88,8 +194,7 @@ void Recorder::accumulate(FileAcc& acc, const FileCounters& c, bool removed) {
 
 void Recorder::on_file(const iolens_file_key& key, const FileCounters& c, bool removed) {
   FileKey k = file_key_of(key);
-  proc(k.proc);
-  accumulate(files_[k], c, removed);
+  accumulate(file_acc(k, proc(k.proc)), c, removed);
 }
 
 void Recorder::on_other(const iolens_file_key& key, const FileCounters& c, bool removed) {
@@ -106,7 +211,9 @@ bool Recorder::exited(const ProcKey& p) const {
   return it != procs_.end() && it->second.wait_status.has_value();
 }
 
-void Recorder::set_name(FileId id, std::string path, bool canonical, bool incomplete) {
+// ---- names ----
+
+void Recorder::set_name(FileIdentity id, std::string path, bool canonical, bool incomplete) {
   auto it = names_.find(id);
   if (it != names_.end() && it->second.canonical && !canonical) return;  // keep the better name
   if (!canonical && canonicalize_) {
@@ -116,15 +223,37 @@ void Recorder::set_name(FileId id, std::string path, bool canonical, bool incomp
   names_[id] = Name{std::move(path), canonical, incomplete};
 }
 
+Recorder::ForgottenPath* Recorder::forgotten_path(const std::string& path) {
+  if (forgotten_paths_.empty()) return nullptr;
+  const uint64_t h = path_hash(path);
+  auto it = std::lower_bound(forgotten_paths_.begin(), forgotten_paths_.end(), h,
+                             [](const ForgottenPath& e, uint64_t x) { return e.hash < x; });
+  if (it == forgotten_paths_.end() || it->hash != h || it->id == FileIdentity{}) return nullptr;
+  return &*it;
+}
+
+std::optional<FileIdentity> Recorder::file_by_path(const std::string& path) {
+  if (auto it = by_path_.find(path); it != by_path_.end()) return it->second;
+  ForgottenPath* f = forgotten_path(path);
+  if (!f) return std::nullopt;
+  // A name fold_to forgot: the rename or unlink is attributed as it would have been, and the
+  // record it creates is named by this path (the file's last known name).
+  const FileIdentity id = f->id;
+  f->id = FileIdentity{};
+  names_.try_emplace(id, Name{path, false, false});
+  by_path_[path] = id;
+  return id;
+}
+
 void Recorder::on_path(const PathEvent& p) {
   Proc& pr = proc(p.proc);
   const bool incomplete = (p.flags & (IOLENS_PATH_TRUNCATED | IOLENS_PATH_UNREACHED)) != 0;
   switch (p.op) {
     case IOLENS_PATH_FILE:
-      set_name({p.dev, p.ino, p.gen}, path_from_walk(p.walk), true, incomplete);
+      set_name({p.ino, p.dev, p.gen}, path_from_walk(p.walk), true, incomplete);
       break;
     case IOLENS_PATH_LOOKUP:
-      set_name({p.dev, p.ino, p.gen}, resolve_argument(p.walk, p.str1), false, incomplete);
+      set_name({p.ino, p.dev, p.gen}, resolve_argument(p.walk, p.str1), false, incomplete);
       break;
     case IOLENS_PATH_EXE:
       pr.exe = path_from_walk(p.walk);
@@ -132,25 +261,26 @@ void Recorder::on_path(const PathEvent& p) {
       break;
     case IOLENS_PATH_UNLINK: {
       ++pr.unlinks;
-      auto it = by_path_.find(resolve_argument(p.walk, p.str1));
-      if (it == by_path_.end()) break;
+      const auto id = file_by_path(resolve_argument(p.walk, p.str1));
+      if (!id) break;
       // The record itself may reach us only at the next drain: create the entry now.
-      const auto& [dev, ino, gen] = it->second;
-      ++files_[FileKey{dev, ino, gen, p.proc}].unlinks;
+      ++file_acc(key_of(*id, p.proc), pr).unlinks;
+      ++final_snapshots_;  // a record fold_to may take
       break;
     }
     case IOLENS_PATH_RENAME: {
       ++pr.renames;
       const std::string from = resolve_argument(p.walk, p.str1);
       const std::string to = resolve_argument(p.walk2, p.str2);
-      auto it = by_path_.find(from);
-      if (it == by_path_.end()) break;
-      const FileId id = it->second;
-      FileAcc& f = files_[FileKey{std::get<0>(id), std::get<1>(id), std::get<2>(id), p.proc}];
+      const auto id = file_by_path(from);
+      if (!id) break;
+      FileAcc& f = file_acc(key_of(*id, p.proc), pr);
       ++f.rename_sources;
       f.renamed_to = to;
-      by_path_.erase(from);  // the old name no longer leads to this file
-      by_path_[to] = id;
+      ++final_snapshots_;
+      by_path_.erase(from);  // the old name no longer leads to this file, nor to a forgotten one
+      if (ForgottenPath* f = forgotten_path(from)) f->id = FileIdentity{};
+      by_path_[to] = *id;
       break;
     }
     default:
@@ -177,23 +307,235 @@ void Recorder::on_event(const Event& ev) {
 }
 
 const Recorder::Name* Recorder::name_of(const FileKey& k) const {
-  auto n = names_.find({k.dev, k.ino, k.gen});
+  auto n = names_.find(identity_of(k));
   if (n != names_.end()) return &n->second;
   // A generation-less record (path-based stat): any incarnation's name, the last one sent.
-  auto lo = names_.lower_bound({k.dev, k.ino, 0});
+  auto lo = names_.lower_bound(FileIdentity{k.ino, k.dev, 0});
   const Name* found = nullptr;
-  for (; lo != names_.end() && std::get<0>(lo->first) == k.dev && std::get<1>(lo->first) == k.ino;
-       ++lo)
+  for (; lo != names_.end() && lo->first.dev == k.dev && lo->first.ino == k.ino; ++lo)
     found = &lo->second;
   return k.gen == 0 ? found : nullptr;
+}
+
+Recorder::StatMatch Recorder::stat_match(uint32_t dev, uint64_t ino, const ProcKey& proc,
+                                         const FoldedIds* folded) const {
+  std::vector<uint32_t> gens;
+  for (auto j = files_.lower_bound(FileKey{dev, ino, 1, {}});
+       j != files_.end() && j->first.dev == dev && j->first.ino == ino; ++j)
+    if (j->first.proc == proc) gens.push_back(j->first.gen);
+  if (folded) folded->gens(dev, ino, gens);
+  std::sort(gens.begin(), gens.end());
+  gens.erase(std::unique(gens.begin(), gens.end()), gens.end());
+  StatMatch m;
+  m.n = gens.size();
+  if (m.n == 1) {
+    m.gen = gens[0];
+    const FileKey k{dev, ino, gens[0], proc};
+    if (files_.count(k)) m.kept = k;
+  }
+  return m;
+}
+
+// ---- bounded memory ----
+
+bool Recorder::referenced(const FileIdentity& id) const {
+  auto has = [&](uint32_t gen) {
+    auto it = files_.lower_bound(FileKey{id.dev, id.ino, gen, {}});
+    return it != files_.end() && it->first.dev == id.dev && it->first.ino == id.ino &&
+           it->first.gen == gen;
+  };
+  // A generation-less record takes its name from any incarnation (name_of).
+  return has(id.gen) || has(0);
+}
+
+void Recorder::forget_names(std::vector<FileIdentity> ids, std::vector<FileIdentity>* forgotten) {
+  std::erase_if(ids, [&](const FileIdentity& id) { return referenced(id); });
+  if (ids.empty()) return;
+  for (const FileIdentity& id : ids) names_.erase(id);
+  // Every path that leads to a forgotten file (its name, hard links, rename targets) moves to
+  // the hashed index: a later rename or unlink by that path is still attributed.
+  std::vector<ForgottenPath> moved;
+  for (auto it = by_path_.begin(); it != by_path_.end();) {
+    if (std::binary_search(ids.begin(), ids.end(), it->second)) {
+      moved.push_back({path_hash(it->first), it->second});
+      it = by_path_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto by_hash = [](const ForgottenPath& a, const ForgottenPath& b) { return a.hash < b.hash; };
+  std::sort(moved.begin(), moved.end(), by_hash);
+  // Two paths with one 64-bit hash (about n^2 / 2^65 for n paths): one of them is kept.
+  moved.erase(std::unique(moved.begin(), moved.end(),
+                          [](const auto& a, const auto& b) { return a.hash == b.hash; }),
+              moved.end());
+  std::vector<ForgottenPath> out;
+  out.reserve(forgotten_paths_.size() + moved.size());
+  auto a = forgotten_paths_.begin();
+  auto b = moved.begin();
+  while (a != forgotten_paths_.end() || b != moved.end()) {
+    if (b == moved.end() || (a != forgotten_paths_.end() && a->hash < b->hash)) {
+      if (a->id != FileIdentity{}) out.push_back(*a);  // tombstones (revived) go
+      ++a;
+    } else {
+      if (a != forgotten_paths_.end() && a->hash == b->hash) ++a;  // the later entry wins
+      out.push_back(*b++);
+    }
+  }
+  forgotten_paths_.swap(out);
+  if (forgotten) forgotten->insert(forgotten->end(), ids.begin(), ids.end());
+}
+
+std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIdentity>* forgotten) {
+  if (files_.size() <= max_file_records) return 0;
+  // The last fold took every candidate and fell short, and no record has left the kernel since
+  // (a daemon calls this after every drain): nothing new to fold, spare the O(n log n) pass.
+  if (short_at_ && *short_at_ == final_snapshots_) return 0;
+  const std::size_t target = max_file_records / 10 * 9 + max_file_records % 10 * 9 / 10;
+  using It = std::map<FileKey, FileAcc>::iterator;
+
+  auto stored = [](const FileAcc& a) -> const FileCounters& {
+    return a.has_folded ? a.folded : a.live;  // has_live is false for every candidate
+  };
+  auto eligible = [&](const FileAcc& a) {
+    // A live record is still in the kernel map: the next drain would send it again.
+    if (a.has_live) return false;
+    // A record without any counted call (a failed close) is not a file of the process, but a
+    // stat by path can still join it (stat_match): rare, so simply kept.
+    return has_activity(stored(a)) || a.rename_sources != 0 || a.unlinks != 0;
+  };
+
+  // A stat by path (generation 0) joins the process's only other incarnation of the file in
+  // the snapshot. When that one is kept, the stat is folded with it, not before it: the kept
+  // record's row stays whole.
+  std::map<FileKey, It> stat_of;  // the kept incarnation -> its stat record
+  std::set<FileKey> joined;
+  for (It it = files_.begin(); it != files_.end(); ++it) {
+    if (it->first.gen != 0 || !eligible(it->second)) continue;
+    const Proc& p = procs_.at(it->first.proc);
+    if (!p.folded) {  // quick no: the next record in key order is another file
+      const auto next = std::next(it);
+      if (next == files_.end() || next->first.dev != it->first.dev ||
+          next->first.ino != it->first.ino)
+        continue;
+    }
+    const StatMatch m = stat_match(it->first.dev, it->first.ino, it->first.proc,
+                                   p.folded ? &p.folded->ids : nullptr);
+    if (!m.kept) continue;
+    stat_of.emplace(*m.kept, it);
+    joined.insert(it->first);
+  }
+
+  struct Candidate {
+    uint64_t bytes = 0, calls = 0, last = 0;
+    It it;
+    std::optional<It> stat;  // folded with it
+  };
+  std::vector<Candidate> cands;
+  cands.reserve(files_.size());
+  for (It it = files_.begin(); it != files_.end(); ++it) {
+    if (!eligible(it->second) || (it->first.gen == 0 && joined.count(it->first))) continue;
+    Candidate c;
+    c.it = it;
+    const FileCounters& t = stored(it->second);
+    c.bytes = t.bytes_read + t.bytes_written;
+    c.calls = calls_of(t);
+    c.last = last_activity_of(t);
+    if (!stat_of.empty()) {
+      if (auto s = stat_of.find(it->first); s != stat_of.end()) {
+        c.stat = s->second;
+        const FileCounters& st = stored(s->second->second);
+        c.bytes += st.bytes_read + st.bytes_written;
+        c.calls += calls_of(st);
+        c.last = std::max(c.last, last_activity_of(st));
+      }
+    }
+    cands.push_back(c);
+  }
+  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+    if (std::tie(a.bytes, a.calls, a.last) != std::tie(b.bytes, b.calls, b.last))
+      return std::tie(a.bytes, a.calls, a.last) < std::tie(b.bytes, b.calls, b.last);
+    return a.it->first < b.it->first;
+  });
+
+  std::map<ProcKey, std::vector<std::pair<FileIdentity, uint32_t>>> batches;
+  std::vector<FileIdentity> touched;
+  std::size_t folded = 0;
+  auto fold_one = [&](It it) {
+    Proc& p = procs_.at(it->first.proc);
+    if (!p.folded) p.folded = std::make_unique<Folded>();
+    const FileAcc& a = it->second;
+    const FileCounters& c = stored(a);
+    combine_counters(p.folded->counters, c);
+    p.folded->rename_sources += a.rename_sources;
+    p.folded->unlinks += a.unlinks;
+    batches[it->first.proc].emplace_back(identity_of(it->first), io_kind(c.last_io_type));
+    touched.push_back(identity_of(it->first));
+    files_.erase(it);
+    ++folded;
+  };
+  for (const Candidate& c : cands) {
+    if (files_.size() <= target) break;
+    if (c.stat) fold_one(*c.stat);
+    fold_one(c.it);
+  }
+
+  for (auto& [pk, batch] : batches) {
+    std::sort(batch.begin(), batch.end());
+    procs_.at(pk).folded->ids.insert(batch);
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  forget_names(std::move(touched), forgotten);
+  folded_records_ += folded;
+  short_at_.reset();
+  if (files_.size() > target) short_at_ = final_snapshots_;
+  return folded;
+}
+
+Recorder::Memory Recorder::memory() const {
+  Memory m;
+  m.file_records = files_.size();
+  m.other_records = others_.size();
+  m.processes = procs_.size();
+  m.names = names_.size();
+  m.paths = by_path_.size();
+  m.forgotten_paths = forgotten_paths_.size();
+  std::size_t folded_procs = 0;
+  for (const auto& [k, p] : procs_) {
+    if (!p.folded) continue;
+    ++folded_procs;
+    m.folded_files += p.folded->ids.size();
+  }
+  constexpr std::size_t kTreeNode = 32;  // a std::map node's links and colour
+  constexpr std::size_t kHashNode = 16;  // an unordered_map node's link and cached hash
+  m.approx_bytes =
+      m.file_records * (kTreeNode + sizeof(FileKey) + sizeof(FileAcc)) +
+      m.other_records * (kTreeNode + sizeof(std::pair<ProcKey, uint32_t>) + sizeof(FileAcc)) +
+      m.processes * (kTreeNode + sizeof(ProcKey) + sizeof(Proc)) + folded_procs * sizeof(Folded) +
+      m.names * (kTreeNode + sizeof(FileIdentity) + sizeof(Name)) +
+      m.paths * (kHashNode + sizeof(void*) + sizeof(std::string) + sizeof(FileIdentity)) +
+      m.folded_files * sizeof(FileIdentity) + m.forgotten_paths * sizeof(ForgottenPath);
+  return m;
 }
 
 RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
   RunSnapshot s;
   s.lost = lost_;
-  auto wall = [&](uint64_t mono) { return static_cast<int64_t>(mono) + clock.mono_to_wall_ns; };
+  s.folded_records = folded_records_;
+  auto wall = [&](uint64_t mono) {
+    // Modular, so that no timestamp (a checkpoint's included) can overflow a signed sum.
+    return static_cast<int64_t>(mono + static_cast<uint64_t>(clock.mono_to_wall_ns));
+  };
   auto relative = [&](uint64_t mono) -> uint64_t {
     return mono > clock.start_mono_ns ? mono - clock.start_mono_ns : 0;
+  };
+  auto make_relative = [&](FileCounters& c) {
+    for (const auto& field : counter_fields()) {
+      if (field.fold != Fold::MinStart && field.fold != Fold::LastEnd) continue;
+      auto* v = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&c) + field.offset);
+      *v = *v ? relative(*v) : 0;
+    }
   };
 
   std::map<ProcKey, std::size_t> index;
@@ -218,50 +560,54 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
     index[p->key] = s.processes.size();
     s.processes.push_back(std::move(ps));
   }
+  auto folded_ids_of = [&](const ProcKey& k) -> const FoldedIds* {
+    auto it = procs_.find(k);
+    return it != procs_.end() && it->second.folded ? &it->second.folded->ids : nullptr;
+  };
 
   // A stat by path before the file was seen open has no generation (gen 0). When the process
-  // has exactly one other incarnation of that (dev, ino), the stat belongs to it: fold it in.
-  std::map<FileKey, FileAcc> files = files_;
-  for (auto it = files.begin(); it != files.end();) {
-    if (it->first.gen != 0) {
-      ++it;
+  // has exactly one other incarnation of that (dev, ino), kept or folded, the stat belongs to
+  // it: fold it into that record, or into the process's folded record.
+  std::map<FileKey, FileAcc> merged;  // kept records with their stat folded in
+  std::set<FileKey> joined;           // the stat records so folded
+  struct StatsIntoFolded {
+    FileCounters counters = new_counters();
+    uint64_t rename_sources = 0, unlinks = 0;
+  };
+  std::map<ProcKey, StatsIntoFolded> into_folded;
+  for (const auto& [k, acc] : files_) {
+    if (k.gen != 0) continue;
+    const StatMatch m = stat_match(k.dev, k.ino, k.proc, folded_ids_of(k.proc));
+    if (m.n != 1) continue;
+    joined.insert(k);
+    if (!m.kept) {
+      StatsIntoFolded& f = into_folded[k.proc];
+      combine_counters(f.counters, acc.total());
+      f.rename_sources += acc.rename_sources;
+      f.unlinks += acc.unlinks;
       continue;
     }
-    auto match = files.end();
-    int n = 0;
-    for (auto j = files.lower_bound(FileKey{it->first.dev, it->first.ino, 1, {}});
-         j != files.end() && j->first.dev == it->first.dev && j->first.ino == it->first.ino; ++j) {
-      if (j->first.proc == it->first.proc) {
-        match = j;
-        ++n;
-      }
-    }
-    if (n != 1) {
-      ++it;
-      continue;
-    }
-    FileAcc& into = match->second;
-    FileCounters merged = it->second.total();
-    FileCounters target = into.total();
-    fold_counters(merged, target);  // the stat came first
-    into.folded = merged;
+    FileAcc& into = merged.try_emplace(*m.kept, files_.at(*m.kept)).first->second;
+    FileCounters stat = acc.total();
+    fold_counters(stat, into.total());  // the stat came first
+    into.folded = stat;
     into.has_folded = true;
     into.has_live = false;
-    into.rename_sources += it->second.rename_sources;
-    into.unlinks += it->second.unlinks;
-    if (into.renamed_to.empty()) into.renamed_to = it->second.renamed_to;
-    it = files.erase(it);
+    into.rename_sources += acc.rename_sources;
+    into.unlinks += acc.unlinks;
+    if (into.renamed_to.empty()) into.renamed_to = acc.renamed_to;
   }
 
-  for (const auto& [k, acc] : files) {
+  std::map<ProcKey, uint64_t> rows_also_folded;  // files folded, then seen again
+  std::vector<std::pair<uint32_t, uint64_t>> row_files;
+  for (const auto& [k, stored] : files_) {
+    if (k.gen == 0 && joined.count(k)) continue;
+    auto mi = merged.find(k);
+    const FileAcc& acc = mi != merged.end() ? mi->second : stored;
     FileSnapshot f;
     FileCounters c = acc.total();
     if (!has_activity(c) && acc.rename_sources == 0 && acc.unlinks == 0) continue;
-    for (const auto& field : counter_fields()) {
-      if (field.fold != Fold::MinStart && field.fold != Fold::LastEnd) continue;
-      auto* v = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&c) + field.offset);
-      *v = *v ? relative(*v) : 0;
-    }
+    make_relative(c);
     if (const Name* n = name_of(k)) {
       f.path = n->path;
       f.path_incomplete = n->incomplete;
@@ -283,12 +629,52 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
       ProcessSnapshot& ps = s.processes[pi->second];
       add_totals(ps.totals, c);
       ps.files += 1;
+      if (const FoldedIds* ids = folded_ids_of(k.proc); ids && ids->last_io(identity_of(k)))
+        ++rows_also_folded[k.proc];
     }
+    row_files.emplace_back(k.dev, k.ino);
     s.files.push_back(std::move(f));
   }
   std::sort(s.files.begin(), s.files.end(), [](const FileSnapshot& a, const FileSnapshot& b) {
     return std::tie(a.pid, a.proc_start_ns, a.path) < std::tie(b.pid, b.proc_start_ns, b.path);
   });
+
+  // The folded records: counters into the totals, files counted once whether folded, kept,
+  // or both (folded, then seen again), with stats by path joined as above.
+  std::vector<std::pair<uint32_t, uint64_t>> folded_files;
+  for (const auto& [pk, p] : procs_) {
+    if (!p.folded) continue;
+    const Folded& fo = *p.folded;
+    uint64_t stats_joined = 0, stats_joined_folded = 0;
+    fo.ids.for_each([&](const FileIdentity& id) {
+      folded_files.emplace_back(id.dev, id.ino);
+      if (id.gen != 0) return;
+      const StatMatch m = stat_match(id.dev, id.ino, pk, &fo.ids);
+      if (m.n != 1) return;
+      ++stats_joined;
+      if (fo.ids.last_io(FileIdentity{id.ino, id.dev, m.gen})) ++stats_joined_folded;
+    });
+    ProcessSnapshot& ps = s.processes[index.at(pk)];
+    const uint64_t n = fo.ids.size();
+    ps.files += n - rows_also_folded[pk] - stats_joined;
+    ps.folded_files = n - stats_joined_folded;
+    FileCounters c = fo.counters;
+    ps.folded_rename_sources = fo.rename_sources;
+    ps.folded_unlinks = fo.unlinks;
+    if (auto st = into_folded.find(pk); st != into_folded.end()) {
+      combine_counters(c, st->second.counters);
+      ps.folded_rename_sources += st->second.rename_sources;
+      ps.folded_unlinks += st->second.unlinks;
+    }
+    add_totals(ps.totals, c);
+    make_relative(c);
+    ps.folded = c;
+  }
+  std::sort(row_files.begin(), row_files.end());
+  std::sort(folded_files.begin(), folded_files.end());
+  folded_files.erase(std::unique(folded_files.begin(), folded_files.end()), folded_files.end());
+  for (const auto& f : folded_files)
+    s.folded_only_files += !std::binary_search(row_files.begin(), row_files.end(), f);
 
   for (const auto& [k, acc] : others_) {
     auto pi = index.find(k.first);

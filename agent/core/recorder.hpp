@@ -3,11 +3,16 @@
 /// Aggregation of everything the kernel sends into per-process and per-file records. Pure:
 /// fed by decoded events and map snapshots (from the loader or from tests), no clock of its own.
 
+#include <array>
+#include <compare>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +23,19 @@
 #include "iolens_abi.h"
 
 namespace iolens::core {
+
+/// A file incarnation: (kernel dev_t, inode, generation); inode numbers are reused after an
+/// unlink, generations are not. 16 bytes, ordered by (dev, ino, gen).
+struct FileIdentity {
+  uint64_t ino = 0;
+  uint32_t dev = 0;  // kernel dev_t
+  uint32_t gen = 0;  // inode generation; 0 = unknown (path-based stat)
+  friend bool operator==(const FileIdentity&, const FileIdentity&) = default;
+  friend std::strong_ordering operator<=>(const FileIdentity& a, const FileIdentity& b) {
+    return std::tie(a.dev, a.ino, a.gen) <=> std::tie(b.dev, b.ino, b.gen);
+  }
+};
+static_assert(sizeof(FileIdentity) == 16);
 
 struct FileKey {
   uint32_t dev = 0;  // kernel dev_t
@@ -37,7 +55,9 @@ struct ClockBase {
 
 class Recorder {
  public:
-  /// `root_pid`: the traced command; `tracer_pid`: the iolens process that created it.
+  /// `root_pid`: the traced command; `tracer_pid`: the iolens process that created it, given
+  /// as the root's parent (no fork event names it). `root_pid` 0: no root process (a daemon's
+  /// job, whose processes started on their own); `tracer_pid` is then unused.
   Recorder(uint32_t root_pid, uint32_t tracer_pid);
 
   /// Turns a lexical path from a path-based call into a canonical one (realpath in the agent;
@@ -60,7 +80,84 @@ class Recorder {
 
   std::size_t file_records() const { return files_.size(); }
 
+  /// Bounds memory (a daemon's long-lived job). When more than `max_file_records` file records
+  /// are held, folds the least useful ones into their process's "other files" record until at
+  /// most 9/10 of `max_file_records` remain (hysteresis: call it after every drain, it works
+  /// only every 10% of growth). Least useful first: fewest bytes read + written, then fewest
+  /// calls, then the oldest last activity. Only records entirely out of the kernel are folded
+  /// (every kernel snapshot of them was `removed`: a live one would be sent again); when too
+  /// few are, folds what there is. Process totals and distinct-file counts stay exact, and a
+  /// folded file seen again starts a new record. Names no record refers to any more are
+  /// forgotten; their identities are appended to `forgotten` (when given) so the caller can
+  /// make the kernel send those names again (the kernel sends each file's name only once:
+  /// delete `seen_files[(dev, ino)]` when its generation is `gen`). Returns the records folded.
+  /// O(n log n) in the records held; docs/counters.md#folded-records.
+  std::size_t fold_to(std::size_t max_file_records,
+                      std::vector<FileIdentity>* forgotten = nullptr);
+
+  /// File records folded by fold_to so far.
+  uint64_t folded_records() const { return folded_records_; }
+
+  /// Everything this recorder holds except the canonicalizer (set it again after load()), as a
+  /// versioned, checksummed binary blob for the daemon's checkpoint (docs/state-format.md).
+  /// Deterministic: equal recorders give equal bytes.
+  std::string save() const;
+  /// A recorder equal in every observable way to the one that saved `bytes`: same snapshot(),
+  /// memory() and behaviour for every later call. nullptr and `error` when the blob is
+  /// malformed, truncated, of another format or kernel ABI version, fails its CRC, or
+  /// contradicts itself (unsorted or duplicate keys, records of unknown processes). No length
+  /// or count in the blob is trusted before it is checked against the bytes left.
+  static std::unique_ptr<Recorder> load(std::string_view bytes, std::string& error);
+
+  /// What the recorder holds, for the daemon's own metrics and for tests.
+  struct Memory {
+    std::size_t file_records = 0;
+    std::size_t other_records = 0;    // (process, descriptor kind) of non-file descriptors
+    std::size_t processes = 0;
+    std::size_t names = 0;            // file names kept (one per file incarnation)
+    std::size_t paths = 0;            // path -> file entries for rename/unlink attribution
+    std::size_t folded_files = 0;     // (process, file) identities folded, 16 bytes each
+    std::size_t forgotten_paths = 0;  // hashed paths of forgotten names, 24 bytes each
+    /// Fixed size of all the entries above (string contents and allocator overhead not
+    /// included): an order of magnitude, not an exact figure.
+    std::size_t approx_bytes = 0;
+  };
+  Memory memory() const;
+
  private:
+  /// The distinct files of one process that were folded, sorted, 16 bytes each. Split by the
+  /// kind of the last data call of the folded part (none, read, write): when the process
+  /// touches the file again, Darshan's rw_switches counts a switch from that kind, and the
+  /// process totals must count it as the unfolded record would have.
+  class FoldedIds {
+   public:
+    /// The last data-call kind of `id`'s folded part; empty if `id` was never folded.
+    std::optional<uint32_t> last_io(const FileIdentity& id) const;
+    /// Appends the non-zero generations folded for (dev, ino).
+    void gens(uint32_t dev, uint64_t ino, std::vector<uint32_t>& out) const;
+    /// Adds or moves ids; `batch` sorted by id, each id once.
+    void insert(const std::vector<std::pair<FileIdentity, uint32_t>>& batch);
+    std::size_t size() const;
+    /// The ids by last data-call kind, each part sorted (save()).
+    const std::array<std::vector<FileIdentity>, 3>& parts() const { return by_last_io_; }
+    /// Replaces the parts (load()); false, and nothing changed, unless each part is strictly
+    /// increasing and no id is in two parts, as insert() keeps them.
+    bool restore(std::array<std::vector<FileIdentity>, 3> parts);
+    template <class F>
+    void for_each(F f) const {
+      for (const auto& part : by_last_io_)
+        for (const FileIdentity& id : part) f(id);
+    }
+
+   private:
+    std::array<std::vector<FileIdentity>, 3> by_last_io_;
+  };
+  /// A process's "other files" record: everything fold_to took from its file records.
+  struct Folded {
+    FileCounters counters = new_counters();  // combine_counters of the folded records
+    uint64_t rename_sources = 0, unlinks = 0;
+    FoldedIds ids;
+  };
   struct Proc {
     ProcKey key;
     ProcKey parent;
@@ -69,6 +166,7 @@ class Recorder {
     uint64_t end_ns = 0;
     std::optional<int32_t> wait_status;
     uint64_t unlinks = 0, renames = 0;
+    std::unique_ptr<Folded> folded;  // only once fold_to took one of its records
   };
   struct FileAcc {
     FileCounters folded = new_counters();
@@ -84,14 +182,35 @@ class Recorder {
     bool canonical = false;  // walked from a struct file (vs. lexical from a lookup)
     bool incomplete = false;
   };
-  /// A file incarnation: (dev, ino, generation). Inode numbers are reused after unlink.
-  using FileId = std::tuple<uint32_t, uint64_t, uint32_t>;
+  /// A path of a forgotten name, for rename/unlink attribution: 64-bit hash of the path
+  /// (FNV-1a, not std::hash: the hashes are saved in checkpoints read by other builds).
+  struct ForgottenPath {
+    uint64_t hash = 0;
+    FileIdentity id;  // FileIdentity{} once revived (a tombstone until the next fold_to)
+  };
+  /// How a generation-less record (a stat by path) joins the process's other records of the
+  /// same (dev, ino): it does when exactly one other generation exists, kept or folded.
+  struct StatMatch {
+    std::size_t n = 0;            // distinct generations != 0, kept or folded
+    uint32_t gen = 0;             // when n == 1: that generation
+    std::optional<FileKey> kept;  // when n == 1 and that generation has a kept record
+  };
+
+  struct Codec;  // save() and load(), in recorder_state.cpp
 
   Proc& proc(const ProcKey& k);
+  FileAcc& file_acc(const FileKey& k, Proc& p);
   void accumulate(FileAcc& acc, const FileCounters& c, bool removed);
   void on_path(const PathEvent& p);
-  void set_name(FileId id, std::string path, bool canonical, bool incomplete);
+  void set_name(FileIdentity id, std::string path, bool canonical, bool incomplete);
+  /// The file a path leads to (by_path_, else a forgotten path, which is then revived).
+  std::optional<FileIdentity> file_by_path(const std::string& path);
+  ForgottenPath* forgotten_path(const std::string& path);
   const Name* name_of(const FileKey& k) const;
+  StatMatch stat_match(uint32_t dev, uint64_t ino, const ProcKey& proc,
+                       const FoldedIds* folded) const;
+  bool referenced(const FileIdentity& id) const;
+  void forget_names(std::vector<FileIdentity> ids, std::vector<FileIdentity>* forgotten);
 
   Canonicalizer canonicalize_;
   uint32_t root_pid_;
@@ -99,9 +218,13 @@ class Recorder {
   std::map<ProcKey, Proc> procs_;
   std::map<FileKey, FileAcc> files_;
   std::map<std::pair<ProcKey, uint32_t>, FileAcc> others_;
-  std::map<FileId, Name> names_;
-  std::unordered_map<std::string, FileId> by_path_;
+  std::map<FileIdentity, Name> names_;
+  std::unordered_map<std::string, FileIdentity> by_path_;
+  std::vector<ForgottenPath> forgotten_paths_;  // sorted by hash
   std::map<std::string, uint64_t> lost_;
+  uint64_t folded_records_ = 0;
+  uint64_t final_snapshots_ = 0;          // kernel records that became final (fold candidates)
+  std::optional<uint64_t> short_at_;     // final_snapshots_ when fold_to last fell short
 };
 
 /// "pipe", "socket", ... for the S_IFMT >> 12 value the kernel stores in others' ino.

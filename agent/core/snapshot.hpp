@@ -25,10 +25,18 @@ struct ProcessSnapshot {
   std::string comm;
   std::string exe;
   std::optional<int> exit_code;       // 128+N when killed by signal N
-  FileCounters totals{};              // sums over the process's file records (Fold::Sum fields)
-  uint64_t files = 0;                 // distinct files
+  FileCounters totals{};              // sums over the process's file records (Fold::Sum fields),
+                                      // the folded ones included
+  uint64_t files = 0;                 // distinct files, the folded ones included
   std::map<std::string, OtherIo> other_io;
   uint64_t unlinks = 0, renames = 0;
+  /// The process's "other files" record (Recorder::fold_to): the records folded to bound
+  /// memory, combined (sums add, maxima max, first start, last end; timestamps relative to the
+  /// run start like FileSnapshot's). Present iff folded_files > 0. The process's file rows
+  /// plus this make its totals.
+  std::optional<FileCounters> folded;
+  uint64_t folded_files = 0;          // distinct files some of whose counters are in `folded`
+  uint64_t folded_rename_sources = 0, folded_unlinks = 0;
 };
 
 struct FileSnapshot {
@@ -53,6 +61,10 @@ struct RunSnapshot {
   std::vector<ProcessSnapshot> processes;  // by start time
   std::vector<FileSnapshot> files;         // by pid, then path
   std::map<std::string, uint64_t> lost;    // every drop, by cause; zeros included
+  uint64_t folded_records = 0;             // file records folded to bound memory (fold_to)
+  /// Distinct (dev, ino) that are only in processes' `folded` records, in no `files` row: the
+  /// run's distinct files are those of `files` plus these.
+  uint64_t folded_only_files = 0;
 };
 
 }  // namespace iolens::core

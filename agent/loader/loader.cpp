@@ -562,6 +562,8 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
         sink(k, value, true);
         final_keys.push_back(k);
         break;
+      case Disposition::Skip:
+        break;
       case Disposition::RemoveLive:
         // Read and delete in one step so no update between the read and the delete is lost.
         if (bpf_map_lookup_and_delete_elem(map_fd, &k, &value) == 0) {

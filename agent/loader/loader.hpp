@@ -100,6 +100,7 @@ class Loader {
     Keep,        // leave it in the kernel
     RemoveFinal, // nothing can update it any more (its process exited): delete it, in batches
     RemoveLive,  // it may still be updated: read and delete it in one step
+    Skip,        // already reported final and awaiting deletion: neither report nor delete
   };
   /// Asked for every record; `records_in_map` is how many the map held at this drain.
   using RemovePredicate = std::function<Disposition(

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: iolensd SIGKILLed mid-job and restarted continues the job with exact counts.
+
+A cgroup rule P/rs/*, one job "r". Three processes of the job, each job_workload (statically
+linked, it prints its own tally of every call):
+  A  --gate-mid: writes WA bytes before the crash, reads RA bytes while no daemon runs;
+  B  started while no daemon runs, --gate-start: blocks, released after the restart, writes WB;
+  C  runs whole while no daemon runs (created, wrote WC, exited).
+Between the SIGKILL and the restart the kernel programs, pinned in bpffs, keep counting; the
+restarted daemon loads its saved state, replays the ring records it consumed after saving, and
+relearns the rest. Then the job's cgroup is removed.
+
+Checks: after the SIGKILL the pins are still there (the programs still count); the restarted
+daemon reports restart.resumed and restart.state "loaded"; the job has exactly one record, state
+"closed", holding exactly A's, B's and C's files and calls (their own tallies), the three pids
+and nothing else; its lost counts are zero, restart ones included. A second, clean stop removes
+the pins.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+import daemon_common as D  # noqa: E402
+import e2e_common as E  # noqa: E402
+
+WA, RA = 3 * 65536 + 17, 2 * 32768 + 5
+WB = 1048576 + 3
+WC = 4 * 65536 + 99
+
+
+def main():
+    args = D.parse_args()
+    D.require_root()
+    ck = E.Checker("daemon_restart")
+    cg = D.Cgroups()
+    work = D.tempdir("restart-work")
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/rs/*"]}' % cg.prefix, tag="rs")
+    d.start(ck)
+    job_id = "cgroup" + cg.rel("rs/r")
+    cg.mkdir("rs/r")
+    d.wait_live(ck, [job_id])
+    D.make_input(os.path.join(work, "a.in"), RA)
+
+    a = D.run_in_cgroup(cg.abs("rs/r"), [args.workload, "io", work, "a", str(WA), str(RA),
+                                          "--gate-mid"], stdin=subprocess.PIPE)
+    D.Cleanup.register("kill A", lambda: a.poll() is None and a.kill())
+    progress = D.read_json_line(ck, a, "A (written)")
+    ck.eq("A: bytes written before the crash", WA, progress.get("bytes_written"))
+    # Let the daemon drain and save once with A known, so the restart has a state to load.
+    time.sleep(0.6)
+
+    rc, _ = d.kill9()
+    ck.eq("iolensd exit after SIGKILL", -signal.SIGKILL, rc)
+    ck.check(d.pins(), "no pins left after SIGKILL: nothing could have counted meanwhile")
+
+    # While no daemon runs: A reads, C runs whole, B starts and waits.
+    a.stdin.close()
+    a.stdin = None
+    m_a = D.finish_workload(ck, a, "A")
+    c = D.run_in_cgroup(cg.abs("rs/r"), [args.workload, "io", work, "c", str(WC), "0"])
+    m_c = D.finish_workload(ck, c, "C")
+    b = D.run_in_cgroup(cg.abs("rs/r"), [args.workload, "io", work, "b", str(WB), "0",
+                                          "--gate-start"], stdin=subprocess.PIPE)
+    D.Cleanup.register("kill B", lambda: b.poll() is None and b.kill())
+    D.read_json_line(ck, b, "B (waiting)")
+
+    st = d.restart(ck)
+    restart = (st or {}).get("restart", {})
+    ck.eq("status restart.resumed", True, restart.get("resumed"))
+    ck.eq("status restart.state", "loaded", restart.get("state"))
+    ck.eq("status restart.lost", {}, restart.get("lost"))
+    D.log("restart: %s" % restart)
+
+    b.stdin.close()
+    b.stdin = None
+    m_b = D.finish_workload(ck, b, "B")
+    cg.rmdir("rs/r")
+    doc = d.wait_record(ck, job_id)
+    got = d.records_of(job_id)
+    ck.eq("records of the job", 1, len(got))
+    if doc and D.check_record_shape(ck, doc, job_id):
+        ck.eq("job state", "closed", doc["job"].get("state"))
+        D.check_lost_zero(ck, doc, job_id)
+        ck.eq("record restart.state", "loaded", doc.get("restart", {}).get("state"))
+        manifests = [m for m in (m_a, m_b, m_c) if m]
+        ck.eq("workloads that reported", 3, len(manifests))
+        D.check_manifest_files(ck, doc, manifests, job_id,
+                               moves=[(m["pid"], cg.abs("rs/r")) for m in manifests])
+
+    rc, _ = d.stop(signal.SIGTERM)
+    ck.eq("iolensd exit after SIGTERM", 0, rc)
+    ck.eq("pins after the clean stop", None, d.pins() or None)
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,612 @@
+// SPDX-License-Identifier: Apache-2.0
+// Recorder::save / Recorder::load (docs/state-format.md): a loaded recorder is the one that was
+// saved, in its snapshots and in everything it does afterwards; truncated, damaged, foreign and
+// hostile blobs are refused without crashing.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "core/recorder.hpp"
+#include "exporters/json_report.hpp"
+#include "iolens_abi.h"
+
+using namespace iolens::core;
+using namespace std::string_literals;
+
+namespace {
+
+constexpr uint32_t kDev = (8u << 20) | 1;  // 8:1
+constexpr std::size_t kHeader = 24;        // magic, version, kernel ABI, payload length
+constexpr std::size_t kTrailer = 4;        // CRC-32
+
+/// CRC-32 (IEEE 802.3, reflected, zlib's) from its definition: the format doc names this one.
+uint32_t crc32(std::string_view b) {
+  uint32_t c = 0xffffffffu;
+  for (unsigned char x : b) {
+    c ^= x;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+void put_le(std::string& s, std::size_t at, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) s[at + i] = static_cast<char>(v >> (8 * i));
+}
+uint64_t get_le(std::string_view s, std::size_t at, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= uint64_t{static_cast<uint8_t>(s[at + i])} << (8 * i);
+  return v;
+}
+
+std::string payload_of(const std::string& blob) {
+  return blob.substr(kHeader, blob.size() - kHeader - kTrailer);
+}
+
+/// `blob`'s header with `payload`, the length and the CRC made right again: reaches the
+/// payload decoder with whatever bytes the test wants.
+std::string reseal(const std::string& blob, std::string_view payload) {
+  std::string out = blob.substr(0, kHeader);
+  put_le(out, 16, payload.size(), 8);
+  out += payload;
+  const uint32_t c = crc32(out);
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(c >> (8 * i)));
+  return out;
+}
+
+std::unique_ptr<Recorder> load_ok(const std::string& blob) {
+  std::string error;
+  auto r = Recorder::load(blob, error);
+  EXPECT_NE(r, nullptr) << error;
+  EXPECT_TRUE(r == nullptr || error.empty()) << error;
+  return r;
+}
+
+/// Loading must fail, with a reason.
+void expect_refused(std::string_view blob, const std::string& what) {
+  std::string error;
+  auto r = Recorder::load(blob, error);
+  EXPECT_EQ(r, nullptr) << what;
+  EXPECT_FALSE(error.empty()) << what;
+}
+
+/// The canonicalizer of these tests: "lnk" is a symlink to its own directory.
+std::optional<std::string> canonical(const std::string& p) {
+  const auto at = p.find("/lnk/");
+  if (at == std::string::npos) return std::nullopt;
+  return p.substr(0, at) + p.substr(at + 4);
+}
+
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  const std::size_t from = i > 200 ? i - 200 : 0;
+  return "first difference at " + std::to_string(i) + ":\n--- a:\n" + a.substr(from, 400) +
+         "\n--- b:\n" + b.substr(from, 400);
+}
+
+bool same_bytes(const FileCounters& a, const FileCounters& b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+/// Every field of two snapshots (the JSON report leaves some out: folded_only_files, the
+/// counters' state fields); `json`: the JSON reports too.
+void expect_same_snapshots(const RunSnapshot& sa, const RunSnapshot& sb, bool json,
+                           const std::string& what) {
+  if (json) {
+    using namespace iolens::exporters;
+    const std::string ja = dump_json(run_to_json(sa, "t"));
+    const std::string jb = dump_json(run_to_json(sb, "t"));
+    EXPECT_TRUE(ja == jb) << what << ": " << first_difference(ja, jb);
+  }
+  EXPECT_EQ(sa.lost, sb.lost) << what;
+  EXPECT_EQ(sa.folded_records, sb.folded_records) << what;
+  EXPECT_EQ(sa.folded_only_files, sb.folded_only_files) << what;
+  ASSERT_EQ(sa.processes.size(), sb.processes.size()) << what;
+  for (std::size_t i = 0; i < sa.processes.size(); ++i) {
+    const auto& a = sa.processes[i];
+    const auto& b = sb.processes[i];
+    const std::string w = what + " process " + std::to_string(i) + " pid " + std::to_string(a.pid);
+    EXPECT_EQ(
+        std::tie(a.pid, a.ppid, a.start_ns, a.end_ns, a.comm, a.exe, a.exit_code, a.files,
+                 a.unlinks, a.renames, a.folded_files, a.folded_rename_sources, a.folded_unlinks),
+        std::tie(b.pid, b.ppid, b.start_ns, b.end_ns, b.comm, b.exe, b.exit_code, b.files,
+                 b.unlinks, b.renames, b.folded_files, b.folded_rename_sources, b.folded_unlinks))
+        << w;
+    EXPECT_TRUE(same_bytes(a.totals, b.totals)) << w;
+    ASSERT_EQ(a.folded.has_value(), b.folded.has_value()) << w;
+    if (a.folded) {
+      EXPECT_TRUE(same_bytes(*a.folded, *b.folded)) << w;
+    }
+    ASSERT_EQ(a.other_io.size(), b.other_io.size()) << w;
+    for (auto x = a.other_io.begin(), y = b.other_io.begin(); x != a.other_io.end(); ++x, ++y)
+      EXPECT_EQ(std::tie(x->first, x->second.reads, x->second.writes, x->second.bytes_read,
+                         x->second.bytes_written),
+                std::tie(y->first, y->second.reads, y->second.writes, y->second.bytes_read,
+                         y->second.bytes_written))
+          << w;
+  }
+  ASSERT_EQ(sa.files.size(), sb.files.size()) << what;
+  for (std::size_t i = 0; i < sa.files.size(); ++i) {
+    const auto& a = sa.files[i];
+    const auto& b = sb.files[i];
+    const std::string w = what + " file " + std::to_string(i) + " " + a.path;
+    EXPECT_EQ(std::tie(a.path, a.path_known, a.path_incomplete, a.dev, a.ino, a.pid,
+                       a.proc_start_ns, a.rename_sources, a.unlinks, a.renamed_to),
+              std::tie(b.path, b.path_known, b.path_incomplete, b.dev, b.ino, b.pid,
+                       b.proc_start_ns, b.rename_sources, b.unlinks, b.renamed_to))
+        << w;
+    EXPECT_TRUE(same_bytes(a.counters, b.counters)) << w;
+  }
+}
+
+/// Everything observable: the snapshots, memory(), and the saved bytes themselves.
+void expect_same(const Recorder& a, const Recorder& b, const std::string& what, bool json = true) {
+  const ClockBase clock{1000, 1'700'000'000'000'000'000};
+  expect_same_snapshots(a.snapshot(clock), b.snapshot(clock), json, what);
+  const auto ma = a.memory(), mb = b.memory();
+  EXPECT_EQ(std::tie(ma.file_records, ma.other_records, ma.processes, ma.names, ma.paths,
+                     ma.folded_files, ma.forgotten_paths, ma.approx_bytes),
+            std::tie(mb.file_records, mb.other_records, mb.processes, mb.names, mb.paths,
+                     mb.folded_files, mb.forgotten_paths, mb.approx_bytes))
+      << what;
+  EXPECT_EQ(a.folded_records(), b.folded_records()) << what;
+  EXPECT_TRUE(a.save() == b.save()) << what << ": saved bytes differ";
+}
+
+/// A daemon's life in random steps: processes fork, exec and exit; files are named (walked or
+/// looked up, some through the canonicalizer), renamed, unlinked (by known, unknown and
+/// forgotten names); records arrive live and removed, with every field set (state included);
+/// non-file descriptors, lost counts, and fold_to with forgotten names. Each step is applied to
+/// every recorder given, and what they return must agree.
+class Workload {
+ public:
+  explicit Workload(uint64_t seed) : seed_(seed) {}
+
+  void run(std::vector<Recorder*> rs, int steps) {
+    for (int i = 0; i < steps; ++i) step(rs);
+  }
+
+  uint64_t rnd(uint64_t n) {
+    seed_ = seed_ * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed_ >> 33) % n;
+  }
+
+ private:
+  ProcKey any_proc() { return procs_[rnd(procs_.size())]; }
+  std::string file_name(uint64_t ino, uint32_t gen) {
+    return "f" + std::to_string(ino) + "_" + std::to_string(gen);
+  }
+  std::string dir_of(uint64_t ino) { return "d" + std::to_string(ino % 4); }
+
+  FileCounters counters() {
+    FileCounters c = new_counters();
+    // Every field, the kernel's bookkeeping included: a later fold reads it.
+    for (std::size_t at = 0; at < sizeof c; at += 8) {
+      if (rnd(3) != 0) continue;
+      const uint64_t v = rnd(5000);
+      std::memcpy(reinterpret_cast<char*>(&c) + at, &v, sizeof v);
+    }
+    c.stats = rnd(3);
+    c.reads = rnd(4);
+    c.writes = rnd(3);
+    c.opens = rnd(2);
+    c.max_byte_read = rnd(4) ? static_cast<int64_t>(rnd(1 << 20)) : -1;
+    c.max_byte_written = rnd(4) ? static_cast<int64_t>(rnd(1 << 20)) : -1;
+    c.last_io_type = static_cast<uint32_t>(rnd(3));
+    c.first_io_type = static_cast<uint32_t>(rnd(3));
+    c.open_fds = static_cast<int64_t>(rnd(3)) - 1;
+    c.last_byte_read = static_cast<int64_t>(rnd(1000));
+    return c;
+  }
+
+  void step(const std::vector<Recorder*>& rs) {
+    auto all = [&](auto f) {
+      for (Recorder* r : rs) f(*r);
+    };
+    clock_ += 1 + rnd(1000);
+    const uint64_t what = rnd(100);
+    if (what < 6) {  // fork
+      ForkEvent e;
+      e.proc = {next_pid_++, clock_};
+      e.parent = any_proc();
+      e.ts_ns = clock_;
+      e.comm = "worker" + std::to_string(rnd(5));
+      procs_.push_back(e.proc);
+      all([&](Recorder& r) { r.on_event(e); });
+    } else if (what < 8) {  // exec
+      PathEvent e;
+      e.proc = any_proc();
+      e.op = IOLENS_PATH_EXE;
+      e.walk = "python3."s + std::to_string(rnd(3)) + "\0bin\0usr\0"s;
+      e.comm = "python3";
+      all([&](Recorder& r) { r.on_event(e); });
+    } else if (what < 10) {  // exit
+      const ExitEvent e{any_proc(), clock_, static_cast<int32_t>(rnd(2) ? rnd(4) << 8 : rnd(16))};
+      all([&](Recorder& r) { r.on_event(e); });
+    } else if (what < 22) {  // a name: walked from the struct file, or a lookup
+      const uint64_t ino = 1 + rnd(kInodes);
+      const uint32_t gen = 1 + static_cast<uint32_t>(rnd(2));
+      PathEvent e;
+      e.proc = any_proc();
+      e.dev = kDev;
+      e.ino = ino;
+      e.gen = gen;
+      e.flags = rnd(10) == 0 ? IOLENS_PATH_TRUNCATED : 0;
+      if (rnd(3)) {
+        e.op = IOLENS_PATH_FILE;
+        e.walk = file_name(ino, gen) + "\0"s + dir_of(ino) + "\0"s;
+      } else {
+        e.op = IOLENS_PATH_LOOKUP;
+        e.walk = dir_of(ino) + "\0"s;
+        e.str1 = (rnd(2) ? "lnk/" : "") + file_name(ino, gen);
+      }
+      all([&](Recorder& r) { r.on_event(e); });
+    } else if (what < 30) {  // unlink or rename by a path: known, renamed, forgotten or never seen
+      PathEvent e;
+      e.proc = any_proc();
+      const uint64_t ino = 1 + rnd(kInodes + 20);
+      std::string path =
+          "/" + dir_of(ino) + "/" + file_name(ino, 1 + static_cast<uint32_t>(rnd(2)));
+      if (!renamed_.empty() && rnd(4) == 0) path = renamed_[rnd(renamed_.size())];
+      e.str1 = path;
+      if (rnd(2)) {
+        e.op = IOLENS_PATH_UNLINK;
+      } else {
+        e.op = IOLENS_PATH_RENAME;
+        e.walk2 = dir_of(ino) + "\0"s;
+        e.str2 = "r" + std::to_string(renames_++);
+        renamed_.push_back("/" + dir_of(ino) + "/" + e.str2);
+      }
+      all([&](Recorder& r) { r.on_event(e); });
+    } else if (what < 88) {  // a file record
+      iolens_file_key k{};
+      const ProcKey p = any_proc();
+      k.tgid = p.pid;
+      k.pstart_ns = p.start_ns;
+      k.dev = kDev;
+      k.ino = 1 + rnd(kInodes);
+      k.gen = rnd(12) == 0 ? 0 : 1 + static_cast<uint32_t>(rnd(2));
+      FileCounters c = counters();
+      if (k.gen == 0) {  // a stat by path
+        c = new_counters();
+        c.stats = 1 + rnd(2);
+        c.meta_start_ns = clock_;
+        c.meta_end_ns = clock_ + 5;
+      }
+      const bool removed = rnd(3) != 0;
+      all([&](Recorder& r) { r.on_file(k, c, removed); });
+    } else if (what < 93) {  // a non-file descriptor
+      iolens_file_key k{};
+      const ProcKey p = any_proc();
+      k.tgid = p.pid;
+      k.pstart_ns = p.start_ns;
+      static constexpr uint64_t kKinds[] = {001, 002, 014, 0, 006};
+      k.ino = kKinds[rnd(5)];
+      const FileCounters c = counters();
+      const bool removed = rnd(2) != 0;
+      all([&](Recorder& r) { r.on_other(k, c, removed); });
+    } else if (what < 96) {  // lost counts
+      const std::string cause = rnd(2) ? "events" : "custom_cause";
+      const uint64_t n = rnd(100);
+      const bool set = rnd(2);
+      all([&](Recorder& r) { set ? r.set_lost(cause, n) : r.add_lost(cause, n); });
+    } else {  // bound memory
+      const std::size_t max = 20 + rnd(60);
+      std::vector<std::size_t> folded;
+      std::vector<std::vector<FileIdentity>> forgotten(rs.size());
+      for (std::size_t i = 0; i < rs.size(); ++i)
+        folded.push_back(rs[i]->fold_to(max, &forgotten[i]));
+      for (std::size_t i = 1; i < rs.size(); ++i) {
+        EXPECT_EQ(folded[i], folded[0]) << "fold_to(" << max << ") of recorder " << i;
+        EXPECT_EQ(forgotten[i], forgotten[0]) << "forgotten by recorder " << i;
+      }
+    }
+  }
+
+  static constexpr uint64_t kInodes = 150;
+  uint64_t seed_;
+  uint64_t clock_ = 1'000'000;
+  uint32_t next_pid_ = 101;
+  std::vector<ProcKey> procs_{{100, 1000}};
+  std::vector<std::string> renamed_;
+  uint64_t renames_ = 0;
+};
+
+/// A small recorder with a bit of everything, for the byte-level tests.
+Recorder small_recorder() {
+  Recorder r(100, 1);
+  r.add_lost("aa", 1);
+  r.add_lost("ab", 2);
+  Workload w(7);
+  w.run({&r}, 40);
+  return r;
+}
+
+}  // namespace
+
+TEST(RecorderState, EmptyRecorderRoundTrips) {
+  Recorder r(0, 0);
+  const std::string blob = r.save();
+  EXPECT_EQ(blob.substr(0, 8), "IOLENSRC");
+  auto back = load_ok(blob);
+  ASSERT_NE(back, nullptr);
+  expect_same(r, *back, "empty");
+}
+
+TEST(RecorderState, LoadedRecorderIsTheSavedOneNowAndAfterwards) {
+  // The original runs without a break; its twin is saved and loaded every few rounds (a
+  // daemon restarting from its checkpoint). Both get the same events, records and folds.
+  Recorder original(100, 1);
+  original.set_canonicalizer(canonical);
+  Workload w(2024);
+  w.run({&original}, 3000);
+  const auto mem = original.memory();
+  // The state is rich: every member holds something.
+  ASSERT_GT(mem.file_records, 50u);
+  ASSERT_GT(mem.other_records, 5u);
+  ASSERT_GT(mem.processes, 20u);
+  ASSERT_GT(mem.names, 20u);
+  ASSERT_GT(mem.paths, 20u);
+  ASSERT_GT(mem.folded_files, 100u);
+  ASSERT_GT(mem.forgotten_paths, 20u);
+  ASSERT_GT(original.folded_records(), 100u);
+
+  std::unique_ptr<Recorder> twin = load_ok(original.save());
+  ASSERT_NE(twin, nullptr);
+  twin->set_canonicalizer(canonical);  // not saved: the caller sets it again
+  expect_same(original, *twin, "just loaded");
+  for (int round = 0; round < 40 && !HasFailure(); ++round) {
+    w.run({&original, twin.get()}, 150);
+    expect_same(original, *twin, "round " + std::to_string(round), round % 10 == 9);
+    if (round % 5 == 4) {
+      twin = load_ok(twin->save());
+      ASSERT_NE(twin, nullptr);
+      twin->set_canonicalizer(canonical);
+      expect_same(original, *twin, "reloaded at round " + std::to_string(round), false);
+    }
+  }
+}
+
+TEST(RecorderState, CanonicalizerIsNotSaved) {
+  Recorder r(100, 1);
+  r.set_canonicalizer(canonical);
+  auto lookup = [](uint64_t ino) {
+    PathEvent e;
+    e.proc = {100, 5};
+    e.op = IOLENS_PATH_LOOKUP;
+    e.dev = kDev;
+    e.ino = ino;
+    e.walk = "d\0"s;
+    e.str1 = "lnk/x" + std::to_string(ino);
+    return e;
+  };
+  r.on_event(lookup(1));
+  auto back = load_ok(r.save());
+  ASSERT_NE(back, nullptr);
+  for (Recorder* x : {&r, back.get()}) {
+    x->on_event(lookup(2));
+    iolens_file_key k{};
+    k.tgid = 100;
+    k.pstart_ns = 5;
+    k.dev = kDev;
+    FileCounters c = new_counters();
+    c.stats = 1;
+    for (uint64_t ino : {1, 2}) {
+      k.ino = ino;
+      x->on_file(k, c, false);
+    }
+  }
+  auto path_of = [](const Recorder& x, uint64_t ino) {
+    for (const auto& f : x.snapshot(ClockBase{}).files)
+      if (f.ino == ino) return f.path;
+    return "<none>"s;
+  };
+  EXPECT_EQ(path_of(r, 1), "/d/x1");
+  EXPECT_EQ(path_of(*back, 1), "/d/x1");  // saved as it was canonicalized
+  EXPECT_EQ(path_of(r, 2), "/d/x2");
+  EXPECT_EQ(path_of(*back, 2), "/d/lnk/x2");  // no canonicalizer set on the loaded one
+}
+
+TEST(RecorderState, RefusesEmptyForeignAndOtherVersions) {
+  const Recorder r = small_recorder();
+  const std::string blob = r.save();
+  ASSERT_NE(load_ok(blob), nullptr);
+  expect_refused("", "empty");
+  expect_refused("IOLENSRC", "magic only");
+  std::string bad = blob;
+  bad[0] = 'X';
+  expect_refused(bad, "wrong magic");
+  expect_refused(std::string(blob.size(), '\0'), "zeros");
+
+  // Another format version, with a right CRC: refused as such.
+  std::string other = blob;
+  put_le(other, 8, 2, 4);
+  other = reseal(other, payload_of(blob));
+  std::string error;
+  EXPECT_EQ(Recorder::load(other, error), nullptr);
+  EXPECT_NE(error.find("format version 2"), std::string::npos) << error;
+  // Counters saved by another kernel ABI (another FileCounters layout).
+  std::string abi = blob;
+  put_le(abi, 12, IOLENS_ABI_VERSION + 1, 4);
+  abi = reseal(abi, payload_of(blob));
+  error.clear();
+  EXPECT_EQ(Recorder::load(abi, error), nullptr);
+  EXPECT_NE(error.find("ABI"), std::string::npos) << error;
+  // The header as documented: magic, version 1, ABI, payload length; CRC-32 last.
+  EXPECT_EQ(get_le(blob, 8, 4), 1u);
+  EXPECT_EQ(get_le(blob, 12, 4), uint64_t{IOLENS_ABI_VERSION});
+  EXPECT_EQ(get_le(blob, 16, 8), blob.size() - kHeader - kTrailer);
+  EXPECT_EQ(get_le(blob, blob.size() - 4, 4),
+            crc32(std::string_view(blob).substr(0, blob.size() - 4)));
+}
+
+TEST(RecorderState, RefusesEveryTruncationAndExtension) {
+  const std::string blob = small_recorder().save();
+  for (std::size_t n = 0; n < blob.size(); ++n)
+    expect_refused(std::string_view(blob).substr(0, n), "prefix of " + std::to_string(n));
+  expect_refused(blob + "x", "a byte appended");
+  // The same behind a right length and CRC: the payload decoder itself must see the end.
+  const std::string payload = payload_of(blob);
+  for (std::size_t n = 0; n < payload.size(); ++n)
+    expect_refused(reseal(blob, std::string_view(payload).substr(0, n)),
+                   "resealed payload prefix of " + std::to_string(n));
+  expect_refused(reseal(blob, payload + "x"), "resealed payload with a byte appended");
+  if (HasFailure()) return;
+  std::printf("small blob: %zu bytes, %zu prefixes refused\n", blob.size(),
+              blob.size() + payload.size());
+}
+
+TEST(RecorderState, RefusesEveryDamagedByte) {
+  const std::string blob = small_recorder().save();
+  std::string bad = blob;
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    for (int flip : {1 << (i % 8), 0xff}) {
+      bad[i] = static_cast<char>(bad[i] ^ flip);
+      expect_refused(bad, "byte " + std::to_string(i) + " ^ " + std::to_string(flip));
+      bad[i] = blob[i];
+    }
+    if (HasFailure()) return;
+  }
+}
+
+TEST(RecorderState, RefusesHugeLengthsAndCounts) {
+  const std::string blob = small_recorder().save();
+  // Header: a payload length far past the blob.
+  std::string big = blob;
+  put_le(big, 16, uint64_t{1} << 62, 8);
+  expect_refused(big, "huge payload length");
+
+  // Payload (docs/state-format.md): root pid, tracer pid, folded_records, final_snapshots,
+  // short_at (flag + value), then the lost causes: a count, then (string, u64) sorted by name.
+  std::string payload = payload_of(blob);
+  std::size_t at = 4 + 4 + 8 + 8;
+  ASSERT_LE(static_cast<uint8_t>(payload[at]), 1);
+  at += 1 + (payload[at] ? 8 : 0);
+  const std::size_t count_at = at;
+  ASSERT_GE(get_le(payload, count_at, 8), 10u);
+  const std::size_t string_at = count_at + 8;
+  ASSERT_EQ(get_le(payload, string_at, 4), 2u);
+  ASSERT_EQ(payload.substr(string_at + 4, 2), "aa");
+  ASSERT_EQ(get_le(payload, string_at + 6, 8), 1u);
+  ASSERT_EQ(payload.substr(string_at + 14 + 4, 2), "ab");
+  ASSERT_NE(load_ok(reseal(blob, payload)), nullptr);  // the resealing itself is right
+
+  for (uint64_t n : {uint64_t{1} << 62, ~uint64_t{0}, uint64_t{payload.size()}}) {
+    std::string p = payload;
+    put_le(p, count_at, n, 8);
+    expect_refused(reseal(blob, p), "lost count " + std::to_string(n));
+  }
+  for (uint64_t n : {uint64_t{0xffffffff}, uint64_t{payload.size()}}) {
+    std::string p = payload;
+    put_le(p, string_at, n, 4);
+    expect_refused(reseal(blob, p), "string length " + std::to_string(n));
+  }
+  // Keys must be strictly increasing, as the maps held them: a duplicate, then a disorder.
+  for (char c : {'a', 'Z'}) {
+    std::string p = payload;
+    p[string_at + 14 + 4 + 1] = c;  // "ab" -> "aa", "aZ"
+    std::string error;
+    EXPECT_EQ(Recorder::load(reseal(blob, p), error), nullptr) << c;
+    EXPECT_NE(error.find("strictly increasing"), std::string::npos) << error;
+  }
+}
+
+TEST(RecorderState, RandomlyDamagedPayloadsNeverCrash) {
+  // A right CRC over random damage: whatever load accepts must snapshot, fold and save.
+  Recorder r(100, 1);
+  Workload w(99);
+  w.run({&r}, 250);
+  const std::string blob = r.save();
+  const std::string payload = payload_of(blob);
+  int accepted = 0;
+  constexpr int kTries = 2000;
+  for (int i = 0; i < kTries; ++i) {
+    std::string p = payload;
+    const uint64_t edits = 1 + w.rnd(4);
+    for (uint64_t e = 0; e < edits; ++e) {
+      const std::size_t at = w.rnd(p.size());
+      switch (w.rnd(4)) {
+        case 0: p[at] = static_cast<char>(w.rnd(256)); break;
+        case 1: p[at] = static_cast<char>(0xff); break;
+        case 2: p.erase(at, 1 + w.rnd(16)); break;
+        default: p.insert(at, std::string(1 + w.rnd(8), static_cast<char>(w.rnd(256)))); break;
+      }
+    }
+    std::string error;
+    auto back = Recorder::load(reseal(blob, p), error);
+    if (!back) {
+      EXPECT_FALSE(error.empty());
+      continue;
+    }
+    ++accepted;
+    (void)back->snapshot(ClockBase{});
+    back->fold_to(10);
+    (void)back->snapshot(ClockBase{});
+    auto again = load_ok(back->save());
+    ASSERT_NE(again, nullptr);
+  }
+  std::printf("damaged payloads: %d of %d accepted (damage inside values), none crashed\n",
+              accepted, kTries);
+}
+
+TEST(RecorderState, TwoHundredThousandRecords) {
+  constexpr uint32_t kFiles = 200'000;
+  Recorder r(0, 0);
+  for (uint32_t i = 1; i <= kFiles; ++i) {
+    const ProcKey p{1000 + i % 50, 5000 + i % 50};
+    PathEvent n;
+    n.proc = p;
+    n.op = IOLENS_PATH_FILE;
+    n.dev = kDev;
+    n.ino = i;
+    n.gen = 7;
+    n.walk = "shard-" + std::to_string(i) + ".tfrecord\0train\0data\0scratch\0"s;
+    r.on_event(n);
+    iolens_file_key k{};
+    k.tgid = p.pid;
+    k.pstart_ns = p.start_ns;
+    k.dev = kDev;
+    k.ino = i;
+    k.gen = 7;
+    FileCounters c = new_counters();
+    c.opens = c.closes = 1;
+    c.reads = 1 + i % 9;
+    c.bytes_read = uint64_t{i} * 4096;
+    c.read_start_ns = 10'000 + i;
+    c.read_end_ns = 20'000 + i;
+    c.first_io_type = c.last_io_type = IOLENS_IO_READ;
+    r.on_file(k, c, i % 4 != 0);
+  }
+  ASSERT_EQ(r.file_records(), kFiles);
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::duration<double, std::milli>>(d).count();
+  };
+  const auto t0 = Clock::now();
+  const std::string blob = r.save();
+  const auto t1 = Clock::now();
+  std::string error;
+  auto back = Recorder::load(blob, error);
+  const auto t2 = Clock::now();
+  ASSERT_NE(back, nullptr) << error;
+  std::printf("%u records: blob %.1f MiB (%.0f bytes/record), save %.0f ms, load %.0f ms\n", kFiles,
+              static_cast<double>(blob.size()) / (1 << 20),
+              static_cast<double>(blob.size()) / kFiles, ms(t1 - t0), ms(t2 - t1));
+  EXPECT_EQ(back->file_records(), kFiles);
+  EXPECT_EQ(back->memory().names, kFiles);
+  EXPECT_EQ(back->memory().paths, kFiles);
+  EXPECT_TRUE(back->save() == blob);
+  // And it goes on as the original: one fold, the same result.
+  std::vector<FileIdentity> fa, fb;
+  EXPECT_EQ(r.fold_to(100'000, &fa), back->fold_to(100'000, &fb));
+  EXPECT_EQ(fa, fb);
+  EXPECT_EQ(r.memory().folded_files, back->memory().folded_files);
+  EXPECT_EQ(r.memory().forgotten_paths, back->memory().forgotten_paths);
+}
