@@ -108,6 +108,13 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
     pj["other_io"] = other;
     pj["unlinks"] = p.unlinks;
     pj["renames"] = p.renames;
+    if (p.folded_files > 0 && p.folded) {
+      // The process's "other files" record: its file records folded to bound memory.
+      json c = counters_json(*p.folded);
+      c["rename_sources"] = p.folded_rename_sources;
+      c["unlinks"] = p.folded_unlinks;
+      pj["folded"] = {{"files", p.folded_files}, {"counters", std::move(c)}};
+    }
     procs.push_back(std::move(pj));
   }
   j["processes"] = std::move(procs);
@@ -131,6 +138,7 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   }
   j["files"] = std::move(files);
   j["lost"] = run.lost;
+  j["folded_records"] = run.folded_records;
   return j;
 }
 

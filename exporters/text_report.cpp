@@ -55,6 +55,7 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
     reads += p.totals.reads;
     writes += p.totals.writes;
   }
+  // Distinct files of the run: those with a row, plus those only in folded records.
   std::map<std::pair<uint64_t, uint64_t>, bool> distinct;
   for (const auto& f : run.files) distinct[{f.dev, f.ino}] = true;
   const uint64_t wall = run.end_ns > run.start_ns ? static_cast<uint64_t>(run.end_ns - run.start_ns) : 0;
@@ -62,9 +63,14 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   out += "\n== iolens: " + join_command(run.command) + "\n";
   out += fmt("exit %s after %s: %zu processes, %s files, read %s in %s calls, wrote %s in %s calls\n",
              run.exit_code ? std::to_string(*run.exit_code).c_str() : "?",
-             human_duration(wall).c_str(), run.processes.size(), human_count(distinct.size()).c_str(),
+             human_duration(wall).c_str(), run.processes.size(),
+             human_count(distinct.size() + run.folded_only_files).c_str(),
              human_bytes(bytes_read).c_str(), human_count(reads).c_str(),
              human_bytes(bytes_written).c_str(), human_count(writes).c_str());
+  if (run.folded_records > 0)
+    out += fmt("%s file records folded into per-process (other files) records to bound memory "
+               "(totals exact; the file lists below lack them)\n",
+               human_count(run.folded_records).c_str());
 
   out += "\nper process (file I/O; pipes, sockets and ttys apart under OTHER)\n";
   out += fmt("%8s %8s %-15s %10s %10s %10s %10s %7s %7s %6s %10s %10s %s\n", "PID", "PPID",

@@ -2,7 +2,10 @@
 // The recorder fed by generated records (no kernel): folding, names, attribution, processes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "core/recorder.hpp"
 #include "iolens_abi.h"
@@ -295,4 +298,461 @@ TEST(Counters, FoldableOnlyWhenNothingIsLost) {
   inherited.reads = 5;
   inherited.open_fds = -1;  // read and closed through a descriptor inherited from the parent
   EXPECT_FALSE(foldable(inherited));
+}
+
+// ---- Bounded memory: fold_to ----
+
+namespace {
+
+/// The Fold::Sum counters must be equal: what the process totals hold.
+void expect_same_sums(const FileCounters& want, const FileCounters& got, const std::string& what) {
+  for (const auto& f : counter_fields()) {
+    if (f.fold != Fold::Sum) continue;
+    EXPECT_EQ(counter_value(want, f), counter_value(got, f)) << what << " " << f.name;
+  }
+}
+
+const ProcessSnapshot* find_proc(const RunSnapshot& s, uint32_t pid) {
+  for (const auto& p : s.processes)
+    if (p.pid == pid) return &p;
+  return nullptr;
+}
+
+/// The process totals are its rows plus its folded record (docs/counters.md#folded-records).
+void expect_rows_plus_folded_make_totals(const RunSnapshot& s) {
+  for (const auto& p : s.processes) {
+    FileCounters sum{};
+    for (const auto& f : s.files)
+      if (f.pid == p.pid && f.proc_start_ns == p.start_ns) add_totals(sum, f.counters);
+    if (p.folded) add_totals(sum, *p.folded);
+    EXPECT_EQ(p.folded.has_value(), p.folded_files > 0) << "pid " << p.pid;
+    expect_same_sums(p.totals, sum, "pid " + std::to_string(p.pid) + " rows + folded:");
+  }
+}
+
+/// A record with some of everything the process totals sum.
+FileCounters busy(uint64_t bytes, uint64_t calls, uint64_t t) {
+  FileCounters c = new_counters();
+  c.opens = 1;
+  c.closes = 1;
+  c.reads = calls;
+  c.bytes_read = bytes;
+  c.max_byte_read = static_cast<int64_t>(bytes) - 1;
+  c.seq_reads = calls - 1;
+  c.consec_reads = calls - 1;
+  c.size_read[bytes / calls <= 100 ? 0 : 2] = calls;
+  c.read_time_ns = 10 * calls;
+  c.meta_time_ns = 3;
+  c.max_read_time_ns = 10;
+  c.open_start_ns = t;
+  c.open_end_ns = t + 1;
+  c.read_start_ns = t + 1;
+  c.read_end_ns = t + 1 + 10 * calls;
+  c.close_start_ns = c.close_end_ns = t + 2 + 10 * calls;
+  c.first_io_type = c.last_io_type = IOLENS_IO_READ;
+  return c;
+}
+
+}  // namespace
+
+TEST(Fold, TwoHundredThousandRecordsUnderFiftyThousand) {
+  constexpr uint32_t kFiles = 200'000;
+  constexpr std::size_t kMax = 50'000;
+  Recorder r(100, 1);
+  FileCounters want{};
+  std::vector<uint64_t> sizes;
+  sizes.reserve(kFiles);
+  for (uint32_t i = 1; i <= kFiles; ++i) {
+    // Distinct sizes in a scrambled order (48271 is invertible modulo the prime 200003).
+    const uint64_t bytes = (uint64_t{i} * 48271) % 200003;
+    r.on_event(name_event(100, 5, i, "f" + std::to_string(i) + "\0d\0"s));
+    const FileCounters c = busy(bytes, 1 + i % 7, 1000 + i);
+    r.on_file(key(100, 5, i), c, true);
+    add_totals(want, c);
+    sizes.push_back(bytes);
+  }
+  ASSERT_EQ(r.memory().names, kFiles);
+  ASSERT_EQ(r.memory().paths, kFiles);
+
+  std::vector<FileIdentity> forgotten;
+  const std::size_t folded = r.fold_to(kMax, &forgotten);
+  EXPECT_LE(r.file_records(), kMax);
+  EXPECT_EQ(r.file_records(), kMax * 9 / 10);  // hysteresis: 10% of room left
+  EXPECT_EQ(folded, kFiles - r.file_records());
+  EXPECT_EQ(r.folded_records(), folded);
+  EXPECT_EQ(forgotten.size(), folded);
+  EXPECT_EQ(r.fold_to(kMax), 0u);  // under the limit: nothing to do
+  const auto mem = r.memory();
+  EXPECT_EQ(mem.names, r.file_records());  // the folded files' names are gone
+  EXPECT_EQ(mem.paths, r.file_records());
+  EXPECT_EQ(mem.forgotten_paths, folded);
+  EXPECT_EQ(mem.folded_files, folded);
+
+  const auto s = r.snapshot(ClockBase{});
+  ASSERT_EQ(s.processes.size(), 1u);
+  const auto& p = s.processes[0];
+  expect_same_sums(want, p.totals, "totals");
+  EXPECT_EQ(p.totals.bytes_read, want.bytes_read);
+  EXPECT_EQ(p.totals.reads, want.reads);
+  EXPECT_EQ(p.totals.opens, kFiles);
+  EXPECT_EQ(p.totals.read_time_ns, want.read_time_ns);
+  EXPECT_EQ(p.files, kFiles);
+  EXPECT_EQ(p.folded_files, folded);
+  EXPECT_EQ(s.folded_records, folded);
+  EXPECT_EQ(s.folded_only_files, folded);
+  ASSERT_TRUE(p.folded.has_value());
+  EXPECT_EQ(p.folded->opens, folded);
+  expect_rows_plus_folded_make_totals(s);
+
+  // The records kept are the biggest ones.
+  std::vector<uint64_t> sorted = sizes;
+  std::sort(sorted.begin(), sorted.end());
+  const uint64_t smallest_kept = sorted[folded];
+  uint64_t first_folded_start = UINT64_MAX, last_folded_close = 0;
+  for (uint32_t i = 1; i <= kFiles; ++i) {
+    if (sizes[i - 1] >= smallest_kept) continue;
+    const FileCounters c = busy(sizes[i - 1], 1 + i % 7, 1000 + i);
+    first_folded_start = std::min<uint64_t>(first_folded_start, c.read_start_ns);
+    last_folded_close = std::max<uint64_t>(last_folded_close, c.close_end_ns);
+  }
+  EXPECT_EQ(p.folded->read_start_ns, first_folded_start);  // first start, last end
+  EXPECT_EQ(p.folded->close_end_ns, last_folded_close);
+  ASSERT_EQ(s.files.size(), r.file_records());
+  for (const auto& f : s.files) ASSERT_GE(f.counters.bytes_read, smallest_kept) << f.path;
+  EXPECT_LT(p.folded->max_byte_read, static_cast<int64_t>(smallest_kept));
+}
+
+TEST(Fold, LiveRecordsAreNeverFolded) {
+  Recorder r(100, 1);
+  for (uint64_t i = 1; i <= 5; ++i) r.on_file(key(100, 5, i), busy(1, 1, 10), false);  // live
+  for (uint64_t i = 6; i <= 10; ++i) r.on_file(key(100, 5, i), busy(1000, 1, 10), true);
+  EXPECT_EQ(r.fold_to(2), 5u);  // only the five out of the kernel, although bigger
+  EXPECT_EQ(r.file_records(), 5u);
+  EXPECT_EQ(r.fold_to(2), 0u);  // still nothing out of the kernel
+  auto s = r.snapshot(ClockBase{});
+  ASSERT_EQ(s.files.size(), 5u);
+  for (const auto& f : s.files) EXPECT_LE(f.ino, 5u);
+  EXPECT_EQ(s.processes[0].files, 10u);
+  EXPECT_EQ(s.processes[0].totals.bytes_read, 5u * 1 + 5u * 1000);
+  // Once the kernel has let go of them, they can go too.
+  for (uint64_t i = 1; i <= 5; ++i) r.on_file(key(100, 5, i), busy(1, 1, 10), true);
+  EXPECT_EQ(r.fold_to(2), 4u);  // down to 2 * 9 / 10 = 1
+  EXPECT_EQ(r.file_records(), 1u);
+  s = r.snapshot(ClockBase{});
+  EXPECT_EQ(s.processes[0].files, 10u);
+  EXPECT_EQ(s.processes[0].totals.bytes_read, 5u * 1 + 5u * 1000);
+  EXPECT_EQ(r.folded_records(), 9u);
+}
+
+TEST(Fold, OrderIsBytesThenCallsThenOldest) {
+  Recorder r(100, 1);
+  r.on_file(key(100, 5, 1), busy(10, 1, 500), true);   // old
+  r.on_file(key(100, 5, 2), busy(10, 1, 100), true);   // older: goes first
+  r.on_file(key(100, 5, 3), busy(10, 3, 50), true);    // more calls
+  r.on_file(key(100, 5, 4), busy(20, 1, 10), true);    // more bytes
+  EXPECT_EQ(r.fold_to(3), 2u);                          // 3 * 9 / 10 = 2 left
+  auto s = r.snapshot(ClockBase{});
+  ASSERT_EQ(s.files.size(), 2u);
+  EXPECT_EQ(s.files[0].ino + s.files[1].ino, 3u + 4u);
+  EXPECT_EQ(r.fold_to(1), 2u);
+  s = r.snapshot(ClockBase{});
+  EXPECT_EQ(s.files.size(), 0u);
+  EXPECT_EQ(s.processes[0].files, 4u);
+  EXPECT_EQ(s.processes[0].folded_files, 4u);
+}
+
+TEST(Fold, FileSeenAgainCountsOnceAndItsSwitchIsKept) {
+  // Two recorders fed the same records; one folds. Totals and file counts must not differ.
+  Recorder folded(100, 1), plain(100, 1);
+  auto both = [&](auto f) {
+    f(folded);
+    f(plain);
+  };
+  both([](Recorder& r) {
+    r.on_event(name_event(100, 5, 1, "a\0d\0"s));
+    r.on_file(key(100, 5, 1), busy(5, 1, 10), true);  // read, then moved out of the kernel
+    r.on_file(key(100, 5, 2), busy(500, 5, 10), true);
+    r.on_file(key(100, 5, 3), busy(900, 5, 10), true);
+  });
+  EXPECT_EQ(folded.fold_to(2), 2u);  // a and 2 go
+  EXPECT_EQ(folded.memory().names, 0u);
+  both([](Recorder& r) {
+    FileCounters w = new_counters();  // the process writes to a again
+    w.opens = 1;
+    w.writes = 2;
+    w.bytes_written = 8;
+    w.first_io_type = w.last_io_type = IOLENS_IO_WRITE;
+    r.on_file(key(100, 5, 1), w, false);
+  });
+  const auto a = folded.snapshot(ClockBase{});
+  const auto b = plain.snapshot(ClockBase{});
+  ASSERT_EQ(a.processes.size(), 1u);
+  expect_same_sums(b.processes[0].totals, a.processes[0].totals, "folded vs plain");
+  EXPECT_EQ(b.processes[0].totals.rw_switches, 1u);  // the read part, then the write part
+  EXPECT_EQ(a.processes[0].files, 3u);
+  EXPECT_EQ(b.processes[0].files, 3u);
+  EXPECT_EQ(a.processes[0].folded_files, 2u);
+  expect_rows_plus_folded_make_totals(a);
+  // The new part has a row of its own, counted once; its name was forgotten with the fold
+  // (the kernel sends a name once: fold_to's `forgotten` says which to ask for again).
+  ASSERT_EQ(a.files.size(), 2u);
+  EXPECT_EQ(a.files[0].ino, 1u);
+  EXPECT_EQ(a.files[0].counters.writes, 2u);
+  EXPECT_EQ(a.files[0].counters.rw_switches, 1u);
+  // Folded again, it is still one file.
+  FileCounters w = new_counters();  // the kernel's final snapshot of the new part
+  w.opens = 1;
+  w.writes = 2;
+  w.bytes_written = 8;
+  w.first_io_type = w.last_io_type = IOLENS_IO_WRITE;
+  folded.on_file(key(100, 5, 1), w, true);
+  EXPECT_EQ(folded.fold_to(1), 2u);
+  const auto c = folded.snapshot(ClockBase{});
+  EXPECT_EQ(c.processes[0].files, 3u);
+  EXPECT_EQ(c.processes[0].folded_files, 3u);
+  expect_same_sums(b.processes[0].totals, c.processes[0].totals, "folded twice vs plain");
+}
+
+TEST(Fold, ForgottenNameStillAttributesUnlinkAndRename) {
+  Recorder folded(100, 1), plain(100, 1);
+  auto both = [&](auto f) {
+    f(folded);
+    f(plain);
+  };
+  both([](Recorder& r) {
+    r.on_event(name_event(100, 5, 1, "a.tmp\0d\0"s));
+    r.on_event(name_event(100, 5, 2, "b\0d\0"s));
+    r.on_event(name_event(100, 5, 3, "big\0d\0"s));
+    r.on_file(key(100, 5, 1), busy(1, 1, 10), true);
+    r.on_file(key(100, 5, 2), busy(2, 1, 10), true);
+    r.on_file(key(100, 5, 3), busy(1000, 1, 10), true);
+  });
+  std::vector<FileIdentity> forgotten;
+  EXPECT_EQ(folded.fold_to(2, &forgotten), 2u);
+  ASSERT_EQ(forgotten.size(), 2u);
+  EXPECT_EQ(forgotten[0], (FileIdentity{1, kDev, 0}));
+  EXPECT_EQ(folded.memory().names, 1u);
+  EXPECT_EQ(folded.memory().forgotten_paths, 2u);
+  both([](Recorder& r) {
+    PathEvent ren;  // a.tmp -> a.pt by this process, then b unlinked by another one
+    ren.proc = {100, 5};
+    ren.op = IOLENS_PATH_RENAME;
+    ren.str1 = "/d/a.tmp";
+    ren.str2 = "/d/a.pt";
+    r.on_event(ren);
+    PathEvent un;
+    un.proc = {200, 6};
+    un.op = IOLENS_PATH_UNLINK;
+    un.str1 = "/d/b";
+    r.on_event(un);
+    PathEvent un2 = un;  // the renamed file, by its new name
+    un2.str1 = "/d/a.pt";
+    r.on_event(un2);
+  });
+  const auto a = folded.snapshot(ClockBase{});
+  const auto b = plain.snapshot(ClockBase{});
+  for (uint32_t pid : {100u, 200u}) {
+    const auto* pa = find_proc(a, pid);
+    const auto* pb = find_proc(b, pid);
+    ASSERT_NE(pa, nullptr);
+    ASSERT_NE(pb, nullptr);
+    EXPECT_EQ(pa->files, pb->files) << pid;
+    EXPECT_EQ(pa->unlinks, pb->unlinks) << pid;
+    EXPECT_EQ(pa->renames, pb->renames) << pid;
+    expect_same_sums(pb->totals, pa->totals, "pid " + std::to_string(pid));
+  }
+  EXPECT_EQ(find_proc(a, 200)->files, 2u);  // it removed two files it never opened
+  const auto* renamed = find(a, 100, "/d/a.tmp");
+  ASSERT_NE(renamed, nullptr);  // named again by the path it was renamed from
+  EXPECT_EQ(renamed->rename_sources, 1u);
+  EXPECT_EQ(renamed->renamed_to, "/d/a.pt");
+  EXPECT_NE(find(a, 200, "/d/b"), nullptr);
+  const auto* gone = find(a, 200, "/d/a.tmp");  // the file's name: where it was first seen
+  ASSERT_NE(gone, nullptr);
+  EXPECT_EQ(gone->unlinks, 1u);
+  expect_rows_plus_folded_make_totals(a);
+}
+
+TEST(Fold, StatByPathGoesWithItsFile) {
+  Recorder r(100, 1);
+  auto k = [](uint64_t ino, uint32_t gen) {
+    iolens_file_key x = key(100, 5, ino);
+    x.gen = gen;
+    return x;
+  };
+  FileCounters st = new_counters();
+  st.stats = 2;
+  st.meta_time_ns = 4;
+  r.on_file(k(9, 0), st, true);                   // a stat by path, before the open
+  r.on_file(k(9, 77), busy(50, 1, 10), true);      // the opened file
+  r.on_file(k(10, 88), busy(5000, 1, 10), true);
+  r.on_file(k(11, 99), busy(6000, 1, 10), true);
+  // The stat is the least useful record, but it belongs to ino 9's row: they go together.
+  EXPECT_EQ(r.fold_to(3), 2u);
+  EXPECT_EQ(r.file_records(), 2u);
+  auto s = r.snapshot(ClockBase{});
+  EXPECT_EQ(s.processes[0].files, 3u);
+  EXPECT_EQ(s.processes[0].folded_files, 1u);
+  EXPECT_EQ(s.processes[0].totals.stats, 2u);
+  EXPECT_EQ(s.processes[0].folded->stats, 2u);
+  // Another stat by path of ino 9 after the fold joins the folded file: still one file.
+  r.on_file(k(9, 0), st, false);
+  s = r.snapshot(ClockBase{});
+  EXPECT_EQ(s.processes[0].files, 3u);
+  EXPECT_EQ(s.files.size(), 2u);
+  EXPECT_EQ(s.processes[0].totals.stats, 4u);
+  EXPECT_EQ(s.processes[0].folded->stats, 4u);
+  expect_rows_plus_folded_make_totals(s);
+}
+
+TEST(Fold, NamesStayWhileAStatByPathNeedsThem) {
+  Recorder r(100, 1);
+  auto k = [](uint64_t ino, uint32_t gen) {
+    iolens_file_key x = key(100, 5, ino);
+    x.gen = gen;
+    return x;
+  };
+  for (uint32_t gen : {77u, 78u}) {  // the inode reused: two files, then a stat of one of them
+    PathEvent n = name_event(100, 5, 9, "ckpt\0d\0"s);
+    n.gen = gen;
+    r.on_event(n);
+    r.on_file(k(9, gen), busy(10, 1, 10), true);
+  }
+  FileCounters st = new_counters();
+  st.stats = 1;
+  r.on_file(k(9, 0), st, false);  // which incarnation is unknown: a row of its own
+  r.on_file(k(10, 1), busy(5000, 1, 10), true);
+  EXPECT_EQ(r.fold_to(3), 2u);
+  const auto s = r.snapshot(ClockBase{});
+  EXPECT_EQ(s.processes[0].files, 4u);
+  const auto* stat = find(s, 100, "/d/ckpt");  // still named, from the folded incarnations
+  ASSERT_NE(stat, nullptr);
+  EXPECT_EQ(stat->counters.stats, 1u);
+  EXPECT_EQ(r.memory().names, 2u);
+}
+
+TEST(Fold, MatchesAnUnfoldedTwinOnAMixedWorkload) {
+  // Processes sharing files, re-opened files, stats by path, reused inodes, renames and
+  // unlinks, with fold_to after every "drain": every process's totals and file count, and the
+  // run's distinct files, must equal those of a recorder that never folds.
+  Recorder folded(0, 0), plain(0, 0);
+  uint64_t seed = 12345;
+  auto rnd = [&](uint64_t n) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed >> 33) % n;
+  };
+  auto both = [&](auto f) {
+    f(folded);
+    f(plain);
+  };
+  std::size_t total_folded = 0;
+  for (int round = 0; round < 60; ++round) {
+    for (int op = 0; op < 200; ++op) {
+      const uint32_t pid = 10 + static_cast<uint32_t>(rnd(4));
+      const uint64_t ino = 1 + rnd(300);
+      const uint32_t gen = rnd(10) == 0 ? 0 : 1 + static_cast<uint32_t>(rnd(2));
+      const uint64_t what = rnd(10);
+      iolens_file_key fk = key(pid, pid * 1000, ino);
+      fk.gen = gen;
+      if (what == 0 && gen != 0) {
+        PathEvent n = name_event(pid, pid * 1000, ino, "f" + std::to_string(ino) + "\0d\0"s);
+        n.gen = gen;
+        both([&](Recorder& r) { r.on_event(n); });
+      } else if (what == 1) {
+        PathEvent u;
+        u.proc = {pid, pid * 1000u};
+        u.op = rnd(2) ? IOLENS_PATH_UNLINK : IOLENS_PATH_RENAME;
+        u.str1 = "/d/f" + std::to_string(ino);
+        u.str2 = "/d/g" + std::to_string(ino);
+        both([&](Recorder& r) { r.on_event(u); });
+      } else {
+        FileCounters c = new_counters();
+        if (gen == 0) {
+          c.stats = 1;
+        } else if (rnd(2)) {
+          c = busy(1 + rnd(5000), 1 + rnd(4), round * 1000 + op);
+        } else {
+          c.opens = 1;
+          c.writes = 1 + rnd(3);
+          c.bytes_written = rnd(100);
+          c.write_time_ns = rnd(50);
+          c.first_io_type = c.last_io_type = IOLENS_IO_WRITE;
+          if (rnd(2)) {  // read, then wrote
+            c.first_io_type = IOLENS_IO_READ;
+            c.reads = 1;
+            c.rw_switches = 1;
+          }
+        }
+        const bool removed = rnd(3) != 0;
+        both([&](Recorder& r) { r.on_file(fk, c, removed); });
+      }
+    }
+    total_folded += folded.fold_to(40 + rnd(40));
+    const auto a = folded.snapshot(ClockBase{});
+    const auto b = plain.snapshot(ClockBase{});
+    ASSERT_EQ(a.processes.size(), b.processes.size());
+    for (std::size_t i = 0; i < a.processes.size(); ++i) {
+      const auto& pa = a.processes[i];
+      const auto& pb = b.processes[i];
+      const std::string what = "round " + std::to_string(round) + " pid " + std::to_string(pa.pid);
+      EXPECT_EQ(pa.pid, pb.pid);
+      EXPECT_EQ(pa.ppid, 0u) << what;
+      EXPECT_EQ(pa.files, pb.files) << what;
+      EXPECT_EQ(pa.unlinks, pb.unlinks) << what;
+      EXPECT_EQ(pa.renames, pb.renames) << what;
+      expect_same_sums(pb.totals, pa.totals, what);
+      uint64_t ua = pa.folded_unlinks, ub = 0, ra = pa.folded_rename_sources, rb = 0;
+      for (const auto& f : a.files)
+        if (f.pid == pa.pid) ua += f.unlinks, ra += f.rename_sources;
+      for (const auto& f : b.files)
+        if (f.pid == pb.pid) ub += f.unlinks, rb += f.rename_sources;
+      EXPECT_EQ(ua, ub) << what;
+      EXPECT_EQ(ra, rb) << what;
+    }
+    expect_rows_plus_folded_make_totals(a);
+    std::set<std::pair<uint64_t, uint64_t>> da, db;
+    for (const auto& f : a.files) da.insert({f.dev, f.ino});
+    for (const auto& f : b.files) db.insert({f.dev, f.ino});
+    EXPECT_EQ(da.size() + a.folded_only_files, db.size()) << "round " << round;
+    if (HasFailure()) break;
+  }
+  EXPECT_GT(total_folded, 1000u);  // the workload did fold, many times
+  EXPECT_EQ(folded.folded_records(), total_folded);
+  EXPECT_LT(folded.memory().names, plain.memory().names);
+}
+
+TEST(Recorder, DaemonJobWithoutRootAttributesNoParent) {
+  Recorder r(0, 77);  // a daemon's job: no root command, no tracer parent
+  r.on_file(key(0, 0, 9), busy(1, 1, 1), false);  // pid 0 must not be taken for a root
+  r.on_file(key(300, 5, 9), busy(1, 1, 1), false);
+  ForkEvent fork;
+  fork.proc = {301, 6};
+  fork.parent = {300, 5};
+  r.on_event(fork);
+  const auto s = r.snapshot(ClockBase{});
+  ASSERT_EQ(s.processes.size(), 3u);
+  EXPECT_EQ(find_proc(s, 0)->ppid, 0u);
+  EXPECT_EQ(find_proc(s, 300)->ppid, 0u);
+  EXPECT_EQ(find_proc(s, 301)->ppid, 300u);
+}
+
+TEST(Counters, CombineAddsSwitchesFoldBridgesThem) {
+  FileCounters a = busy(10, 2, 100);  // ends with a read
+  a.rw_switches = 3;
+  FileCounters w = new_counters();
+  w.writes = 1;
+  w.rw_switches = 1;
+  w.max_write_time_ns = 9;
+  w.max_write_time_size = 4096;
+  w.write_end_ns = 50;
+  w.first_io_type = w.last_io_type = IOLENS_IO_WRITE;
+  FileCounters combined = a, folded = a;
+  combine_counters(combined, w);
+  fold_counters(folded, w);
+  EXPECT_EQ(combined.rw_switches, 4u);  // different files: an exact sum
+  EXPECT_EQ(folded.rw_switches, 5u);    // one file: the read -> write switch between the parts
+  EXPECT_EQ(combined.writes, 1u);
+  EXPECT_EQ(combined.max_write_time_size, 4096u);
+  EXPECT_EQ(combined.read_end_ns, a.read_end_ns);
+  EXPECT_EQ(combined.open_start_ns, 100u);
 }

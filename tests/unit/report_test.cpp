@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/recorder.hpp"
 #include "exporters/json_report.hpp"
 #include "exporters/text_report.hpp"
 #include "exporters/units.hpp"
@@ -169,4 +170,99 @@ TEST(TextReport, LongPathsAreNotCut) {
   s.files[0].path = long_path;
   const std::string t = exporters::run_summary(s);
   EXPECT_NE(t.find(long_path + "\n"), std::string::npos);
+}
+
+namespace {
+
+/// sample() after a daemon folded 4 of the process's records (docs/counters.md#folded-records).
+core::RunSnapshot folded_sample() {
+  core::RunSnapshot s = sample();
+  core::FileCounters o = core::new_counters();
+  o.opens = 4;
+  o.reads = 8;
+  o.bytes_read = 4096;
+  o.max_byte_read = 1023;
+  o.read_start_ns = 7;
+  s.processes[0].folded = o;
+  s.processes[0].folded_files = 4;
+  s.processes[0].folded_unlinks = 1;
+  s.processes[0].files += 4;
+  s.processes[0].totals.reads += 8;
+  s.processes[0].totals.bytes_read += 4096;
+  s.folded_records = 5;  // one of the files was folded twice
+  s.folded_only_files = 4;
+  return s;
+}
+
+}  // namespace
+
+TEST(JsonReport, FoldedRecordsShownOnlyWhenThereAreSome) {
+  json plain = exporters::run_to_json(sample(), "x");
+  EXPECT_EQ(plain["folded_records"], 0);  // always present
+  EXPECT_FALSE(plain["processes"][0].contains("folded"));
+
+  json j = json::parse(exporters::dump_json(exporters::run_to_json(folded_sample(), "x")));
+  EXPECT_EQ(j["folded_records"], 5);
+  const auto& p = j["processes"][0];
+  ASSERT_TRUE(p.contains("folded"));
+  EXPECT_EQ(p["folded"]["files"], 4);
+  const auto& c = p["folded"]["counters"];
+  EXPECT_EQ(c["reads"], 8);
+  EXPECT_EQ(c["bytes_read"], 4096);
+  EXPECT_EQ(c["max_byte_read"], 1023);
+  EXPECT_EQ(c["max_byte_written"], 0);
+  EXPECT_EQ(c["read_start_ns"], 7);
+  EXPECT_EQ(c["unlinks"], 1);
+  EXPECT_EQ(c["rename_sources"], 0);
+  // Unchanged meaning: the process counters are the totals, folded records included.
+  EXPECT_EQ(p["counters"]["reads"], 3 + 8);
+  EXPECT_EQ(p["counters"]["files"], 5);
+}
+
+TEST(TextReport, FoldIsSaidAndCountedInTheHeader) {
+  const std::string plain = exporters::run_summary(sample());
+  EXPECT_EQ(plain.find("folded"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("1 processes, 1 files"), std::string::npos) << plain;
+
+  const std::string t = exporters::run_summary(folded_sample());
+  EXPECT_NE(t.find("5 file records folded into per-process (other files) records to bound memory"
+                   " (totals exact"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("1 processes, 5 files, read 3.00 MiB in 11 calls"), std::string::npos) << t;
+  // The process line is the same as without folding, with the exact totals.
+  EXPECT_NE(t.find("python3                 11   3.00 MiB          0        0 B       0       0      5 "),
+            std::string::npos)
+      << t;
+}
+
+TEST(Reports, RecorderFoldEndToEnd) {
+  // The recorder's fold reaches the JSON as docs/run-json.md says: the rows plus "folded" make
+  // the process counters, and "files" counts every distinct file.
+  core::Recorder r(100, 1);
+  for (uint64_t i = 1; i <= 10; ++i) {
+    iolens_file_key k{};
+    k.ino = i;
+    k.dev = (8u << 20) | 1;
+    k.tgid = 100;
+    k.pstart_ns = 5;
+    core::FileCounters c = core::new_counters();
+    c.opens = c.reads = i;
+    c.bytes_read = 100 * i;
+    r.on_file(k, c, true);
+  }
+  EXPECT_EQ(r.fold_to(5), 6u);
+  json j = exporters::run_to_json(r.snapshot(core::ClockBase{}), "x");
+  EXPECT_EQ(j["folded_records"], 6);
+  const auto& p = j["processes"][0];
+  EXPECT_EQ(p["counters"]["files"], 10);
+  EXPECT_EQ(p["folded"]["files"], 6);
+  EXPECT_EQ(p["folded"]["counters"]["bytes_read"], 100 * (1 + 2 + 3 + 4 + 5 + 6));
+  uint64_t rows = 0;
+  for (const auto& f : j["files"]) rows += f["counters"]["bytes_read"].get<uint64_t>();
+  EXPECT_EQ(rows + p["folded"]["counters"]["bytes_read"].get<uint64_t>(),
+            p["counters"]["bytes_read"].get<uint64_t>());
+  EXPECT_EQ(p["counters"]["bytes_read"], 100 * 55);
+  EXPECT_NE(exporters::run_summary(r.snapshot(core::ClockBase{})).find("10 files"),
+            std::string::npos);
 }
