@@ -113,6 +113,7 @@ class Daemon {
   void note_new_jobs();
   void stop_clean();
   void checkpoint(bool force = false);
+  void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
   void resume();
   nlohmann::json handle(const nlohmann::json& req);
@@ -158,6 +159,9 @@ class Daemon {
   uint64_t checkpoint_failures_ = 0;
   uint64_t last_checkpoint_us_ = 0;
   int64_t last_checkpoint_mono_ = 0;
+  int64_t last_reconcile_ = 0;
+  uint64_t reconciled_job_events_lost_ = 0;
+  uint64_t jobs_closed_by_reconcile_ = 0;
   uint64_t last_checkpoint_pos_ = 0;
   static constexpr int64_t kCheckpointEvery = 5'000'000'000;  // ns
   nlohmann::json restart_ = nlohmann::json::object();
@@ -574,6 +578,37 @@ void Daemon::resume() {
   spdlog::info("resumed: state {}, {}", restart_.value("state", "?"), restart_.dump());
 }
 
+/// Cgroup events can be dropped (the ring full): what they would have said is checked against
+/// the cgroup filesystem. A job whose cgroup is gone is closed; after a drop, the watched roots
+/// are walked again for cgroups nobody named.
+void Daemon::reconcile() {
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  const uint64_t dropped = loader_->stat(IOLENS_STAT_JOB_EVENTS_LOST);
+  if (now - last_reconcile_ < 2'000'000'000LL && dropped == reconciled_job_events_lost_) return;
+  last_reconcile_ = now;
+  std::vector<std::pair<uint64_t, std::string>> gone;
+  for (const auto& [id, job] : table_->jobs()) {
+    if (job->state != JobState::Live || job->cgroup_id == 0) continue;
+    if (inode_of(mount_ + job->identity.job_cgroup) != job->cgroup_id)
+      gone.emplace_back(job->cgroup_id, id);
+  }
+  for (const auto& [cgid, id] : gone) {
+    spdlog::warn("job {}: its cgroup is gone but no removal event arrived ({} job events "
+                 "dropped): closing it now", id, dropped);
+    table_->on_cgroup_removed(cgid, static_cast<uint64_t>(now));
+    if (Job* job = table_->find(id)) job->end_estimated = true;
+    ++jobs_closed_by_reconcile_;
+    drain_soon_ = true;
+  }
+  if (dropped != reconciled_job_events_lost_) {
+    reconciled_job_events_lost_ = dropped;
+    for (const auto& root : sel_->watch_roots())
+      walk_cgroups(mount_, root, [&](uint64_t id, const std::string& rel) {
+        if (table_->cgroup_path(id).empty()) apply(table_->on_cgroup(id, rel, false, 0));
+      });
+  }
+}
+
 /// A job that was live when this daemon took over from a dead one says how that went: what
 /// the restart could not recover is counted in its `lost` (docs/daemon.md#restart).
 void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
@@ -664,7 +699,9 @@ nlohmann::json Daemon::status_json() {
   lost["unattributed_records"] = ts.unattributed_records;
   j["lost"] = lost;
   j["unattributed_processes"] = ts.unattributed_processes;
-  j["jobs"] = {{"live", table_->active_jobs()}, {"closed", ts.jobs_closed}};
+  j["jobs"] = {{"live", table_->active_jobs()},
+               {"closed", ts.jobs_closed},
+               {"closed_without_event", jobs_closed_by_reconcile_}};
   j["records"] = {{"files", table_->file_records()}, {"folded", ts.folded_records}};
   j["drain"] = {{"last_us", last_drain_us_}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
@@ -736,6 +773,7 @@ int Daemon::run() {
       if (Status s = loader_->scan_tasks(); !s) spdlog::warn("{}", s.message);
     }
     loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+    reconcile();
     note_new_jobs();
     hooks_policy();
     const int64_t now = clock_ns(CLOCK_MONOTONIC);

@@ -293,6 +293,7 @@ nlohmann::json JobTable::job_summary(const Job& job) const {
   j["state"] = state_name(job.state);
   j["start_ns"] = job.start_ns;
   j["end_ns"] = job.end_ns ? nlohmann::json(*job.end_ns) : nlohmann::json(nullptr);
+  if (job.end_estimated) j["end_estimated"] = true;
   j["processes"] = job.procs.size();
   j["live_processes"] = job.live.size();
   const core::RunSnapshot snap = job.rec->snapshot(clock());
@@ -361,6 +362,7 @@ nlohmann::json JobTable::save() const {
     o["state"] = static_cast<int>(job->state);
     o["start_ns"] = job->start_ns;
     o["end_ns"] = job->end_ns ? nlohmann::json(*job->end_ns) : nlohmann::json(nullptr);
+    o["end_estimated"] = job->end_estimated;
     auto& procs = o["procs"] = nlohmann::json::array();
     for (const auto& p : job->procs) procs.push_back(proc_json(p));
     auto& live = o["live"] = nlohmann::json::array();
@@ -404,6 +406,7 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
       job->state = static_cast<JobState>(state);
       job->start_ns = o.at("start_ns").get<int64_t>();
       if (!o.at("end_ns").is_null()) job->end_ns = o.at("end_ns").get<int64_t>();
+      job->end_estimated = o.value("end_estimated", false);
       for (const auto& p : o.at("procs")) job->procs.insert(proc_of(p));
       for (const auto& p : o.at("live")) job->live.insert(proc_of(p));
       for (const auto& pl : o.at("proc_labels"))
