@@ -751,7 +751,7 @@ static __always_inline void send_mark(struct task_struct *t, __u32 reason)
 	ev->pad = 0;
 	ev->parent_pstart_ns = BPF_CORE_READ(parent, group_leader, start_time);
 	bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), BPF_CORE_READ(t, comm));
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
 static __always_inline void send_cgroup(struct cgroup *cg, const char *path, __u32 op)
@@ -773,7 +773,7 @@ static __always_inline void send_cgroup(struct cgroup *cg, const char *path, __u
 	n = bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), path);
 	ev->path_len = n > 0 ? n : 0;
 	ev->flags = n == sizeof(ev->path) ? IOLENS_PATH_TRUNCATED : 0;
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
 /* A cgroup is named when it is created, so a job whose cgroup lives for milliseconds is named. */

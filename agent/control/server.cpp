@@ -199,7 +199,11 @@ std::unique_ptr<Server> Server::listen(const std::string& path, std::optional<gi
   };
   if (chmod(path.c_str(), 0660) != 0) return fail("cannot chmod 0660 " + path);
   if (group && chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
-    return fail("cannot give " + path + " to group " + group_name(*group));
+    const int e = errno;  // group_name() may change errno
+    const std::string name = group_name(*group);
+    errno = e;
+    return fail("cannot give " + path + " to group " + name +
+                " (the daemon needs CAP_CHOWN or to be a member of that group)");
   }
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return fail("cannot stat " + path);

@@ -113,6 +113,7 @@ class Daemon {
   void note_new_jobs();
   void stop_clean();
   void checkpoint(bool force = false);
+  loader::Loader::Disposition unknown_disposition(const core::ProcKey& p, int64_t now);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
   void resume();
@@ -144,7 +145,7 @@ class Daemon {
   uint64_t created_baseline_ = 0;    // FILE_RECORDS_CREATED minus the entries at start
   uint64_t last_drain_us_ = 0;
   std::map<std::string, loader::KernelStats> job_loss_base_;
-  // Restart without loss (docs/daemon.md#restart): records of exited processes leave the
+  // Restart without loss (docs/daemon.md#restart-without-loss): records of exited processes leave the
   // kernel only after a saved state holds them.
   std::vector<iolens_file_key> pending_files_, pending_others_;
   struct KeyLess {
@@ -154,7 +155,9 @@ class Daemon {
   };
   // The same keys, for the drains until the deletion: they must not be reported again.
   std::set<iolens_file_key, KeyLess> pending_set_;
+  std::map<core::ProcKey, int64_t> unknown_since_;  // processes with records but no job yet
   bool state_dirty_ = true;
+  bool pressure_marked_ = false;  // the pressure-drain marker file exists
   uint64_t checkpoints_ = 0;
   uint64_t checkpoint_failures_ = 0;
   uint64_t last_checkpoint_us_ = 0;
@@ -240,6 +243,7 @@ bool Daemon::setup() {
   lo.select_jobs = true;
   lo.pin_dir = cfg_.pin_dir;
   lo.max_file_records = cfg_.limits.kernel_file_records;
+  lo.ring_bytes = cfg_.limits.ring_bytes;
   Status st;
   loader_ = loader::Loader::create(lo, st);
   if (!loader_) {
@@ -365,6 +369,16 @@ void Daemon::note_new_jobs() {
   }
 }
 
+/// A record of a process no event has attributed yet. Its mark may be in the ring behind the
+/// drain (marked between the ring read and the map read): kept for a few seconds; a process
+/// still unknown then is in no job (or its mark was dropped) and its records are discarded,
+/// counted as unattributed.
+loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, int64_t now) {
+  auto [it, fresh] = unknown_since_.try_emplace(p, now);
+  if (fresh || now - it->second < 3'000'000'000LL) return loader::Loader::Disposition::Skip;
+  return loader::Loader::Disposition::RemoveLive;
+}
+
 void Daemon::drain() {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
@@ -373,7 +387,7 @@ void Daemon::drain() {
   auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map) {
     const core::ProcKey p{k.tgid, k.pstart_ns};
     if (pending_set_.count(k)) return D::Skip;
-    if (!table_->attributed(p)) return D::RemoveLive;  // counted as unattributed, dropped
+    if (!table_->attributed(p)) return unknown_disposition(p, t0);
     if (table_->exited(p)) return D::RemoveFinal;
     if (in_map * 2 > max && core::foldable(c)) return D::RemoveLive;
     return D::Keep;
@@ -382,8 +396,9 @@ void Daemon::drain() {
   // state would lose their counts. The marker lets the next daemon say so (docs/daemon.md).
   const bool pressure = (loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - created_baseline_ -
                          removed_records_) * 2 > max;
-  if (pressure) {
+  if (pressure && !pressure_marked_) {
     if (FILE* f = std::fopen(marker_path().c_str(), "w")) std::fclose(f);
+    pressure_marked_ = true;
   }
   uint64_t moved = 0;
   loader_->drain_files(
@@ -398,7 +413,7 @@ void Daemon::drain() {
       [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
         const core::ProcKey p{k.tgid, k.pstart_ns};
         if (pending_set_.count(k)) return D::Skip;
-        if (!table_->attributed(p)) return D::RemoveLive;
+        if (!table_->attributed(p)) return unknown_disposition(p, t0);
         return table_->exited(p) ? D::RemoveFinal : D::Keep;
       },
       [&](const auto& k, const auto& c, bool removed) {
@@ -406,6 +421,10 @@ void Daemon::drain() {
         moved += removed;
       },
       &pending_others_);
+  for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
+    it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
+             ? unknown_since_.erase(it)
+             : std::next(it);
   pending_set_.insert(pending_files_.begin(), pending_files_.end());
   pending_set_.insert(pending_others_.begin(), pending_others_.end());
   std::vector<core::FileIdentity> forgotten;
@@ -417,8 +436,9 @@ void Daemon::drain() {
     state_dirty_ = true;
   }
   if (moved) state_dirty_ = true;
-  checkpoint(pressure);
-  if (pressure) std::remove(marker_path().c_str());
+  // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
+  // than the drains (a burst of new files); the marker stays until the next save.
+  checkpoint();
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
 }
@@ -450,7 +470,7 @@ void Daemon::checkpoint(bool force) {
   for (const auto& [id, b] : job_loss_base_) bases[id] = b;
   st["job_loss_base"] = bases;
   const std::vector<uint8_t> raw = nlohmann::json::to_cbor(st);
-  // Compressed: the counters are mostly zeros (about 20x smaller, docs/daemon.md#restart).
+  // Compressed: the counters are mostly zeros (about 20x smaller, docs/daemon.md#restart-without-loss).
   std::vector<uint8_t> bytes(16 + compressBound(raw.size()));
   std::memcpy(bytes.data(), kStateMagic, 8);
   const uint64_t raw_len = raw.size();
@@ -485,6 +505,10 @@ void Daemon::checkpoint(bool force) {
   }
   ++checkpoints_;
   state_dirty_ = false;
+  if (pressure_marked_) {
+    std::remove(marker_path().c_str());
+    pressure_marked_ = false;
+  }
   last_checkpoint_mono_ = t0;
   last_checkpoint_pos_ = st["ring_pos"].get<uint64_t>();
   loader_->delete_files(pending_files_);
@@ -610,7 +634,7 @@ void Daemon::reconcile() {
 }
 
 /// A job that was live when this daemon took over from a dead one says how that went: what
-/// the restart could not recover is counted in its `lost` (docs/daemon.md#restart).
+/// the restart could not recover is counted in its `lost` (docs/daemon.md#restart-without-loss).
 void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
   if (!restart_.value("resumed", false) || job.start_ns >= start_wall_) return;
   record["restart"] = restart_;

@@ -175,12 +175,17 @@ void JobTable::on_event(const core::Event& ev) {
   }
   core::ProcKey p;
   if (const auto* x = std::get_if<core::ExitEvent>(&ev)) p = x->proc;
-  if (const auto* x = std::get_if<core::PathEvent>(&ev)) p = x->proc;
+  const auto* path = std::get_if<core::PathEvent>(&ev);
+  if (path) {
+    p = path->proc;
+    if (path->op == IOLENS_PATH_FILE) names_[{path->dev, path->ino, path->gen}] = *path;
+  }
   auto it = proc_job_.find(p);
   if (it == proc_job_.end()) return;
   Job* job = find(it->second);
   if (!job) return;
   job->rec->on_event(ev);
+  if (path && path->op == IOLENS_PATH_FILE) job->named.insert({path->dev, path->ino, path->gen});
   if (const auto* x = std::get_if<core::ExitEvent>(&ev)) {
     job->live.erase(p);
     if (job->identity.kind == "process" && job->live.empty() && job->state == JobState::Live) {
@@ -190,13 +195,25 @@ void JobTable::on_event(const core::Event& ev) {
   }
 }
 
+void JobTable::give_name(Job& job, const iolens_file_key& key) {
+  const std::tuple<uint32_t, uint64_t, uint32_t> id{key.dev, key.ino, key.gen};
+  if (job.named.count(id)) return;
+  auto n = names_.find(id);
+  if (n == names_.end()) return;
+  core::PathEvent ev = n->second;
+  ev.proc = core::ProcKey{key.tgid, key.pstart_ns};
+  job.rec->on_event(ev);
+  job.named.insert(id);
+}
+
 void JobTable::on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed) {
   auto it = proc_job_.find(core::ProcKey{key.tgid, key.pstart_ns});
   Job* job = it == proc_job_.end() ? nullptr : find(it->second);
   if (!job) {
-    ++stats_.unattributed_records;
+    if (removed) ++stats_.unattributed_records;
     return;
   }
+  give_name(*job, key);
   job->rec->on_file(key, c, removed);
 }
 
@@ -204,7 +221,7 @@ void JobTable::on_other(const iolens_file_key& key, const core::FileCounters& c,
   auto it = proc_job_.find(core::ProcKey{key.tgid, key.pstart_ns});
   Job* job = it == proc_job_.end() ? nullptr : find(it->second);
   if (!job) {
-    ++stats_.unattributed_records;
+    if (removed) ++stats_.unattributed_records;
     return;
   }
   job->rec->on_other(key, c, removed);
@@ -220,6 +237,9 @@ bool JobTable::exited(const core::ProcKey& p) const {
 bool JobTable::attributed(const core::ProcKey& p) const { return proc_job_.count(p) != 0; }
 
 std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten) {
+  std::vector<core::FileIdentity> mine;
+  if (!forgotten) forgotten = &mine;
+  const std::size_t before = forgotten->size();
   std::size_t folded = 0;
   for (auto& [id, job] : jobs_) folded += job->rec->fold_to(limits_.max_files_per_job, forgotten);
   // Over the node-wide budget: shrink the biggest jobs first, each to its share.
@@ -240,6 +260,24 @@ std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten)
     }
   }
   stats_.folded_records += folded;
+  // The node-wide name copies are bounded too: evicted ones are forgotten by the kernel as well,
+  // so it sends a file's name again when the file is next used.
+  if (names_.size() > limits_.max_records) {
+    while (names_.size() > limits_.max_records * 9 / 10) {
+      const auto& [dev, ino, gen] = names_.begin()->first;
+      forgotten->push_back(core::FileIdentity{ino, dev, gen});
+      names_.erase(names_.begin());
+    }
+  }
+  // A forgotten name must be given again if its file is used again: forget that it was given
+  // (to every job: the id alone does not say which job forgot it), and drop the node-wide
+  // copy, which only the kernel's re-sent name refreshes.
+  for (std::size_t i = before; i < forgotten->size(); ++i) {
+    const auto& f = (*forgotten)[i];
+    const std::tuple<uint32_t, uint64_t, uint32_t> id{f.dev, f.ino, f.gen};
+    for (auto& [jid, job] : jobs_) job->named.erase(id);
+    names_.erase(id);
+  }
   return folded;
 }
 
@@ -303,8 +341,11 @@ nlohmann::json JobTable::job_summary(const Job& job) const {
     core::add_totals(t, p.totals);
     files += p.files;
   }
+  uint64_t folded_files = 0;
+  for (const auto& p : snap.processes) folded_files += p.folded_files;
   j["files"] = files;
-  j["folded_files"] = snap.folded_records;
+  j["folded_files"] = folded_files;          // distinct (process, file) pairs folded
+  j["folded_records"] = snap.folded_records;  // records folded (a file can fold more than once)
   j["totals"] = {{"reads", t.reads},     {"writes", t.writes}, {"bytes_read", t.bytes_read},
                  {"bytes_written", t.bytes_written}, {"opens", t.opens}, {"stats", t.stats},
                  {"seeks", t.seeks},     {"fsyncs", t.fsyncs + t.fdsyncs}};

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct Job {
   std::set<core::ProcKey> live;    // those not yet exited
   std::map<core::ProcKey, std::map<std::string, std::string>> proc_labels;  // container, step...
   std::unique_ptr<core::Recorder> rec;
+  /// Files whose name this job's recorder has received (its own event or one from the table's
+  /// node-wide cache): the kernel sends a file's name once for the whole node.
+  std::set<std::tuple<uint32_t, uint64_t, uint32_t>> named;
 };
 
 /// Counts of what could not be attributed to a job (shown in status and metrics).
@@ -117,7 +121,7 @@ class JobTable {
   std::string cgroup_path(uint64_t id) const;
   const jobs::Selector& selector() const { return selector_; }
 
-  /// Everything the table holds, for the daemon's checkpoint (docs/daemon.md#restart); the
+  /// Everything the table holds, for the daemon's checkpoint (docs/daemon.md#restart-without-loss); the
   /// recorders as opaque binary blobs (core::Recorder::save).
   nlohmann::json save() const;
   /// Replaces the table's contents with a saved one. False (and `error`) if it is malformed;
@@ -145,6 +149,10 @@ class JobTable {
   std::map<core::ProcKey, std::string> proc_job_;
   std::set<core::ProcKey> unattributed_;
   TableStats stats_;
+  /// The last name event of each file seen on the node, by (dev, ino, generation): given to a
+  /// job whose process uses a file another job's process named first.
+  std::map<std::tuple<uint32_t, uint64_t, uint32_t>, core::PathEvent> names_;
+  void give_name(Job& job, const iolens_file_key& key);
 };
 
 /// Labels of a process's own cgroup below its job (container id, Slurm step...).

@@ -52,7 +52,7 @@ std::string job_file_name(const std::string& job_id, int64_t start_wall_ns) {
 }
 
 RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64_t max_age_s,
-                              int64_t now_wall_s) {
+                              int64_t now_wall_s, const std::string& keep) {
   struct Entry {
     std::string name;
     uint64_t size;
@@ -67,15 +67,18 @@ RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64
     if (lstat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     entries.push_back({name, static_cast<uint64_t>(st.st_size), static_cast<int64_t>(st.st_mtime)});
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  // Oldest written first (a long job's record, written last, is among the newest), then by
+  // name (job start).
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.mtime != b.mtime ? a.mtime < b.mtime : a.name < b.name;
+  });
   uint64_t total = 0;
   for (const auto& e : entries) total += e.size;
   RotationResult r;
   for (const auto& e : entries) {
     const bool too_old = max_age_s > 0 && now_wall_s - e.mtime > static_cast<int64_t>(max_age_s);
     const bool too_big = max_bytes > 0 && total > max_bytes;
-    if (!too_old && !too_big) continue;
+    if ((!too_old && !too_big) || e.name == keep) continue;
     if (unlink((dir + "/" + e.name).c_str()) == 0) {
       total -= e.size;
       r.removed.push_back(e.name);
@@ -125,7 +128,9 @@ Status JobWriter::write(const std::string& name, const nlohmann::json& record,
   path_out = final_path;
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
-  rotated_ += rotate_records(dir_, max_bytes_, max_age_s_, now.tv_sec).removed.size();
+  rotated_ += rotate_records(dir_, max_bytes_, max_age_s_, now.tv_sec,
+                             fs::path(final_path).filename().string())
+                  .removed.size();
   return Status::Ok();
 }
 

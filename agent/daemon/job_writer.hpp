@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// Writes job records into the output directory under stable names, atomically, and keeps the
-/// directory within its size and age limits (docs/daemon.md#output).
+/// directory within its size and age limits (docs/daemon.md#output-files).
 
 #include <cstdint>
 #include <string>
@@ -23,11 +23,12 @@ struct RotationResult {
   uint64_t kept_bytes = 0;
 };
 
-/// Removes the oldest records (by name, so by job start) while the directory's records exceed
-/// `max_bytes` in total, and every record older than `max_age_s` (by modification time).
+/// Removes the oldest records (by modification time, i.e. when written; then by name) while the
+/// directory's records exceed `max_bytes` in total, and every record older than `max_age_s`.
+/// `keep` (the record just written) is never removed, even alone over `max_bytes`.
 /// `now_wall_s`: seconds since the epoch. Only files named like job records are touched.
 RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64_t max_age_s,
-                              int64_t now_wall_s);
+                              int64_t now_wall_s, const std::string& keep = "");
 
 class JobWriter {
  public:

@@ -31,8 +31,8 @@ constexpr std::array<std::string_view, 15> kTopKeys{
     "log_level",   "limits",        "rotation",       "grace_period",
     "jobs",        "syscall_hooks", "hooks_idle"};
 constexpr std::array<std::string_view, 2> kHookModes{"on-demand", "always"};
-constexpr std::array<std::string_view, 3> kLimitKeys{"max_files_per_job", "max_records",
-                                                     "kernel_file_records"};
+constexpr std::array<std::string_view, 4> kLimitKeys{"max_files_per_job", "max_records",
+                                                     "kernel_file_records", "ring_size"};
 constexpr std::array<std::string_view, 2> kRotationKeys{"max_size", "max_age"};
 constexpr std::array<std::string_view, 6> kRuleKeys{"name",    "kubernetes", "slurm",
                                                     "systemd", "cgroup",     "process"};
@@ -538,6 +538,16 @@ class ConfigParser {
         uint64_t n = l.kernel_file_records;
         check_.positive(e, path, std::numeric_limits<uint32_t>::max(), n);
         l.kernel_file_records = static_cast<uint32_t>(n);
+      } else if (e.key == "ring_size") {
+        uint64_t n = l.ring_bytes;
+        check_.size(e, path, n);
+        // The kernel's ring buffer: a power of two, whole pages, below 4 GiB.
+        if (n < 4096 || n > (1ull << 31) || (n & (n - 1)) != 0) {
+          check_.error(e.mark, path,
+                       "expected a power of two from 4KiB to 2GiB, got " + std::to_string(n));
+        } else {
+          l.ring_bytes = static_cast<uint32_t>(n);
+        }
       }
     }
   }

@@ -122,7 +122,9 @@ TEST_F(JobTableTest, OutsideProcessesAndTheirRecordsAreCountedNotKept) {
   // A process directly in the root: traced by the kernel, but in no job.
   EXPECT_FALSE(t.on_mark(mark(200, 1)));
   EXPECT_FALSE(t.attributed({200, 2000}));
-  t.on_file(key(200, 9), written(10), false);
+  t.on_file(key(200, 9), written(10), false);  // a read, not yet a discard: not counted
+  EXPECT_EQ(t.stats().unattributed_records, 0u);
+  t.on_file(key(200, 9), written(10), true);  // discarded by the drain: counted
   EXPECT_EQ(t.stats().unattributed_processes, 1u);
   EXPECT_EQ(t.stats().unattributed_records, 1u);
   EXPECT_TRUE(t.jobs().empty());
@@ -230,4 +232,29 @@ TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {
   EXPECT_FALSE(error.empty());
   EXPECT_FALSE(u.load(nlohmann::json::object(), error));
   EXPECT_EQ(u.jobs().size(), 1u);
+}
+
+TEST_F(JobTableTest, AFileNamedInOneJobIsNamedInTheNext) {
+  // The kernel sends a file's name once for the whole node: the second job must get it too.
+  auto t = make({cgroup_rule("/dl/*")});
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 0);
+  t.on_cgroup(3, "/dl/b", true, 0);
+  t.on_mark(mark(600, 2));
+  t.on_mark(mark(700, 3));
+  core::PathEvent name;
+  name.proc = {600, 6000};
+  name.op = IOLENS_PATH_FILE;
+  name.dev = 7;
+  name.ino = 42;
+  name.gen = 1;
+  name.walk = std::string("hostname\0etc\0", 13);
+  t.on_event(name);
+  t.on_file(key(600, 42), written(5), false);
+  t.on_file(key(700, 42), written(6), false);
+  for (const char* id : {"cgroup/dl/a", "cgroup/dl/b"}) {
+    auto rec = t.job_json(*t.find(id), "v");
+    ASSERT_EQ(rec["files"].size(), 1u) << id;
+    EXPECT_EQ(rec["files"][0]["path"], "/etc/hostname") << id;
+  }
 }

@@ -93,4 +93,14 @@ TEST_F(WriterTest, RotationRemovesOldestOverSizeAndExpiredOnly) {
   EXPECT_EQ(r.removed, std::vector<std::string>{"20261104T000000Z_d.json"});
   EXPECT_EQ(names(), (std::vector<std::string>{"20261102T000000Z_b.json", "20261103T000000Z_c.json",
                                                "notes.txt"}));
+  // Written last, though its job started first (a long job): the newest, kept.
+  put("20261001T000000Z_long.json", 100, now - 1);
+  r = rotate_records(dir_, 250, 0, now);
+  EXPECT_EQ(r.removed, std::vector<std::string>{"20261102T000000Z_b.json"});
+  // The record just written is kept even when it alone is over the limit.
+  put("20261201T000000Z_huge.json", 1000, now);
+  r = rotate_records(dir_, 500, 0, now, "20261201T000000Z_huge.json");
+  EXPECT_EQ(r.removed, (std::vector<std::string>{"20261103T000000Z_c.json",
+                                                 "20261001T000000Z_long.json"}));
+  EXPECT_TRUE(fs::exists(dir_ + "/20261201T000000Z_huge.json"));
 }

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * job_workload: the process the daemon e2e tests (tests/e2e/daemon_*_test.py) run inside a job
+ * cgroup. It knows its own ground truth and prints it. Linked statically (tests/workloads/
+ * CMakeLists.txt) so that, after exec, the process opens no file but its own: no ld.so.cache, no
+ * libc.so, which would otherwise be job I/O the test would have to guess.
+ *
+ *   job_workload io DIR TAG WBYTES RBYTES [--gate-start] [--gate-mid]
+ *       Writes WBYTES to DIR/TAG.out (created, truncated) in write() calls of at most 64 KiB,
+ *       closes it; then reads exactly RBYTES of DIR/TAG.in (which the test made beforehand, at
+ *       least RBYTES long) in read() calls of at most 32 KiB, closes it. RBYTES 0: TAG.in is not
+ *       opened.
+ *       --gate-start: before any file I/O, prints {"phase": "waiting", "pid": P} and reads stdin
+ *       until a byte or EOF. --gate-mid: after the write, prints {"phase": "written", ...} with
+ *       the tally so far and reads stdin until EOF before the read. Then prints the manifest.
+ *
+ *   job_workload burst CGDIR DIR TAG WBYTES
+ *       The tightest short-lived job: creates cgroup directory CGDIR, moves itself in (writes
+ *       its pid to CGDIR/cgroup.procs, keeps that descriptor open so no close follows), and at
+ *       once writes WBYTES to DIR/TAG.out as `io` does: no fork or exec between the mkdir and
+ *       the first write, only the move itself (which the kernel may stretch to milliseconds when
+ *       it has to synchronise RCU). The test removes CGDIR after the exit.
+ *
+ *   job_workload many DIR NFILES SIZE
+ *       Creates DIR/dNNN/fNNNNN (1000 files a directory, NFILES in all), each written with one
+ *       write() of SIZE bytes; then reopens each and reads it with one read() of SIZE bytes; then
+ *       unlinks them (and rmdirs the directories). Prints the manifest with the totals.
+ *
+ * Stdout must be a pipe (so the manifest itself is not file I/O); stdin a pipe or /dev/null.
+ * Manifest (one JSON line): {"pid": P, "files": [{"path", "opens", "closes", "reads", "writes",
+ * "bytes_read", "bytes_written"}...], "totals": {same keys, "unlinks"}}. Every tally comes from
+ * the real return value of each call; any failure exits 2 with a message.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "workload_util.h"
+
+#define WCHUNK 65536
+#define RCHUNK 32768
+
+struct tally {
+	int64_t opens, closes, reads, writes, bytes_read, bytes_written, unlinks;
+};
+
+static void add(struct tally *t, const struct tally *x)
+{
+	t->opens += x->opens;
+	t->closes += x->closes;
+	t->reads += x->reads;
+	t->writes += x->writes;
+	t->bytes_read += x->bytes_read;
+	t->bytes_written += x->bytes_written;
+	t->unlinks += x->unlinks;
+}
+
+static void print_tally(FILE *f, const struct tally *t)
+{
+	fprintf(f,
+		"\"opens\": %lld, \"closes\": %lld, \"reads\": %lld, \"writes\": %lld, "
+		"\"bytes_read\": %lld, \"bytes_written\": %lld",
+		(long long)t->opens, (long long)t->closes, (long long)t->reads, (long long)t->writes,
+		(long long)t->bytes_read, (long long)t->bytes_written);
+}
+
+static int64_t parse_count(const char *s)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || *end || v < 0) {
+		errno = EINVAL;
+		die("bad number '%s'", s);
+	}
+	return v;
+}
+
+/* Blocks until stdin gives a byte or EOF: the test's gate. A pipe: not a file record. */
+static void gate(void)
+{
+	char c;
+
+	for (;;) {
+		ssize_t r = read(0, &c, 1);
+
+		if (r >= 0)
+			return;
+		if (errno != EINTR)
+			die("read stdin");
+	}
+}
+
+static void wait_eof(void)
+{
+	char buf[256];
+
+	for (;;) {
+		ssize_t r = read(0, buf, sizeof(buf));
+
+		if (r == 0)
+			return;
+		if (r < 0 && errno != EINTR)
+			die("read stdin");
+	}
+}
+
+static int do_io(int argc, char **argv)
+{
+	static char buf[WCHUNK];
+	char dir[PATH_MAX], out[PATH_MAX + 64], in[PATH_MAX + 64];
+	struct tally w = {0}, r = {0}, total = {0};
+	int gate_start = 0, gate_mid = 0;
+	int64_t wbytes, rbytes, done;
+	int fd;
+
+	if (argc < 6) {
+		fprintf(stderr, "usage: %s io DIR TAG WBYTES RBYTES [--gate-start] [--gate-mid]\n",
+			argv[0]);
+		return 2;
+	}
+	for (int i = 6; i < argc; i++) {
+		if (!strcmp(argv[i], "--gate-start"))
+			gate_start = 1;
+		else if (!strcmp(argv[i], "--gate-mid"))
+			gate_mid = 1;
+		else {
+			errno = EINVAL;
+			die("unknown option %s", argv[i]);
+		}
+	}
+	if (!realpath(argv[2], dir))
+		die("realpath %s", argv[2]);
+	snprintf(out, sizeof(out), "%s/%s.out", dir, argv[3]);
+	snprintf(in, sizeof(in), "%s/%s.in", dir, argv[3]);
+	wbytes = parse_count(argv[4]);
+	rbytes = parse_count(argv[5]);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (char)('a' + i % 26);
+
+	if (gate_start) {
+		printf("{\"phase\": \"waiting\", \"pid\": %d}\n", (int)getpid());
+		fflush(stdout);
+		gate();
+	}
+
+	fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		die("open %s", out);
+	w.opens++;
+	for (done = 0; done < wbytes;) {
+		size_t n = (size_t)(wbytes - done < WCHUNK ? wbytes - done : WCHUNK);
+		ssize_t k = write(fd, buf, n);
+
+		if (k <= 0)
+			die("write %s", out);
+		w.writes++;
+		w.bytes_written += k;
+		done += k;
+	}
+	if (close(fd) != 0)
+		die("close %s", out);
+	w.closes++;
+
+	if (gate_mid) {
+		printf("{\"phase\": \"written\", \"pid\": %d, \"path\": \"%s\", ", (int)getpid(), out);
+		print_tally(stdout, &w);
+		printf("}\n");
+		fflush(stdout);
+		wait_eof();
+	}
+
+	if (rbytes > 0) {
+		fd = open(in, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			die("open %s", in);
+		r.opens++;
+		for (done = 0; done < rbytes;) {
+			size_t n = (size_t)(rbytes - done < RCHUNK ? rbytes - done : RCHUNK);
+			ssize_t k = read(fd, buf, n);
+
+			if (k < 0)
+				die("read %s", in);
+			if (k == 0) {
+				errno = 0;
+				die("%s ends after %lld bytes, %lld wanted", in, (long long)done,
+				    (long long)rbytes);
+			}
+			r.reads++;
+			r.bytes_read += k;
+			done += k;
+		}
+		if (close(fd) != 0)
+			die("close %s", in);
+		r.closes++;
+	}
+
+	add(&total, &w);
+	add(&total, &r);
+	printf("{\"pid\": %d, \"files\": [{\"path\": \"%s\", ", (int)getpid(), out);
+	print_tally(stdout, &w);
+	printf("}");
+	if (rbytes > 0) {
+		printf(", {\"path\": \"%s\", ", in);
+		print_tally(stdout, &r);
+		printf("}");
+	}
+	printf("], \"totals\": {");
+	print_tally(stdout, &total);
+	printf(", \"unlinks\": 0}}\n");
+	return fflush(stdout) == 0 ? 0 : 2;
+}
+
+static int do_burst(int argc, char **argv)
+{
+	static char buf[WCHUNK];
+	char procs[PATH_MAX + 32], out[PATH_MAX + 64], dir[PATH_MAX], pid[32];
+	struct tally w = {0};
+	int64_t wbytes, done;
+	int cfd, fd, n;
+
+	if (argc != 6) {
+		fprintf(stderr, "usage: %s burst CGDIR DIR TAG WBYTES\n", argv[0]);
+		return 2;
+	}
+	if (!realpath(argv[3], dir))
+		die("realpath %s", argv[3]);
+	snprintf(out, sizeof(out), "%s/%s.out", dir, argv[4]);
+	wbytes = parse_count(argv[5]);
+	memset(buf, 'b', sizeof(buf));
+	if (mkdir(argv[2], 0755) != 0)
+		die("mkdir %s", argv[2]);
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", argv[2]);
+	cfd = open(procs, O_WRONLY | O_CLOEXEC);
+	if (cfd < 0)
+		die("open %s", procs);
+	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (write(cfd, pid, (size_t)n) != n)
+		die("write %s", procs);
+	/* cfd stays open: closed by exit, not by a close() the job would count */
+
+	fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		die("open %s", out);
+	w.opens++;
+	for (done = 0; done < wbytes;) {
+		size_t k0 = (size_t)(wbytes - done < WCHUNK ? wbytes - done : WCHUNK);
+		ssize_t k = write(fd, buf, k0);
+
+		if (k <= 0)
+			die("write %s", out);
+		w.writes++;
+		w.bytes_written += k;
+		done += k;
+	}
+	if (close(fd) != 0)
+		die("close %s", out);
+	w.closes++;
+	printf("{\"pid\": %d, \"files\": [{\"path\": \"%s\", ", (int)getpid(), out);
+	print_tally(stdout, &w);
+	printf("}], \"totals\": {");
+	print_tally(stdout, &w);
+	printf(", \"unlinks\": 0}}\n");
+	return fflush(stdout) == 0 ? 0 : 2;
+}
+
+static int do_many(int argc, char **argv)
+{
+	static char buf[1 << 20];
+	char dir[PATH_MAX], p[PATH_MAX + 64];
+	struct tally t = {0};
+	int64_t nfiles, size, ndirs;
+
+	if (argc != 5) {
+		fprintf(stderr, "usage: %s many DIR NFILES SIZE\n", argv[0]);
+		return 2;
+	}
+	if (!realpath(argv[2], dir))
+		die("realpath %s", argv[2]);
+	nfiles = parse_count(argv[3]);
+	size = parse_count(argv[4]);
+	if (size > (int64_t)sizeof(buf)) {
+		errno = EINVAL;
+		die("SIZE at most %zu", sizeof(buf));
+	}
+	memset(buf, 'x', sizeof(buf));
+	ndirs = (nfiles + 999) / 1000;
+	for (int64_t d = 0; d < ndirs; d++) {
+		snprintf(p, sizeof(p), "%s/d%03lld", dir, (long long)d);
+		if (mkdir(p, 0755) != 0)
+			die("mkdir %s", p);
+	}
+	for (int64_t i = 0; i < nfiles; i++) {
+		int fd;
+		ssize_t k;
+
+		snprintf(p, sizeof(p), "%s/d%03lld/f%06lld", dir, (long long)(i / 1000), (long long)i);
+		fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			die("open %s", p);
+		t.opens++;
+		k = write(fd, buf, (size_t)size);
+		if (k != size)
+			die("write %s", p);
+		t.writes++;
+		t.bytes_written += k;
+		if (close(fd) != 0)
+			die("close %s", p);
+		t.closes++;
+	}
+	for (int64_t i = 0; i < nfiles; i++) {
+		int fd;
+		ssize_t k;
+
+		snprintf(p, sizeof(p), "%s/d%03lld/f%06lld", dir, (long long)(i / 1000), (long long)i);
+		fd = open(p, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			die("open %s", p);
+		t.opens++;
+		k = read(fd, buf, (size_t)size);
+		if (k != size)
+			die("read %s", p);
+		t.reads++;
+		t.bytes_read += k;
+		if (close(fd) != 0)
+			die("close %s", p);
+		t.closes++;
+	}
+	for (int64_t i = 0; i < nfiles; i++) {
+		snprintf(p, sizeof(p), "%s/d%03lld/f%06lld", dir, (long long)(i / 1000), (long long)i);
+		if (unlink(p) != 0)
+			die("unlink %s", p);
+		t.unlinks++;
+	}
+	for (int64_t d = 0; d < ndirs; d++) {
+		snprintf(p, sizeof(p), "%s/d%03lld", dir, (long long)d);
+		if (rmdir(p) != 0)
+			die("rmdir %s", p);
+	}
+	printf("{\"pid\": %d, \"files\": [], \"totals\": {", (int)getpid());
+	print_tally(stdout, &t);
+	printf(", \"unlinks\": %lld}}\n", (long long)t.unlinks);
+	return fflush(stdout) == 0 ? 0 : 2;
+}
+
+int main(int argc, char **argv)
+{
+	wl_name = "job_workload";
+	if (argc >= 2 && !strcmp(argv[1], "io"))
+		return do_io(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "burst"))
+		return do_burst(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "many"))
+		return do_many(argc, argv);
+	fprintf(stderr, "usage: %s io|burst|many ...\n", argv[0]);
+	return 2;
+}
