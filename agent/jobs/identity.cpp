@@ -48,15 +48,6 @@ bool is_slurm_number(std::string_view s, bool zero_allowed) {
   return value <= std::numeric_limits<uint32_t>::max();
 }
 
-std::string join(const Parts& parts, std::size_t count) {
-  if (count == 0) return "/";
-  std::string out;
-  for (std::size_t i = 0; i < count; ++i) {
-    out += '/';
-    out += parts[i];
-  }
-  return out;
-}
 
 // Pod UIDs are RFC 4122 UUIDs in lower-case hex (8-4-4-4-12) from the API server, or, for static
 // pods, the kubelet's 32-hex-digit hash of the manifest. The systemd cgroup driver writes the
@@ -134,7 +125,7 @@ Identity pod_identity(const Parts& parts, std::size_t pod_index, std::string uid
   Identity id;
   id.kind = "kubernetes";
   id.id = "k8s/" + uid;
-  id.job_cgroup = join(parts, pod_index + 1);
+  id.job_cgroup = join_cgroup_path(parts, pod_index + 1);
   id.labels["pod_uid"] = std::move(uid);
   id.labels["qos_class"] = std::string(qos);
   return id;
@@ -240,6 +231,16 @@ void add_slurm_sub(Identity& id, const Parts& parts, std::size_t step_index) {
 
 }  // namespace
 
+std::string join_cgroup_path(const std::vector<std::string_view>& parts, std::size_t count) {
+  if (count == 0) return "/";
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i) {
+    out += '/';
+    out += parts[i];
+  }
+  return out;
+}
+
 std::optional<std::vector<std::string_view>> split_cgroup_path(std::string_view cgroup_path) {
   if (cgroup_path.empty() || cgroup_path.front() != '/') return std::nullopt;
   if (cgroup_path.find('\0') != std::string_view::npos) return std::nullopt;
@@ -295,7 +296,7 @@ LayoutMatch match_slurm(std::string_view cgroup_path) {
     Identity id;
     id.kind = "slurm";
     id.id = "slurm/" + std::string(job);
-    id.job_cgroup = join(*parts, j + 1);
+    id.job_cgroup = join_cgroup_path(*parts, j + 1);
     id.labels["slurm_job"] = std::string(job);
     if (!uid.empty()) id.labels["slurm_uid"] = std::string(uid);
     add_slurm_sub(id, *parts, j + 1);
@@ -345,9 +346,9 @@ Identity systemd_identity(const std::vector<std::string_view>& components, std::
   }
   id.id += '/';
   id.id += components[unit_index];
-  id.job_cgroup = join(components, unit_index + 1);
+  id.job_cgroup = join_cgroup_path(components, unit_index + 1);
   id.labels["unit"] = std::string(components[unit_index]);
-  id.labels["slice"] = join(components, unit_index);
+  id.labels["slice"] = join_cgroup_path(components, unit_index);
   return id;
 }
 
@@ -378,7 +379,7 @@ std::optional<Identity> parse_container(std::string_view cgroup_path) {
     Identity id;
     id.kind = "container";
     id.id = std::string(ref->runtime) + "/" + std::string(ref->id);
-    id.job_cgroup = join(*parts, job_index + 1);
+    id.job_cgroup = join_cgroup_path(*parts, job_index + 1);
     id.labels["runtime"] = std::string(ref->runtime);
     id.labels["container_id"] = std::string(ref->id);
     return id;

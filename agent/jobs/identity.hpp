@@ -33,6 +33,9 @@ struct Identity {
 /// one: not starting with '/', an empty, "." or ".." component (so no trailing '/'), or a NUL.
 std::optional<std::vector<std::string_view>> split_cgroup_path(std::string_view cgroup_path);
 
+/// The path of the first `count` components of a split path ("/" for none).
+std::string join_cgroup_path(const std::vector<std::string_view>& parts, std::size_t count);
+
 /// Where a path stands in one of the layouts with a fixed job level (kubernetes, slurm):
 enum class Layout {
   Before,    ///< no component that starts the layout: it may still begin further down

@@ -95,15 +95,6 @@ bool starts_with(const Parts& parts, const Components& prefix) {
   return std::equal(prefix.begin(), prefix.end(), parts.begin());
 }
 
-std::string join(const Parts& parts, std::size_t count) {
-  if (count == 0) return "/";
-  std::string out;
-  for (std::size_t i = 0; i < count; ++i) {
-    out += '/';
-    out += parts[i];
-  }
-  return out;
-}
 
 // A glob against a path, component by component, `**` matching zero or more components. The
 // states are the glob positions reachable after each path component (a Thompson-style NFA walk:
@@ -234,7 +225,7 @@ RuleVerdict Selector::Impl::verdict(const CompiledRule& r, std::string_view path
       if (!shortest) return {may_extend ? Verdict::Container : Verdict::Excluded, std::nullopt, 0};
       Identity id;
       id.kind = "cgroup";
-      id.job_cgroup = join(parts, *shortest);
+      id.job_cgroup = join_cgroup_path(parts, *shortest);
       id.id = "cgroup/" + id.job_cgroup.substr(1);
       // A cgroup rule only says where the job is; when a known layout puts a job at the very
       // same cgroup (a pod, a Slurm job), its labels still describe it.
@@ -435,7 +426,7 @@ std::string check_cgroup_glob(std::string_view glob) {
            "component such as /kubepods.slice or /system.slice";
   }
   if (parts->back() == kAnyDepth) {
-    const std::string above = join(*parts, parts->size() - 1);
+    const std::string above = join_cgroup_path(*parts, parts->size() - 1);
     return "a trailing '**' adds nothing: the job is the shortest matching prefix, so " +
            quoted(above) + " itself would be the job; write " + quoted(above) + ", or " +
            quoted(above == "/" ? "/*" : above + "/*") + " to make each child a job";
