@@ -321,8 +321,20 @@ void Daemon::on_cgroup_event(const core::CgroupEvent& c) {
 void Daemon::on_mark_event(const core::MarkEvent& m) {
   if (m.reason == IOLENS_MARK_COMM) {
     const auto cmdline = read_file("/proc/" + std::to_string(m.proc.pid) + "/cmdline");
-    // The process may already be gone: the comm matched, so the rule decides on comm alone.
-    const auto rule = sel_->match_process(m.comm, cmdline.value_or(""));
+    std::optional<std::string> rule;
+    if (cmdline) {
+      rule = sel_->match_process(m.comm, *cmdline);
+    } else {
+      // Gone before its cmdline could be read (it ran for less than the daemon's reaction
+      // time): judged by its comm alone, the part the kernel matched, and logged.
+      for (const auto& r : sel_->rules())
+        if (r.kind == jobs::RuleKind::Process && r.comm == m.comm) {
+          rule = r.name;
+          break;
+        }
+      spdlog::info("process {} ({}) exited before its cmdline was read: rule {} by comm alone",
+                   m.proc.pid, m.comm, rule.value_or("?"));
+    }
     if (rule) {
       table_->add_process_job(m, *rule);
     } else {

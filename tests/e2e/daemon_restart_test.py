@@ -14,8 +14,9 @@ relearns the rest. Then the job's cgroup is removed.
 Checks: after the SIGKILL the pins are still there (the programs still count); the restarted
 daemon reports restart.resumed and restart.state "loaded"; the job has exactly one record, state
 "closed", holding exactly A's, B's and C's files and calls (their own tallies), the three pids
-and nothing else; its lost counts are zero, restart ones included. A second, clean stop removes
-the pins.
+and nothing else; its lost counts are zero, restart ones included. Then a hand-over (SIGUSR2,
+as for an upgrade): a process that runs whole between the two daemons is in its job's record,
+exactly. A final clean stop removes the pins.
 """
 import os
 import signal
@@ -90,6 +91,30 @@ def main():
         ck.eq("workloads that reported", 3, len(manifests))
         D.check_manifest_files(ck, doc, manifests, job_id,
                                moves=[(m["pid"], cg.abs("rs/r")) for m in manifests])
+
+    # Hand-over (an upgrade): SIGUSR2 saves and leaves the programs counting; the next daemon
+    # continues the same job, and what ran in between is in its record.
+    job2 = "cgroup" + cg.rel("rs/h")
+    cg.mkdir("rs/h")
+    d.wait_live(ck, [job2])
+    e = D.run_in_cgroup(cg.abs("rs/h"), [args.workload, "io", work, "e", str(WB), "0",
+                                          "--gate-start"], stdin=subprocess.PIPE)
+    D.Cleanup.register("kill E", lambda: e.poll() is None and e.kill())
+    D.read_json_line(ck, e, "E (waiting)")
+    rc, _ = d.stop(signal.SIGUSR2)
+    ck.eq("iolensd exit after SIGUSR2 (hand-over)", 0, rc)
+    ck.check(d.pins(), "no pins left after the hand-over")
+    e.stdin.close()
+    e.stdin = None
+    m_e = D.finish_workload(ck, e, "E")  # runs whole between the two daemons
+    st = d.restart(ck)
+    ck.eq("after the hand-over: restart.state", "loaded",
+          (st or {}).get("restart", {}).get("state"))
+    cg.rmdir("rs/h")
+    doc = d.wait_record(ck, job2)
+    if doc and m_e and D.check_record_shape(ck, doc, job2):
+        D.check_lost_zero(ck, doc, job2)
+        D.check_manifest_files(ck, doc, [m_e], job2, moves=[(m_e["pid"], cg.abs("rs/h"))])
 
     rc, _ = d.stop(signal.SIGTERM)
     ck.eq("iolensd exit after SIGTERM", 0, rc)
