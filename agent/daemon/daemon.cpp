@@ -440,12 +440,13 @@ void Daemon::drain() {
   pending_set_.insert(pending_files_.begin(), pending_files_.end());
   pending_set_.insert(pending_others_.begin(), pending_others_.end());
   std::vector<core::FileIdentity> forgotten;
-  if (table_->enforce_limits(&forgotten) > 0) {
+  const std::size_t folded = table_->enforce_limits(&forgotten);
+  if (folded > 0) state_dirty_ = true;
+  if (!forgotten.empty()) {  // folded records' names, and evicted node-wide name copies
     std::vector<loader::Loader::NameId> ids;
     ids.reserve(forgotten.size());
     for (const auto& f : forgotten) ids.push_back({f.ino, f.dev, f.gen});
     loader_->forget_names(ids);
-    state_dirty_ = true;
   }
   if (moved) state_dirty_ = true;
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
