@@ -300,7 +300,7 @@ void Daemon::apply(const std::vector<SelectionChange>& changes) {
 void Daemon::initial_scan() {
   for (const auto& root : sel_->watch_roots()) {
     walk_cgroups(mount_, root, [&](uint64_t id, const std::string& rel) {
-      apply(table_->on_cgroup(id, rel, false, 0));
+      apply(table_->on_cgroup(id, rel, false, static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC))));
     });
   }
   for (const auto& comm : sel_->process_comms())
@@ -641,7 +641,8 @@ void Daemon::reconcile() {
     reconciled_job_events_lost_ = dropped;
     for (const auto& root : sel_->watch_roots())
       walk_cgroups(mount_, root, [&](uint64_t id, const std::string& rel) {
-        if (table_->cgroup_path(id).empty()) apply(table_->on_cgroup(id, rel, false, 0));
+        if (table_->cgroup_path(id).empty())
+          apply(table_->on_cgroup(id, rel, false, static_cast<uint64_t>(now)));
       });
   }
 }

@@ -51,7 +51,11 @@ std::vector<SelectionChange> JobTable::on_cgroup(uint64_t id, const std::string&
   const jobs::Classification c = selector_.classify(path);
   switch (c.verdict) {
     case jobs::Verdict::Job: {
-      Job& job = open_job(*c.identity, c.rule, created ? wall(ts_mono) : 0);
+      // A cgroup found by a scan was created before anyone saw it: its job starts when first
+      // seen (ts_mono), or at its first process's if none is given; flagged as estimated.
+      Job& job = open_job(*c.identity, c.rule, ts_mono ? wall(ts_mono) : 0);
+      if (!created && job.procs.empty()) job.start_estimated = true;
+      if (created) job.start_estimated = false;
       cg.job_id = job.identity.id;
       if (path == job.identity.job_cgroup) job.cgroup_id = id;
       break;
@@ -332,6 +336,7 @@ nlohmann::json JobTable::job_summary(const Job& job) const {
   j["start_ns"] = job.start_ns;
   j["end_ns"] = job.end_ns ? nlohmann::json(*job.end_ns) : nlohmann::json(nullptr);
   if (job.end_estimated) j["end_estimated"] = true;
+  if (job.start_estimated) j["start_estimated"] = true;
   j["processes"] = job.procs.size();
   j["live_processes"] = job.live.size();
   const core::RunSnapshot snap = job.rec->snapshot(clock());
@@ -404,6 +409,7 @@ nlohmann::json JobTable::save() const {
     o["start_ns"] = job->start_ns;
     o["end_ns"] = job->end_ns ? nlohmann::json(*job->end_ns) : nlohmann::json(nullptr);
     o["end_estimated"] = job->end_estimated;
+    o["start_estimated"] = job->start_estimated;
     auto& procs = o["procs"] = nlohmann::json::array();
     for (const auto& p : job->procs) procs.push_back(proc_json(p));
     auto& live = o["live"] = nlohmann::json::array();
@@ -448,6 +454,7 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
       job->start_ns = o.at("start_ns").get<int64_t>();
       if (!o.at("end_ns").is_null()) job->end_ns = o.at("end_ns").get<int64_t>();
       job->end_estimated = o.value("end_estimated", false);
+      job->start_estimated = o.value("start_estimated", false);
       for (const auto& p : o.at("procs")) job->procs.insert(proc_of(p));
       for (const auto& p : o.at("live")) job->live.insert(proc_of(p));
       for (const auto& pl : o.at("proc_labels"))

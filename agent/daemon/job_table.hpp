@@ -42,6 +42,7 @@ struct Job {
   int64_t start_ns = 0;            // wall clock: cgroup creation or first sight
   std::optional<int64_t> end_ns;   // wall clock: cgroup removal or last exit
   bool end_estimated = false;      // the removal event was lost: end_ns is when it was noticed
+  bool start_estimated = false;    // created before the daemon saw it: start_ns is first sight
   std::set<core::ProcKey> procs;   // every process ever attributed
   std::set<core::ProcKey> live;    // those not yet exited
   std::map<core::ProcKey, std::map<std::string, std::string>> proc_labels;  // container, step...
