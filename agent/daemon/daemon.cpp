@@ -92,7 +92,6 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
           {"paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]}};
 }
 
-volatile sig_atomic_t g_dummy = 0;
 constexpr char kStateMagic[8] = {'I', 'O', 'L', 'S', 'T', 'A', 'T', '1'};
 
 class Daemon {
@@ -863,7 +862,6 @@ int Daemon::run() {
 }  // namespace
 
 int run_daemon(const DaemonOptions& opts) {
-  (void)g_dummy;
   Daemon d(opts);
   return d.run();
 }
