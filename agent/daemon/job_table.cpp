@@ -326,6 +326,10 @@ std::string JobTable::cgroup_path(uint64_t id) const {
 }
 
 nlohmann::json JobTable::job_summary(const Job& job) const {
+  return summary_of(job, job.rec->snapshot(clock()));
+}
+
+nlohmann::json JobTable::summary_of(const Job& job, const core::RunSnapshot& snap) const {
   nlohmann::json j;
   j["id"] = job.identity.id;
   j["kind"] = job.identity.kind;
@@ -339,7 +343,6 @@ nlohmann::json JobTable::job_summary(const Job& job) const {
   if (job.start_estimated) j["start_estimated"] = true;
   j["processes"] = job.procs.size();
   j["live_processes"] = job.live.size();
-  const core::RunSnapshot snap = job.rec->snapshot(clock());
   core::FileCounters t{};
   uint64_t files = 0;
   for (const auto& p : snap.processes) {
@@ -366,7 +369,7 @@ nlohmann::json JobTable::job_json(const Job& job, const std::string& version) co
   j.erase("command");
   j.erase("exit_code");
   if (!job.end_ns) j["end_ns"] = nullptr;
-  j["job"] = job_summary(job);
+  j["job"] = summary_of(job, snap);  // the same snapshot: a big job's is costly
   // Per-process labels below the job: the container or Slurm step each process ran in.
   for (auto& p : j["processes"]) {
     const core::ProcKey key{p.value("pid", 0u), 0};

@@ -135,6 +135,7 @@ class JobTable {
     std::string path;
     std::string job_id;  // non-empty when the cgroup is (in) a job
   };
+  nlohmann::json summary_of(const Job& job, const core::RunSnapshot& snap) const;
   Job& open_job(const jobs::Identity& id, const std::string& rule, int64_t start_ns);
   Job* job_of_cgroup(uint64_t cgroup_id);
   void attribute(Job& job, const core::ProcKey& p, const core::ProcKey& parent,
