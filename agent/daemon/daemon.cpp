@@ -34,6 +34,7 @@
 #include "jobs/identity.hpp"
 #include "jobs/selector.hpp"
 #include "loader/loader.hpp"
+#include "loader/preflight.hpp"
 
 #ifndef IOLENS_VERSION
 #define IOLENS_VERSION "0.0.0"
@@ -177,6 +178,16 @@ class Daemon {
 };
 
 bool Daemon::setup() {
+  // Before anything is created (directories, the socket): a daemon that cannot load its
+  // programs must fail with the reason, not with a side effect of running unprivileged.
+  if (Status s = loader::check_privileges(); !s) {
+    spdlog::error("{}", s.message);
+    return false;
+  }
+  if (Status s = loader::check_btf(opts_.btf_path); !s) {
+    spdlog::error("{}", s.message);
+    return false;
+  }
   const auto mountinfo = read_file(opts_.mountinfo_path);
   if (!mountinfo) {
     spdlog::error("cannot read {}: {}", opts_.mountinfo_path, std::strerror(errno));
@@ -677,8 +688,8 @@ void Daemon::write_closed() {
     } else {
       spdlog::info("job {} closed: {}", id, path);
     }
-    auto taken = table_->take(id);
-    nlohmann::json summary = table_->job_summary(*taken);
+    table_->take(id);
+    nlohmann::json summary = record["job"];  // built once, with the record
     closed_.push_back({id, Closed{summary, path}});
     while (closed_.size() > 256) closed_.pop_front();
     job_loss_base_.erase(id);

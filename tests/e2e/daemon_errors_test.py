@@ -86,16 +86,18 @@ def check_config_cases(ck, args, tmp):
              "--check-config missing.yaml: exit %d, stderr %r" % (r.returncode, r.stderr))
 
 
-def start_fails(ck, args, what, config_text, pin_dir, sock, words, timeout=15):
-    """`iolensd -c` must exit non-zero (not by a signal) with `words` on stderr, leaving
-    neither the pin dir nor the socket file."""
+def start_fails(ck, args, what, config_text, pin_dir, sock, words, timeout=15, prefix=(),
+                extra=()):
+    """`iolensd -c` (run as `prefix`, with `extra` flags) must exit non-zero (not by a signal)
+    with `words` on stderr, leaving neither the pin dir nor the socket file."""
     path = os.path.join(os.path.dirname(sock), "bad.yaml")
     with open(path, "w") as f:
         f.write(config_text)
+    os.chmod(path, 0o644)
     t0 = time.monotonic()
     try:
-        r = subprocess.run([args.iolensd, "-c", path], capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run(list(prefix) + [args.iolensd, "-c", path] + list(extra),
+                           capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         ck.fail("%s: iolensd still runs after %d s (it should refuse to start)" % (what, timeout))
         return
@@ -127,6 +129,21 @@ def bad_start_cases(ck, args, tmp):
             continue
         start_fails(ck, args, "cgroup_root %s" % root, common + "cgroup_root: %s\njobs:\n"
                     "  - kubernetes: {}\n" % root, pin_dir, sock, words)
+    good = common + "jobs:\n  - kubernetes: {}\n"
+    # Without privileges: the reason, before anything is created (no output dir, no socket).
+    os.chmod(tmp, 0o755)
+    start_fails(ck, args, "iolensd as an unprivileged user", good, pin_dir, sock,
+                ["permission denied", "CAP_BPF", "CAP_PERFMON"], prefix=as_nobody())
+    ck.check(not os.path.exists(os.path.join(tmp, "bad-out")),
+             "the unprivileged iolensd created its output dir before failing")
+    start_fails(ck, args, "iolensd --btf of a missing file", good, pin_dir, sock,
+                ["kernel BTF not found", "/nonexistent/vmlinux"],
+                extra=["--btf", "/nonexistent/vmlinux"])
+    notbtf = os.path.join(tmp, "not-btf")
+    with open(notbtf, "wb") as f:
+        f.write(b"\x7fELF not btf")
+    start_fails(ck, args, "iolensd --btf of a file that is not BTF", good, pin_dir, sock,
+                ["not a BTF file", notbtf], extra=["--btf", notbtf])
 
 
 def second_daemon_case(ck, args, cg):
