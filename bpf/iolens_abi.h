@@ -18,10 +18,17 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 4
+#define IOLENS_ABI_VERSION 5
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
+
+/*
+ * Per-call latency buckets of reads and writes: inclusive upper bounds of t1 - t0 in ns, powers
+ * of 4 from 1 us: 1us 4us 16us 64us 256us 1ms 4ms 16ms 64ms 256ms 1s, then everything above 1 s
+ * (iolens_lat_bucket in iolens_account.h; kLatencyBoundsNs in agent/core/counters.hpp).
+ */
+#define IOLENS_NR_LAT_BUCKETS 12
 
 /* Kind of the last data operation on a record, for rw_switches. */
 enum iolens_io_type {
@@ -85,6 +92,11 @@ struct iolens_file_counters {
 	__u64 max_write_time_ns;
 	__u64 max_read_time_size;  /* bytes of the slowest read */
 	__u64 max_write_time_size; /* bytes of the slowest write */
+	/* per-call latency (calls, ns): every counted read/write, full t1 - t0 of each call */
+	__u64 lat_read[IOLENS_NR_LAT_BUCKETS];  /* read calls per latency bucket (see iolens_lat_bucket) */
+	__u64 lat_write[IOLENS_NR_LAT_BUCKETS]; /* write calls per latency bucket */
+	__u64 lat_read_sum_ns;  /* sum of the latencies of the reads counted in lat_read (overlap NOT removed, unlike read_time_ns) */
+	__u64 lat_write_sum_ns; /* the same for writes (fsync/fdatasync not included) */
 	/* first start / last end of each kind of call, CLOCK_MONOTONIC ns, 0 = never */
 	__u64 open_start_ns;
 	__u64 open_end_ns;
@@ -286,7 +298,7 @@ enum iolens_stat {
 
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 512, "counters layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720, "counters layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 80, "task state layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 32, "event header layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 64, "fork event layout");

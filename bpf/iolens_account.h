@@ -51,6 +51,39 @@ IOLENS_INLINE __u32 iolens_size_bucket(__u64 size)
 }
 
 /*
+ * Latency bucket of one call of `ns` = t1 - t0 nanoseconds: inclusive upper bounds 1us, 4us, 16us,
+ * 64us, 256us, 1ms, 4ms, 16ms, 64ms, 256ms, 1s (powers of 4 from 1 us), then above 1 s.
+ * Powers of 4 keep 12 buckets across six decades, from a page-cache hit to a stalled NFS read; the
+ * same bounds are kLatencyBoundsNs in agent/core/counters.hpp.
+ */
+IOLENS_INLINE __u32 iolens_lat_bucket(__u64 ns)
+{
+	if (ns <= 1000)
+		return 0;
+	if (ns <= 4000)
+		return 1;
+	if (ns <= 16000)
+		return 2;
+	if (ns <= 64000)
+		return 3;
+	if (ns <= 256000)
+		return 4;
+	if (ns <= 1000000)
+		return 5;
+	if (ns <= 4000000)
+		return 6;
+	if (ns <= 16000000)
+		return 7;
+	if (ns <= 64000000)
+		return 8;
+	if (ns <= 256000000)
+		return 9;
+	if (ns <= 1000000000)
+		return 10;
+	return 11;
+}
+
+/*
  * DARSHAN_TIMER_INC_NO_OVERLAP: time of calls on one record that overlap (threads) is counted once.
  * A call with an unknown start (t0 == 0: its sys_enter was not seen) adds no time.
  */
@@ -122,6 +155,23 @@ IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_writ
 			IOLENS_ADD(&c->size_write[bucket], 1);
 		else
 			IOLENS_ADD(&c->size_read[bucket], 1);
+	}
+
+	/*
+	 * Latency histogram: every counted call, its full duration (no overlap removed, so the sum
+	 * can exceed read_time_ns/write_time_ns). A call whose entry was not seen (t0 == 0) has
+	 * elapsed 0 and lands in the first bucket, so that the buckets always add up to the calls.
+	 */
+	bucket = iolens_lat_bucket(elapsed);
+	/* Same explicit bound as above, for the verifier. */
+	if (bucket < IOLENS_NR_LAT_BUCKETS) {
+		if (is_write) {
+			IOLENS_ADD(&c->lat_write[bucket], 1);
+			IOLENS_ADD(&c->lat_write_sum_ns, elapsed);
+		} else {
+			IOLENS_ADD(&c->lat_read[bucket], 1);
+			IOLENS_ADD(&c->lat_read_sum_ns, elapsed);
+		}
 	}
 
 	if (is_write) {

@@ -2,6 +2,7 @@
 #pragma once
 /// Names, order and folding of the per-file counters (the kernel ABI struct is the storage).
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -12,6 +13,15 @@
 namespace iolens::core {
 
 using FileCounters = iolens_file_counters;
+
+/// Inclusive upper bounds, in ns, of the finite per-call latency buckets `lat_read[i]` /
+/// `lat_write[i]` (i < 11); the last bucket holds everything above 1 s. The kernel's
+/// iolens_lat_bucket (bpf/iolens_account.h) uses the same bounds. For exporters that turn the
+/// buckets into cumulative histograms (Prometheus `le`, in seconds: bound / 1e9).
+inline constexpr std::array<uint64_t, IOLENS_NR_LAT_BUCKETS - 1> kLatencyBoundsNs = {
+    1'000,       4'000,       16'000,        64'000,        256'000,      1'000'000,
+    4'000'000,   16'000'000,  64'000'000,    256'000'000,   1'000'000'000,
+};
 
 /// How a counter combines when two partial records of one (process, file) are folded together.
 enum class Fold { Sum, Max, MinStart, LastEnd };

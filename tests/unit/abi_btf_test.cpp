@@ -58,9 +58,9 @@ TEST_F(AbiBtf, FileKey) {
 TEST_F(AbiBtf, FileCountersEveryField) {
   auto l = layout_of(b_, "iolens_file_counters");
   ASSERT_EQ(l.size, sizeof(iolens_file_counters));
-  // 64 eight-byte slots: the two 10-entry arrays are one member each (-18), and two __u32
-  // share one slot (+1).
-  ASSERT_EQ(l.offsets.size(), 64u - 2 * 9 + 1);
+  // 90 eight-byte slots: the two 10-entry size arrays and the two 12-entry latency arrays are
+  // one member each (-18, -22), and two __u32 share one slot (+1).
+  ASSERT_EQ(l.offsets.size(), 90u - 2 * 9 - 2 * 11 + 1);
   EXPECT_FIELD(l, iolens_file_counters, opens);
   EXPECT_FIELD(l, iolens_file_counters, bytes_read);
   EXPECT_FIELD(l, iolens_file_counters, max_byte_written);
@@ -68,6 +68,11 @@ TEST_F(AbiBtf, FileCountersEveryField) {
   EXPECT_FIELD(l, iolens_file_counters, size_write);
   EXPECT_FIELD(l, iolens_file_counters, read_time_ns);
   EXPECT_FIELD(l, iolens_file_counters, max_write_time_size);
+  EXPECT_FIELD(l, iolens_file_counters, lat_read);
+  EXPECT_FIELD(l, iolens_file_counters, lat_write);
+  EXPECT_FIELD(l, iolens_file_counters, lat_read_sum_ns);
+  EXPECT_FIELD(l, iolens_file_counters, lat_write_sum_ns);
+  EXPECT_FIELD(l, iolens_file_counters, open_start_ns);
   EXPECT_FIELD(l, iolens_file_counters, meta_end_ns);
   EXPECT_FIELD(l, iolens_file_counters, last_byte_read);
   EXPECT_FIELD(l, iolens_file_counters, last_io_type);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "core/counters.hpp"
 #include "iolens_account.h"
 
 namespace {
@@ -312,6 +313,12 @@ TEST(AccountZeroAndFailed, FailedReadAndWriteAreIgnored)
 	EXPECT_EQ(c.write_end_ns, 0u);
 	EXPECT_EQ(c.last_read_end_ns, 0u);
 	EXPECT_EQ(c.last_write_end_ns, 0u);
+	for (int b = 0; b < IOLENS_NR_LAT_BUCKETS; b++) {
+		EXPECT_EQ(c.lat_read[b], 0u) << "bucket " << b;
+		EXPECT_EQ(c.lat_write[b], 0u) << "bucket " << b;
+	}
+	EXPECT_EQ(c.lat_read_sum_ns, 0u);
+	EXPECT_EQ(c.lat_write_sum_ns, 0u);
 
 	/* The failed read at 100 did not move last_byte_read: offset 1 is still consecutive. */
 	rd(&c, 1, 10);
@@ -415,6 +422,177 @@ TEST(AccountBuckets, AllBoundariesIntoOneRecord)
 	EXPECT_EQ(c.bytes_read, 6683850962ULL);
 	EXPECT_EQ(c.bytes_written, 6683850962ULL);
 	EXPECT_EQ(c.max_byte_read, 6683850961LL);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Latency buckets                                                                            */
+
+struct LatCase {
+	__u64 ns;
+	__u32 bucket;
+};
+
+/* Inclusive upper bounds 1us, 4us, 16us, ..., 1s (powers of 4 from 1 us), then above 1 s:
+ * every bound exactly, and one nanosecond above it. */
+constexpr LatCase kLatBuckets[] = {
+	{0, 0},
+	{1, 0},
+	{1000, 0},
+	{1001, 1},
+	{4000, 1},
+	{4001, 2},
+	{16000, 2},
+	{16001, 3},
+	{64000, 3},
+	{64001, 4},
+	{256000, 4},
+	{256001, 5},
+	{1000000, 5},
+	{1000001, 6},
+	{4000000, 6},
+	{4000001, 7},
+	{16000000, 7},
+	{16000001, 8},
+	{64000000, 8},
+	{64000001, 9},
+	{256000000, 9},
+	{256000001, 10},
+	{1000000000, 10},
+	{1000000001, 11},
+	{3600000000000ULL, 11},
+	{~0ULL, 11},
+};
+
+TEST(AccountLatency, BucketFunctionBoundaries)
+{
+	for (const LatCase &lc : kLatBuckets)
+		EXPECT_EQ(iolens_lat_bucket(lc.ns), lc.bucket) << "ns " << lc.ns;
+}
+
+/* The bounds user space exports (agent/core/counters.hpp) are the ones the kernel buckets by. */
+TEST(AccountLatency, UserSpaceBoundsMatchTheKernelFunction)
+{
+	ASSERT_EQ(iolens::core::kLatencyBoundsNs.size(), (size_t)IOLENS_NR_LAT_BUCKETS - 1);
+	for (__u32 i = 0; i < iolens::core::kLatencyBoundsNs.size(); i++) {
+		const __u64 bound = iolens::core::kLatencyBoundsNs[i];
+
+		EXPECT_EQ(iolens_lat_bucket(bound), i) << "bound " << bound;
+		EXPECT_EQ(iolens_lat_bucket(bound + 1), i + 1) << "bound " << bound << " + 1";
+	}
+}
+
+TEST(AccountLatency, EveryReadBoundaryLandsInItsBucket)
+{
+	const __u64 t0 = 1000000; /* any non-zero start */
+
+	for (const LatCase &lc : kLatBuckets) {
+		if (lc.ns > ~0ULL - t0)
+			continue; /* t1 would wrap */
+		struct iolens_file_counters c = fresh();
+
+		iolens_account_rw(&c, kRead, 0, 4096, t0, t0 + lc.ns);
+		for (__u32 b = 0; b < IOLENS_NR_LAT_BUCKETS; b++) {
+			EXPECT_EQ(c.lat_read[b], b == lc.bucket ? 1u : 0u)
+				<< "read of " << lc.ns << " ns, bucket " << b;
+			EXPECT_EQ(c.lat_write[b], 0u) << "read of " << lc.ns << " ns, bucket " << b;
+		}
+		EXPECT_EQ(c.lat_read_sum_ns, lc.ns);
+		EXPECT_EQ(c.lat_write_sum_ns, 0u);
+	}
+}
+
+TEST(AccountLatency, EveryWriteBoundaryLandsInItsBucket)
+{
+	const __u64 t0 = 1000000;
+
+	for (const LatCase &lc : kLatBuckets) {
+		if (lc.ns > ~0ULL - t0)
+			continue;
+		struct iolens_file_counters c = fresh();
+
+		iolens_account_rw(&c, kWrite, 0, 4096, t0, t0 + lc.ns);
+		for (__u32 b = 0; b < IOLENS_NR_LAT_BUCKETS; b++) {
+			EXPECT_EQ(c.lat_write[b], b == lc.bucket ? 1u : 0u)
+				<< "write of " << lc.ns << " ns, bucket " << b;
+			EXPECT_EQ(c.lat_read[b], 0u) << "write of " << lc.ns << " ns, bucket " << b;
+		}
+		EXPECT_EQ(c.lat_write_sum_ns, lc.ns);
+		EXPECT_EQ(c.lat_read_sum_ns, 0u);
+	}
+}
+
+TEST(AccountLatency, HistogramAndSumsOfASequenceOfCalls)
+{
+	struct iolens_file_counters c = fresh();
+
+	open_file(&c, 10, 20);
+	iolens_account_rw(&c, kRead, 0, 4096, 100, 600);          /* 500 ns: bucket 0 */
+	iolens_account_rw(&c, kRead, 4096, 4096, 1000, 3000);     /* 2 us: bucket 1 */
+	iolens_account_rw(&c, kRead, 8192, 0, 5000, 6000);        /* 0-byte read, 1 us: bucket 0 */
+	iolens_account_rw(&c, kRead, 8192, 10, 10000, 2010000);   /* 2 ms: bucket 6 */
+	iolens_account_rw(&c, kRead, 0, 10, 20000000, 20000000);  /* 0 ns: bucket 0 */
+	iolens_account_rw(&c, kWrite, 0, 100, 30000000, 30070000);      /* 70 us: bucket 4 */
+	iolens_account_rw(&c, kWrite, 100, 100, 40000000, 1540000000);  /* 1.5 s: bucket 11 */
+	/* Failed calls are not observed, however long they took. */
+	iolens_account_rw(&c, kRead, 0, -5, 2000000000, 2500000000);
+	iolens_account_rw(&c, kWrite, 0, -28, 3000000000, 3000000500);
+	/* fsync is not a data call: not in the write histogram (but in write_time_ns). */
+	iolens_account_meta(&c, IOLENS_META_FSYNC, 4000000000, 4000500000);
+	iolens_account_meta(&c, IOLENS_META_FDSYNC, 5000000000, 5000000100);
+
+	const __u64 lr[IOLENS_NR_LAT_BUCKETS] = {3, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0};
+	const __u64 lw[IOLENS_NR_LAT_BUCKETS] = {0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1};
+	__u64 nr = 0, nw = 0;
+
+	for (int b = 0; b < IOLENS_NR_LAT_BUCKETS; b++) {
+		EXPECT_EQ(c.lat_read[b], lr[b]) << "bucket " << b;
+		EXPECT_EQ(c.lat_write[b], lw[b]) << "bucket " << b;
+		nr += c.lat_read[b];
+		nw += c.lat_write[b];
+	}
+	EXPECT_EQ(nr, c.reads);
+	EXPECT_EQ(nw, c.writes);
+	EXPECT_EQ(c.reads, 5u);
+	EXPECT_EQ(c.writes, 2u);
+	EXPECT_EQ(c.fsyncs, 1u);
+	EXPECT_EQ(c.fdsyncs, 1u);
+	EXPECT_EQ(c.lat_read_sum_ns, 500u + 2000u + 1000u + 2000000u + 0u);
+	EXPECT_EQ(c.lat_write_sum_ns, 70000u + 1500000000u);
+	EXPECT_EQ(c.write_time_ns, 70000u + 1500000000u + 500000u + 100u);
+}
+
+TEST(AccountLatency, SumIncludesOverlapUnlikeReadTime)
+{
+	struct iolens_file_counters c = fresh();
+
+	/* Two threads, reads [100, 300] and [200, 400]: 200 ns of wall time, 400 ns of calls. */
+	iolens_account_rw(&c, kRead, 0, 10, 100, 300);
+	iolens_account_rw(&c, kRead, 10, 10, 200, 400);
+	EXPECT_EQ(c.read_time_ns, 300u);
+	EXPECT_EQ(c.lat_read_sum_ns, 400u);
+	EXPECT_EQ(c.lat_read[0], 2u);
+
+	iolens_account_rw(&c, kWrite, 0, 10, 1000, 6000);
+	iolens_account_rw(&c, kWrite, 10, 10, 2000, 3000); /* inside the first: adds 0 to the timer */
+	EXPECT_EQ(c.write_time_ns, 5000u);
+	EXPECT_EQ(c.lat_write_sum_ns, 6000u);
+	EXPECT_EQ(c.lat_write[0], 1u);
+	EXPECT_EQ(c.lat_write[2], 1u);
+}
+
+TEST(AccountLatency, UnknownStartCountsInTheFirstBucketWithNoTime)
+{
+	struct iolens_file_counters c = fresh();
+
+	/* t0 == 0: the entry was not seen. Counted (the buckets add up to the calls), 0 ns. */
+	iolens_account_rw(&c, kRead, 0, 10, 0, 5000000);
+	iolens_account_rw(&c, kWrite, 0, 10, 0, 6000000);
+	/* t1 < t0: no duration either. */
+	iolens_account_rw(&c, kWrite, 0, 10, 7000000, 6000000);
+	EXPECT_EQ(c.lat_read[0], 1u);
+	EXPECT_EQ(c.lat_write[0], 2u);
+	EXPECT_EQ(c.lat_read_sum_ns, 0u);
+	EXPECT_EQ(c.lat_write_sum_ns, 0u);
 }
 
 /* ------------------------------------------------------------------------------------------ */
