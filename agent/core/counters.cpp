@@ -60,6 +60,32 @@ constexpr std::array kFields = {
     IOLENS_U(max_write_time_ns, Max),
     IOLENS_U(max_read_time_size, Max),
     IOLENS_U(max_write_time_size, Max),
+    IOLENS_B("lat_read_le_1us", lat_read, 0),
+    IOLENS_B("lat_read_le_4us", lat_read, 1),
+    IOLENS_B("lat_read_le_16us", lat_read, 2),
+    IOLENS_B("lat_read_le_64us", lat_read, 3),
+    IOLENS_B("lat_read_le_256us", lat_read, 4),
+    IOLENS_B("lat_read_le_1ms", lat_read, 5),
+    IOLENS_B("lat_read_le_4ms", lat_read, 6),
+    IOLENS_B("lat_read_le_16ms", lat_read, 7),
+    IOLENS_B("lat_read_le_64ms", lat_read, 8),
+    IOLENS_B("lat_read_le_256ms", lat_read, 9),
+    IOLENS_B("lat_read_le_1s", lat_read, 10),
+    IOLENS_B("lat_read_gt_1s", lat_read, 11),
+    IOLENS_B("lat_write_le_1us", lat_write, 0),
+    IOLENS_B("lat_write_le_4us", lat_write, 1),
+    IOLENS_B("lat_write_le_16us", lat_write, 2),
+    IOLENS_B("lat_write_le_64us", lat_write, 3),
+    IOLENS_B("lat_write_le_256us", lat_write, 4),
+    IOLENS_B("lat_write_le_1ms", lat_write, 5),
+    IOLENS_B("lat_write_le_4ms", lat_write, 6),
+    IOLENS_B("lat_write_le_16ms", lat_write, 7),
+    IOLENS_B("lat_write_le_64ms", lat_write, 8),
+    IOLENS_B("lat_write_le_256ms", lat_write, 9),
+    IOLENS_B("lat_write_le_1s", lat_write, 10),
+    IOLENS_B("lat_write_gt_1s", lat_write, 11),
+    IOLENS_U(lat_read_sum_ns, Sum),
+    IOLENS_U(lat_write_sum_ns, Sum),
     IOLENS_U(open_start_ns, MinStart),
     IOLENS_U(open_end_ns, LastEnd),
     IOLENS_U(read_start_ns, MinStart),
@@ -75,6 +101,10 @@ constexpr std::array kFields = {
 #undef IOLENS_U
 #undef IOLENS_S
 #undef IOLENS_B
+
+// The bucket bounds of the header and of iolens_lat_bucket, checked where both are visible.
+static_assert(kLatencyBoundsNs.size() == IOLENS_NR_LAT_BUCKETS - 1);
+static_assert(std::is_sorted(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end()));
 
 uint64_t& u64_at(FileCounters& c, std::size_t off) {
   return *reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&c) + off);

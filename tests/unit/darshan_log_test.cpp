@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cctype>
 #include <cstring>
+#include <string>
 
+#include "core/counters.hpp"
 #include "exporters/darshan_log.hpp"
 
 using namespace iolens;
@@ -204,4 +207,19 @@ TEST(DarshanLog, ReaderNamesTheDamage) {
   for (size_t i = kDarshanHeaderSize + 10; i < kDarshanHeaderSize + 20; ++i) bad[i] ^= 0xff;
   EXPECT_FALSE(read_darshan_log(bad, c = {}, err));
   EXPECT_NE(err.find("job region"), std::string::npos) << err;
+}
+
+// The writer maps counters to Darshan's by upper-cased name. The latency histogram has no Darshan
+// counterpart: none of its names may map (a match would silently overwrite a Darshan counter).
+TEST(DarshanLog, LatencyCountersHaveNoDarshanSlot) {
+  int lat = 0;
+  for (const auto& f : core::counter_fields()) {
+    if (!f.name.starts_with("lat_")) continue;
+    ++lat;
+    std::string upper(f.name);
+    for (auto& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    EXPECT_EQ(darshan_posix_counter_index(upper), -1) << upper;
+    EXPECT_EQ(darshan_posix_fcounter_index(upper), -1) << upper;
+  }
+  EXPECT_EQ(lat, 2 * IOLENS_NR_LAT_BUCKETS + 2);
 }

@@ -756,3 +756,56 @@ TEST(Counters, CombineAddsSwitchesFoldBridgesThem) {
   EXPECT_EQ(combined.read_end_ns, a.read_end_ns);
   EXPECT_EQ(combined.open_start_ns, 100u);
 }
+
+TEST(Counters, LatencyHistogramFieldsAreExportedAndSummed) {
+  // Names, in order, each on its own array slot, all summed (docs/counters.md#latency-histogram).
+  const char* kNames[IOLENS_NR_LAT_BUCKETS] = {"le_1us",  "le_4us",  "le_16us", "le_64us",
+                                               "le_256us", "le_1ms", "le_4ms",  "le_16ms",
+                                               "le_64ms", "le_256ms", "le_1s",  "gt_1s"};
+  std::vector<const CounterField*> lat;
+  for (const auto& f : counter_fields())
+    if (f.name.starts_with("lat_")) lat.push_back(&f);
+  ASSERT_EQ(lat.size(), 2u * IOLENS_NR_LAT_BUCKETS + 2);
+  for (int i = 0; i < IOLENS_NR_LAT_BUCKETS; ++i) {
+    EXPECT_EQ(lat[i]->name, "lat_read_"s + kNames[i]);
+    EXPECT_EQ(lat[i]->offset, offsetof(FileCounters, lat_read) + 8u * i);
+    EXPECT_EQ(lat[IOLENS_NR_LAT_BUCKETS + i]->name, "lat_write_"s + kNames[i]);
+    EXPECT_EQ(lat[IOLENS_NR_LAT_BUCKETS + i]->offset, offsetof(FileCounters, lat_write) + 8u * i);
+  }
+  EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS]->name, "lat_read_sum_ns");
+  EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS]->offset, offsetof(FileCounters, lat_read_sum_ns));
+  EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS + 1]->name, "lat_write_sum_ns");
+  EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS + 1]->offset, offsetof(FileCounters, lat_write_sum_ns));
+  for (const auto* f : lat) {
+    EXPECT_EQ(f->fold, Fold::Sum) << f->name;
+    EXPECT_FALSE(f->is_signed) << f->name;
+  }
+  EXPECT_EQ(kLatencyBoundsNs.front(), 1'000u);
+  EXPECT_EQ(kLatencyBoundsNs.back(), 1'000'000'000u);
+
+  FileCounters a = new_counters(), b = new_counters();
+  for (int i = 0; i < IOLENS_NR_LAT_BUCKETS; ++i) {
+    a.lat_read[i] = 1 + i;
+    a.lat_write[i] = 100 + i;
+    b.lat_read[i] = 1000 + i;
+    b.lat_write[i] = 2;
+  }
+  a.lat_read_sum_ns = 5;
+  a.lat_write_sum_ns = 7;
+  b.lat_read_sum_ns = 11;
+  b.lat_write_sum_ns = 13;
+  FileCounters combined = a, folded = a, total{};
+  combine_counters(combined, b);
+  fold_counters(folded, b);
+  add_totals(total, a);
+  add_totals(total, b);
+  for (const FileCounters* c : {&combined, &folded, &total}) {
+    for (int i = 0; i < IOLENS_NR_LAT_BUCKETS; ++i) {
+      EXPECT_EQ(c->lat_read[i], 1001u + 2 * i) << "bucket " << i;
+      EXPECT_EQ(c->lat_write[i], 102u + i) << "bucket " << i;
+    }
+    EXPECT_EQ(c->lat_read_sum_ns, 16u);
+    EXPECT_EQ(c->lat_write_sum_ns, 20u);
+  }
+  EXPECT_EQ(counter_value(combined, *lat[11]), static_cast<int64_t>(1001 + 2 * 11));
+}

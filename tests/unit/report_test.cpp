@@ -30,6 +30,8 @@ core::RunSnapshot sample() {
   p.exit_code = 0;
   p.totals.reads = 3;
   p.totals.bytes_read = 3 * 1048576;
+  p.totals.lat_read[6] = 3;
+  p.totals.lat_read_sum_ns = 6'000'000;
   p.files = 1;
   p.other_io["pipe"] = {1, 2, 3, 4};
   s.processes.push_back(p);
@@ -44,6 +46,8 @@ core::RunSnapshot sample() {
   f.counters.bytes_read = 3 * 1048576;
   f.counters.max_byte_read = 3 * 1048576 - 1;
   f.counters.size_read[4] = 3;
+  f.counters.lat_read[6] = 3;  // three reads of 1-4 ms
+  f.counters.lat_read_sum_ns = 6'000'000;
   s.files.push_back(f);
   s.lost = {{"file_records", 0}, {"events", 2}};
   return s;
@@ -68,6 +72,11 @@ TEST(JsonReport, SchemaAndRequiredFields) {
   for (const char* k : {"path", "dev", "ino", "pid", "counters"}) EXPECT_TRUE(f.contains(k)) << k;
   EXPECT_EQ(f["dev"], 0x801);
   EXPECT_EQ(f["counters"]["size_read_100k_1m"], 3);
+  EXPECT_EQ(f["counters"]["lat_read_le_4ms"], 3);
+  EXPECT_EQ(f["counters"]["lat_read_le_1ms"], 0);
+  EXPECT_EQ(f["counters"]["lat_read_sum_ns"], 6'000'000);
+  EXPECT_EQ(p["counters"]["lat_read_le_4ms"], 3);  // summed: in the process counters too
+  EXPECT_EQ(p["counters"]["lat_read_sum_ns"], 6'000'000);
   EXPECT_EQ(f["counters"]["max_byte_read"], 3 * 1048576 - 1);
   EXPECT_EQ(f["counters"]["max_byte_written"], 0);  // none: 0, as Darshan prints it
   EXPECT_EQ(j["lost"]["events"], 2);
@@ -84,7 +93,14 @@ TEST(JsonReport, EveryDocumentedCounterIsPresent) {
         "size_read_1m_4m", "size_read_4m_10m", "size_read_10m_100m", "size_read_100m_1g",
         "size_read_1g_plus", "size_write_0_100", "size_write_1g_plus", "read_time_ns",
         "write_time_ns", "meta_time_ns", "max_read_time_ns", "max_write_time_ns",
-        "open_start_ns", "close_end_ns", "rename_sources", "unlinks"})
+        "open_start_ns", "close_end_ns", "rename_sources", "unlinks", "lat_read_le_1us",
+        "lat_read_le_4us", "lat_read_le_16us", "lat_read_le_64us", "lat_read_le_256us",
+        "lat_read_le_1ms", "lat_read_le_4ms", "lat_read_le_16ms", "lat_read_le_64ms",
+        "lat_read_le_256ms", "lat_read_le_1s", "lat_read_gt_1s", "lat_write_le_1us",
+        "lat_write_le_4us", "lat_write_le_16us", "lat_write_le_64us", "lat_write_le_256us",
+        "lat_write_le_1ms", "lat_write_le_4ms", "lat_write_le_16ms", "lat_write_le_64ms",
+        "lat_write_le_256ms", "lat_write_le_1s", "lat_write_gt_1s", "lat_read_sum_ns",
+        "lat_write_sum_ns"})
     EXPECT_TRUE(c.contains(k)) << k;
 }
 
