@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/counters.hpp"
 #include "core/events.hpp"
 #include "core/recorder.hpp"
 #include "loader/loader.hpp"
@@ -103,6 +105,25 @@ class BpfTest : public ::testing::Test {
   fs::path dir_;
 };
 
+uint64_t total(const __u64 (&buckets)[IOLENS_NR_LAT_BUCKETS]) {
+  uint64_t n = 0;
+  for (__u64 b : buckets) n += b;
+  return n;
+}
+
+/// The latency bucket of `ns` computed from the user-space bounds, not by the kernel's function.
+std::size_t lat_bucket_of(uint64_t ns) {
+  const auto& b = iolens::core::kLatencyBoundsNs;
+  return static_cast<std::size_t>(std::lower_bound(b.begin(), b.end(), ns) - b.begin());
+}
+
+/// The highest non-empty bucket, or -1.
+int highest_bucket(const __u64 (&buckets)[IOLENS_NR_LAT_BUCKETS]) {
+  for (int i = IOLENS_NR_LAT_BUCKETS - 1; i >= 0; --i)
+    if (buckets[i]) return i;
+  return -1;
+}
+
 void write_file(const std::string& p, size_t size) {
   std::string data(size, 'x');
   int fd = open(p.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
@@ -159,10 +180,60 @@ TEST_F(BpfTest, ReadsWritesAndPatternExact) {
   EXPECT_GT(c.read_time_ns, 0u);
   EXPECT_GT(c.write_time_ns, 0u);
   EXPECT_GT(c.meta_time_ns, 0u);
+  // Every counted data call is in the latency histogram once; fsync is not a write there, so
+  // lat_write_sum_ns is not compared with write_time_ns (which includes the fsync) here.
+  EXPECT_EQ(total(c.lat_read), 5u);
+  EXPECT_EQ(total(c.lat_write), 3u);
+  EXPECT_GE(c.lat_read_sum_ns, c.read_time_ns);
+  EXPECT_GT(c.lat_read_sum_ns, 0u);
+  EXPECT_GT(c.lat_write_sum_ns, 0u);
   struct stat st {};
   ASSERT_EQ(stat(f.c_str(), &st), 0);
   EXPECT_EQ(files[f]->dev, st.st_dev);
   EXPECT_EQ(files[f]->ino, st.st_ino);
+}
+
+TEST_F(BpfTest, LatencyHistogramOfRealReadsAndWrites) {
+  constexpr int kReads = 40, kWrites = 25;
+  const std::string f = path("lat.bin");
+  write_file(f, 64 * 1024);
+  const std::string out = path("lat_out.bin");
+  const pid_t pid = run_child([&] {
+    char buf[4096] = {};
+    int fd = open(f.c_str(), O_RDONLY);
+    for (int i = 0; i < kReads; ++i)
+      if (pread(fd, buf, sizeof(buf), (i % 16) * 4096) != 4096) _exit(1);
+    close(fd);
+    fd = open(out.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    for (int i = 0; i < kWrites; ++i)
+      if (write(fd, buf, sizeof(buf)) != 4096) _exit(2);
+    if (pwrite(fd, buf, 10, -1) >= 0) _exit(3);  // EINVAL: not counted
+    if (read(fd, buf, 1) >= 0) _exit(4);         // EBADF on O_WRONLY: not counted
+    close(fd);
+  });
+  auto files = files_of(collect(pid), pid);
+  ASSERT_TRUE(files.count(f));
+  ASSERT_TRUE(files.count(out));
+  const auto& r = files[f]->counters;
+  EXPECT_EQ(r.reads, static_cast<uint64_t>(kReads));
+  EXPECT_EQ(total(r.lat_read), r.reads);
+  EXPECT_EQ(total(r.lat_write), 0u);
+  EXPECT_GT(r.read_time_ns, 0u);
+  EXPECT_GE(r.lat_read_sum_ns, r.read_time_ns);  // one thread: equal, but overlap only adds
+  EXPECT_GE(r.lat_read_sum_ns, r.max_read_time_ns);
+  EXPECT_EQ(r.lat_write_sum_ns, 0u);
+  // The slowest read is in the highest non-empty bucket.
+  EXPECT_EQ(highest_bucket(r.lat_read), static_cast<int>(lat_bucket_of(r.max_read_time_ns)));
+  const auto& w = files[out]->counters;
+  EXPECT_EQ(w.writes, static_cast<uint64_t>(kWrites));
+  EXPECT_EQ(w.reads, 0u);
+  EXPECT_EQ(total(w.lat_write), w.writes);
+  EXPECT_EQ(total(w.lat_read), 0u);
+  EXPECT_GT(w.write_time_ns, 0u);
+  EXPECT_GE(w.lat_write_sum_ns, w.write_time_ns);  // no fsync here: write_time is writes only
+  EXPECT_GE(w.lat_write_sum_ns, w.max_write_time_ns);
+  EXPECT_EQ(w.lat_read_sum_ns, 0u);
+  EXPECT_EQ(highest_bucket(w.lat_write), static_cast<int>(lat_bucket_of(w.max_write_time_ns)));
 }
 
 TEST_F(BpfTest, NamesAreCanonicalThroughSymlinksDotDotAndDirfd) {
@@ -235,6 +306,13 @@ TEST_F(BpfTest, StatsMmapCopyAndOtherDescriptors) {
   ASSERT_TRUE(files.count(path("dst.bin")));
   EXPECT_EQ(files[path("src.bin")]->counters.bytes_read, 3000u);
   EXPECT_EQ(files[path("dst.bin")]->counters.bytes_written, 3000u);
+  // copy_file_range: one read of the source and one write of the destination, both timed.
+  EXPECT_EQ(total(files[path("src.bin")]->counters.lat_read), 1u);
+  EXPECT_EQ(total(files[path("src.bin")]->counters.lat_write), 0u);
+  EXPECT_GT(files[path("src.bin")]->counters.lat_read_sum_ns, 0u);
+  EXPECT_EQ(total(files[path("dst.bin")]->counters.lat_write), 1u);
+  EXPECT_EQ(total(files[path("dst.bin")]->counters.lat_read), 0u);
+  EXPECT_GT(files[path("dst.bin")]->counters.lat_write_sum_ns, 0u);
   // The pipe is never a file record; it is counted apart.
   const ProcessSnapshot* proc = nullptr;
   for (const auto& p : snap.processes)
