@@ -690,3 +690,29 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
 }
 
 }  // namespace iolens::core
+
+namespace iolens::core {
+
+void Recorder::visit_records(const std::function<void(const RecordView&)>& fn) const {
+  for (const auto& [k, acc] : files_) {
+    const FileCounters c = acc.total();
+    const Name* n = name_of(k);
+    fn(RecordView{k.proc, identity_of(k), c, n ? &n->path : nullptr, false});
+  }
+  for (const auto& [pk, p] : procs_) {
+    if (!p.folded) continue;
+    fn(RecordView{pk, FileIdentity{}, p.folded->counters, nullptr, true});
+  }
+}
+
+std::size_t Recorder::distinct_files() const {
+  std::vector<std::pair<uint32_t, uint64_t>> ids;
+  ids.reserve(files_.size());
+  for (const auto& [k, acc] : files_) ids.emplace_back(k.dev, k.ino);
+  for (const auto& [pk, p] : procs_)
+    if (p.folded) p.folded->ids.for_each([&](const FileIdentity& id) { ids.emplace_back(id.dev, id.ino); });
+  std::sort(ids.begin(), ids.end());
+  return static_cast<std::size_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+}
+
+}  // namespace iolens::core

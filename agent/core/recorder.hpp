@@ -78,6 +78,20 @@ class Recorder {
 
   RunSnapshot snapshot(const ClockBase& clock) const;
 
+  /// A record as visit_records() shows it: no copy of names, no sorting (the metrics' view).
+  struct RecordView {
+    const ProcKey& proc;
+    FileIdentity file;            // {} for a process's "other files" record
+    const FileCounters& counters; // everything so far, folded parts included
+    const std::string* path;      // nullptr: no name received (or the "other files" record)
+    bool other_files;             // the process's "other files" record (Recorder::fold_to)
+  };
+  /// Every file record and every process's "other files" record, in no given order. Their
+  /// Fold::Sum counters add up to the process totals of snapshot().
+  void visit_records(const std::function<void(const RecordView&)>& fn) const;
+  /// Distinct (dev, ino) among the records, folded ones included.
+  std::size_t distinct_files() const;
+
   std::size_t file_records() const { return files_.size(); }
 
   /// Bounds memory (a daemon's long-lived job). When more than `max_file_records` file records

@@ -25,11 +25,19 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 15> kTopKeys{
+constexpr std::array<std::string_view, 16> kTopKeys{
     "cgroup_root", "output_dir",    "state_dir",      "pin_dir",
     "socket",      "socket_group",  "drain_interval", "drain_interval_ms",
     "log_level",   "limits",        "rotation",       "grace_period",
-    "jobs",        "syscall_hooks", "hooks_idle"};
+    "jobs",        "syscall_hooks", "hooks_idle",     "metrics"};
+constexpr std::array<std::string_view, 7> kMetricsKeys{"listen",  "node",       "top_files",
+                                                       "max_jobs", "classes",   "basic_auth",
+                                                       "tls"};
+constexpr std::array<std::string_view, 2> kClassKeys{"name", "prefixes"};
+constexpr std::array<std::string_view, 2> kAuthKeys{"username", "password_file"};
+constexpr std::array<std::string_view, 1> kTlsKeys{"cert_file"};
+constexpr std::size_t kMaxClasses = 32;
+constexpr std::size_t kMaxTopFiles = 1000;
 constexpr std::array<std::string_view, 2> kHookModes{"on-demand", "always"};
 constexpr std::array<std::string_view, 4> kLimitKeys{"max_files_per_job", "max_records",
                                                      "kernel_file_records", "ring_size"};
@@ -475,12 +483,128 @@ class ConfigParser {
         rotation(e, c.rotation);
       } else if (k == "grace_period") {
         check_.seconds(e, k, true, c.grace_s);
+      } else if (k == "metrics") {
+        metrics(e, c.metrics);
       } else if (k == "jobs") {
         jobs_mark = e.mark;
         have_rules = jobs(e, c.rules);
       }
     }
     if (!have_rules) check_.error(jobs_mark, "jobs", "no rule; iolensd would trace nothing");
+  }
+
+  void metrics(const Entry& parent, MetricsConfig& m) {
+    if (!check_.map_or_null(parent, parent.key, "a map")) return;
+    for (const Entry& e : check_.entries(parent.value, parent.key, kMetricsKeys)) {
+      const std::string path = child(parent.key, e.key);
+      if (e.key == "listen") {
+        if (auto text = check_.scalar(e, path, "host:port, or \"\" to disable")) {
+          if (std::string why = check_listen_address(*text); !why.empty())
+            check_.error(e.mark, path, why);
+          else
+            m.listen = *text;
+        }
+      } else if (e.key == "node") {
+        check_.string(e, path, m.node);
+      } else if (e.key == "top_files") {
+        if (e.value.IsScalar() && e.value.Scalar() == "0") {
+          m.top_files = 0;
+        } else {
+          uint64_t n = m.top_files;
+          check_.positive(e, path, kMaxTopFiles, n);
+          m.top_files = static_cast<uint32_t>(n);
+        }
+      } else if (e.key == "max_jobs") {
+        uint64_t n = m.max_jobs;
+        check_.positive(e, path, 1000000, n);
+        m.max_jobs = static_cast<uint32_t>(n);
+      } else if (e.key == "classes") {
+        classes(e, path, m.classes);
+      } else if (e.key == "basic_auth") {
+        if (!check_.map_or_null(e, path, "a map with username and password_file")) continue;
+        std::string user, file;
+        for (const Entry& a : check_.entries(e.value, path, kAuthKeys)) {
+          if (a.key == "username") check_.string(a, child(path, a.key), user);
+          if (a.key == "password_file") check_.absolute_path(a, child(path, a.key), file);
+        }
+        if (user.empty() || file.empty() || user.find(':') != std::string::npos) {
+          check_.error(e.mark, path,
+                       "needs a username (without ':') and a password_file (an absolute path)");
+        } else {
+          m.username = user;
+          m.password_file = file;
+        }
+      } else if (e.key == "tls") {
+        if (!check_.map_or_null(e, path, "a map with cert_file")) continue;
+        for (const Entry& t : check_.entries(e.value, path, kTlsKeys))
+          check_.absolute_path(t, child(path, t.key), m.tls_cert_file);
+        if (m.tls_cert_file.empty()) check_.error(e.mark, path, "needs cert_file");
+      }
+    }
+  }
+
+  void classes(const Entry& e, const std::string& path, std::vector<FileClass>& out) {
+    auto items = check_.list(e, path, "a list of {name, prefixes}");
+    if (!items) return;
+    std::vector<FileClass> parsed;
+    bool ok = true;
+    for (std::size_t i = 0; i < items->size(); ++i) {
+      const auto& [node, mark] = (*items)[i];
+      const std::string at = element(path, i);
+      if (!node.IsMap()) {
+        check_.error(mark, at, "expected a map {name, prefixes}, got " + describe(node));
+        ok = false;
+        continue;
+      }
+      FileClass fc;
+      for (const Entry& f : check_.entries(node, at, kClassKeys)) {
+        if (f.key == "name") {
+          check_.string(f, child(at, f.key), fc.name);
+        } else if (auto prefixes = check_.list(f, child(at, f.key), "a list of path prefixes")) {
+          for (std::size_t j = 0; j < prefixes->size(); ++j) {
+            const auto& [p, pmark] = (*prefixes)[j];
+            if (!p.IsScalar() || p.Scalar().empty() || p.Scalar().front() != '/') {
+              check_.error(pmark, element(child(at, f.key), j),
+                           "expected an absolute path prefix, got " + describe(p));
+              ok = false;
+              continue;
+            }
+            fc.prefixes.push_back(p.Scalar());
+          }
+        }
+      }
+      if (!valid_class_name(fc.name)) {
+        check_.error(mark, at,
+                     "name: expected 1-32 characters of [a-z0-9_], not 'other', got " +
+                         quoted(fc.name));
+        ok = false;
+        continue;
+      }
+      if (fc.prefixes.empty()) {
+        check_.error(mark, at, "class " + quoted(fc.name) + " has no prefixes");
+        ok = false;
+        continue;
+      }
+      for (const FileClass& seen : parsed)
+        if (seen.name == fc.name) {
+          check_.error(mark, at, "class " + quoted(fc.name) + " is defined twice");
+          ok = false;
+        }
+      parsed.push_back(std::move(fc));
+    }
+    if (parsed.size() > kMaxClasses) {
+      check_.error(e.mark, path,
+                   "at most " + std::to_string(kMaxClasses) + " classes (each is a set of series)");
+      ok = false;
+    }
+    if (ok) out = std::move(parsed);
+  }
+
+  static bool valid_class_name(const std::string& n) {
+    if (n.empty() || n.size() > 32 || n == "other") return false;
+    for (char ch : n)
+      if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return false;
+    return true;
   }
 
   void drain_interval(const Entry& e, Config& c) {
@@ -791,6 +915,42 @@ class ConfigParser {
 };
 
 }  // namespace
+
+std::vector<FileClass> default_file_classes() {
+  return {{"python",
+           {"/usr/lib/python3", "/usr/local/lib/python3", "/usr/lib64/python3", "/opt/conda/"}},
+          {"system",
+           {"/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/etc/", "/proc/", "/sys/", "/dev/",
+            "/run/"}}};
+}
+
+std::string check_listen_address(std::string_view text) {
+  if (text.empty()) return {};
+  std::string_view host;
+  std::string_view port;
+  if (text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      return "expected [ipv6]:port, got " + quoted(text);
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos)
+      return "expected host:port (e.g. 127.0.0.1:9464), got " + quoted(text);
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos)
+      return "an IPv6 address goes in brackets ([::1]:9464), got " + quoted(text);
+  }
+  const ParsedUnsigned p = parse_unsigned(port);
+  if (!p.ok() || p.value > 65535) return "expected a port from 0 to 65535, got " + quoted(text);
+  if (host.empty()) return "expected an address before the port (0.0.0.0 for all), got " + quoted(text);
+  for (char ch : host)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == ':' || ch == '-'))
+      return "expected an IP address or host name, got " + quoted(text);
+  return {};
+}
 
 std::string_view rule_kind_name(RuleKind kind) {
   switch (kind) {

@@ -48,6 +48,29 @@ struct Rotation {
   uint64_t max_age_s = 30ull * 86400;
 };
 
+/// A class of files for the metrics (`metrics.classes`): files whose path starts with one of
+/// the prefixes (plain string prefixes; the first class that matches wins).
+struct FileClass {
+  std::string name;
+  std::vector<std::string> prefixes;
+};
+
+/// The classes used when `metrics.classes` is absent (docs/metrics.md).
+std::vector<FileClass> default_file_classes();
+
+/// `metrics:` (docs/metrics.md, docs/daemon-config.md#metrics).
+struct MetricsConfig {
+  /// "host:port" ("[v6]:port"); port 0 picks a free one; "" disables the endpoint.
+  std::string listen = "127.0.0.1:9464";
+  std::string node;             ///< the `node` label; "" = the host name
+  uint32_t top_files = 0;       ///< per-file series per job (K, plus one "<other>"); 0 = none
+  uint32_t max_jobs = 1000;     ///< jobs with series at most; the others are counted
+  std::vector<FileClass> classes = default_file_classes();
+  std::string username;         ///< basic auth when non-empty
+  std::string password_file;    ///< its password, first line
+  std::string tls_cert_file;    ///< HTTPS with this PEM (certificate and key) when non-empty
+};
+
 struct Config {
   std::string cgroup_root = "auto";  ///< "auto" or the absolute path of a cgroup2 mount
   std::string output_dir = "/var/lib/iolens/jobs";
@@ -56,7 +79,8 @@ struct Config {
   std::string socket_path = "/run/iolens/iolens.sock";  ///< YAML key `socket`
   std::string socket_group;                             ///< empty: root only
   uint32_t drain_interval_ms = 1000;
-  uint64_t grace_s = 0;            ///< `grace_period`; reserved for the metrics work
+  /// `grace_period`: an ended job's series stay on /metrics this long (whole seconds).
+  uint64_t grace_s = 120;
   std::string log_level = "info";  ///< trace, debug, info, warn or error
   /// "on-demand": sys_enter/sys_exit attached only while a job is live (and hooks_idle_s
   /// after); "always": from start to stop. Every syscall on the node pays while attached.
@@ -64,6 +88,7 @@ struct Config {
   uint64_t hooks_idle_s = 30;
   Limits limits;
   Rotation rotation;
+  MetricsConfig metrics;
   std::vector<Rule> rules;  ///< `jobs:`, in file order
 };
 
@@ -76,6 +101,9 @@ struct ConfigResult {
 
 /// Parses and validates `yaml_text`; `source_name` prefixes every error. Never throws.
 ConfigResult parse_config(std::string_view yaml_text, const std::string& source_name);
+
+/// Why `listen` is not a valid `metrics.listen` value ("" when it is; "" itself is: disabled).
+std::string check_listen_address(std::string_view listen);
 
 /// Reads and parses a file; an unreadable file gives one error "PATH: cannot read: <reason>".
 ConfigResult load_config_file(const std::string& path);

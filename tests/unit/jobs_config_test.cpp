@@ -121,7 +121,7 @@ TEST(JobsConfig, Defaults) {
   EXPECT_EQ(c.socket_path, "/run/iolens/iolens.sock");
   EXPECT_EQ(c.socket_group, "");
   EXPECT_EQ(c.drain_interval_ms, 1000u);
-  EXPECT_EQ(c.grace_s, 0u);
+  EXPECT_EQ(c.grace_s, 120u);
   EXPECT_EQ(c.log_level, "info");
   EXPECT_EQ(c.limits.max_files_per_job, 50000u);
   EXPECT_EQ(c.limits.max_records, 1000000u);

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// The value the Prometheus exporter renders (docs/metrics.md): per-job aggregates and the
+/// daemon's own health, built by the daemon after a drain, published, and rendered at scrape
+/// time. Pure data: no pids, no per-file rows beyond the bounded top K.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/counters.hpp"
+
+namespace iolens::core {
+
+/// Sums over the (process, file) records of one part of a job (Fold::Sum fields of
+/// FileCounters: counts, bytes, times, size and latency buckets).
+struct MetricsGroup {
+  /// Labels below the job: container (kubernetes), slurm_step (slurm); empty for the rest.
+  std::map<std::string, std::string> labels;
+  FileCounters totals{};
+};
+
+/// One file class of one job (metrics.classes, plus "other").
+struct ClassTotals {
+  uint64_t bytes_read = 0, bytes_written = 0, reads = 0, writes = 0, metadata_ops = 0;
+  uint64_t files = 0;  // distinct files of the class among the job's kept records
+  friend bool operator==(const ClassTotals&, const ClassTotals&) = default;
+};
+
+/// One of a job's top files (summed over its processes), or the rest ("<other>").
+struct TopFile {
+  std::string path;
+  uint64_t bytes_read = 0, bytes_written = 0, reads = 0, writes = 0;
+};
+
+struct JobMetrics {
+  std::string kind, id, rule, cgroup;
+  /// Job-level labels exported on every series (namespace, pod, slurm_job, slurm_uid).
+  std::map<std::string, std::string> labels;
+  /// The identity's other labels, on iolens_job_info only (pod_uid, unit, container_id...).
+  std::map<std::string, std::string> info_labels;
+  std::vector<MetricsGroup> groups;              // sorted by labels
+  std::vector<std::pair<std::string, ClassTotals>> classes;  // configured order, "other" last
+  std::vector<TopFile> top_files;                // by bytes, descending; at most K
+  std::optional<TopFile> other_files;            // the rest, when top files are exported
+  uint64_t files = 0;                            // distinct (dev, ino), folded ones included
+  uint64_t processes = 0, processes_running = 0;
+  uint64_t folded_records = 0;
+  double start_s = 0;                            // Unix time
+  std::optional<double> end_s;                   // set once the job ended
+};
+
+struct ProgramHealth {
+  std::string name;
+  bool attached = false;
+  bool failed = false;
+};
+
+struct MapHealth {
+  std::string name;
+  int64_t entries = 0;  // -1 unknown
+  uint64_t capacity = 0;
+};
+
+/// Cumulative histogram of the daemon's own durations (drains).
+struct DurationHistogram {
+  std::vector<double> bounds;    // seconds, ascending; +Inf implied
+  std::vector<uint64_t> counts;  // per bucket (not cumulative), bounds.size() + 1
+  double sum = 0;
+  void observe(double seconds) {
+    if (counts.size() != bounds.size() + 1) counts.assign(bounds.size() + 1, 0);
+    std::size_t i = 0;
+    while (i < bounds.size() && seconds > bounds[i]) ++i;
+    ++counts[i];
+    sum += seconds;
+  }
+};
+
+struct DaemonHealth {
+  std::string version;
+  uint32_t abi_version = 0;
+  std::map<std::string, uint64_t> lost;  // by cause, zeros included
+  uint64_t paths_truncated = 0;
+  std::vector<MapHealth> maps;
+  DurationHistogram drain;
+  std::vector<ProgramHealth> programs;
+  bool syscall_hooks_attached = false;
+  uint64_t jobs_live = 0, jobs_closing = 0, jobs_closed_total = 0;
+  uint64_t jobs_dropped = 0;  // left off by metrics.max_jobs
+  uint64_t file_records = 0, records_folded_total = 0, unattributed_processes = 0;
+  uint64_t records_written = 0, records_failed = 0;
+  uint64_t state_saves = 0, state_save_failures = 0;
+  double snapshot_duration_s = 0;
+};
+
+struct MetricsSnapshot {
+  std::string node;
+  DaemonHealth daemon;
+  std::vector<JobMetrics> jobs;  // by id
+};
+
+}  // namespace iolens::core
