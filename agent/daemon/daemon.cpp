@@ -28,8 +28,10 @@
 
 #include "control/server.hpp"
 #include "core/events.hpp"
+#include "daemon/job_metrics.hpp"
 #include "daemon/job_table.hpp"
 #include "daemon/job_writer.hpp"
+#include "daemon/metrics_server.hpp"
 #include "iolens_abi.h"
 #include "jobs/identity.hpp"
 #include "jobs/selector.hpp"
@@ -113,6 +115,8 @@ class Daemon {
   void note_new_jobs();
   void stop_clean();
   void checkpoint(bool force = false);
+  void publish_metrics();
+  core::DaemonHealth health();
   loader::Loader::Disposition unknown_disposition(const core::ProcKey& p, int64_t now);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
@@ -175,6 +179,18 @@ class Daemon {
     std::string path;
   };
   std::deque<std::pair<std::string, Closed>> closed_;  // newest last, bounded
+  // Metrics (docs/metrics.md): the endpoint, and the ended jobs whose series stay for the grace
+  // period, with their final values.
+  std::unique_ptr<MetricsServer> metrics_;
+  FileClassifier classifier_;
+  std::string node_;
+  struct Retained {
+    core::JobMetrics metrics;
+    int64_t until_mono = 0;
+  };
+  std::vector<Retained> retained_;
+  core::DurationHistogram drain_hist_{{0.0001, 0.001, 0.01, 0.1, 1, 10}, {}, 0};
+  double last_snapshot_s_ = 0;
 };
 
 bool Daemon::setup() {
@@ -246,6 +262,23 @@ bool Daemon::setup() {
     spdlog::error("control socket: {}", err);
     return false;
   }
+  if (!cfg_.metrics.listen.empty()) {
+    metrics_ = MetricsServer::start(cfg_.metrics, err);
+    if (!metrics_) {
+      spdlog::error("{}", err);
+      return false;
+    }
+    classifier_ = FileClassifier(cfg_.metrics.classes);
+    node_ = cfg_.metrics.node;
+    if (node_.empty()) {
+      char host[256] = {};
+      if (gethostname(host, sizeof host - 1) == 0) node_ = host;
+    }
+    spdlog::info("metrics on {} (port {}){}{}", cfg_.metrics.listen,
+                 metrics_->ports().empty() ? 0 : metrics_->ports().front(),
+                 cfg_.metrics.username.empty() ? "" : ", basic auth",
+                 cfg_.metrics.tls_cert_file.empty() ? "" : ", TLS");
+  }
 
   loader::Options lo;
   lo.btf_path = opts_.btf_path;
@@ -270,6 +303,7 @@ bool Daemon::setup() {
   start_wall_ = clock_ns(CLOCK_REALTIME);
   mono_to_wall_ = start_wall_ - start_mono_;
   table_ = std::make_unique<JobTable>(*sel_, cfg_.limits, mono_to_wall_);
+  if (metrics_) table_->set_file_classes(cfg_.metrics.classes);
   table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
   resume();
   const int64_t in_map = loader_->map_entries("files");
@@ -464,6 +498,7 @@ void Daemon::drain() {
   checkpoint();
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
+  drain_hist_.observe(static_cast<double>(last_drain_ - t0) / 1e9);
 }
 
 void Daemon::checkpoint(bool force) {
@@ -677,6 +712,12 @@ void Daemon::write_closed() {
     loader::KernelStats delta{};
     for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] - base[i];
     job->state = JobState::Closed;
+    if (metrics_) {
+      // Its series stay, final, for the grace period: the last values get scraped.
+      retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files),
+                           clock_ns(CLOCK_MONOTONIC) +
+                               static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
+    }
     nlohmann::json record = table_->job_json(*job, IOLENS_VERSION);
     record["lost"] = kernel_losses(delta);
     record["lost"]["decode_errors"] = 0;
@@ -697,6 +738,77 @@ void Daemon::write_closed() {
     state_dirty_ = true;
     checkpoint(true);
   }
+}
+
+core::DaemonHealth Daemon::health() {
+  core::DaemonHealth h;
+  h.version = IOLENS_VERSION;
+  h.abi_version = IOLENS_ABI_VERSION;
+  const loader::KernelStats st = loader_->stats();
+  const nlohmann::json kernel = kernel_losses(st);
+  for (auto it = kernel.begin(); it != kernel.end(); ++it)
+    if (it.key() != "paths_truncated") h.lost[it.key()] = it.value().get<uint64_t>();
+  const TableStats& ts = table_->stats();
+  h.lost["decode_errors"] = decode_errors_;
+  h.lost["unattributed_records"] = ts.unattributed_records;
+  h.paths_truncated = st[IOLENS_STAT_PATHS_TRUNCATED];
+  // The files map's fill from the kernel's own creation count (counting its keys would take
+  // one syscall per entry); the selection map is small enough to count.
+  const uint64_t in_map = st[IOLENS_STAT_FILE_RECORDS_CREATED] - created_baseline_ - removed_records_;
+  h.maps.push_back({"files", static_cast<int64_t>(in_map), loader_->max_file_records()});
+  h.maps.push_back({"cgroup_sel", loader_->map_entries("cgroup_sel"), 16384});
+  h.drain = drain_hist_;
+  for (const auto& p : loader_->programs())
+    h.programs.push_back({p.name, p.attached, !p.attached && !p.error.empty()});
+  h.syscall_hooks_attached = loader_->syscall_hooks();
+  for (const auto& [id, job] : table_->jobs()) {
+    if (job->state == JobState::Live) ++h.jobs_live;
+    if (job->state == JobState::Closing) ++h.jobs_closing;
+  }
+  h.jobs_closed_total = ts.jobs_closed;
+  h.file_records = table_->file_records();
+  h.records_folded_total = ts.folded_records;
+  h.unattributed_processes = ts.unattributed_processes;
+  h.records_written = writer_->written();
+  h.records_failed = writer_->failed();
+  h.state_saves = checkpoints_;
+  h.state_save_failures = checkpoint_failures_;
+  h.snapshot_duration_s = last_snapshot_s_;
+  return h;
+}
+
+/// A new snapshot for the scrapes: every job of the table, and the ended ones in their grace
+/// period (docs/metrics.md). Built after each drain, so a scrape never waits for the loop.
+void Daemon::publish_metrics() {
+  if (!metrics_) return;
+  const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  std::erase_if(retained_, [&](const Retained& r) { return r.until_mono <= t0; });
+  auto s = std::make_shared<core::MetricsSnapshot>();
+  s->node = node_;
+  uint64_t dropped = 0;
+  const std::size_t max = cfg_.metrics.max_jobs;
+  for (const auto& [id, job] : table_->jobs()) {
+    if (s->jobs.size() >= max) {
+      ++dropped;
+      continue;
+    }
+    s->jobs.push_back(job_metrics(*job, classifier_, cfg_.metrics.top_files));
+  }
+  for (const Retained& r : retained_) {
+    if (table_->find(r.metrics.id)) continue;  // the id is live again: the live job's series
+    if (s->jobs.size() >= max) {
+      ++dropped;
+      continue;
+    }
+    s->jobs.push_back(r.metrics);
+  }
+  std::sort(s->jobs.begin(), s->jobs.end(),
+            [](const core::JobMetrics& a, const core::JobMetrics& b) { return a.id < b.id; });
+  s->daemon = health();
+  s->daemon.jobs_dropped = dropped;
+  last_snapshot_s_ = static_cast<double>(clock_ns(CLOCK_MONOTONIC) - t0) / 1e9;
+  s->daemon.snapshot_duration_s = last_snapshot_s_;
+  metrics_->publish(std::move(s));
 }
 
 void Daemon::hooks_policy() {
@@ -759,6 +871,11 @@ nlohmann::json Daemon::status_json() {
   j["restart"]["note"] = pins.discarded;
   j["state"] = {{"path", state_path()}, {"saves", checkpoints_}, {"failures", checkpoint_failures_},
                 {"last_us", last_checkpoint_us_}};
+  if (metrics_)
+    j["metrics"] = {{"listen", cfg_.metrics.listen}, {"ports", metrics_->ports()},
+                    {"scrapes", metrics_->scrapes()}, {"jobs_retained", retained_.size()}};
+  else
+    j["metrics"] = {{"listen", ""}};
   return j;
 }
 
@@ -811,6 +928,7 @@ void Daemon::stop_clean() {
 int Daemon::run() {
   if (!setup()) return 1;
   initial_scan();
+  publish_metrics();
   spdlog::info("iolensd {} started: cgroup root {}, watching {}, {} job(s) found", IOLENS_VERSION,
                mount_, fmt::join(sel_->watch_roots(), ", "), table_->jobs().size());
   const int64_t interval = static_cast<int64_t>(cfg_.drain_interval_ms) * 1000000LL;
@@ -831,6 +949,7 @@ int Daemon::run() {
       drain_soon_ = false;
       drain();
       write_closed();
+      publish_metrics();
     }
     pollfd fds[3] = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},
                      {sigfd_, POLLIN, 0}};

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "daemon/job_metrics.hpp"
 #include "exporters/json_report.hpp"
 #include "iolens_abi.h"
 
@@ -34,6 +35,30 @@ std::map<std::string, std::string> sub_labels(const jobs::Selector& sel, const s
 
 JobTable::JobTable(jobs::Selector selector, jobs::Limits limits, int64_t mono_to_wall_ns)
     : selector_(std::move(selector)), limits_(limits), mono_to_wall_(mono_to_wall_ns) {}
+
+void JobTable::set_file_classes(std::vector<jobs::FileClass> classes) {
+  classes_ = std::move(classes);
+}
+
+std::size_t JobTable::fold_job(Job& job, std::size_t limit,
+                               std::vector<core::FileIdentity>* forgotten) {
+  // fold_to works only past its limit: the class sums are taken only then.
+  if (!classes_ || job.rec->file_records() <= limit) return job.rec->fold_to(limit, forgotten);
+  const FileClassifier fc(*classes_);
+  const std::vector<core::ClassTotals> before = class_sums(*job.rec, fc);
+  const std::size_t folded = job.rec->fold_to(limit, forgotten);
+  const std::vector<core::ClassTotals> after = class_sums(*job.rec, fc);
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    core::ClassTotals moved;
+    moved.bytes_read = before[i].bytes_read - after[i].bytes_read;
+    moved.bytes_written = before[i].bytes_written - after[i].bytes_written;
+    moved.reads = before[i].reads - after[i].reads;
+    moved.writes = before[i].writes - after[i].writes;
+    moved.metadata_ops = before[i].metadata_ops - after[i].metadata_ops;
+    add_class_totals(job.folded_classes[fc.names()[i]], moved);
+  }
+  return folded;
+}
 
 core::ClockBase JobTable::clock() const { return core::ClockBase{0, mono_to_wall_}; }
 
@@ -245,7 +270,7 @@ std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten)
   if (!forgotten) forgotten = &mine;
   const std::size_t before = forgotten->size();
   std::size_t folded = 0;
-  for (auto& [id, job] : jobs_) folded += job->rec->fold_to(limits_.max_files_per_job, forgotten);
+  for (auto& [id, job] : jobs_) folded += fold_job(*job, limits_.max_files_per_job, forgotten);
   // Over the node-wide budget: shrink the biggest jobs first, each to its share.
   std::size_t total = file_records();
   if (total > limits_.max_records && !jobs_.empty()) {
@@ -259,7 +284,7 @@ std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten)
       if (total <= limits_.max_records) break;
       const std::size_t before = job->rec->file_records();
       if (before <= share) continue;
-      folded += job->rec->fold_to(share, forgotten);
+      folded += fold_job(*job, share, forgotten);
       total -= before - job->rec->file_records();
     }
   }
@@ -419,6 +444,9 @@ nlohmann::json JobTable::save() const {
     for (const auto& p : job->live) live.push_back(proc_json(p));
     auto& pl = o["proc_labels"] = nlohmann::json::array();
     for (const auto& [p, labels] : job->proc_labels) pl.push_back({proc_json(p), labels});
+    auto& fcj = o["folded_classes"] = nlohmann::json::object();
+    for (const auto& [name, t] : job->folded_classes)
+      fcj[name] = {t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops};
     const std::string blob = job->rec->save();
     o["recorder"] = nlohmann::json::binary(std::vector<uint8_t>(blob.begin(), blob.end()));
     js.push_back(std::move(o));
@@ -462,6 +490,15 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
       for (const auto& p : o.at("live")) job->live.insert(proc_of(p));
       for (const auto& pl : o.at("proc_labels"))
         job->proc_labels[proc_of(pl.at(0))] = pl.at(1).get<std::map<std::string, std::string>>();
+      if (auto fcj = o.find("folded_classes"); fcj != o.end())  // absent in older states
+        for (auto c = fcj->begin(); c != fcj->end(); ++c) {
+          core::ClassTotals& t = job->folded_classes[c.key()];
+          t.bytes_read = c.value().at(0).get<uint64_t>();
+          t.bytes_written = c.value().at(1).get<uint64_t>();
+          t.reads = c.value().at(2).get<uint64_t>();
+          t.writes = c.value().at(3).get<uint64_t>();
+          t.metadata_ops = c.value().at(4).get<uint64_t>();
+        }
       const auto& bin = o.at("recorder").get_binary();
       std::string rec_error;
       job->rec = core::Recorder::load(std::string_view(reinterpret_cast<const char*>(bin.data()), bin.size()),

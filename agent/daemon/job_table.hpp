@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/events.hpp"
+#include "core/metrics_snapshot.hpp"
 #include "core/recorder.hpp"
 #include "core/snapshot.hpp"
 #include "jobs/config.hpp"
@@ -50,6 +51,9 @@ struct Job {
   /// Files whose name this job's recorder has received (its own event or one from the table's
   /// node-wide cache): the kernel sends a file's name once for the whole node.
   std::set<std::tuple<uint32_t, uint64_t, uint32_t>> named;
+  /// By file class name: what fold_to took out of the recorder's file records, so the per-class
+  /// metrics stay monotonic when records are folded (their paths are gone then).
+  std::map<std::string, core::ClassTotals> folded_classes;
 };
 
 /// Counts of what could not be attributed to a job (shown in status and metrics).
@@ -65,6 +69,10 @@ class JobTable {
  public:
   /// `mono_to_wall_ns`: wall = monotonic + offset, for the kernel's timestamps.
   JobTable(jobs::Selector selector, jobs::Limits limits, int64_t mono_to_wall_ns);
+
+  /// The metrics' file classes: records folded to bound memory keep their class in
+  /// Job::folded_classes. Without it nothing is kept.
+  void set_file_classes(std::vector<jobs::FileClass> classes);
 
   /// Resolves a cgroup id nobody named yet (created before the daemon, outside a scan) to its
   /// path; the daemon searches the cgroup filesystem. May return nullopt.
@@ -155,6 +163,8 @@ class JobTable {
   /// job whose process uses a file another job's process named first.
   std::map<std::tuple<uint32_t, uint64_t, uint32_t>, core::PathEvent> names_;
   void give_name(Job& job, const iolens_file_key& key);
+  std::size_t fold_job(Job& job, std::size_t limit, std::vector<core::FileIdentity>* forgotten);
+  std::optional<std::vector<jobs::FileClass>> classes_;
 };
 
 /// Labels of a process's own cgroup below its job (container id, Slurm step...).

@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
   std::string pod_log_dir = "/var/log/pods";
   app.add_option("--pod-log-dir", pod_log_dir,
                  "kubelet pod log directory, to name pods (namespace_name_uid entries)");
+  std::optional<std::string> metrics_listen;
+  app.add_option("--metrics-listen", metrics_listen,
+                 "serve /metrics on host:port (\"\" disables; default: the config's "
+                 "metrics.listen, 127.0.0.1:9464)");
   app.add_option("--btf", btf, "kernel BTF for CO-RE");
   app.add_flag("-v,--verbose", verbose, "libbpf debug output");
   CLI11_PARSE(app, argc, argv);
@@ -86,6 +90,13 @@ int main(int argc, char** argv) {
   if (drain_ms) c.drain_interval_ms = drain_ms;
   if (max_files_per_job) c.limits.max_files_per_job = max_files_per_job;
   if (!log_level.empty()) c.log_level = log_level;
+  if (metrics_listen) {
+    if (std::string why = iolens::jobs::check_listen_address(*metrics_listen); !why.empty()) {
+      std::fprintf(stderr, "iolensd: --metrics-listen: %s\n", why.c_str());
+      return 2;
+    }
+    c.metrics.listen = *metrics_listen;
+  }
   opts.btf_path = btf;
   opts.verbose = verbose;
   opts.syscall_hooks = hooks.empty() ? c.syscall_hooks : hooks;

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// Builds the metrics' view of a job (core::JobMetrics) from its recorder: sums by container or
+/// Slurm step, by file class, and the job's top K files. Pure: no clock, no I/O.
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/metrics_snapshot.hpp"
+#include "core/recorder.hpp"
+#include "jobs/config.hpp"
+
+namespace iolens::daemon {
+
+struct Job;
+
+/// Puts a path in a file class: the first class with a prefix of the path, else "other".
+class FileClassifier {
+ public:
+  explicit FileClassifier(std::vector<jobs::FileClass> classes = {});
+  /// The class's index; names().size() - 1 ("other") for no match or no path.
+  std::size_t classify(const std::string* path) const;
+  /// The configured names, then "other".
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  std::vector<jobs::FileClass> classes_;
+  std::vector<std::string> names_;
+};
+
+/// The class sums of a recorder's records (files left at 0: not additive), by class index.
+std::vector<core::ClassTotals> class_sums(const core::Recorder& rec, const FileClassifier& fc);
+
+/// Adds `b` to `a` field by field (files included).
+void add_class_totals(core::ClassTotals& a, const core::ClassTotals& b);
+
+/// All successful metadata calls of a record (opens, which include dups, stats, seeks, fsyncs,
+/// fdatasyncs, mmaps, truncates, closes).
+uint64_t metadata_ops(const core::FileCounters& c);
+
+/// The metrics of one job; `top_files` = K (0: no per-file rows). The class sums include what
+/// was folded out of the recorder (Job::folded_classes), so they only grow.
+core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t top_files);
+
+}  // namespace iolens::daemon
