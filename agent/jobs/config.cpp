@@ -557,6 +557,7 @@ class ConfigParser {
         continue;
       }
       FileClass fc;
+      bool bad_prefix = false;
       for (const Entry& f : check_.entries(node, at, kClassKeys)) {
         if (f.key == "name") {
           check_.string(f, child(at, f.key), fc.name);
@@ -567,6 +568,7 @@ class ConfigParser {
               check_.error(pmark, element(child(at, f.key), j),
                            "expected an absolute path prefix, got " + describe(p));
               ok = false;
+              bad_prefix = true;
               continue;
             }
             fc.prefixes.push_back(p.Scalar());
@@ -580,7 +582,7 @@ class ConfigParser {
         ok = false;
         continue;
       }
-      if (fc.prefixes.empty()) {
+      if (fc.prefixes.empty() && !bad_prefix) {
         check_.error(mark, at, "class " + quoted(fc.name) + " has no prefixes");
         ok = false;
         continue;

@@ -747,3 +747,62 @@ TEST(JobsConfig, HostileInputNeverThrows) {
   EXPECT_TRUE(parse_config("jobs:\n  - &k {kubernetes: {roots: [/a]}, name: a}\n  - *k\n", "f")
                   .errors.size() == 1);
 }
+
+TEST(JobsConfig, MetricsDefaultsAndEveryKey) {
+  const Config d = parsed(kJobs);
+  EXPECT_EQ(d.metrics.listen, "127.0.0.1:9464");
+  EXPECT_EQ(d.metrics.top_files, 0u);
+  EXPECT_EQ(d.metrics.max_jobs, 1000u);
+  ASSERT_EQ(d.metrics.classes.size(), 2u);
+  EXPECT_EQ(d.metrics.classes[0].name, "python");
+  const Config c = parsed(kJobs + R"(metrics:
+  listen: "[::1]:0"
+  node: gpu-17
+  top_files: 20
+  max_jobs: 50
+  classes:
+    - {name: dataset, prefixes: [/data/, /scratch/ds/]}
+    - name: checkpoint
+      prefixes: [/ckpt/]
+  basic_auth: {username: prom, password_file: /etc/iolens/pw}
+  tls: {cert_file: /etc/iolens/metrics.pem}
+)");
+  EXPECT_EQ(c.metrics.listen, "[::1]:0");
+  EXPECT_EQ(c.metrics.node, "gpu-17");
+  EXPECT_EQ(c.metrics.top_files, 20u);
+  EXPECT_EQ(c.metrics.max_jobs, 50u);
+  ASSERT_EQ(c.metrics.classes.size(), 2u);
+  EXPECT_EQ(c.metrics.classes[0].prefixes, (Strings{"/data/", "/scratch/ds/"}));
+  EXPECT_EQ(c.metrics.classes[1].name, "checkpoint");
+  EXPECT_EQ(c.metrics.username, "prom");
+  EXPECT_EQ(c.metrics.password_file, "/etc/iolens/pw");
+  EXPECT_EQ(c.metrics.tls_cert_file, "/etc/iolens/metrics.pem");
+  EXPECT_EQ(parsed(kJobs + "metrics: {listen: \"\", top_files: 0}\n").metrics.listen, "");
+}
+
+TEST(JobsConfig, MetricsErrors) {
+  EXPECT_EQ(error_of(kJobs + "metrics: {listen: 9464}\n"),
+            "t.yaml:3:11: metrics.listen: expected host:port (e.g. 127.0.0.1:9464), got '9464'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {listen: \"1.2.3.4:70000\"}\n"),
+            "t.yaml:3:11: metrics.listen: expected a port from 0 to 65535, got '1.2.3.4:70000'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {listen: \"::1:80\"}\n"),
+            "t.yaml:3:11: metrics.listen: an IPv6 address goes in brackets ([::1]:9464), got "
+            "'::1:80'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {top_files: 5000}\n"),
+            "t.yaml:3:11: metrics.top_files: expected a positive integer at most 1000, got '5000'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {classes: [{name: other, prefixes: [/x]}]}\n"),
+            "t.yaml:3:21: metrics.classes[0]: name: expected 1-32 characters of [a-z0-9_], not "
+            "'other', got 'other'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {classes: [{name: a, prefixes: [x/]}]}\n"),
+            "t.yaml:3:42: metrics.classes[0].prefixes[0]: expected an absolute path prefix, got "
+            "'x/'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {classes: [{name: a, prefixes: [/x]}, {name: a, "
+                             "prefixes: [/y]}]}\n"),
+            "t.yaml:3:48: metrics.classes[1]: class 'a' is defined twice");
+  EXPECT_EQ(error_of(kJobs + "metrics: {basic_auth: {username: prom}}\n"),
+            "t.yaml:3:11: metrics.basic_auth: needs a username (without ':') and a password_file "
+            "(an absolute path)");
+  EXPECT_EQ(error_of(kJobs + "metrics: {tls: {}}\n"), "t.yaml:3:11: metrics.tls: needs cert_file");
+  EXPECT_EQ(error_of(kJobs + "metrics: {lisen: x}\n"),
+            "t.yaml:3:11: metrics: unknown key 'lisen' (did you mean 'listen'?)");
+}
