@@ -194,6 +194,14 @@ class Daemon {
 };
 
 bool Daemon::setup() {
+  {
+    // Blocked first: threads started later (the metrics server's) inherit the mask, so these
+    // signals reach the loop's signalfd and never kill the process from another thread.
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR2}) sigaddset(&mask, s);
+    pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  }
   // Before anything is created (directories, the socket): a daemon that cannot load its
   // programs must fail with the reason, not with a side effect of running unprivileged.
   if (Status s = loader::check_privileges(); !s) {
@@ -313,7 +321,6 @@ bool Daemon::setup() {
   sigset_t mask;
   sigemptyset(&mask);
   for (int s : {SIGTERM, SIGINT, SIGHUP, SIGUSR2}) sigaddset(&mask, s);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
   sigfd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   signal(SIGPIPE, SIG_IGN);
   return true;

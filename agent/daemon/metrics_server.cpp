@@ -87,12 +87,13 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const jobs::MetricsConfig& c
     return nullptr;
   std::vector<std::string> options{"listening_ports", cfg.listen, "num_threads", "2"};
   if (!cfg.tls_cert_file.empty()) {
-    if (access(cfg.tls_cert_file.c_str(), R_OK) != 0) {
-      error = "metrics.tls.cert_file " + cfg.tls_cert_file + ": " + std::strerror(errno);
-      return nullptr;
-    }
-    options[1] += "s";  // civetweb: an 's' after the port makes it an HTTPS port
-    options.insert(options.end(), {"ssl_certificate", cfg.tls_cert_file});
+    // Debian 12's civetweb 1.15 loads OpenSSL at run time by the 1.1 names; OpenSSL 3 has no
+    // SSL_get_peer_certificate, the pointer stays null and the first HTTPS request crashes the
+    // daemon (seen here). Refused rather than crash later: docs/metrics.md says what to do.
+    error = "metrics.tls: not available in this build: the system's civetweb (1.15) cannot "
+            "serve HTTPS with OpenSSL 3 (it crashes on the first request); terminate TLS in a "
+            "proxy in front of a loopback listen address (docs/metrics.md#exposing-the-endpoint)";
+    return nullptr;
   }
   try {
     s->exposer_ = std::make_unique<prometheus::Exposer>(options);
