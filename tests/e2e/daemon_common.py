@@ -28,6 +28,7 @@ import atexit
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -322,6 +323,20 @@ def control(sock, req, timeout=5.0):
 
 
 _daemon_serial = [0]
+_metrics_supported = {}
+
+
+def metrics_supported(iolensd):
+    """Whether this iolensd knows the `metrics:` config section (docs/metrics.md): asked once
+    per binary with --check-config, so the harness also drives a daemon built without it."""
+    if iolensd not in _metrics_supported:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write('metrics:\n  listen: "127.0.0.1:0"\njobs:\n  - cgroup: {paths: ["/x/*"]}\n')
+            f.flush()
+            r = subprocess.run([iolensd, "--check-config", f.name], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, timeout=30)
+        _metrics_supported[iolensd] = r.returncode == 0
+    return _metrics_supported[iolensd]
 
 
 class Daemon:
@@ -351,6 +366,10 @@ class Daemon:
             extra_config += os.environ.get("IOLENS_E2E_DAEMON_CONFIG", "").replace("\\n", "\n")
             if extra_config and not extra_config.endswith("\n"):
                 extra_config += "\n"
+            # Never the default metrics port (127.0.0.1:9464): tests run in parallel and next
+            # to a real daemon. Port 0 = any free one (status.metrics.ports says which).
+            if not re.search(r"^metrics:", extra_config, re.M) and metrics_supported(iolensd):
+                extra_config += 'metrics:\n  listen: "127.0.0.1:0"\n'
             config_text = ("output_dir: %s\nstate_dir: %s\npin_dir: %s\nsocket: %s\n"
                            "drain_interval: 200ms\n%sjobs:\n%s\n" %
                            (self.output_dir, self.state_dir, self.pin_dir, self.socket,
