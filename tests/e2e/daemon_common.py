@@ -323,20 +323,6 @@ def control(sock, req, timeout=5.0):
 
 
 _daemon_serial = [0]
-_metrics_supported = {}
-
-
-def metrics_supported(iolensd):
-    """Whether this iolensd knows the `metrics:` config section (docs/metrics.md): asked once
-    per binary with --check-config, so the harness also drives a daemon built without it."""
-    if iolensd not in _metrics_supported:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            f.write('metrics:\n  listen: "127.0.0.1:0"\njobs:\n  - cgroup: {paths: ["/x/*"]}\n')
-            f.flush()
-            r = subprocess.run([iolensd, "--check-config", f.name], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, timeout=30)
-        _metrics_supported[iolensd] = r.returncode == 0
-    return _metrics_supported[iolensd]
 
 
 class Daemon:
@@ -368,7 +354,7 @@ class Daemon:
                 extra_config += "\n"
             # Never the default metrics port (127.0.0.1:9464): tests run in parallel and next
             # to a real daemon. Port 0 = any free one (status.metrics.ports says which).
-            if not re.search(r"^metrics:", extra_config, re.M) and metrics_supported(iolensd):
+            if not re.search(r"^metrics:", extra_config, re.M):
                 extra_config += 'metrics:\n  listen: "127.0.0.1:0"\n'
             config_text = ("output_dir: %s\nstate_dir: %s\npin_dir: %s\nsocket: %s\n"
                            "drain_interval: 200ms\n%sjobs:\n%s\n" %
