@@ -317,9 +317,9 @@ struct Recorder::Codec {
 
 std::string Recorder::save() const {
   std::string out;
-  // The bulk: 512 bytes per part of a record. Growth doubles otherwise, so reserve about it.
+  // The bulk: 720 bytes per part of a record. Growth doubles otherwise, so reserve about it.
   out.reserve(kHeaderBytes + kTrailerBytes + 64 * names_.size() + 64 * by_path_.size() +
-              600 * (files_.size() + others_.size()) + 128 * procs_.size() +
+              800 * (files_.size() + others_.size()) + 128 * procs_.size() +
               24 * forgotten_paths_.size());
   Writer w(out);
   w.bytes(kMagic, sizeof kMagic);

@@ -215,7 +215,7 @@ def files_by_pid_path(ck, doc):
 def brief(counters):
     """The non-zero count and byte counters of a record, for messages."""
     return json.dumps({k: v for k, v in sorted((counters or {}).items())
-                       if v and not k.endswith("_ns") and not k.startswith("size_")})
+                       if v and not k.endswith("_ns") and not k.startswith(("size_", "lat_"))})
 
 
 def under(path, d):
@@ -250,12 +250,38 @@ def expect_counter(ck, where, name, expected, counters):
 # docs/counters.md "Process counters": the sums over the process's file records.
 _BUCKETS = ("0_100", "100_1k", "1k_10k", "10k_100k", "100k_1m", "1m_4m", "4m_10m", "10m_100m",
             "100m_1g", "1g_plus")
+# docs/counters.md "Latency histogram": per-bucket (not cumulative) counts, then the sums.
+LAT_BUCKETS = ("le_1us", "le_4us", "le_16us", "le_64us", "le_256us", "le_1ms", "le_4ms",
+               "le_16ms", "le_64ms", "le_256ms", "le_1s", "gt_1s")
 PROCESS_SUMS = (("opens", "dups", "reads", "writes", "seeks", "stats", "mmaps", "fsyncs",
                  "fdsyncs", "truncates", "closes", "bytes_read", "bytes_written", "seq_reads",
                  "consec_reads", "seq_writes", "consec_writes", "rw_switches") +
                 tuple("size_read_" + b for b in _BUCKETS) +
                 tuple("size_write_" + b for b in _BUCKETS) +
-                ("read_time_ns", "write_time_ns", "meta_time_ns"))
+                ("read_time_ns", "write_time_ns", "meta_time_ns") +
+                tuple("lat_read_" + b for b in LAT_BUCKETS) +
+                tuple("lat_write_" + b for b in LAT_BUCKETS) +
+                ("lat_read_sum_ns", "lat_write_sum_ns"))
+
+
+def check_latency(ck, doc):
+    """Every file record: the latency buckets add up to the counted calls, and the sum of the
+    call durations is at least the no-overlap read time (write time also holds fsyncs)."""
+    for f in doc["files"]:
+        c = f.get("counters", {})
+        where = "pid %r path %r" % (f.get("pid"), f.get("path"))
+        for kind, calls in (("read", "reads"), ("write", "writes")):
+            keys = ["lat_%s_%s" % (kind, b) for b in LAT_BUCKETS] + ["lat_%s_sum_ns" % kind]
+            missing = [k for k in keys if k not in c]
+            if missing:
+                ck.fail("%s: counters lack %s" % (where, missing))
+                continue
+            ck.eq("%s sum(lat_%s_*) == %s" % (where, kind, calls),
+                  c.get(calls), sum(c[k] for k in keys[:-1]))
+        if "lat_read_sum_ns" in c and "read_time_ns" in c:
+            ck.check(c["lat_read_sum_ns"] >= c["read_time_ns"],
+                     "%s: lat_read_sum_ns %d < read_time_ns %d" %
+                     (where, c["lat_read_sum_ns"], c["read_time_ns"]))
 
 
 def check_process_sums(ck, doc, pid):
@@ -383,6 +409,7 @@ def check_io_manifest(ck, doc, manifest, iolens_pid=None, root_is_parent=True):
 
     for pid in [parent] + children:
         check_process_sums(ck, doc, pid)
+    check_latency(ck, doc)
 
 
 def parse_manifest(ck, out):
