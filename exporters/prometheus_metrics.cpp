@@ -162,6 +162,11 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
   auto& cfiles = b.family("iolens_job_class_files",
                           "Distinct files of the class the job touched (folded ones excluded).",
                           MetricType::Gauge);
+  auto& dbytes = b.family("iolens_job_device_io_bytes_total",
+                          "Bytes read / written, by the device (MAJ:MIN) of the files' file system.",
+                          MetricType::Counter);
+  auto& dops = b.family("iolens_job_device_io_operations_total",
+                        "Read and write calls, by device.", MetricType::Counter);
   auto& tbytes = b.family("iolens_job_top_file_io_bytes",
                           "Bytes so far of the job's top files by bytes (metrics.top_files), and "
                           "of the rest as path=\"<other>\".",
@@ -205,15 +210,21 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
     Labels il = plus(plus(jl, "rule", j.rule), "cgroup", j.cgroup);
     for (const auto& [k, v] : j.info_labels) il.emplace_back(k, v);
     gauge(info, il, 1);
+    // Bytes and calls by direction of one class or device.
+    auto split = [&](MetricFamily& bytes_f, MetricFamily& ops_f, const Labels& l,
+                     const core::ClassTotals& t) {
+      counter(bytes_f, plus(l, "op", "read"), d(t.bytes_read));
+      counter(bytes_f, plus(l, "op", "write"), d(t.bytes_written));
+      counter(ops_f, plus(l, "op", "read"), d(t.reads));
+      counter(ops_f, plus(l, "op", "write"), d(t.writes));
+    };
     for (const auto& [cls, t] : j.classes) {
       const Labels cl = plus(jl, "class", cls);
-      counter(cbytes, plus(cl, "op", "read"), d(t.bytes_read));
-      counter(cbytes, plus(cl, "op", "write"), d(t.bytes_written));
-      counter(cops, plus(cl, "op", "read"), d(t.reads));
-      counter(cops, plus(cl, "op", "write"), d(t.writes));
+      split(cbytes, cops, cl, t);
       counter(cmeta, cl, d(t.metadata_ops));
       gauge(cfiles, cl, d(t.files));
     }
+    for (const auto& [dev, t] : j.devices) split(dbytes, dops, plus(jl, "device", dev), t);
     auto top = [&](const core::TopFile& f) {
       const Labels fl = plus(jl, "path", f.path);
       gauge(tbytes, plus(fl, "op", "read"), d(f.bytes_read));

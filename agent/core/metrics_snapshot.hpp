@@ -43,6 +43,8 @@ struct JobMetrics {
   std::map<std::string, std::string> info_labels;
   std::vector<MetricsGroup> groups;              // sorted by labels
   std::vector<std::pair<std::string, ClassTotals>> classes;  // configured order, "other" last
+  /// By the device ("MAJ:MIN") of the files' file system; folded records included.
+  std::vector<std::pair<std::string, ClassTotals>> devices;
   std::vector<TopFile> top_files;                // by bytes, descending; at most K
   std::optional<TopFile> other_files;            // the rest, when top files are exported
   uint64_t files = 0;                            // distinct (dev, ino), folded ones included

@@ -5,6 +5,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "core/paths.hpp"
 #include "daemon/job_table.hpp"
 
 namespace iolens::daemon {
@@ -76,6 +77,14 @@ std::vector<core::ClassTotals> class_sums(const core::Recorder& rec, const FileC
   return out;
 }
 
+std::map<uint32_t, core::ClassTotals> device_sums(const core::Recorder& rec) {
+  std::map<uint32_t, core::ClassTotals> out;
+  rec.visit_records([&](const core::Recorder::RecordView& r) {
+    if (!r.other_files) add_record(out[r.file.dev], r.counters);
+  });
+  return out;
+}
+
 core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t top_files) {
   core::JobMetrics m;
   m.kind = job.identity.kind;
@@ -95,6 +104,8 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
   const std::map<std::string, std::string> none;
   std::vector<core::ClassTotals> classes(fc.names().size());
   std::vector<std::vector<std::pair<uint32_t, uint64_t>>> class_files(fc.names().size());
+  std::map<uint32_t, core::ClassTotals> devices;
+  std::map<uint32_t, std::vector<uint64_t>> device_files;
   std::unordered_map<std::string, core::TopFile> per_path;
   core::TopFile unnamed{"", 0, 0, 0, 0};
   job.rec->visit_records([&](const core::Recorder::RecordView& r) {
@@ -107,6 +118,8 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
       const std::size_t ci = fc.classify(r.path);
       add_record(classes[ci], r.counters);
       class_files[ci].emplace_back(r.file.dev, r.file.ino);
+      add_record(devices[r.file.dev], r.counters);
+      device_files[r.file.dev].push_back(r.file.ino);
     }
     if (top_files == 0) return;
     core::TopFile* t = &unnamed;  // no name, or folded: among "the rest"
@@ -137,6 +150,20 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
     core::ClassTotals folded = t;
     folded.files = 0;
     add_class_totals(m.classes.back().second, folded);
+  }
+
+  for (const auto& [dev, t] : job.folded_devices) {
+    core::ClassTotals folded = t;
+    folded.files = 0;
+    add_class_totals(devices[dev], folded);
+  }
+  for (auto& [dev, t] : devices) {
+    auto& inos = device_files[dev];
+    std::sort(inos.begin(), inos.end());
+    t.files = static_cast<uint64_t>(std::unique(inos.begin(), inos.end()) - inos.begin());
+    m.devices.emplace_back(std::to_string(core::kernel_dev_major(dev)) + ":" +
+                               std::to_string(core::kernel_dev_minor(dev)),
+                           t);
   }
 
   if (top_files > 0) {

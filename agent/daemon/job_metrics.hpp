@@ -33,6 +33,9 @@ class FileClassifier {
 /// The class sums of a recorder's records (files left at 0: not additive), by class index.
 std::vector<core::ClassTotals> class_sums(const core::Recorder& rec, const FileClassifier& fc);
 
+/// The same by device (kernel dev_t) of the records' files.
+std::map<uint32_t, core::ClassTotals> device_sums(const core::Recorder& rec);
+
 /// Adds `b` to `a` field by field (files included).
 void add_class_totals(core::ClassTotals& a, const core::ClassTotals& b);
 

@@ -46,16 +46,25 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit,
   if (!classes_ || job.rec->file_records() <= limit) return job.rec->fold_to(limit, forgotten);
   const FileClassifier fc(*classes_);
   const std::vector<core::ClassTotals> before = class_sums(*job.rec, fc);
+  std::map<uint32_t, core::ClassTotals> dev_before = device_sums(*job.rec);
   const std::size_t folded = job.rec->fold_to(limit, forgotten);
   const std::vector<core::ClassTotals> after = class_sums(*job.rec, fc);
-  for (std::size_t i = 0; i < before.size(); ++i) {
-    core::ClassTotals moved;
-    moved.bytes_read = before[i].bytes_read - after[i].bytes_read;
-    moved.bytes_written = before[i].bytes_written - after[i].bytes_written;
-    moved.reads = before[i].reads - after[i].reads;
-    moved.writes = before[i].writes - after[i].writes;
-    moved.metadata_ops = before[i].metadata_ops - after[i].metadata_ops;
-    add_class_totals(job.folded_classes[fc.names()[i]], moved);
+  const std::map<uint32_t, core::ClassTotals> dev_after = device_sums(*job.rec);
+  auto moved = [](const core::ClassTotals& b, const core::ClassTotals& a) {
+    core::ClassTotals m;
+    m.bytes_read = b.bytes_read - a.bytes_read;
+    m.bytes_written = b.bytes_written - a.bytes_written;
+    m.reads = b.reads - a.reads;
+    m.writes = b.writes - a.writes;
+    m.metadata_ops = b.metadata_ops - a.metadata_ops;
+    return m;
+  };
+  for (std::size_t i = 0; i < before.size(); ++i)
+    add_class_totals(job.folded_classes[fc.names()[i]], moved(before[i], after[i]));
+  for (const auto& [dev, b] : dev_before) {
+    auto a = dev_after.find(dev);
+    add_class_totals(job.folded_devices[dev],
+                     moved(b, a == dev_after.end() ? core::ClassTotals{} : a->second));
   }
   return folded;
 }
@@ -447,6 +456,9 @@ nlohmann::json JobTable::save() const {
     auto& fcj = o["folded_classes"] = nlohmann::json::object();
     for (const auto& [name, t] : job->folded_classes)
       fcj[name] = {t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops};
+    auto& fdj = o["folded_devices"] = nlohmann::json::array();
+    for (const auto& [dev, t] : job->folded_devices)
+      fdj.push_back({dev, t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops});
     const std::string blob = job->rec->save();
     o["recorder"] = nlohmann::json::binary(std::vector<uint8_t>(blob.begin(), blob.end()));
     js.push_back(std::move(o));
@@ -498,6 +510,15 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
           t.reads = c.value().at(2).get<uint64_t>();
           t.writes = c.value().at(3).get<uint64_t>();
           t.metadata_ops = c.value().at(4).get<uint64_t>();
+        }
+      if (auto fdj = o.find("folded_devices"); fdj != o.end())
+        for (const auto& d : *fdj) {
+          core::ClassTotals& t = job->folded_devices[d.at(0).get<uint32_t>()];
+          t.bytes_read = d.at(1).get<uint64_t>();
+          t.bytes_written = d.at(2).get<uint64_t>();
+          t.reads = d.at(3).get<uint64_t>();
+          t.writes = d.at(4).get<uint64_t>();
+          t.metadata_ops = d.at(5).get<uint64_t>();
         }
       const auto& bin = o.at("recorder").get_binary();
       std::string rec_error;

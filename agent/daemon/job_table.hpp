@@ -54,6 +54,8 @@ struct Job {
   /// By file class name: what fold_to took out of the recorder's file records, so the per-class
   /// metrics stay monotonic when records are folded (their paths are gone then).
   std::map<std::string, core::ClassTotals> folded_classes;
+  /// The same by device (kernel dev_t).
+  std::map<uint32_t, core::ClassTotals> folded_devices;
 };
 
 /// Counts of what could not be attributed to a job (shown in status and metrics).

@@ -17,7 +17,8 @@ stays live while Prometheus scrapes. From that list the test knows: bytes and ca
 size bucket, per class; opens, closes, fsyncs; the files of each class.
 
 Checked through Prometheus's HTTP API (values must converge within 30 s):
-  - iolens_job_io_bytes_total / _io_operations_total (sum by op) = the job's exact totals;
+  - iolens_job_io_bytes_total / _io_operations_total (sum by op) = the job's exact totals, and
+    the same on the device stat(2) gives for the work directory (iolens_job_device_*);
     the class families: `dataset` reads, `checkpoint` writes and the `other` file exactly;
     class files and class metadata operations (open + close + fsync) exactly;
   - iolens_job_request_size_bytes: every cumulative `le` bucket, _count and _sum, both ops;
@@ -681,9 +682,18 @@ def main():
     check_daemon_alive(ck, d, "during job A's I/O")
     ja = dict(job_id=job_a)
     checks = []
+    # Every file of job A is under `work`: one device, as stat(2) names it (MAJ:MIN).
+    st_dev = os.stat(work).st_dev
+    device = "%d:%d" % (os.major(st_dev), os.minor(st_dev))
     for op in ("read", "write"):
         o = dict(ja, op=op)
         checks += [
+            ("job bytes %s on device %s" % (op, device),
+             "sum(iolens_job_device_io_bytes_total%s)" % sel(device=device, **o),
+             float(truth.bytes[op])),
+            ("job calls %s on device %s" % (op, device),
+             "sum(iolens_job_device_io_operations_total%s)" % sel(device=device, **o),
+             float(truth.calls[op])),
             ("job bytes %s" % op, "sum(iolens_job_io_bytes_total%s)" % sel(**o),
              float(truth.bytes[op])),
             ("job calls %s" % op, "sum(iolens_job_io_operations_total%s)" % sel(**o),

@@ -139,6 +139,12 @@ TEST(JobMetrics, SumsByContainerAndByClass) {
   EXPECT_EQ(m.classes[2].first, "other");           // python3 is no class here
   EXPECT_EQ(m.classes[2].second.bytes_read, 7u);
   EXPECT_EQ(m.files, 3u);
+  // Every test file is on kernel dev 7 (major 0, minor 7).
+  ASSERT_EQ(m.devices.size(), 1u);
+  EXPECT_EQ(m.devices[0].first, "0:7");
+  EXPECT_EQ(m.devices[0].second.bytes_read, 1507u);
+  EXPECT_EQ(m.devices[0].second.bytes_written, 3u << 20);
+  EXPECT_EQ(m.devices[0].second.files, 3u);
   EXPECT_EQ(m.processes, 2u);
   EXPECT_TRUE(m.top_files.empty());
   EXPECT_FALSE(m.other_files);
@@ -190,6 +196,9 @@ TEST(JobMetrics, FoldingKeepsClassSumsAndTotals) {
     EXPECT_EQ(after.classes[i].second.metadata_ops, before.classes[i].second.metadata_ops) << i;
   }
   EXPECT_EQ(before.classes[0].second.bytes_read, 500u * 11);
+  ASSERT_EQ(after.devices.size(), 1u);
+  EXPECT_EQ(after.devices[0].second.bytes_read, before.devices[0].second.bytes_read);
+  EXPECT_EQ(after.devices[0].second.reads, before.devices[0].second.reads);
   EXPECT_EQ(after.groups[0].totals.bytes_read, before.groups[0].totals.bytes_read);
   EXPECT_EQ(after.files, 1000u);
   // The top files plus the rest still add up to the job's bytes.
@@ -202,6 +211,7 @@ TEST(JobMetrics, FoldingKeepsClassSumsAndTotals) {
   ASSERT_TRUE(restored.load(t.save(), error)) << error;
   const core::JobMetrics again = daemon::job_metrics(*restored.jobs().begin()->second, fc, 3);
   EXPECT_EQ(again.classes[0].second.bytes_read, before.classes[0].second.bytes_read);
+  EXPECT_EQ(again.devices[0].second.bytes_read, before.devices[0].second.bytes_read);
 }
 
 TEST(FileClassifier, FirstMatchingPrefixWins) {

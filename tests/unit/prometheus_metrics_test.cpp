@@ -37,6 +37,7 @@ core::MetricsSnapshot known_snapshot() {
   g.totals.dups = 1;
   j.groups.push_back(g);
   j.classes = {{"dataset", {131122, 0, 3, 0, 5, 2}}, {"other", {}}};
+  j.devices = {{"254:1", {131122, 0, 3, 0, 5, 2}}};
   j.top_files = {{"/d/a\"b\\c\nd\xff", 65586, 0, 2, 0}};
   j.other_files = core::TopFile{"<other>", 65536, 0, 1, 0};
   j.files = 2;
@@ -122,6 +123,8 @@ TEST(PrometheusText, LatencyMetadataAndDaemonSeries) {
            "iolens_job_start_time_seconds{job_id=\"slurm/42\",job_kind=\"slurm\",slurm_job=\"42\","
            "slurm_uid=\"1000\",node=\"n1\"} 1700000000.5\n",
            "iolens_lost_total{cause=\"file_records\",node=\"n1\"} 7\n",
+           "iolens_job_device_io_bytes_total{job_id=\"slurm/42\",job_kind=\"slurm\",slurm_job="
+           "\"42\",slurm_uid=\"1000\",node=\"n1\",device=\"254:1\",op=\"read\"} 131122\n",
            "iolens_map_fill_ratio{map=\"files\",node=\"n1\"} 0.25\n",
            "iolens_drain_duration_seconds_bucket{node=\"n1\",le=\"0.001\"} 0\n",
            "iolens_drain_duration_seconds_bucket{node=\"n1\",le=\"0.01\"} 1\n",
