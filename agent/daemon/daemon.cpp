@@ -115,7 +115,7 @@ class Daemon {
   void note_new_jobs();
   void stop_clean();
   void checkpoint(bool force = false);
-  void publish_metrics();
+  void publish_metrics(bool force = false);
   core::DaemonHealth health();
   loader::Loader::Disposition unknown_disposition(const core::ProcKey& p, int64_t now);
   void reconcile();
@@ -191,6 +191,8 @@ class Daemon {
   std::vector<Retained> retained_;
   core::DurationHistogram drain_hist_{{0.0001, 0.001, 0.01, 0.1, 1, 10}, {}, 0};
   double last_snapshot_s_ = 0;
+  int64_t last_publish_mono_ = -1;
+  static constexpr int64_t kPublishEvery = 1'000'000'000;  // ns: a walk of every record
 };
 
 bool Daemon::setup() {
@@ -786,9 +788,13 @@ core::DaemonHealth Daemon::health() {
 
 /// A new snapshot for the scrapes: every job of the table, and the ended ones in their grace
 /// period (docs/metrics.md). Built after each drain, so a scrape never waits for the loop.
-void Daemon::publish_metrics() {
+void Daemon::publish_metrics(bool force) {
   if (!metrics_) return;
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  // A drain under pressure comes every few ms; the snapshot walks every record, and scrapes
+  // come every few seconds: at most one a second is enough.
+  if (!force && last_publish_mono_ >= 0 && t0 - last_publish_mono_ < kPublishEvery) return;
+  last_publish_mono_ = t0;
   std::erase_if(retained_, [&](const Retained& r) { return r.until_mono <= t0; });
   auto s = std::make_shared<core::MetricsSnapshot>();
   s->node = node_;
@@ -935,7 +941,7 @@ void Daemon::stop_clean() {
 int Daemon::run() {
   if (!setup()) return 1;
   initial_scan();
-  publish_metrics();
+  publish_metrics(true);
   spdlog::info("iolensd {} started: cgroup root {}, watching {}, {} job(s) found", IOLENS_VERSION,
                mount_, fmt::join(sel_->watch_roots(), ", "), table_->jobs().size());
   const int64_t interval = static_cast<int64_t>(cfg_.drain_interval_ms) * 1000000LL;

@@ -68,19 +68,13 @@ void add_record(core::ClassTotals& t, const core::FileCounters& c) {
 
 }  // namespace
 
-std::vector<core::ClassTotals> class_sums(const core::Recorder& rec, const FileClassifier& fc) {
-  std::vector<core::ClassTotals> out(fc.names().size());
+RecordSums record_sums(const core::Recorder& rec, const FileClassifier& fc) {
+  RecordSums out;
+  out.by_class.resize(fc.names().size());
   rec.visit_records([&](const core::Recorder::RecordView& r) {
-    if (r.other_files) return;  // already folded: counted in Job::folded_classes
-    add_record(out[fc.classify(r.path)], r.counters);
-  });
-  return out;
-}
-
-std::map<uint32_t, core::ClassTotals> device_sums(const core::Recorder& rec) {
-  std::map<uint32_t, core::ClassTotals> out;
-  rec.visit_records([&](const core::Recorder::RecordView& r) {
-    if (!r.other_files) add_record(out[r.file.dev], r.counters);
+    if (r.other_files) return;  // already folded: counted in Job::folded_classes/devices
+    add_record(out.by_class[fc.classify(r.path)], r.counters);
+    add_record(out.by_device[r.file.dev], r.counters);
   });
   return out;
 }

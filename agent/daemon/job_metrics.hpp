@@ -30,11 +30,13 @@ class FileClassifier {
   std::vector<std::string> names_;
 };
 
-/// The class sums of a recorder's records (files left at 0: not additive), by class index.
-std::vector<core::ClassTotals> class_sums(const core::Recorder& rec, const FileClassifier& fc);
-
-/// The same by device (kernel dev_t) of the records' files.
-std::map<uint32_t, core::ClassTotals> device_sums(const core::Recorder& rec);
+/// The sums of a recorder's file records (not its "other files" records) by class index and by
+/// device (kernel dev_t), in one walk; `files` left at 0 (not additive).
+struct RecordSums {
+  std::vector<core::ClassTotals> by_class;
+  std::map<uint32_t, core::ClassTotals> by_device;
+};
+RecordSums record_sums(const core::Recorder& rec, const FileClassifier& fc);
 
 /// Adds `b` to `a` field by field (files included).
 void add_class_totals(core::ClassTotals& a, const core::ClassTotals& b);

@@ -45,11 +45,9 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit,
   // fold_to works only past its limit: the class sums are taken only then.
   if (!classes_ || job.rec->file_records() <= limit) return job.rec->fold_to(limit, forgotten);
   const FileClassifier fc(*classes_);
-  const std::vector<core::ClassTotals> before = class_sums(*job.rec, fc);
-  std::map<uint32_t, core::ClassTotals> dev_before = device_sums(*job.rec);
+  const RecordSums before = record_sums(*job.rec, fc);
   const std::size_t folded = job.rec->fold_to(limit, forgotten);
-  const std::vector<core::ClassTotals> after = class_sums(*job.rec, fc);
-  const std::map<uint32_t, core::ClassTotals> dev_after = device_sums(*job.rec);
+  const RecordSums after = record_sums(*job.rec, fc);
   auto moved = [](const core::ClassTotals& b, const core::ClassTotals& a) {
     core::ClassTotals m;
     m.bytes_read = b.bytes_read - a.bytes_read;
@@ -59,12 +57,13 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit,
     m.metadata_ops = b.metadata_ops - a.metadata_ops;
     return m;
   };
-  for (std::size_t i = 0; i < before.size(); ++i)
-    add_class_totals(job.folded_classes[fc.names()[i]], moved(before[i], after[i]));
-  for (const auto& [dev, b] : dev_before) {
-    auto a = dev_after.find(dev);
+  for (std::size_t i = 0; i < before.by_class.size(); ++i)
+    add_class_totals(job.folded_classes[fc.names()[i]],
+                     moved(before.by_class[i], after.by_class[i]));
+  for (const auto& [dev, b] : before.by_device) {
+    auto a = after.by_device.find(dev);
     add_class_totals(job.folded_devices[dev],
-                     moved(b, a == dev_after.end() ? core::ClassTotals{} : a->second));
+                     moved(b, a == after.by_device.end() ? core::ClassTotals{} : a->second));
   }
   return folded;
 }

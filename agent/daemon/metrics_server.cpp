@@ -2,7 +2,6 @@
 #include "daemon/metrics_server.hpp"
 
 #include <sys/stat.h>
-#include <unistd.h>
 #include <time.h>
 
 #include <cerrno>
