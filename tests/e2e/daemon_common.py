@@ -322,6 +322,15 @@ def control(sock, req, timeout=5.0):
     return json.loads(data.split(b"\n", 1)[0].decode())
 
 
+def read_text(path):
+    """A log file's text ("" if it is not there), undecodable bytes replaced."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 _daemon_serial = [0]
 
 
@@ -451,11 +460,7 @@ class Daemon:
                               timeout=timeout, stdin=subprocess.DEVNULL)
 
     def log(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return read_text(self.log_path)
 
     def pins(self):
         try:

@@ -347,11 +347,7 @@ class Prometheus:
             self.proc.wait()
 
     def log(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return D.read_text(self.log_path)
 
     def api(self, path, params=None):
         """GET /api/v1/PATH: (data, None) or (None, error text)."""

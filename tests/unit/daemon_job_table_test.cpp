@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/job_table.hpp"
+#include "daemon_test_util.hpp"
 #include "iolens_abi.h"
 
 using namespace iolens;
@@ -33,27 +34,8 @@ const std::string kPod = "/kubepods.slice/kubepods-burstable.slice/"
                          "kubepods-burstable-pod0f3e9a7c_1d2b_4c5d_8e9f_0a1b2c3d4e5f.slice";
 const std::string kCtr = kPod + "/cri-containerd-" + std::string(64, 'a') + ".scope";
 
-core::MarkEvent mark(uint32_t pid, uint64_t cgroup, uint64_t ts = 1000) {
-  core::MarkEvent m;
-  m.proc = {pid, pid * 10ull};
-  m.parent = {1, 1};
-  m.cgroup_id = cgroup;
-  m.reason = IOLENS_MARK_ATTACH;
-  m.threads = 1;
-  m.comm = "python3";
-  m.ts_ns = ts;
-  return m;
-}
-
-iolens_file_key key(uint32_t pid, uint64_t ino) {
-  iolens_file_key k{};
-  k.ino = ino;
-  k.dev = 7;
-  k.tgid = pid;
-  k.pstart_ns = pid * 10ull;
-  k.gen = 1;
-  return k;
-}
+using testing_util::key;
+using testing_util::mark;
 
 core::FileCounters written(uint64_t bytes) {
   core::FileCounters c = core::new_counters();

@@ -16,6 +16,7 @@
 #include "daemon/job_metrics.hpp"
 #include "daemon/job_table.hpp"
 #include "daemon/metrics_server.hpp"
+#include "daemon_test_util.hpp"
 #include "iolens_abi.h"
 
 using namespace iolens;
@@ -35,27 +36,8 @@ jobs::Rule kube_rule() {
   return r;
 }
 
-core::MarkEvent mark(uint32_t pid, uint64_t cgroup) {
-  core::MarkEvent m;
-  m.proc = {pid, pid * 10ull};
-  m.parent = {1, 1};
-  m.cgroup_id = cgroup;
-  m.reason = IOLENS_MARK_ATTACH;
-  m.threads = 1;
-  m.comm = "python3";
-  m.ts_ns = 1000;
-  return m;
-}
-
-iolens_file_key key(uint32_t pid, uint64_t ino) {
-  iolens_file_key k{};
-  k.ino = ino;
-  k.dev = 7;
-  k.tgid = pid;
-  k.pstart_ns = pid * 10ull;
-  k.gen = 1;
-  return k;
-}
+using testing_util::key;
+using testing_util::mark;
 
 core::FileCounters read_of(uint64_t bytes, uint64_t calls = 1) {
   core::FileCounters c = core::new_counters();
