@@ -7,7 +7,8 @@
   page;
 - refused at start, with the reason and nothing left behind (no pins): a port already in use,
   a world-readable password file, and `tls:` (Debian 12's civetweb crashes on HTTPS requests
-  with OpenSSL 3: refused instead), even with a valid certificate made here by openssl.
+  with OpenSSL 3: refused instead), even with a valid certificate made here by openssl;
+- a --metrics-listen that is not host:port: a usage error (exit 2) that says what is expected.
 """
 import base64
 import os
@@ -113,6 +114,12 @@ def main():
                                                                            bad.log()))
         ck.eq("%s: pins left" % what, None, bad.pins() or None)
     busy.close()
+    # A bad --metrics-listen is a usage error, before anything starts.
+    r = subprocess.run([args.iolensd, "-c", d.config, "--metrics-listen", "9464"],
+                       capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    ck.eq("--metrics-listen 9464: exit code", 2, r.returncode)
+    ck.check("--metrics-listen: expected host:port" in r.stderr,
+             "--metrics-listen 9464: the error should say what is expected: %r" % r.stderr)
     rc, _ = d.stop()
     ck.eq("iolensd exit code", 0, rc)
     ck.finish()
