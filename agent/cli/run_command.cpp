@@ -189,15 +189,16 @@ int run_traced(const RunOptions& opts) {
     loader->consume_events(on_event);  // exits and names first: they decide what to remove
     exits_pending = 0;
     // Records of exited processes are final: move them out of the kernel. When the map is half
-    // full, also fold records that are idle (core::foldable): nothing is lost by refolding them.
+    // full, also fold records that are idle (core::live_evictable): nothing is lost by refolding
+    // them.
     using D = loader::Loader::Disposition;
+    const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c,
                       std::size_t in_map) {
       if (rec.exited(core::ProcKey{k.tgid, k.pstart_ns})) return D::RemoveFinal;
-      if (in_map * 2 > loader->max_file_records() && core::foldable(c)) return D::RemoveLive;
+      if (core::live_evictable(c, in_map, loader->max_file_records(), t0)) return D::RemoveLive;
       return D::Keep;
     };
-    const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
     const uint64_t removed_before = removed_records;
     std::size_t seen = 0;
     loader->drain_files(remove, [&](const auto& k, const auto& c, bool removed) {

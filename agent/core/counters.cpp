@@ -192,4 +192,18 @@ bool foldable(const FileCounters& c) {
   return c.opens > 0 && c.open_fds == 0;
 }
 
+uint64_t last_activity_ns(const FileCounters& c) {
+  // The last_*_end_ns state fields also see the calls without an exported end time (fsync,
+  // fdatasync, mmap, dup).
+  return std::max({c.open_end_ns, c.read_end_ns, c.write_end_ns, c.close_end_ns, c.meta_end_ns,
+                   c.last_read_end_ns, c.last_write_end_ns, c.last_meta_end_ns});
+}
+
+bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns) {
+  if (in_map * 2 <= max || !foldable(c)) return false;
+  if (in_map * 4 > max * 3) return true;
+  const uint64_t last = last_activity_ns(c);
+  return now_ns > last && now_ns - last >= kEvictIdleNs;
+}
+
 }  // namespace iolens::core

@@ -67,4 +67,21 @@ bool has_activity(const FileCounters& c);
 /// its pattern state (last byte) would restart.
 bool foldable(const FileCounters& c);
 
+/// The end of the latest call counted in the record (CLOCK_MONOTONIC ns, 0 = none).
+uint64_t last_activity_ns(const FileCounters& c);
+
+/// How long a foldable record must have been idle before a drain takes it out of the kernel map
+/// while its process lives, unless the map is nearly full.
+inline constexpr uint64_t kEvictIdleNs = 200'000'000;
+
+/// Whether a drain should read and delete this live record to make room in the kernel map,
+/// which holds `in_map` of `max` records. Only when the map is over half full, and only a
+/// foldable record. A BPF program updates a record through the pointer it looked up: an update
+/// that began just before the delete lands in the deleted copy and is lost. So while the map has
+/// room (up to 3/4 full) only records idle for kEvictIdleNs are taken: a file closed and opened
+/// again at once (written, then read back) keeps its record. Beyond 3/4, any foldable record
+/// is taken: a full map (records not created, counted, and every later call on those files
+/// lost) is worse than a call racing its record's eviction.
+bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns);
+
 }  // namespace iolens::core

@@ -454,7 +454,7 @@ void Daemon::drain() {
     if (pending_set_.count(k)) return D::Skip;
     if (!table_->attributed(p)) return unknown_disposition(p, t0);
     if (table_->exited(p)) return D::RemoveFinal;
-    if (in_map * 2 > max && core::foldable(c)) return D::RemoveLive;
+    if (core::live_evictable(c, in_map, max, static_cast<uint64_t>(t0))) return D::RemoveLive;
     return D::Keep;
   };
   // A pressure drain reads and deletes live records in one step: a crash before the next saved

@@ -565,6 +565,13 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
       case Disposition::Skip:
         break;
       case Disposition::RemoveLive:
+        // The batch copy may be old: the file may have been reopened since. Ask again on the
+        // current value, so a record in use is not taken from under the program updating it.
+        if (bpf_map_lookup_elem(map_fd, &k, &value) != 0) break;
+        if (remove(k, value, keys.size()) != Disposition::RemoveLive) {
+          sink(k, value, false);
+          break;
+        }
         // Read and delete in one step so no update between the read and the delete is lost.
         if (bpf_map_lookup_and_delete_elem(map_fd, &k, &value) == 0) {
           sink(k, value, true);

@@ -300,6 +300,28 @@ TEST(Counters, FoldableOnlyWhenNothingIsLost) {
   EXPECT_FALSE(foldable(inherited));
 }
 
+TEST(Counters, LiveEvictionTakesIdleRecordsUntilTheMapIsNearlyFull) {
+  FileCounters c = new_counters();
+  c.opens = c.closes = 1;
+  c.open_fds = 0;
+  c.writes = 1;
+  c.open_end_ns = 1'000;
+  c.write_end_ns = 2'000;
+  c.close_end_ns = 3'000;  // the latest end
+  EXPECT_EQ(last_activity_ns(c), 3'000u);
+  const uint64_t idle = 3'000 + kEvictIdleNs;
+  EXPECT_FALSE(live_evictable(c, 50, 100, idle));       // half full: no pressure
+  EXPECT_TRUE(live_evictable(c, 51, 100, idle));        // over half, idle long enough
+  EXPECT_FALSE(live_evictable(c, 51, 100, idle - 1));   // closed just now: may be reopened
+  EXPECT_FALSE(live_evictable(c, 75, 100, 3'000));      // 3/4 full: still only idle ones
+  EXPECT_TRUE(live_evictable(c, 76, 100, 3'000));       // over 3/4: any foldable record
+  c.meta_end_ns = 5'000;  // a later stat counts as activity
+  EXPECT_EQ(last_activity_ns(c), 5'000u);
+  EXPECT_FALSE(live_evictable(c, 51, 100, idle));
+  c.open_fds = 1;  // open again: never, however full
+  EXPECT_FALSE(live_evictable(c, 100, 100, idle + 10'000));
+}
+
 // ---- Bounded memory: fold_to ----
 
 namespace {
