@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 5
+#define IOLENS_ABI_VERSION 6
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -274,6 +274,67 @@ struct iolens_path_event {
 	char data[IOLENS_PATH_DATA_MAX];
 };
 
+/*
+ * Trace mode (`iolens run --trace`, `iolens capture`): one record per traced call, through the
+ * separate `trace` ring buffer (so a busy capture never crowds out names and exits), submitted
+ * without wakeups and drained by the agent on a timer. Off unless the agent turns it on.
+ */
+enum iolens_trace_mode {
+	IOLENS_TRACE_OFF = 0,
+	IOLENS_TRACE_ALL = 1,    /* every traced task (`iolens run --trace`) */
+	IOLENS_TRACE_CGROUP = 2, /* traced tasks at or below the cgroup in trace_cgroup[0] */
+	IOLENS_TRACE_PIDS = 3,   /* traced tasks of the processes in trace_pids (children join at fork) */
+};
+
+/* What a trace record is; each maps onto one accounting call of bpf/iolens_account.h. */
+enum iolens_trace_op_kind {
+	IOLENS_OP_READ = 1,      /* read, pread64, readv, preadv, preadv2; the input side of a copy */
+	IOLENS_OP_WRITE = 2,     /* write, pwrite64, writev, pwritev, pwritev2; a copy's output side */
+	IOLENS_OP_OPEN = 3,      /* open, openat, openat2, creat */
+	IOLENS_OP_DUP = 4,       /* dup, dup2, dup3, fcntl(F_DUPFD*) */
+	IOLENS_OP_CLOSE = 5,
+	IOLENS_OP_SEEK = 6,      /* lseek */
+	IOLENS_OP_STAT = 7,      /* fstat, stat, lstat, newfstatat, statx */
+	IOLENS_OP_MMAP = 8,
+	IOLENS_OP_FSYNC = 9,
+	IOLENS_OP_FDATASYNC = 10,
+	IOLENS_OP_TRUNCATE = 11, /* ftruncate */
+	IOLENS_OP_UNLINK = 12,   /* unlink, unlinkat (the file: the named one, if seen) */
+	IOLENS_OP_RENAME = 13,   /* rename, renameat, renameat2 (the file: the source) */
+	IOLENS_NR_OPS,
+};
+
+/* Flags of a trace record */
+#define IOLENS_TRACE_F_OTHER 0x1  /* not a regular file (pipe, socket, tty...): ino = S_IFMT >> 12, dev = 0 */
+#define IOLENS_TRACE_F_NOFILE 0x2 /* no file could be named (a failed call, a bad descriptor) */
+#define IOLENS_TRACE_F_COPY 0x4   /* one side of sendfile/splice/copy_file_range */
+
+/*
+ * One traced call. A copy between two descriptors gives two records (READ then WRITE) with the
+ * same times; every other call gives one. Failed calls are recorded too (ret < 0), and counted by
+ * no counter, as the counters do.
+ */
+struct iolens_trace_record {
+	__u64 start_ns;  /* sys_enter, CLOCK_MONOTONIC ns */
+	__u64 end_ns;    /* sys_exit */
+	__u64 pstart_ns; /* the process's start time (with tgid, names the process) */
+	__u64 ino;       /* the file, as in iolens_file_key (0 when IOLENS_TRACE_F_NOFILE) */
+	__u32 dev;
+	__u32 gen;
+	__s64 offset;    /* byte offset where a read/write started (-1 = none or unknown); for
+			  * lseek, the resulting position */
+	__s64 ret;       /* the call's return value: bytes, a descriptor, 0, or -errno */
+	__s64 arg;       /* bytes asked for by a read/write (its count; -1 for the vector calls);
+			  * lseek's whence; the new fd of a dup; 0 otherwise */
+	__u32 tgid;
+	__u32 tid;
+	__u16 op;        /* enum iolens_trace_op_kind */
+	__u16 nr;        /* the x86-64 syscall number */
+	__u32 flags;     /* IOLENS_TRACE_F_* */
+	__s32 fd;        /* the descriptor the call used (the new one for open/dup), -1 if none */
+	__u32 pad;
+};
+
 /* Global counters in a per-CPU array: everything that was dropped or failed is counted here. */
 enum iolens_stat {
 	IOLENS_STAT_FILE_RECORDS_LOST = 0, /* ops not counted: files map full */
@@ -287,6 +348,8 @@ enum iolens_stat {
 	IOLENS_STAT_FILE_RECORDS_CREATED,  /* records inserted into `files` (not a loss: the agent
 					    * drains early when the map is half full) */
 	IOLENS_STAT_JOB_EVENTS_LOST,       /* of EVENTS_LOST: cgroup and mark events */
+	IOLENS_STAT_TRACE_RECORDS,         /* trace records produced (sent or lost) */
+	IOLENS_STAT_TRACE_LOST,            /* of which lost: the trace ring was full */
 	IOLENS_NR_STATS,
 };
 
@@ -309,5 +372,6 @@ IOLENS_STATIC_ASSERT(sizeof(struct iolens_cgroup_event) == 48 + IOLENS_CGROUP_PA
 		     "cgroup event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_mark_event) == 72, "mark event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 32, "pin meta layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_trace_record) == 88, "trace record layout");
 
 #endif /* IOLENS_ABI_H */
