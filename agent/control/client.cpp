@@ -42,10 +42,28 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
   }
 }
 
+/// The first bytes of a request, with `pass_fd` attached (SCM_RIGHTS): the kernel gives the
+/// daemon its own descriptor of the same open file.
+ssize_t send_with_fd(int sock, const std::string& bytes, int pass_fd) {
+  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+  return sendmsg(sock, &msg, MSG_NOSIGNAL);
+}
+
 }  // namespace
 
 std::optional<nlohmann::json> request(const std::string& socket_path, const nlohmann::json& req,
-                                      std::string& error, int timeout_ms) {
+                                      std::string& error, int timeout_ms, int pass_fd) {
   const int timeout = std::max(timeout_ms, 1);
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout);
   const std::string timeout_text =
@@ -83,7 +101,9 @@ std::optional<nlohmann::json> request(const std::string& socket_path, const nloh
   const std::string line = request_line(req);
   size_t sent = 0;
   while (sent < line.size()) {
-    const ssize_t n = send(fd.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
+    const ssize_t n = sent == 0 && pass_fd >= 0
+                          ? send_with_fd(fd.get(), line, pass_fd)
+                          : send(fd.get(), line.data() + sent, line.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
     } else if (n < 0 && errno == EINTR) {

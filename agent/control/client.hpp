@@ -19,7 +19,10 @@ inline constexpr std::size_t kMaxAnswerBytes = 512u << 20;
 /// `timeout_ms`. Returns the answer's "result", or nullopt and `error` saying what went wrong:
 /// "cannot connect to iolensd at PATH: ... (is iolensd running?)", "permission denied by
 /// iolensd: ...", "iolensd: <its error text>", a timeout or a malformed answer.
+/// `pass_fd` >= 0: the descriptor travels with the request (SCM_RIGHTS), e.g. the file a
+/// capture is written to, opened by the client with the client's own permissions.
 std::optional<nlohmann::json> request(const std::string& socket_path, const nlohmann::json& req,
-                                      std::string& error, int timeout_ms = 5000);
+                                      std::string& error, int timeout_ms = 5000,
+                                      int pass_fd = -1);
 
 }  // namespace iolens::control

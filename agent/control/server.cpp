@@ -114,7 +114,32 @@ struct Connection {
   std::string out;
   size_t sent = 0;
   bool done = false;
+  UniqueFd passed;  // a descriptor sent with the request (SCM_RIGHTS)
 };
+
+/// recv() that also takes a descriptor sent with the bytes (at most one: more are closed by the
+/// kernel, MSG_CTRUNC). One that arrives after the first is closed: only one per request.
+ssize_t recv_request_bytes(Connection& c, char* buf, size_t size) {
+  iovec iov{buf, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t n = recvmsg(c.fd.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+        cm->cmsg_len < CMSG_LEN(sizeof(int)))
+      continue;
+    int fd = -1;
+    std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    UniqueFd got(fd);
+    if (c.passed.get() < 0) c.passed = std::move(got);
+  }
+  return n;
+}
 
 /// Reads what is there. Sets `line` once a request line is complete (newline, or end of input
 /// after some bytes: `printf '{"cmd":"status"}' | socat` sends no newline), or the answer
@@ -122,7 +147,7 @@ struct Connection {
 bool read_request(Connection& c, std::optional<std::string>& line, std::string& early_answer) {
   char buf[4096];
   for (;;) {
-    const ssize_t n = recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+    const ssize_t n = recv_request_bytes(c, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
     if (n < 0) return false;
@@ -227,6 +252,10 @@ bool Server::allowed(int conn_fd, const Peer& peer) const {
 }
 
 void Server::serve_pending(const Handler& handler) {
+  serve_pending([&handler](const nlohmann::json& req, RequestContext&) { return handler(req); });
+}
+
+void Server::serve_pending(const ContextHandler& handler) {
   std::vector<Connection> conns;
   while (conns.size() < kMaxConnectionsPerServe) {
     UniqueFd conn(accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
@@ -287,7 +316,9 @@ void Server::serve_pending(const Handler& handler) {
         }
         if (line) {
           spdlog::debug("control: request from pid {} uid {}", c.peer.pid, c.peer.uid);
-          answer = answer_line(*line, handler);
+          RequestContext ctx{c.peer, c.passed};
+          answer = answer_line(*line, [&](const nlohmann::json& req) { return handler(req, ctx); });
+          c.passed.reset();  // not taken by the handler: closed now, not with the connection
         }
         if (!answer.empty()) {
           c.in.clear();

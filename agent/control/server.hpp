@@ -14,6 +14,7 @@
 
 #include "control/peer.hpp"
 #include "control/protocol.hpp"
+#include "control/unique_fd.hpp"
 
 namespace iolens::control {
 
@@ -25,9 +26,19 @@ inline constexpr std::chrono::milliseconds kClientTimeout{2000};
 /// memory a burst of clients can pin (each may buffer up to kMaxRequestBytes).
 inline constexpr std::size_t kMaxConnectionsPerServe = 64;
 
+/// What a handler may know about the request beyond its JSON.
+struct RequestContext {
+  const Peer& peer;
+  /// The descriptor the client sent with its request (SCM_RIGHTS), -1 if none. A handler that
+  /// keeps it takes it (release()); otherwise it is closed with the connection.
+  UniqueFd& passed_fd;
+};
+
 class Server {
  public:
   using Handler = control::Handler;
+  using ContextHandler =
+      std::function<nlohmann::json(const nlohmann::json& request, RequestContext& ctx)>;
   /// Whether a peer may ask. The default: peer_allowed() with the daemon's euid and `group`.
   using AccessRule = std::function<bool(const Peer&)>;
 
@@ -45,6 +56,8 @@ class Server {
   /// first (a refused peer gets an error answer and a warning in the log), `handler`, one answer
   /// line, close. Returns when every accepted client is answered or timed out (kClientTimeout).
   void serve_pending(const Handler& handler);
+  /// The same, for handlers that need the peer or a passed descriptor.
+  void serve_pending(const ContextHandler& handler);
 
   /// Replaces the default access rule. For tests: a refusal can be seen without a second user.
   void override_access_rule(AccessRule rule) { access_rule_ = std::move(rule); }

@@ -436,3 +436,55 @@ TEST(ControlClient, Errors) {
   EXPECT_EQ("iolensd at " + hung + " closed the connection without an answer", error);
   close(fd);
 }
+
+TEST(ControlServer, DescriptorPassedWithTheRequest) {
+  TempDir dir;
+  std::string error;
+  auto server = Server::listen(dir / "ctl.sock", std::nullopt, error);
+  ASSERT_TRUE(server) << error;
+  int kept = -1;
+  std::atomic<bool> stop{false};
+  std::thread serving([&] {
+    while (!stop) {
+      pollfd p{server->fd(), POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      server->serve_pending([&](const json& req, RequestContext& ctx) -> json {
+        if (req.at("cmd") == "keep") {
+          if (ctx.passed_fd.get() < 0) throw std::runtime_error("no descriptor");
+          kept = ctx.passed_fd.release();
+          return {{"pid", ctx.peer.pid}};
+        }
+        return {{"had_fd", ctx.passed_fd.get() >= 0}};
+      });
+    }
+  });
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  // The daemon's copy of the write end works after the client closed its own.
+  auto r = request(server->path(), {{"cmd", "keep"}}, error, 5000, pipe_fds[1]);
+  ASSERT_TRUE(r) << error;
+  EXPECT_EQ(r->at("pid"), getpid());
+  close(pipe_fds[1]);
+  // Without a descriptor, the handler says so.
+  EXPECT_FALSE(request(server->path(), {{"cmd", "keep"}}, error));
+  EXPECT_NE(error.find("no descriptor"), std::string::npos) << error;
+  // A descriptor nobody takes is closed by the server once it answered.
+  int other[2];
+  ASSERT_EQ(pipe(other), 0);
+  r = request(server->path(), {{"cmd", "status"}}, error, 5000, other[1]);
+  ASSERT_TRUE(r) << error;
+  EXPECT_EQ(r->at("had_fd"), true);
+  close(other[1]);
+  char c;
+  EXPECT_EQ(read(other[0], &c, 1), 0);  // EOF: no write end left open anywhere
+  close(other[0]);
+  stop = true;
+  serving.join();
+  ASSERT_GE(kept, 0);
+  ASSERT_EQ(write(kept, "hi", 2), 2);
+  close(kept);
+  char buf[4] = {};
+  EXPECT_EQ(read(pipe_fds[0], buf, sizeof(buf)), 2);
+  EXPECT_STREQ(buf, "hi");
+  close(pipe_fds[0]);
+}
