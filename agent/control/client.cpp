@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "control/fd_message.hpp"
 #include "control/protocol.hpp"
 #include "control/unique_fd.hpp"
 
@@ -45,19 +46,13 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
 /// The first bytes of a request, with `pass_fd` attached (SCM_RIGHTS): the kernel gives the
 /// daemon its own descriptor of the same open file.
 ssize_t send_with_fd(int sock, const std::string& bytes, int pass_fd) {
-  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  FdMessage m(const_cast<char*>(bytes.data()), bytes.size());
+  cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
   cm->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-  return sendmsg(sock, &msg, MSG_NOSIGNAL);
+  return sendmsg(sock, &m.msg, MSG_NOSIGNAL);
 }
 
 }  // namespace

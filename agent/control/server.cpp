@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "control/fd_message.hpp"
 #include "control/unique_fd.hpp"
 
 namespace iolens::control {
@@ -120,16 +121,10 @@ struct Connection {
 /// recv() that also takes a descriptor sent with the bytes (at most one: more are closed by the
 /// kernel, MSG_CTRUNC). One that arrives after the first is closed: only one per request.
 ssize_t recv_request_bytes(Connection& c, char* buf, size_t size) {
-  iovec iov{buf, size};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  const ssize_t n = recvmsg(c.fd.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  FdMessage m(buf, size);
+  const ssize_t n = recvmsg(c.fd.get(), &m.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   if (n < 0) return n;
-  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&m.msg); cm != nullptr; cm = CMSG_NXTHDR(&m.msg, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
         cm->cmsg_len < CMSG_LEN(sizeof(int)))
       continue;
