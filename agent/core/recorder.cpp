@@ -693,6 +693,18 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
 
 namespace iolens::core {
 
+const std::string* Recorder::file_name(const FileIdentity& id, bool* incomplete) const {
+  const Name* n = name_of(FileKey{id.dev, id.ino, id.gen, {}});
+  if (incomplete) *incomplete = n && n->incomplete;
+  return n ? &n->path : nullptr;
+}
+
+void Recorder::visit_processes(const std::function<void(const ProcessView&)>& fn) const {
+  for (const auto& [k, p] : procs_)
+    fn(ProcessView{k, p.parent_known ? &p.parent : nullptr, p.comm, p.exe, p.end_ns,
+                   p.wait_status});
+}
+
 void Recorder::visit_records(const std::function<void(const RecordView&)>& fn) const {
   for (const auto& [k, acc] : files_) {
     const FileCounters c = acc.total();

@@ -89,6 +89,19 @@ class Recorder {
   /// Every file record and every process's "other files" record, in no given order. Their
   /// Fold::Sum counters add up to the process totals of snapshot().
   void visit_records(const std::function<void(const RecordView&)>& fn) const;
+  /// The name received for a file incarnation (a generation-less id: any incarnation's), or
+  /// nullptr: none received yet, or forgotten by fold_to. `incomplete`: cut or unreachable.
+  const std::string* file_name(const FileIdentity& id, bool* incomplete = nullptr) const;
+  /// A process as the recorder knows it, for trace files' process tables.
+  struct ProcessView {
+    const ProcKey& key;
+    const ProcKey* parent;  // nullptr: not known
+    const std::string& comm;
+    const std::string& exe;
+    uint64_t end_ns;                     // 0: still running
+    std::optional<int32_t> wait_status;  // set once it exited
+  };
+  void visit_processes(const std::function<void(const ProcessView&)>& fn) const;
   /// Distinct (dev, ino) among the records, folded ones included.
   std::size_t distinct_files() const;
 

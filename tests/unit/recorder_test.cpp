@@ -831,3 +831,25 @@ TEST(Counters, LatencyHistogramFieldsAreExportedAndSummed) {
   }
   EXPECT_EQ(counter_value(combined, *lat[11]), static_cast<int64_t>(1001 + 2 * 11));
 }
+
+TEST(Recorder, NamesAndProcessesForTraceFiles) {
+  Recorder r(100, 1);
+  r.on_event(ForkEvent{{101, 20}, {100, 5}, 10, "python3", 0});
+  r.on_event(name_event(101, 20, 9, "a.bin\0data\0"s));
+  r.on_event(ExitEvent{{101, 20}, 90, 3 << 8});
+  bool incomplete = true;
+  const std::string* name = r.file_name(FileIdentity{9, kDev, 0}, &incomplete);
+  ASSERT_NE(name, nullptr);
+  EXPECT_EQ(*name, "/data/a.bin");
+  EXPECT_FALSE(incomplete);
+  EXPECT_EQ(r.file_name(FileIdentity{10, kDev, 0}), nullptr);  // never named
+  std::vector<std::string> seen;
+  r.visit_processes([&](const Recorder::ProcessView& p) {
+    seen.push_back(std::to_string(p.key.pid) + " parent " +
+                   (p.parent ? std::to_string(p.parent->pid) : "-") + " end " +
+                   std::to_string(p.end_ns) + " status " +
+                   (p.wait_status ? std::to_string(*p.wait_status) : "-") + " " + p.comm);
+  });
+  ASSERT_EQ(seen.size(), 1u);  // only processes something was heard of
+  EXPECT_EQ(seen[0], "101 parent 100 end 90 status 768 python3");
+}
