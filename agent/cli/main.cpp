@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "cli/capture_command.hpp"
 #include "cli/query_command.hpp"
 #include "cli/run_command.hpp"
 
@@ -40,13 +41,16 @@ int main(int argc, char** argv) {
   cmd->positionals_at_end();
 
   iolens::cli::QueryCommands queries(app);
+  iolens::cli::CaptureOptions capture;
+  CLI::App* capture_cmd = iolens::cli::add_capture_command(app, capture);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return queries.given() ? queries.usage_error(app, e) : app.exit(e);
+    return queries.given() || capture_cmd->parsed() ? queries.usage_error(app, e) : app.exit(e);
   }
   if (queries.given()) return queries.run();
+  if (capture_cmd->parsed()) return iolens::cli::run_capture(capture);
   // Logs go to stderr: stdout belongs to the traced command.
   spdlog::set_default_logger(spdlog::stderr_color_mt("iolens"));
   spdlog::set_pattern("iolens: %l: %v");

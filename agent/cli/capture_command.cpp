@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/capture_command.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "control/format.hpp"
+#include "jobs/units.hpp"
+
+namespace iolens::cli {
+namespace {
+
+volatile sig_atomic_t g_stop = 0;
+
+void on_stop_signal(int) { g_stop = 1; }
+
+void say(const std::string& text) {
+  std::fprintf(stderr, "iolens: %s\n", control::terminal_safe(text).c_str());
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[32];
+  if (b >= (1ULL << 30))
+    std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(b) / (1ULL << 30));
+  else if (b >= (1ULL << 20))
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(b) / (1ULL << 20));
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(b) / 1024);
+  else
+    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+uint64_t u64(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+}
+
+std::string lost_text(const nlohmann::json& st) {
+  const auto lost = st.value("lost", nlohmann::json::object());
+  return std::to_string(u64(lost, "ring_full")) + " (ring full), " +
+         std::to_string(u64(lost, "size_limit")) + " (size limit)";
+}
+
+void nap_ms(long ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, nullptr);  // a signal ends it early: the loop looks at g_stop at once
+}
+
+}  // namespace
+
+uint64_t parse_cli_size(const std::string& text, std::string& error) {
+  std::string t = text;
+  if (!t.empty() && std::strchr("kKmMgGtT", t.back()) != nullptr) t += "iB";
+  const jobs::ParsedUnsigned p = jobs::parse_size_bytes(t);
+  error = p.ok() ? "" : p.error;
+  return p.value;
+}
+
+CLI::App* add_capture_command(CLI::App& app, CaptureOptions& o) {
+  auto* cmd = app.add_subcommand(
+      "capture", "Trace every I/O call of a live job into a file, through iolensd (on demand)");
+  auto* job = cmd->add_option("--job", o.job, "The job's ID, as `iolens jobs` lists it");
+  auto* cg = cmd->add_option("--cgroup", o.cgroup,
+                             "A cgroup of a job (its path under the cgroup2 mount, or absolute)");
+  auto* pid = cmd->add_option("--pid", o.pid, "A process of a job: it and its later children");
+  job->excludes(cg, pid);
+  cg->excludes(pid);
+  cmd->add_option("--duration", o.duration, "Stop after this long (e.g. 500ms, 30s, 5m)")
+      ->capture_default_str();
+  cmd->add_option("--max-size", o.max_size,
+                  "Stop adding operations once the file is this big (e.g. 100M, 1G; 0 = no limit)")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", o.output, "The trace file to write (docs/trace-format.md)")
+      ->required();
+  cmd->add_option("--socket", o.socket, "iolensd's control socket")->capture_default_str();
+  cmd->add_flag("-q,--quiet", o.quiet, "No progress and no summary");
+  return cmd;
+}
+
+int run_capture(const CaptureOptions& o) {
+  const int targets = !o.job.empty() + !o.cgroup.empty() + (o.pid != 0);
+  if (targets != 1) {
+    say("say what to capture: one of --job ID, --cgroup PATH or --pid PID");
+    return 2;
+  }
+  const jobs::ParsedUnsigned duration = jobs::parse_duration_ms(o.duration);
+  if (!duration.ok() || duration.value == 0) {
+    say("--duration '" + o.duration + "': " +
+        (duration.ok() ? std::string("must be more than 0") : duration.error));
+    return 2;
+  }
+  std::string size_error;
+  const uint64_t max_bytes = parse_cli_size(o.max_size, size_error);
+  if (!size_error.empty()) {
+    say("--max-size '" + o.max_size + "': " + size_error);
+    return 2;
+  }
+  nlohmann::json req = {{"cmd", "capture"},
+                        {"duration_ms", duration.value},
+                        {"max_bytes", max_bytes}};
+  if (!o.job.empty()) req["job"] = o.job;
+  if (!o.cgroup.empty()) req["cgroup"] = o.cgroup;
+  if (o.pid) req["pid"] = o.pid;
+
+  // Opened here, with the user's own permissions; the daemon writes through its copy.
+  const int fd = open(o.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    say("cannot write " + o.output + ": " + std::strerror(errno));
+    return 1;
+  }
+  std::string error;
+  const auto started = control::request(o.socket, req, error, 5000, fd);
+  close(fd);
+  if (!started) {
+    struct stat st {};
+    if (stat(o.output.c_str(), &st) == 0 && st.st_size == 0) unlink(o.output.c_str());
+    say(error);
+    return 1;
+  }
+  const uint64_t id = u64(*started, "id");
+  const std::string job_id = started->value("job", "");
+
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
+
+  const bool progress = !o.quiet && isatty(STDERR_FILENO);
+  bool stop_sent = false;
+  nlohmann::json st;
+  int failures = 0;
+  for (;;) {
+    if (g_stop && !stop_sent) {
+      if (!control::request(o.socket, {{"cmd", "capture_stop"}, {"id", id}}, error))
+        say("could not ask iolensd to stop the capture: " + error);
+      stop_sent = true;
+    }
+    auto r = control::request(o.socket, {{"cmd", "capture_status"}, {"id", id}}, error);
+    if (!r) {
+      // A daemon busy with a big drain answers late: a few misses are not the end.
+      if (++failures >= 5) {
+        if (progress) std::fputs("\n", stderr);
+        say(error + "; " + o.output + " holds what was written so far (readable up to its last "
+                    "complete block)");
+        return 1;
+      }
+      nap_ms(500);
+      continue;
+    }
+    failures = 0;
+    st = std::move(*r);
+    const std::string state = st.value("state", "");
+    if (progress) {
+      std::fprintf(stderr, "\r\033[Kcapturing %s: %llu records, %s, lost %llu, %.0f s left",
+                   control::terminal_safe(job_id).c_str(),
+                   static_cast<unsigned long long>(u64(st, "records")),
+                   human_bytes(u64(st, "bytes")).c_str(),
+                   static_cast<unsigned long long>(u64(st.value("lost", nlohmann::json::object()),
+                                                       "ring_full") +
+                                                   u64(st.value("lost", nlohmann::json::object()),
+                                                       "size_limit")),
+                   st.value("remaining_s", 0.0));
+    }
+    if (state != "running") break;
+    nap_ms(g_stop ? 100 : 250);
+  }
+  if (progress) std::fputs("\n", stderr);
+  const std::string state = st.value("state", "");
+  if (!o.quiet || state != "done") {
+    char secs[32];
+    std::snprintf(secs, sizeof(secs), "%.1f", st.value("elapsed_s", 0.0));
+    say(std::string(state == "done" ? "captured " : "capture failed after ") +
+        std::to_string(u64(st, "records")) + " records of job " + job_id + " in " + secs +
+        " s into " + o.output + " (" + human_bytes(u64(st, "bytes")) + "; ended by " +
+        st.value("reason", "?") + "); lost: " + lost_text(st));
+  }
+  return state == "done" ? 0 : 1;
+}
+
+}  // namespace iolens::cli
