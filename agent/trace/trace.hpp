@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "bpf/iolens_abi.h"
+#include "iolens_abi.h"
 
 namespace iolens::trace {
 
