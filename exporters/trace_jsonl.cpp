@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "exporters/trace_jsonl.hpp"
+
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/paths.hpp"
+#include "core/recorder.hpp"
+#include "exporters/json_report.hpp"
+#include "exporters/trace_common.hpp"
+
+namespace iolens::exporters {
+namespace {
+
+using nlohmann::json;
+
+void put_line(std::ostream& out, const json& j) { out << dump_json_line(j) << '\n'; }
+
+}  // namespace
+
+void write_jsonl(const trace::Trace& t, std::ostream& out) {
+  const TraceIndex idx(t);
+  const trace::Meta& m = t.meta;
+  auto wall = [&](uint64_t mono) { return trace_wall_ns(m, mono); };
+
+  json head = trace_meta_json(t);
+  head["type"] = "trace";
+  head["schema"] = kTraceJsonlSchema;
+  // As captured: 0 = unknown (start) or not ended (end).
+  head["window_start_ns"] = m.window_start_ns;
+  head["window_end_ns"] = m.window_end_ns;
+  head["window_start_wall_ns"] = m.window_start_ns ? json(wall(m.window_start_ns)) : json(nullptr);
+  head["window_end_wall_ns"] = m.window_end_ns ? json(wall(m.window_end_ns)) : json(nullptr);
+  head["counts"] = {{"processes", t.processes.size()},
+                    {"files", t.files.size()},
+                    {"ops", t.ops.size()}};
+  put_line(out, head);
+
+  for (const trace::Process& p : t.processes) {
+    json j;
+    j["type"] = "process";
+    j["pid"] = p.pid;
+    j["pstart_ns"] = p.pstart_ns;
+    j["start_wall_ns"] = wall(p.pstart_ns);
+    j["ppid"] = p.ppid;
+    j["parent_pstart_ns"] = p.parent_pstart_ns;
+    put_string(j, "comm", p.comm);
+    put_string(j, "exe", p.exe);
+    const bool exited = p.exit_ns >= 0;
+    j["exit_ns"] = exited ? json(p.exit_ns) : json(nullptr);
+    j["exit_wall_ns"] = exited ? json(wall(static_cast<uint64_t>(p.exit_ns))) : json(nullptr);
+    j["wait_status"] = p.exit_code >= 0 ? json(p.exit_code) : json(nullptr);
+    j["exit_code"] =
+        p.exit_code >= 0 ? json(core::exit_code_of_wait_status(p.exit_code)) : json(nullptr);
+    put_line(out, j);
+  }
+
+  for (const trace::FileName& f : t.files) {
+    json j;
+    j["type"] = "file";
+    j["dev"] = f.dev;
+    j["device"] = std::to_string(core::kernel_dev_major(f.dev)) + ":" +
+                  std::to_string(core::kernel_dev_minor(f.dev));
+    j["ino"] = f.ino;
+    j["gen"] = f.gen;
+    put_string(j, "path", f.path);
+    j["flags"] = f.flags;
+    j["truncated"] = (f.flags & IOLENS_PATH_TRUNCATED) != 0;
+    j["unreached"] = (f.flags & IOLENS_PATH_UNREACHED) != 0;
+    put_line(out, j);
+  }
+
+  for (std::size_t i : idx.by_start()) {
+    const iolens_trace_record& r = t.ops[i];
+    json j;
+    j["type"] = "op";
+    j["ts_ns"] = r.start_ns;
+    j["ts_wall_ns"] = wall(r.start_ns);
+    j["dur_ns"] = static_cast<int64_t>(r.end_ns - r.start_ns);
+    j["pid"] = r.tgid;
+    j["pstart_ns"] = r.pstart_ns;
+    j["tid"] = r.tid;
+    j["op"] = trace_op_name(r.op);
+    j["nr"] = r.nr;
+    j["syscall"] = std::string(syscall_name(r.nr));
+    j["fd"] = r.fd;
+    j["offset"] = r.offset;
+    j["arg"] = r.arg;
+    j["ret"] = r.ret;
+    j["flags"] = r.flags;
+    j["dev"] = r.dev;
+    j["ino"] = r.ino;
+    j["gen"] = r.gen;
+    const std::string label = idx.file_label(r);
+    if (!label.empty()) put_string(j, "path", label);
+    if (!(r.flags & (IOLENS_TRACE_F_OTHER | IOLENS_TRACE_F_NOFILE)) && !idx.name(r))
+      j["path_unknown"] = true;
+    const bool ok = trace_op_succeeded(r);
+    if (r.op == IOLENS_OP_READ || r.op == IOLENS_OP_WRITE) {
+      if (ok) j["size"] = r.ret;
+      if (r.arg >= 0) j["requested"] = r.arg;
+    }
+    if (!ok) {
+      const int err = static_cast<int>(-r.ret);
+      j["errno"] = err;
+      if (const char* name = strerrorname_np(err)) j["error"] = name;
+    }
+    put_line(out, j);
+  }
+}
+
+}  // namespace iolens::exporters
