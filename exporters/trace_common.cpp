@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include "core/paths.hpp"
@@ -87,6 +88,18 @@ bool trace_op_succeeded(const iolens_trace_record& r) {
   return r.ret >= 0;
 }
 
+int trace_op_errno(const iolens_trace_record& r) {
+  if (trace_op_succeeded(r) || r.ret < -4095) return 0;
+  return static_cast<int>(-r.ret);
+}
+
+void put_trace_errno(nlohmann::json& obj, const iolens_trace_record& r) {
+  const int err = trace_op_errno(r);
+  if (err == 0) return;
+  obj["errno"] = err;
+  if (const char* name = strerrorname_np(err)) obj["error"] = name;
+}
+
 TraceIndex::TraceIndex(const trace::Trace& t) : trace_(t) {
   for (std::size_t i = 0; i < t.files.size(); ++i)
     names_[{t.files[i].dev, t.files[i].ino, t.files[i].gen}] = i;
@@ -98,7 +111,14 @@ TraceIndex::TraceIndex(const trace::Trace& t) : trace_(t) {
     return t.ops[a].start_ns < t.ops[b].start_ns;
   });
   window_start_ = t.meta.window_start_ns;
-  if (window_start_ == 0 && !t.ops.empty()) window_start_ = t.ops[by_start_.front()].start_ns;
+  if (window_start_ == 0) {
+    // The earliest known start (0: the call's entry was not seen).
+    for (std::size_t i : by_start_) {
+      if (t.ops[i].start_ns == 0) continue;
+      window_start_ = t.ops[i].start_ns;
+      break;
+    }
+  }
   window_end_ = t.meta.window_end_ns;
   if (window_end_ == 0) {
     window_end_ = window_start_;

@@ -51,6 +51,13 @@ std::vector<std::string> trace_flag_names(uint32_t flags);
 /// unsigned (an error is -1..-4095, as the kernel's IS_ERR_VALUE).
 bool trace_op_succeeded(const iolens_trace_record& r);
 
+/// The errno of a failed call (1..4095, from ret = -errno); 0 when it succeeded or when its
+/// return value is no errno (a damaged record).
+int trace_op_errno(const iolens_trace_record& r);
+
+/// Sets "errno" and "error" (its name, "ENOENT") in `obj` for a failed call; nothing otherwise.
+void put_trace_errno(nlohmann::json& obj, const iolens_trace_record& r);
+
 /// Lookups into a trace's names and processes; the trace must outlive the index.
 class TraceIndex {
  public:

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "exporters/trace_jsonl.hpp"
 
-#include <cstring>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -102,11 +101,7 @@ void write_jsonl(const trace::Trace& t, std::ostream& out) {
       if (ok) j["size"] = r.ret;
       if (r.arg >= 0) j["requested"] = r.arg;
     }
-    if (!ok) {
-      const int err = static_cast<int>(-r.ret);
-      j["errno"] = err;
-      if (const char* name = strerrorname_np(err)) j["error"] = name;
-    }
+    put_trace_errno(j, r);
     put_line(out, j);
   }
 }

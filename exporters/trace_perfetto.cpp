@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <numeric>
 #include <set>
@@ -102,11 +101,7 @@ json op_args(const TraceIndex& idx, const iolens_trace_record& r) {
     a["whence"] = r.arg;
   }
   a["ret"] = r.ret;
-  if (!ok) {
-    const int err = static_cast<int>(-r.ret);
-    a["errno"] = err;
-    if (const char* name = strerrorname_np(err)) a["error"] = name;
-  }
+  put_trace_errno(a, r);
   if (r.flags) a["flags"] = trace_flag_names(r.flags);
   return a;
 }
@@ -114,9 +109,9 @@ json op_args(const TraceIndex& idx, const iolens_trace_record& r) {
 }  // namespace
 
 int64_t kineto_base_time_ns(int64_t wall_ns) {
-  int64_t q = wall_ns / kKinetoBasePeriodNs;
-  if (wall_ns % kKinetoBasePeriodNs < 0) --q;
-  return q * kKinetoBasePeriodNs;
+  // wall_ns minus its non-negative remainder; modular, so that no clock, however wrong, overflows.
+  const int64_t rem = (wall_ns % kKinetoBasePeriodNs + kKinetoBasePeriodNs) % kKinetoBasePeriodNs;
+  return static_cast<int64_t>(static_cast<uint64_t>(wall_ns) - static_cast<uint64_t>(rem));
 }
 
 void write_perfetto_json(const trace::Trace& t, std::ostream& out, const PerfettoOptions& opts) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -15,6 +16,13 @@
 
 namespace iolens::exporters {
 namespace {
+
+/// Whether the accounting's `offset + ret - 1` is a value: the kernel's offsets and sizes always
+/// are; a damaged record's may not be, and such a call is not counted.
+bool rw_in_range(int64_t offset, int64_t ret) {
+  int64_t end = 0;
+  return !__builtin_add_overflow(offset, ret, &end) && end != INT64_MIN;
+}
 
 core::ProcKey proc_of(const iolens_trace_record& r) { return core::ProcKey{r.tgid, r.pstart_ns}; }
 
@@ -89,7 +97,7 @@ ReplayedRecords replay_records(const trace::Trace& t) {
     switch (r.op) {
       case IOLENS_OP_READ:
       case IOLENS_OP_WRITE:
-        if (r.ret >= 0)
+        if (r.ret >= 0 && rw_in_range(r.offset, r.ret))
           iolens_account_rw(record(), r.op == IOLENS_OP_WRITE, r.offset, r.ret, r.start_ns,
                             r.end_ns);
         break;
@@ -221,8 +229,9 @@ DarshanDxt dxt_of_trace(const trace::Trace& t, const core::RunSnapshot& run, uin
   for (std::size_t i : idx.by_start()) {
     const iolens_trace_record& r = t.ops[i];
     if ((r.op != IOLENS_OP_READ && r.op != IOLENS_OP_WRITE) || r.ret < 0 || r.start_ns == 0 ||
-        (r.flags & (IOLENS_TRACE_F_OTHER | IOLENS_TRACE_F_NOFILE)))
-      continue;
+        (r.flags & (IOLENS_TRACE_F_OTHER | IOLENS_TRACE_F_NOFILE)) ||
+        !rw_in_range(r.offset, r.ret))
+      continue;  // as replay_records: only the calls it counts
     const int64_t pstart = r.pstart_ns ? trace_wall_ns(t.meta, r.pstart_ns) : 0;
     const auto rank = rank_of.find({r.tgid, pstart});
     std::string path = recorded_name(idx, r);

@@ -272,3 +272,25 @@ TEST(TraceReplay, JobIdFallsBackToTheFirstProcess) {
                       std::pair<std::string, std::string>{"trace_complete", "0"}),
             meta.end());
 }
+
+TEST(TraceReplay, GarbageRecordsGiveAReadableLog) {
+  const trace::Trace t = garbage_trace();
+  const core::RunSnapshot run = exporters::replay_counters(t);
+  const std::string log = exporters::darshan_log(run, exporters::darshan_job_of_trace(t),
+                                                 exporters::dxt_of_trace(t, run));
+  exporters::DarshanLogContents c;
+  std::string err;
+  ASSERT_TRUE(exporters::read_darshan_log(log, c, err)) << err;
+  // The read that "ends before it starts" is counted with no time; the write with no start is not.
+  bool odd = false;
+  for (const auto& f : run.files) {
+    if (f.pid != 4242) continue;
+    odd = true;
+    EXPECT_EQ(f.path, "<unknown 0:7:8>");
+    EXPECT_EQ(f.counters.reads, 1u);
+    EXPECT_EQ(f.counters.writes, 0u);
+    EXPECT_EQ(f.counters.read_time_ns, 0u);
+    EXPECT_EQ(f.counters.mmaps, 1u);
+  }
+  EXPECT_TRUE(odd);
+}

@@ -6,6 +6,7 @@
 // stored out of start order, as per-CPU rings deliver them.
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "trace/trace.hpp"
@@ -130,6 +131,32 @@ inline trace::Trace sample_trace() {
   t.losses.other = 1;
   t.losses.notes = {"1 record failed to decode"};
   t.complete = true;
+  return t;
+}
+
+/// The sample plus records a damaged or hostile file could hold: an unknown kind and syscall,
+/// unknown flag bits, end before start, a start of 0, extreme offsets and returns, a process and
+/// a file nobody named; the clock base wraps and the window is unknown.
+inline trace::Trace garbage_trace() {
+  trace::Trace t = sample_trace();
+  t.meta.mono_to_wall_ns = INT64_MIN + 7;
+  t.meta.window_start_ns = 0;
+  t.meta.window_end_ns = 0;
+  iolens_trace_record r = sample_op(99, 999, {4242, 1}, 4243, 5, 10, {7, 8, 9}, -5, INT64_MIN,
+                                    INT64_MIN, INT64_MAX, 0xf0);
+  t.ops.push_back(r);
+  r.op = IOLENS_OP_READ;
+  r.end_ns = r.start_ns - 1;  // ends before it starts
+  r.ret = INT64_MAX;
+  t.ops.push_back(r);
+  r.start_ns = 0;
+  r.end_ns = UINT64_MAX;
+  r.op = IOLENS_OP_WRITE;
+  t.ops.push_back(r);
+  r.op = IOLENS_OP_MMAP;
+  r.ret = -4096;  // an address, not an error
+  r.start_ns = 42;
+  t.ops.push_back(r);
   return t;
 }
 
