@@ -93,11 +93,32 @@ int trace_op_errno(const iolens_trace_record& r) {
   return static_cast<int>(-r.ret);
 }
 
-void put_trace_errno(nlohmann::json& obj, const iolens_trace_record& r) {
+void append_errno_fields(std::string& out, const iolens_trace_record& r) {
   const int err = trace_op_errno(r);
   if (err == 0) return;
-  obj["errno"] = err;
-  if (const char* name = strerrorname_np(err)) obj["error"] = name;
+  append_field(out, "errno", err);
+  if (const char* name = strerrorname_np(err)) {
+    out += ",\"error\":\"";
+    out += name;  // "E" and capitals: nothing to escape
+    out += '"';
+  }
+}
+
+void append_syscall_field(std::string& out, const iolens_trace_record& r) {
+  const std::string_view sys = syscall_name(r.nr);
+  if (sys.empty()) {
+    append_field(out, "syscall", r.nr);
+    return;
+  }
+  out += ",\"syscall\":\"";
+  out += sys;
+  out += '"';
+}
+
+void append_flag_names_field(std::string& out, const iolens_trace_record& r) {
+  if (r.flags == 0) return;
+  out += ",\"flags\":";
+  out += nlohmann::json(trace_flag_names(r.flags)).dump();
 }
 
 TraceIndex::TraceIndex(const trace::Trace& t) : trace_(t) {
@@ -145,6 +166,20 @@ std::string TraceIndex::file_label(const iolens_trace_record& r) const {
   if (r.flags & IOLENS_TRACE_F_OTHER) return "<" + core::other_kind_name(r.ino) + ">";
   if (const trace::FileName* n = name(r)) return n->path;
   return core::unknown_path(r.dev, r.ino);
+}
+
+const std::string& TraceIndex::path_fields(const iolens_trace_record& r, bool mark_unknown) const {
+  const uint32_t kind = r.flags & (IOLENS_TRACE_F_OTHER | IOLENS_TRACE_F_NOFILE);
+  auto [it, added] = fields_.try_emplace({mark_unknown, kind, r.dev, r.ino, r.gen});
+  if (!added) return it->second;
+  const std::string label = file_label(r);
+  if (label.empty()) return it->second;
+  nlohmann::json j;
+  put_string(j, "path", label);
+  if (mark_unknown && kind == 0 && !name(r)) j["path_unknown"] = true;
+  std::string text = dump_json_line(j);  // {"path":...}: its fields, after a comma
+  it->second = "," + text.substr(1, text.size() - 2);
+  return it->second;
 }
 
 const trace::Process* TraceIndex::process(uint32_t pid, uint64_t pstart_ns) const {

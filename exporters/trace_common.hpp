@@ -3,6 +3,8 @@
 /// What the trace converters (trace_perfetto, trace_jsonl, trace_replay) share: names of op
 /// kinds, syscalls and flags, and an index of a captured trace's names and processes.
 
+#include <charconv>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -55,8 +57,28 @@ bool trace_op_succeeded(const iolens_trace_record& r);
 /// return value is no errno (a damaged record).
 int trace_op_errno(const iolens_trace_record& r);
 
-/// Sets "errno" and "error" (its name, "ENOENT") in `obj` for a failed call; nothing otherwise.
-void put_trace_errno(nlohmann::json& obj, const iolens_trace_record& r);
+// The converters write one JSON object per op by hand (an nlohmann::json object per op costs
+// several microseconds; a trace has millions): integers as they are, strings only through
+// nlohmann's escaping, field by field.
+
+/// Appends `,"key":v` to `out`.
+template <std::integral T>
+void append_field(std::string& out, std::string_view key, T v) {
+  out += ",\"";
+  out += key;
+  out += "\":";
+  char buf[24];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v);
+  out.append(buf, res.ptr);
+}
+
+/// Appends `,"errno":N,"error":"ENAME"` for a failed call; nothing otherwise.
+void append_errno_fields(std::string& out, const iolens_trace_record& r);
+
+/// Appends the op's "syscall" field (its name, or its number when iolens does not trace it)
+/// and "flags" (trace_flag_names, when any).
+void append_syscall_field(std::string& out, const iolens_trace_record& r);
+void append_flag_names_field(std::string& out, const iolens_trace_record& r);
 
 /// Lookups into a trace's names and processes; the trace must outlive the index.
 class TraceIndex {
@@ -73,6 +95,11 @@ class TraceIndex {
   /// "<socket>", ... for F_OTHER, the captured path, or "<unknown MAJ:MIN:INO>" (as the run
   /// JSON names a file without a name).
   std::string file_label(const iolens_trace_record& r) const;
+
+  /// file_label(r) as JSON fields, escaped once per file: `,"path":"..."`, with
+  /// `,"path_hex":"..."` when not valid UTF-8 (put_string) and, if `mark_unknown`,
+  /// `,"path_unknown":true` for a regular file without a captured name; "" for F_NOFILE.
+  const std::string& path_fields(const iolens_trace_record& r, bool mark_unknown) const;
 
   /// The process (pid, pstart_ns); nullptr if it is not in the trace's process list.
   const trace::Process* process(uint32_t pid, uint64_t pstart_ns) const;
@@ -93,6 +120,8 @@ class TraceIndex {
   std::map<std::tuple<uint32_t, uint64_t, uint32_t>, std::size_t> names_;
   std::map<std::pair<uint32_t, uint64_t>, std::size_t> processes_;
   std::vector<std::size_t> by_start_;
+  // (mark_unknown, F_OTHER|F_NOFILE bits, dev, ino, gen) -> path_fields
+  mutable std::map<std::tuple<bool, uint32_t, uint32_t, uint64_t, uint32_t>, std::string> fields_;
   uint64_t window_start_ = 0;
   uint64_t window_end_ = 0;
 };

@@ -71,38 +71,39 @@ void write_jsonl(const trace::Trace& t, std::ostream& out) {
     put_line(out, j);
   }
 
+  // Op lines by hand (see append_field): a trace has millions.
+  std::string line;
   for (std::size_t i : idx.by_start()) {
     const iolens_trace_record& r = t.ops[i];
-    json j;
-    j["type"] = "op";
-    j["ts_ns"] = r.start_ns;
-    j["ts_wall_ns"] = wall(r.start_ns);
-    j["dur_ns"] = static_cast<int64_t>(r.end_ns - r.start_ns);
-    j["pid"] = r.tgid;
-    j["pstart_ns"] = r.pstart_ns;
-    j["tid"] = r.tid;
-    j["op"] = trace_op_name(r.op);
-    j["nr"] = r.nr;
-    j["syscall"] = std::string(syscall_name(r.nr));
-    j["fd"] = r.fd;
-    j["offset"] = r.offset;
-    j["arg"] = r.arg;
-    j["ret"] = r.ret;
-    j["flags"] = r.flags;
-    j["dev"] = r.dev;
-    j["ino"] = r.ino;
-    j["gen"] = r.gen;
-    const std::string label = idx.file_label(r);
-    if (!label.empty()) put_string(j, "path", label);
-    if (!(r.flags & (IOLENS_TRACE_F_OTHER | IOLENS_TRACE_F_NOFILE)) && !idx.name(r))
-      j["path_unknown"] = true;
-    const bool ok = trace_op_succeeded(r);
+    line = "{\"type\":\"op\"";
+    append_field(line, "ts_ns", r.start_ns);
+    append_field(line, "ts_wall_ns", wall(r.start_ns));
+    append_field(line, "dur_ns", static_cast<int64_t>(r.end_ns - r.start_ns));
+    append_field(line, "pid", r.tgid);
+    append_field(line, "pstart_ns", r.pstart_ns);
+    append_field(line, "tid", r.tid);
+    line += ",\"op\":\"" + trace_op_name(r.op) + "\"";
+    append_field(line, "nr", r.nr);
+    const std::string_view sys = syscall_name(r.nr);
+    line += ",\"syscall\":\"";
+    line += sys;
+    line += '"';
+    append_field(line, "fd", r.fd);
+    append_field(line, "offset", r.offset);
+    append_field(line, "arg", r.arg);
+    append_field(line, "ret", r.ret);
+    append_field(line, "flags", r.flags);
+    append_field(line, "dev", r.dev);
+    append_field(line, "ino", r.ino);
+    append_field(line, "gen", r.gen);
+    line += idx.path_fields(r, true);
     if (r.op == IOLENS_OP_READ || r.op == IOLENS_OP_WRITE) {
-      if (ok) j["size"] = r.ret;
-      if (r.arg >= 0) j["requested"] = r.arg;
+      if (trace_op_succeeded(r)) append_field(line, "size", r.ret);
+      if (r.arg >= 0) append_field(line, "requested", r.arg);
     }
-    put_trace_errno(j, r);
-    put_line(out, j);
+    append_errno_fields(line, r);
+    line += "}\n";
+    out << line;
   }
 }
 

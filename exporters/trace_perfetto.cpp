@@ -43,6 +43,11 @@ std::string interval_label(uint64_t ns) {
 class EventWriter {
  public:
   explicit EventWriter(std::ostream& out) : out_(out) {}
+  /// Writes an event already serialized.
+  void write_text(const std::string& ev) {
+    out_ << (first_ ? "\n" : ",\n") << ev;
+    first_ = false;
+  }
   /// Writes `ev` with "ts" and "dur" added as exact decimal microseconds.
   void write(const json& ev, std::optional<int64_t> ts_ns = std::nullopt,
              std::optional<int64_t> dur_ns = std::nullopt) {
@@ -51,8 +56,7 @@ class EventWriter {
     if (ts_ns) s += ",\"ts\":" + micros(*ts_ns);
     if (dur_ns) s += ",\"dur\":" + micros(*dur_ns);
     s += '}';
-    out_ << (first_ ? "\n" : ",\n") << s;
-    first_ = false;
+    write_text(s);
   }
 
  private:
@@ -81,29 +85,34 @@ std::string process_title(const trace::Process* p, uint32_t pid) {
   return "pid " + std::to_string(pid);
 }
 
-json op_args(const TraceIndex& idx, const iolens_trace_record& r) {
-  json a;
-  const std::string_view sys = syscall_name(r.nr);
-  if (sys.empty())
-    a["syscall"] = r.nr;
-  else
-    a["syscall"] = std::string(sys);
-  const std::string label = idx.file_label(r);
-  if (!label.empty()) put_string(a, "path", label);
-  a["fd"] = r.fd;
+/// One op's complete event, written by hand (see append_field): a trace has millions.
+std::string op_event(const TraceIndex& idx, const iolens_trace_record& r, int64_t ts_ns,
+                     int64_t dur_ns) {
+  std::string e = "{\"name\":\"";
+  e += trace_op_name(r.op);  // letters and digits
+  e += "\",\"ph\":\"X\",\"cat\":\"io\"";
+  append_field(e, "pid", r.tgid);
+  append_field(e, "tid", r.tid);
+  e += ",\"ts\":" + micros(ts_ns) + ",\"dur\":" + micros(dur_ns) + ",\"args\":{";
+  std::string a;  // the args' fields, each after a comma
+  append_syscall_field(a, r);
+  a += idx.path_fields(r, false);
+  append_field(a, "fd", r.fd);
   const bool ok = trace_op_succeeded(r);
   if (r.op == IOLENS_OP_READ || r.op == IOLENS_OP_WRITE) {
-    if (r.offset >= 0) a["offset"] = r.offset;
-    if (r.arg >= 0) a["requested"] = r.arg;
-    if (ok) a["size"] = r.ret;
+    if (r.offset >= 0) append_field(a, "offset", r.offset);
+    if (r.arg >= 0) append_field(a, "requested", r.arg);
+    if (ok) append_field(a, "size", r.ret);
   } else if (r.op == IOLENS_OP_SEEK) {
-    if (r.offset >= 0) a["offset"] = r.offset;
-    a["whence"] = r.arg;
+    if (r.offset >= 0) append_field(a, "offset", r.offset);
+    append_field(a, "whence", r.arg);
   }
-  a["ret"] = r.ret;
-  put_trace_errno(a, r);
-  if (r.flags) a["flags"] = trace_flag_names(r.flags);
-  return a;
+  append_field(a, "ret", r.ret);
+  append_errno_fields(a, r);
+  append_flag_names_field(a, r);
+  e.append(a, 1);  // without the first comma
+  e += "}}";
+  return e;
 }
 
 }  // namespace
@@ -197,13 +206,7 @@ void write_perfetto_json(const trace::Trace& t, std::ostream& out, const Perfett
   });
   for (std::size_t i : order) {
     const iolens_trace_record& r = t.ops[i];
-    w.write({{"name", trace_op_name(r.op)},
-             {"ph", "X"},
-             {"cat", "io"},
-             {"pid", r.tgid},
-             {"tid", r.tid},
-             {"args", op_args(idx, r)}},
-            ts(r.start_ns), dur_of(r));
+    w.write_text(op_event(idx, r, ts(r.start_ns), dur_of(r)));
   }
 
   // Bytes read and written per process and bucket (by the call's end: when the bytes moved),

@@ -226,6 +226,7 @@ DarshanDxt dxt_of_trace(const trace::Trace& t, const core::RunSnapshot& run, uin
   };
 
   std::map<std::pair<int64_t, std::string>, DarshanDxtRecord> records;
+  std::map<std::tuple<uint32_t, uint64_t, uint32_t>, std::string> names;  // recorded_name, once a file
   for (std::size_t i : idx.by_start()) {
     const iolens_trace_record& r = t.ops[i];
     if ((r.op != IOLENS_OP_READ && r.op != IOLENS_OP_WRITE) || r.ret < 0 || r.start_ns == 0 ||
@@ -234,7 +235,9 @@ DarshanDxt dxt_of_trace(const trace::Trace& t, const core::RunSnapshot& run, uin
       continue;  // as replay_records: only the calls it counts
     const int64_t pstart = r.pstart_ns ? trace_wall_ns(t.meta, r.pstart_ns) : 0;
     const auto rank = rank_of.find({r.tgid, pstart});
-    std::string path = recorded_name(idx, r);
+    auto [name, added] = names.try_emplace({r.dev, r.ino, r.gen});
+    if (added) name->second = recorded_name(idx, r);
+    std::string path = name->second;
     DarshanDxtRecord& rec = records[{rank == rank_of.end() ? -1 : rank->second, path}];
     if (rec.path.empty()) {
       rec.path = std::move(path);
