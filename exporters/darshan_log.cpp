@@ -141,6 +141,83 @@ bool inflate_region(std::string_view in, std::string& out, std::string& error) {
 
 double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
+/// The uncompressed DXT_POSIX region: per record, the 104-byte struct dxt_file_record
+/// {uint64 id; int64 rank; int64 shared_record; char hostname[64]; int64 write_count;
+/// int64 read_count}, then its write segments, then its read segments. Empty if no record.
+std::string dxt_region(const DarshanDxt& dxt) {
+  const std::size_t seg_size = darshan_dxt_segment_size(dxt.version);
+  std::string out;
+  if (seg_size == 0) return out;
+  for (const auto& r : dxt.records) {
+    std::string rec(kDarshanDxtHeaderSize + seg_size * (r.writes.size() + r.reads.size()), '\0');
+    put<uint64_t>(rec, 0, darshan_record_id(r.path));
+    put<int64_t>(rec, 8, r.rank);
+    put<int64_t>(rec, 16, 0);  // shared_record: a record belongs to one rank
+    std::memcpy(rec.data() + 24, r.hostname.data(),
+                std::min(r.hostname.size(), kDarshanDxtHostnameSize - 1));
+    put<int64_t>(rec, 88, static_cast<int64_t>(r.writes.size()));
+    put<int64_t>(rec, 96, static_cast<int64_t>(r.reads.size()));
+    std::size_t off = kDarshanDxtHeaderSize;
+    for (const auto* segs : {&r.writes, &r.reads}) {
+      for (const DxtSegment& g : *segs) {
+        put<int64_t>(rec, off, g.offset);
+        put<int64_t>(rec, off + 8, g.length);
+        put<double>(rec, off + 16, g.start);
+        put<double>(rec, off + 24, g.end);
+        if (seg_size == 40) put<int64_t>(rec, off + 32, g.thread);
+        off += seg_size;
+      }
+    }
+    out += rec;
+  }
+  return out;
+}
+
+/// Parses a DXT_POSIX region (see dxt_region); names from the name region.
+bool parse_dxt_region(std::string_view raw, uint32_t version,
+                      const std::map<uint64_t, std::string>& names,
+                      std::vector<DarshanDxtRecord>& out, std::string& error) {
+  const std::size_t seg_size = darshan_dxt_segment_size(version);
+  for (std::size_t pos = 0; pos < raw.size();) {
+    if (raw.size() - pos < kDarshanDxtHeaderSize) {
+      error = "DXT_POSIX region: " + std::to_string(raw.size() - pos) +
+              " stray bytes at region byte " + std::to_string(pos);
+      return false;
+    }
+    DarshanDxtRecord r;
+    r.id = get<uint64_t>(raw, pos);
+    r.rank = get<int64_t>(raw, pos + 8);
+    r.hostname.assign(raw.data() + pos + 24, strnlen(raw.data() + pos + 24, kDarshanDxtHostnameSize));
+    const int64_t nw = get<int64_t>(raw, pos + 88);
+    const int64_t nr = get<int64_t>(raw, pos + 96);
+    const std::size_t left = (raw.size() - pos - kDarshanDxtHeaderSize) / seg_size;
+    if (nw < 0 || nr < 0 || static_cast<uint64_t>(nw) > left ||
+        static_cast<uint64_t>(nr) > left - static_cast<uint64_t>(nw)) {
+      error = "DXT_POSIX record at region byte " + std::to_string(pos) + ": " +
+              std::to_string(nw) + " writes and " + std::to_string(nr) +
+              " reads do not fit the region";
+      return false;
+    }
+    if (auto n = names.find(r.id); n != names.end()) r.path = n->second;
+    std::size_t off = pos + kDarshanDxtHeaderSize;
+    for (auto [segs, count] : {std::pair{&r.writes, nw}, std::pair{&r.reads, nr}}) {
+      for (int64_t i = 0; i < count; ++i) {
+        DxtSegment g;
+        g.offset = get<int64_t>(raw, off);
+        g.length = get<int64_t>(raw, off + 8);
+        g.start = get<double>(raw, off + 16);
+        g.end = get<double>(raw, off + 24);
+        if (seg_size == 40) g.thread = get<int64_t>(raw, off + 32);
+        segs->push_back(g);
+        off += seg_size;
+      }
+    }
+    out.push_back(std::move(r));
+    pos = off;
+  }
+  return true;
+}
+
 }  // namespace
 
 int darshan_posix_counter_index(std::string_view name) {
@@ -178,7 +255,20 @@ uint64_t darshan_record_id(std::string_view path) {
   return c;
 }
 
+std::size_t darshan_dxt_segment_size(uint32_t version) {
+  switch (version) {
+    case 1: return 32;  // offset, length, start_time, end_time
+    case 2: return 40;  // ... and the thread id
+    default: return 0;
+  }
+}
+
 std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info) {
+  return darshan_log(run, info, DarshanDxt{});
+}
+
+std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info,
+                        const DarshanDxt& dxt) {
   // Ranks: processes in start order.
   std::map<std::pair<uint32_t, int64_t>, int64_t> rank_of;
   for (std::size_t i = 0; i < run.processes.size(); ++i)
@@ -195,7 +285,13 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   put<int64_t>(job, 40, nprocs);
   put<int64_t>(job, 48, info.jobid);
   // lib_ver names the Darshan runtime whose log format this is; the producer is said apart.
-  const std::string metadata = "lib_ver=3.5.0\nproducer=iolens\n";
+  std::string metadata = "lib_ver=3.5.0\nproducer=iolens\n";
+  for (const auto& [key, value] : info.metadata) {
+    std::string line = key + "=" + value;
+    std::replace(line.begin(), line.end(), '\n', ' ');  // one line per key
+    if (metadata.size() + line.size() + 1 > kMetadataLen - 1) continue;
+    metadata += line + "\n";
+  }
   std::memcpy(job.data() + 56, metadata.data(), std::min(metadata.size(), kMetadataLen - 1));
   std::string exe;
   for (const auto& a : run.command) {
@@ -219,6 +315,7 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   // Name region: (id, path, NUL) packed; one entry per distinct path.
   std::map<uint64_t, std::string> names;
   for (const auto& f : run.files) names.emplace(darshan_record_id(f.path), f.path);
+  for (const auto& r : dxt.records) names.emplace(darshan_record_id(r.path), r.path);
   std::string name_region;
   for (const auto& [id, path] : names) {
     std::string entry(8, '\0');
@@ -272,12 +369,16 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   const std::string zjob = deflate_region(region);
   const std::string znames = deflate_region(name_region);
   const std::string zposix = posix.empty() ? std::string() : deflate_region(posix);
+  const std::string raw_dxt = dxt_region(dxt);
+  const std::string zdxt = raw_dxt.empty() ? std::string() : deflate_region(raw_dxt);
 
   std::string out(kDarshanHeaderSize, '\0');
   std::memcpy(out.data(), "3.41", 4);
   put<int64_t>(out, 8, kDarshanMagic);
   out[16] = 0;  // zlib
-  put<uint64_t>(out, 24, 0);  // partial_flag: nothing incomplete (iolens has no record limit)
+  // partial_flag: POSIX is never incomplete (iolens has no record limit); DXT is when the
+  // trace it comes from lost records.
+  put<uint64_t>(out, 24, !zdxt.empty() && dxt.partial ? uint64_t{1} << kDarshanDxtPosixModule : 0);
   const uint64_t names_off = kDarshanHeaderSize + zjob.size();
   put<uint64_t>(out, 32, names_off);
   put<uint64_t>(out, 40, znames.size());
@@ -288,9 +389,17 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   }
   const std::size_t mod_ver = mod_map + 16 * kMaxMods;
   put<uint32_t>(out, mod_ver + 4 * kDarshanPosixModule, kDarshanPosixVersion);
+  if (!zdxt.empty()) {
+    // Regions follow in increasing module id: DXT_POSIX (10) after POSIX (1).
+    put<uint64_t>(out, mod_map + 16 * kDarshanDxtPosixModule,
+                  names_off + znames.size() + zposix.size());
+    put<uint64_t>(out, mod_map + 16 * kDarshanDxtPosixModule + 8, zdxt.size());
+    put<uint32_t>(out, mod_ver + 4 * kDarshanDxtPosixModule, dxt.version);
+  }
   out += zjob;
   out += znames;
   out += zposix;
+  out += zdxt;
   return out;
 }
 
@@ -309,6 +418,7 @@ bool read_darshan_log(std::string_view in, DarshanLogContents& out, std::string&
     error = "bad magic number at offset 8";
     return false;
   }
+  out.partial_flag = get<uint64_t>(in, 24);
   if (in[16] != 0) {
     error = "unsupported compression type " + std::to_string(static_cast<int>(in[16])) +
             " at offset 16 (only zlib)";
@@ -408,6 +518,21 @@ bool read_darshan_log(std::string_view in, DarshanLogContents& out, std::string&
                   sizeof(double) * kDarshanPosixFCounters);
       out.posix.push_back(r);
     }
+  }
+
+  const uint64_t xoff = get<uint64_t>(in, mod_map + 16 * kDarshanDxtPosixModule);
+  const uint64_t xlen = get<uint64_t>(in, mod_map + 16 * kDarshanDxtPosixModule + 8);
+  const uint32_t xver = get<uint32_t>(in, mod_map + 16 * kMaxMods + 4 * kDarshanDxtPosixModule);
+  if (xlen) {
+    if (darshan_dxt_segment_size(xver) == 0) {
+      error = "DXT_POSIX module version " + std::to_string(xver) + " not supported (1.." +
+              std::to_string(kDarshanDxtPosixVersion) + ")";
+      return false;
+    }
+    std::string raw;
+    if (!region(xoff, xlen, "DXT_POSIX", raw)) return false;
+    out.dxt_posix_version = xver;
+    if (!parse_dxt_region(raw, xver, out.names, out.dxt_posix, error)) return false;
   }
   return true;
 }

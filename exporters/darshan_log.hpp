@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-/// A Darshan log (format "3.41", POSIX module version 4) of a run, which Darshan's own tools
-/// (darshan-parser, PyDarshan) read; and a reader of such logs. Layout: docs/darshan-log.md.
+/// A Darshan log (format "3.41", POSIX module version 4, optionally DXT_POSIX) of a run, which
+/// Darshan's own tools (darshan-parser, darshan-dxt-parser, PyDarshan) read; and a reader of
+/// such logs. Layout: docs/darshan-log.md.
 
 #include <array>
 #include <cstdint>
@@ -23,11 +24,51 @@ inline constexpr int kDarshanPosixFCounters = 17;
 inline constexpr int kDarshanPosixModule = 1;
 inline constexpr uint32_t kDarshanPosixVersion = 4;
 inline constexpr int64_t kDarshanMagic = 6567223;
+// DXT_POSIX (darshan-dxt-log-format.h): module 10 of format 3.41's module list. Version 1 has
+// 32-byte segments (Darshan <= 3.5); version 2 (Darshan 3.6) adds an 8-byte thread id.
+inline constexpr int kDarshanDxtPosixModule = 10;
+inline constexpr uint32_t kDarshanDxtPosixVersion = 2;
+inline constexpr std::size_t kDarshanDxtHeaderSize = 104;  // id, rank, shared, hostname[64], 2 counts
+inline constexpr std::size_t kDarshanDxtHostnameSize = 64;
+
+/// Bytes of one DXT segment in a DXT_POSIX module version: 32 (v1), 40 (v2); 0 if unknown.
+std::size_t darshan_dxt_segment_size(uint32_t version);
 
 struct DarshanJobInfo {
   int64_t uid = 0;
   int64_t jobid = 0;                                           // the root pid by default
   std::vector<std::pair<std::string, std::string>> mounts;   // (fstype, mount point)
+  /// Extra "key=value" lines of the job metadata, after lib_ver and producer (newlines in them
+  /// become spaces; lines that do not fit Darshan's 1,023 bytes are left out).
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
+
+/// One read or write of a DXT trace (Darshan's segment_info).
+struct DxtSegment {
+  int64_t offset = 0;  // bytes; -1 = unknown
+  int64_t length = 0;  // bytes transferred (the call's return value)
+  double start = 0;    // seconds since the job start
+  double end = 0;
+  /// Version 2's thread field (Darshan: pthread_self()). iolens writes the Linux thread id;
+  /// -1 = unknown (what a version 1 record reads as).
+  int64_t thread = -1;
+};
+
+/// The DXT_POSIX record of one (rank, file): its writes, then its reads, each in call order.
+struct DarshanDxtRecord {
+  std::string path;      // writing: the file (its record id is darshan_record_id(path));
+                         // reading: the name of `id` in the name region, "" if none
+  uint64_t id = 0;       // reading only: the record id
+  int64_t rank = 0;
+  std::string hostname;  // cut to 63 bytes
+  std::vector<DxtSegment> writes, reads;
+};
+
+/// What the DXT_POSIX module of a log holds.
+struct DarshanDxt {
+  uint32_t version = kDarshanDxtPosixVersion;  // 1 or 2
+  std::vector<DarshanDxtRecord> records;
+  bool partial = false;  // records were lost: the module's bit of the header's partial_flag
 };
 
 /// Darshan's record id of a path: Jenkins lookup8 hash of its bytes, level 0.
@@ -36,6 +77,11 @@ uint64_t darshan_record_id(std::string_view path);
 /// The whole log file. Each process of the run is a rank (in start order); each (process, file)
 /// record a POSIX record of that rank.
 std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& job);
+
+/// The same log plus a DXT_POSIX module (its own zlib region after POSIX's) holding `dxt`'s
+/// records; with no records, exactly the log above.
+std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& job,
+                        const DarshanDxt& dxt);
 
 /// A log read back (for tests and tools).
 struct DarshanPosixRecord {
@@ -52,7 +98,10 @@ struct DarshanLogContents {
   std::string exe;
   std::vector<std::pair<std::string, std::string>> mounts;
   std::map<uint64_t, std::string> names;
+  uint64_t partial_flag = 0;
   std::vector<DarshanPosixRecord> posix;
+  uint32_t dxt_posix_version = 0;  // 0: no DXT_POSIX module
+  std::vector<DarshanDxtRecord> dxt_posix;
 };
 
 /// Parses a log. On failure returns false and says what is wrong and at which byte offset.

@@ -17,12 +17,6 @@ std::string to_hex(const std::string& s) {
   return out;
 }
 
-/// A string field, plus "<key>_hex" with its exact bytes when it is not valid UTF-8.
-void put_string(json& obj, const char* key, const std::string& value) {
-  obj[key] = value;
-  if (!is_valid_utf8(value)) obj[std::string(key) + "_hex"] = to_hex(value);
-}
-
 json counters_json(const core::FileCounters& c) {
   json j = json::object();
   for (const auto& f : core::counter_fields()) j[std::string(f.name)] = core::counter_value(c, f);
@@ -40,6 +34,11 @@ json process_counters_json(const core::ProcessSnapshot& p) {
 }
 
 }  // namespace
+
+void put_string(json& obj, const std::string& key, const std::string& value) {
+  obj[key] = value;
+  if (!is_valid_utf8(value)) obj[key + "_hex"] = to_hex(value);
+}
 
 bool is_valid_utf8(const std::string& s) {
   size_t i = 0;
@@ -144,6 +143,10 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
 
 std::string dump_json(const json& j) {
   return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+std::string dump_json_line(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace iolens::exporters

@@ -20,4 +20,11 @@ std::string dump_json(const nlohmann::json& j);
 /// Whether `s` is valid UTF-8.
 bool is_valid_utf8(const std::string& s);
 
+/// Sets obj[key] = value, plus obj["<key>_hex"] = the exact bytes in lower-case hex when `value`
+/// is not valid UTF-8 (the dumps then write U+FFFD in place of the invalid bytes).
+void put_string(nlohmann::json& obj, const std::string& key, const std::string& value);
+
+/// One line of compact JSON, no newline; invalid UTF-8 written as U+FFFD (as dump_json).
+std::string dump_json_line(const nlohmann::json& j);
+
 }  // namespace iolens::exporters

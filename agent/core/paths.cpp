@@ -54,6 +54,11 @@ std::string resolve_argument(std::string_view base_walk, std::string_view arg) {
   return lexical_normalize(joined);
 }
 
+std::string unknown_path(uint32_t kdev, uint64_t ino) {
+  return "<unknown " + std::to_string(kernel_dev_major(kdev)) + ":" +
+         std::to_string(kernel_dev_minor(kdev)) + ":" + std::to_string(ino) + ">";
+}
+
 uint32_t kernel_dev_major(uint32_t kdev) { return kdev >> 20; }
 uint32_t kernel_dev_minor(uint32_t kdev) { return kdev & 0xfffff; }
 

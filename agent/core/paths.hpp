@@ -19,6 +19,9 @@ std::string lexical_normalize(std::string_view abs_path);
 /// the kernel resolved them but a path-based call gives no struct file to walk).
 std::string resolve_argument(std::string_view base_walk, std::string_view arg);
 
+/// The placeholder name of a file no name was received for: "<unknown MAJ:MIN:INO>".
+std::string unknown_path(uint32_t kdev, uint64_t ino);
+
 /// Kernel dev_t (MAJOR << 20 | MINOR) to st_dev as stat(2) reports it (glibc makedev).
 uint64_t kernel_dev_to_user(uint32_t kdev);
 uint32_t kernel_dev_major(uint32_t kdev);

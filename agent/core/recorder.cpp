@@ -613,8 +613,7 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
       f.path_incomplete = n->incomplete;
     } else {
       f.path_known = false;
-      f.path = "<unknown " + std::to_string(kernel_dev_major(k.dev)) + ":" +
-               std::to_string(kernel_dev_minor(k.dev)) + ":" + std::to_string(k.ino) + ">";
+      f.path = unknown_path(k.dev, k.ino);
     }
     f.dev = kernel_dev_to_user(k.dev);
     f.ino = k.ino;

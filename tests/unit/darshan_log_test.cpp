@@ -223,3 +223,135 @@ TEST(DarshanLog, LatencyCountersHaveNoDarshanSlot) {
   }
   EXPECT_EQ(lat, 2 * IOLENS_NR_LAT_BUCKETS + 2);
 }
+
+namespace {
+
+DarshanDxt sample_dxt() {
+  DarshanDxt dxt;
+  DarshanDxtRecord r;
+  r.path = "/data/a.npy";
+  r.rank = 1;
+  r.hostname = std::string(70, 'h');  // longer than the 63 bytes + NUL of the field
+  r.writes = {{0, 10, 0.5, 0.75, 77}};
+  r.reads = {{4096, 100, 1.0, 1.25, 78}, {8192, 50, 2.0, 2.5, 79}};
+  dxt.records.push_back(r);
+  return dxt;
+}
+
+/// The log with its DXT_POSIX region replaced by `raw`, compressed.
+std::string with_dxt_region(std::string log, const std::string& raw) {
+  const auto off = at<uint64_t>(log, 48 + 16 * 10);
+  uLongf len = compressBound(raw.size());
+  std::string z(len, '\0');
+  EXPECT_EQ(compress2(reinterpret_cast<Bytef*>(z.data()), &len,
+                      reinterpret_cast<const Bytef*>(raw.data()), raw.size(), 6),
+            Z_OK);
+  z.resize(len);
+  log.resize(off);
+  log += z;
+  const uint64_t zlen = z.size();
+  std::memcpy(log.data() + 48 + 16 * 10 + 8, &zlen, 8);
+  return log;
+}
+
+}  // namespace
+
+TEST(DarshanLog, DxtPosixRegionLayout) {
+  const std::string log = darshan_log(sample(), info(), sample_dxt());
+  const auto posix_off = at<uint64_t>(log, 48 + 16 * 1);
+  const auto posix_len = at<uint64_t>(log, 48 + 16 * 1 + 8);
+  const auto dxt_off = at<uint64_t>(log, 48 + 16 * 10);
+  const auto dxt_len = at<uint64_t>(log, 48 + 16 * 10 + 8);
+  EXPECT_EQ(dxt_off, posix_off + posix_len);  // regions in increasing module id
+  EXPECT_EQ(log.size(), dxt_off + dxt_len);
+  EXPECT_EQ(at<uint32_t>(log, 1072 + 4 * 1), 4u);
+  EXPECT_EQ(at<uint32_t>(log, 1072 + 4 * 10), 2u);  // DXT_POSIX version 2
+  EXPECT_EQ(at<uint64_t>(log, 24), 0u);             // partial_flag
+  for (int m = 0; m < 64; ++m) {
+    if (m == 1 || m == 10) continue;
+    EXPECT_EQ(at<uint64_t>(log, 48 + 16 * static_cast<size_t>(m)), 0u) << "module " << m;
+  }
+
+  const std::string raw = inflate_all(log.substr(dxt_off, dxt_len));
+  ASSERT_EQ(raw.size(), 104u + 3 * 40);  // one file header, three segments
+  EXPECT_EQ(at<uint64_t>(raw, 0), darshan_record_id("/data/a.npy"));
+  EXPECT_EQ(at<int64_t>(raw, 8), 1);   // rank
+  EXPECT_EQ(at<int64_t>(raw, 16), 0);  // shared_record
+  EXPECT_EQ(std::string(raw.data() + 24), std::string(63, 'h'));
+  EXPECT_EQ(at<int64_t>(raw, 88), 1);  // write_count
+  EXPECT_EQ(at<int64_t>(raw, 96), 2);  // read_count
+  // Segments {int64 offset, int64 length, double start, double end, int64 thread}, writes first.
+  const struct {
+    int64_t offset, length;
+    double start, end;
+    int64_t thread;
+  } want[] = {{0, 10, 0.5, 0.75, 77}, {4096, 100, 1.0, 1.25, 78}, {8192, 50, 2.0, 2.5, 79}};
+  for (size_t i = 0; i < 3; ++i) {
+    const size_t s = 104 + 40 * i;
+    EXPECT_EQ(at<int64_t>(raw, s), want[i].offset) << i;
+    EXPECT_EQ(at<int64_t>(raw, s + 8), want[i].length) << i;
+    EXPECT_EQ(at<double>(raw, s + 16), want[i].start) << i;
+    EXPECT_EQ(at<double>(raw, s + 24), want[i].end) << i;
+    EXPECT_EQ(at<int64_t>(raw, s + 32), want[i].thread) << i;
+  }
+
+  // Version 1: 32-byte segments, no thread; a partial module sets its bit.
+  DarshanDxt v1 = sample_dxt();
+  v1.version = 1;
+  v1.partial = true;
+  const std::string log1 = darshan_log(sample(), info(), v1);
+  EXPECT_EQ(at<uint32_t>(log1, 1072 + 4 * 10), 1u);
+  EXPECT_EQ(at<uint64_t>(log1, 24), uint64_t{1} << 10);
+  const std::string raw1 =
+      inflate_all(log1.substr(at<uint64_t>(log1, 48 + 160), at<uint64_t>(log1, 48 + 168)));
+  ASSERT_EQ(raw1.size(), 104u + 3 * 32);
+  EXPECT_EQ(at<int64_t>(raw1, 104 + 32), 4096);  // the first read, right after the write
+}
+
+TEST(DarshanLog, WithoutDxtRecordsTheLogIsPosixOnly) {
+  EXPECT_EQ(darshan_log(sample(), info(), DarshanDxt{}), darshan_log(sample(), info()));
+}
+
+TEST(DarshanLog, DxtRoundTripAndDamage) {
+  const std::string log = darshan_log(sample(), info(), sample_dxt());
+  DarshanLogContents c;
+  std::string err;
+  ASSERT_TRUE(read_darshan_log(log, c, err)) << err;
+  ASSERT_EQ(c.posix.size(), 2u);  // POSIX unchanged beside DXT
+  EXPECT_EQ(c.dxt_posix_version, 2u);
+  ASSERT_EQ(c.dxt_posix.size(), 1u);
+  const auto& r = c.dxt_posix[0];
+  EXPECT_EQ(r.path, "/data/a.npy");  // named through the name region
+  EXPECT_EQ(r.id, darshan_record_id("/data/a.npy"));
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_EQ(r.hostname, std::string(63, 'h'));
+  ASSERT_EQ(r.writes.size(), 1u);
+  ASSERT_EQ(r.reads.size(), 2u);
+  EXPECT_EQ(r.reads[1].offset, 8192);
+  EXPECT_EQ(r.reads[1].length, 50);
+  EXPECT_EQ(r.reads[1].start, 2.0);
+  EXPECT_EQ(r.reads[1].end, 2.5);
+  EXPECT_EQ(r.reads[1].thread, 79);
+
+  // A DXT path that no POSIX record has still gets its name.
+  DarshanDxt other = sample_dxt();
+  other.records[0].path = "/only/in/dxt";
+  ASSERT_TRUE(read_darshan_log(darshan_log(sample(), info(), other), c = {}, err)) << err;
+  EXPECT_EQ(c.dxt_posix[0].path, "/only/in/dxt");
+
+  // A newer module version than the reader knows, counts past the region, stray bytes.
+  std::string bad = log;
+  const uint32_t v3 = 3;
+  std::memcpy(bad.data() + 1072 + 40, &v3, 4);
+  EXPECT_FALSE(read_darshan_log(bad, c = {}, err));
+  EXPECT_NE(err.find("DXT_POSIX module version 3"), std::string::npos) << err;
+  std::string raw = inflate_all(log.substr(at<uint64_t>(log, 208), at<uint64_t>(log, 216)));
+  std::string big = raw;
+  const int64_t huge = int64_t{1} << 60;
+  std::memcpy(big.data() + 96, &huge, 8);
+  EXPECT_FALSE(read_darshan_log(with_dxt_region(log, big), c = {}, err));
+  EXPECT_NE(err.find("do not fit"), std::string::npos) << err;
+  EXPECT_FALSE(read_darshan_log(with_dxt_region(log, raw + "xyz"), c = {}, err));
+  EXPECT_NE(err.find("stray bytes"), std::string::npos) << err;
+  EXPECT_TRUE(read_darshan_log(with_dxt_region(log, raw), c = {}, err)) << err;
+}
