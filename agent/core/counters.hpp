@@ -71,8 +71,10 @@ bool foldable(const FileCounters& c);
 uint64_t last_activity_ns(const FileCounters& c);
 
 /// How long a foldable record must have been idle before a drain takes it out of the kernel map
-/// while its process lives, unless the map is nearly full.
-inline constexpr uint64_t kEvictIdleNs = 200'000'000;
+/// while its process lives, unless the map is nearly full. Long enough for a file closed and
+/// opened again at once; short enough that a burst of new files (10,000 a second) keeps few
+/// records back: 200 ms held back 2,000 and overflowed a 4,096-record map under load.
+inline constexpr uint64_t kEvictIdleNs = 10'000'000;
 
 /// Whether a drain should read and delete this live record to make room in the kernel map,
 /// which holds `in_map` of `max` records. Only when the map is over half full, and only a
