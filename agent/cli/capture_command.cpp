@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "control/format.hpp"
@@ -46,10 +47,10 @@ uint64_t u64(const nlohmann::json& j, const char* key) {
   return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
 }
 
-std::string lost_text(const nlohmann::json& st) {
+/// The capture status's losses: (ring full, size limit).
+std::pair<uint64_t, uint64_t> losses(const nlohmann::json& st) {
   const auto lost = st.value("lost", nlohmann::json::object());
-  return std::to_string(u64(lost, "ring_full")) + " (ring full), " +
-         std::to_string(u64(lost, "size_limit")) + " (size limit)";
+  return {u64(lost, "ring_full"), u64(lost, "size_limit")};
 }
 
 void nap_ms(long ms) {
@@ -166,10 +167,7 @@ int run_capture(const CaptureOptions& o) {
                    control::terminal_safe(job_id).c_str(),
                    static_cast<unsigned long long>(u64(st, "records")),
                    human_bytes(u64(st, "bytes")).c_str(),
-                   static_cast<unsigned long long>(u64(st.value("lost", nlohmann::json::object()),
-                                                       "ring_full") +
-                                                   u64(st.value("lost", nlohmann::json::object()),
-                                                       "size_limit")),
+                   static_cast<unsigned long long>(losses(st).first + losses(st).second),
                    st.value("remaining_s", 0.0));
     }
     if (state != "running") break;
@@ -183,7 +181,8 @@ int run_capture(const CaptureOptions& o) {
     say(std::string(state == "done" ? "captured " : "capture failed after ") +
         std::to_string(u64(st, "records")) + " records of job " + job_id + " in " + secs +
         " s into " + o.output + " (" + human_bytes(u64(st, "bytes")) + "; ended by " +
-        st.value("reason", "?") + "); lost: " + lost_text(st));
+        st.value("reason", "?") + "); lost: " + std::to_string(losses(st).first) +
+        " (ring full), " + std::to_string(losses(st).second) + " (size limit)");
   }
   return state == "done" ? 0 : 1;
 }

@@ -294,6 +294,31 @@ def case_no_leaked_fd(ck, iolens, tmp):
         os.unlink(js)
 
 
+def case_capture_usage(ck, iolens, tmp):
+    """`iolens capture` refuses a bad command line with exit 2 and one line saying what is
+    wrong, before it creates the output; no daemon: exit 1 naming the socket, no file left."""
+    out = os.path.join(tmp, "cap.iolt")
+    for argv, words in (
+            (["capture", "-o", out], "one of --job"),
+            (["capture", "--job", "a", "--pid", "3", "-o", out], "excludes"),
+            (["capture", "--job", "a", "--max-size", "1Q", "-o", out], "--max-size"),
+            (["capture", "--job", "a", "--duration", "30", "-o", out], "--duration"),
+            (["capture", "--job", "a", "--duration", "0s", "-o", out], "--duration")):
+        rc, _, err = simple(iolens, argv)
+        text = err.decode("utf-8", "replace")
+        ck.eq("`iolens %s` exit status" % " ".join(argv[:-2]), 2, rc)
+        ck.check(words in text, "`iolens %s`: stderr does not say %r: %r" %
+                 (" ".join(argv), words, text))
+        ck.check(not os.path.exists(out), "`iolens %s` created %s" % (" ".join(argv), out))
+    sock = os.path.join(tmp, "no-such.sock")
+    rc, _, err = simple(iolens, ["capture", "--job", "a", "--socket", sock, "-o", out])
+    text = err.decode("utf-8", "replace")
+    ck.eq("iolens capture without a daemon: exit status", 1, rc)
+    ck.check(sock in text and "cannot connect" in text,
+             "iolens capture without a daemon: unclear error %r" % text)
+    ck.check(not os.path.exists(out), "iolens capture without a daemon left %s behind" % out)
+
+
 def main():
     args = E.parse_args()
     E.require_root()
@@ -309,6 +334,7 @@ def main():
     case_sigterm(ck, args.iolens, tmp)
     check_hostile(ck, args.iolens, tmp)
     case_no_leaked_fd(ck, args.iolens, tmp)
+    case_capture_usage(ck, args.iolens, tmp)
     ck.finish()
 
 
