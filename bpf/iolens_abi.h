@@ -233,6 +233,8 @@ struct iolens_pin_meta {
 	__u32 ring_bytes;
 	__u64 created_wall_ns; /* CLOCK_REALTIME ns when the maps were created */
 	__u64 mono_to_wall_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC then (signed, stored as u64) */
+	__u32 trace_ring_bytes; /* size of the `trace` ring (pinned too: ABI 6) */
+	__u32 pad;
 };
 
 /* What an IOLENS_EV_PATH event names. */
@@ -383,7 +385,7 @@ IOLENS_STATIC_ASSERT(sizeof(struct iolens_path_event) == 80 + IOLENS_PATH_DATA_M
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_cgroup_event) == 48 + IOLENS_CGROUP_PATH_MAX,
 		     "cgroup event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_mark_event) == 72, "mark event layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 32, "pin meta layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 40, "pin meta layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_trace_record) == 88, "trace record layout");
 
 #endif /* IOLENS_ABI_H */

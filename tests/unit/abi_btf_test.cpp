@@ -136,6 +136,8 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   EXPECT_FIELD(pm, iolens_pin_meta, ring_bytes);
   EXPECT_FIELD(pm, iolens_pin_meta, created_wall_ns);
   EXPECT_FIELD(pm, iolens_pin_meta, mono_to_wall_ns);
+  EXPECT_FIELD(pm, iolens_pin_meta, trace_ring_bytes);
+  EXPECT_FIELD(pm, iolens_pin_meta, pad);
 }
 
 TEST_F(AbiBtf, TraceRecordEveryField) {
