@@ -1481,8 +1481,9 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 		__u32 ptgid = parent->tgid, ctgid = child->tgid;
 		__u8 one = 1;
 
-		if (bpf_map_lookup_elem(&trace_pids, &ptgid))
-			bpf_map_update_elem(&trace_pids, &ctgid, &one, BPF_ANY);
+		if (bpf_map_lookup_elem(&trace_pids, &ptgid) &&
+		    bpf_map_update_elem(&trace_pids, &ctgid, &one, BPF_ANY))
+			stat_inc(IOLENS_STAT_TRACE_PIDS_LOST);
 	}
 	if (ps) {
 		cs = bpf_task_storage_get(&task_state, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);

@@ -364,6 +364,9 @@ enum iolens_stat {
 	IOLENS_STAT_JOB_EVENTS_LOST,       /* of EVENTS_LOST: cgroup and mark events */
 	IOLENS_STAT_TRACE_RECORDS,         /* trace records produced (sent or lost) */
 	IOLENS_STAT_TRACE_LOST,            /* of which lost: the trace ring was full */
+	IOLENS_STAT_TRACE_PIDS_LOST,       /* trace mode PIDS: new processes of listed ones that
+					    * could not be listed (trace_pids full): their calls
+					    * are not traced */
 	IOLENS_NR_STATS,
 };
 
