@@ -3,9 +3,15 @@
 /// Helpers shared by the BPF-tier tests: where cgroup v2 is mounted, small file writes.
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <new>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -36,5 +42,33 @@ inline void write_text(const std::string& p, const std::string& text) {
   if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) std::abort();
   close(fd);
 }
+
+/// A flag in memory shared with the children forked after it: a child waits for it without a
+/// system call (it spins with sched_yield, which no program traces), so however late the test
+/// marks it as traced, its traced calls are exactly those it makes after the release. (A child
+/// blocked in read() on a pipe when it is marked has that read uncounted: its entry was not seen.)
+class ReleaseFlag {
+ public:
+  ReleaseFlag()
+      : flag_(static_cast<std::atomic<int>*>(mmap(nullptr, sizeof(std::atomic<int>),
+                                                  PROT_READ | PROT_WRITE,
+                                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0))) {
+    if (flag_ == MAP_FAILED) std::abort();
+    new (flag_) std::atomic<int>(0);
+  }
+  ~ReleaseFlag() { munmap(flag_, sizeof(*flag_)); }
+  ReleaseFlag(const ReleaseFlag&) = delete;
+  ReleaseFlag& operator=(const ReleaseFlag&) = delete;
+
+  /// In the child: dies with the test's process, then waits for release().
+  void wait() const {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    while (flag_->load() == 0) sched_yield();
+  }
+  void release() { flag_->store(1); }
+
+ private:
+  std::atomic<int>* flag_;
+};
 
 }  // namespace iolens::bpftest
