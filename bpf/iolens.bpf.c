@@ -39,9 +39,6 @@ __u32 scan_report_all = 0;
 #define F_DUPFD 0
 #define F_DUPFD_CLOEXEC 1030
 #define MAX_ERRNO 4095
-#define O_WRONLY 01
-#define O_CREAT 0100
-#define O_TRUNC 01000
 #define EEXIST 17
 
 /* Path walk limits: 48 components, each read with at most 256 bytes (NAME_MAX + 1). */
@@ -1116,24 +1113,10 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 			   (const void *)regs->r10, (__s64)regs->r8, id, ret);
 		return;
 	case IOLENS_NR_open:
-		q.op = IOLENS_OP_OPEN;
-		q.arg = (int)regs->si;
-		break;
 	case IOLENS_NR_openat:
-		q.op = IOLENS_OP_OPEN;
-		q.arg = (int)regs->dx;
-		break;
-	case IOLENS_NR_openat2: {
-		__u64 how_flags = 0; /* struct open_how's first field */
-
-		bpf_probe_read_user(&how_flags, sizeof(how_flags), (const void *)regs->dx);
-		q.op = IOLENS_OP_OPEN;
-		q.arg = (__s64)how_flags;
-		break;
-	}
+	case IOLENS_NR_openat2:
 	case IOLENS_NR_creat:
 		q.op = IOLENS_OP_OPEN;
-		q.arg = O_CREAT | O_WRONLY | O_TRUNC;
 		break;
 	case IOLENS_NR_fcntl:
 		if (regs->si != F_DUPFD && regs->si != F_DUPFD_CLOEXEC)
@@ -1143,7 +1126,6 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 	case IOLENS_NR_dup2:
 	case IOLENS_NR_dup3:
 		q.op = IOLENS_OP_DUP;
-		q.arg = (int)regs->di;
 		break;
 	case IOLENS_NR_close:
 		q.op = IOLENS_OP_CLOSE;
@@ -1162,14 +1144,11 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 		break;
 	case IOLENS_NR_ftruncate:
 		q.op = IOLENS_OP_TRUNCATE;
-		q.arg = (__s64)regs->si;
 		break;
 	case IOLENS_NR_mmap:
 		if (regs->r10 & MAP_ANONYMOUS)
 			return; /* not file I/O */
 		q.op = IOLENS_OP_MMAP;
-		q.pos = (__s64)regs->r9;
-		q.arg = (__s64)regs->si;
 		break;
 	case IOLENS_NR_fstat:
 		q.op = IOLENS_OP_STAT;
@@ -1229,15 +1208,18 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 		}
 	}
 	if (q.op == IOLENS_OP_OPEN || q.op == IOLENS_OP_DUP) {
-		/* The record names the new descriptor; a failed dup still names the file it was of. */
+		/* The record names the new descriptor (a dup's arg too); a failed dup still names the
+		 * file of the descriptor it was asked to duplicate (the first argument). */
 		if (ret >= 0) {
 			q.fd = ret;
 			q.rfd = (int)ret;
 		} else if (q.op == IOLENS_OP_DUP) {
-			q.fd = q.arg;
+			q.fd = (int)regs->di;
 		} else {
 			q.src = TRACE_SRC_NONE;
 		}
+		if (q.op == IOLENS_OP_DUP)
+			q.arg = ret >= 0 ? ret : -1;
 	} else if (q.src == TRACE_SRC_FD) {
 		/* every other call on a descriptor has it first; mmap's is its fifth argument */
 		q.fd = id == IOLENS_NR_mmap ? (int)regs->r8 : (int)regs->di;

@@ -329,23 +329,23 @@ struct iolens_trace_record {
 	__u64 ino;       /* the file, as in iolens_file_key (0 when IOLENS_TRACE_F_NOFILE) */
 	__u32 dev;
 	__u32 gen;
-	__s64 offset;    /* bytes. READ/WRITE: where the call started: the offset it named (p*
-			  * calls, a copy's offset pointer; as given, even if invalid), else the
-			  * file position before it; -1 for a non-regular file or when unknown.
-			  * SEEK: the resulting position (-1 if it failed). MMAP: the file offset
-			  * mapped. -1 for every other call */
-	__s64 ret;       /* the call's return value: bytes, a descriptor, 0, an address, or -errno */
-	__s64 arg;       /* READ/WRITE: bytes asked for (count; len of a copy; -1 for the vector
-			  * calls). OPEN: the open flags. DUP: the descriptor duplicated. SEEK:
-			  * whence. MMAP: the length mapped (bytes). TRUNCATE: the new length (bytes).
+	__s64 offset;    /* byte offset where a read/write started (-1 = none or unknown): the one
+			  * the call named (p* calls, a copy's offset pointer; as given, even if
+			  * invalid), else the file position before the call (a failed call did not
+			  * move it); -1 for a non-regular file. For lseek, the resulting position
+			  * (-1 if it failed). -1 for every other call */
+	__s64 ret;       /* the call's return value: bytes, a descriptor, 0, an address (mmap), or
+			  * -errno */
+	__s64 arg;       /* bytes asked for by a read/write (its count, a copy's len; -1 for the
+			  * vector calls); lseek's whence; the new fd of a dup (-1 if it failed);
 			  * 0 otherwise */
 	__u32 tgid;
 	__u32 tid;
 	__u16 op;        /* enum iolens_trace_op_kind */
 	__u16 nr;        /* the x86-64 syscall number */
 	__u32 flags;     /* IOLENS_TRACE_F_* */
-	__s32 fd;        /* the descriptor the call used (the new one for open/dup; for a stat, the
-			  * one stat'd, -1 for a path), -1 if none */
+	__s32 fd;        /* the descriptor the call used (the new one for open/dup; -1 if the call
+			  * failed to make one; for a stat, the one stat'd), -1 if none (path calls) */
 	__u32 pad;
 };
 

@@ -130,9 +130,9 @@ struct SeqPaths {
  * (A starts empty): writes 0, 4096, 8192 (A is 8292 bytes), pwrite at 1000, pread at 4000,
  * lseek to 100, read of 1000 at 100, lseek to 8200 (end - 92), readv of 92 at 8200 (the end),
  * pwritev of 100 at 20000 (A is 20100), preadv2 at the file position (8292), stats, syncs,
- * ftruncate to 16384, mmap at 4096, dup, B opened write-only, a read of it (EBADF, B named),
- * a read of a bad fd (EBADF, no file), copy_file_range A@0 -> B, sendfile A@8392 -> B@5000,
- * closes (one bad), renames (one failed), unlinks, a failed open.
+ * ftruncate to 16384, mmap at 4096, dup, a failed dup2 (A still named), B opened write-only,
+ * a read of it (EBADF, B named), a read of a bad fd (EBADF, no file), copy_file_range A@0 ->
+ * B, sendfile A@8392 -> B@5000, closes (one bad), renames (one failed), unlinks, a failed open.
  */
 void io_sequence(Shared* sh, const SeqPaths& p) {
   static char buf[16384];
@@ -146,7 +146,7 @@ void io_sequence(Shared* sh, const SeqPaths& p) {
   long r;
   const int oflags = O_CREAT | O_RDWR | O_TRUNC;
   const int a = static_cast<int>(syscall(SYS_openat, AT_FDCWD, A, oflags, 0644));
-  L(IOLENS_OP_OPEN, SYS_openat, a, -1, oflags, rv(a), kFileA);
+  L(IOLENS_OP_OPEN, SYS_openat, a, -1, 0, rv(a), kFileA);
   r = write(a, buf, 4096);
   L(IOLENS_OP_WRITE, SYS_write, a, 0, 4096, rv(r), kFileA);
   r = write(a, buf, 4096);
@@ -190,15 +190,17 @@ void io_sequence(Shared* sh, const SeqPaths& p) {
   r = fdatasync(a);
   L(IOLENS_OP_FDATASYNC, SYS_fdatasync, a, -1, 0, rv(r), kFileA);
   r = ftruncate(a, 16384);
-  L(IOLENS_OP_TRUNCATE, SYS_ftruncate, a, -1, 16384, rv(r), kFileA);
+  L(IOLENS_OP_TRUNCATE, SYS_ftruncate, a, -1, 0, rv(r), kFileA);
   void* m = mmap(nullptr, 8192, PROT_READ, MAP_SHARED, a, 4096);
-  L(IOLENS_OP_MMAP, SYS_mmap, a, 4096, 8192,
+  L(IOLENS_OP_MMAP, SYS_mmap, a, -1, 0,
     m == MAP_FAILED ? -errno : static_cast<int64_t>(reinterpret_cast<uintptr_t>(m)), kFileA);
   if (m != MAP_FAILED) munmap(m, 8192);  // munmap is no traced call
   const int d = dup(a);
-  L(IOLENS_OP_DUP, SYS_dup, d, -1, a, rv(d), kFileA);
+  L(IOLENS_OP_DUP, SYS_dup, d, -1, d, rv(d), kFileA);
+  r = dup2(a, -1);  // EBADF: no new descriptor, but the one duplicated names A
+  L(IOLENS_OP_DUP, SYS_dup2, -1, -1, -1, rv(r), kFileA);
   const int b = static_cast<int>(syscall(SYS_open, B, O_WRONLY, 0));
-  L(IOLENS_OP_OPEN, SYS_open, b, -1, O_WRONLY, rv(b), kFileB);
+  L(IOLENS_OP_OPEN, SYS_open, b, -1, 0, rv(b), kFileB);
   r = read(b, buf, 10);  // EBADF: write-only, but the descriptor still names B
   L(IOLENS_OP_READ, SYS_read, b, 0, 10, rv(r), kFileB);
   r = read(kBadFd, buf, 10);
@@ -227,7 +229,7 @@ void io_sequence(Shared* sh, const SeqPaths& p) {
   r = syscall(SYS_unlinkat, AT_FDCWD, B, 0);
   L(IOLENS_OP_UNLINK, SYS_unlinkat, -1, -1, 0, rv(r), kNoFile, IOLENS_TRACE_F_NOFILE);
   r = syscall(SYS_openat, AT_FDCWD, A, O_RDONLY, 0);  // ENOENT: renamed away
-  L(IOLENS_OP_OPEN, SYS_openat, -1, -1, O_RDONLY, rv(r), kNoFile, IOLENS_TRACE_F_NOFILE);
+  L(IOLENS_OP_OPEN, SYS_openat, -1, -1, 0, rv(r), kNoFile, IOLENS_TRACE_F_NOFILE);
 }
 
 /// What a sequence run gives: the child's log and everything the loader saw.
@@ -451,8 +453,8 @@ TEST_F(TraceTest, ModeAllRecordsEveryCallExactly) {
   ASSERT_TRUE(loader_->set_trace_mode(IOLENS_TRACE_ALL).ok);
   EXPECT_EQ(loader_->trace_mode(), IOLENS_TRACE_ALL);
   const SeqRun run = run_sequence("all");
-  ASSERT_EQ(run.calls.size(), 39u);  // the sequence as written (a copy logs two records)
-  // The sequence went as planned (the offsets it expects follow from that): exactly the six
+  ASSERT_EQ(run.calls.size(), 40u);  // the sequence as written (a copy logs two records)
+  // The sequence went as planned (the offsets it expects follow from that): exactly the seven
   // calls meant to fail failed, every sized read and write was whole, the vector calls moved
   // what the comment on io_sequence says.
   std::vector<int64_t> failed;
@@ -468,7 +470,8 @@ TEST_F(TraceTest, ModeAllRecordsEveryCallExactly) {
       EXPECT_EQ(c.ret, 100);
     }
   }
-  EXPECT_EQ(failed, (std::vector<int64_t>{-ENOENT, -EBADF, -EBADF, -EBADF, -ENOENT, -ENOENT}));
+  EXPECT_EQ(failed,
+            (std::vector<int64_t>{-ENOENT, -EBADF, -EBADF, -EBADF, -EBADF, -ENOENT, -ENOENT}));
   expect_records_match(run);
   const auto st = loader_->stats();
   EXPECT_EQ(st[IOLENS_STAT_TRACE_RECORDS], run.calls.size());
