@@ -18,5 +18,6 @@ struct iolens_path_event abi_path_event;
 struct iolens_cgroup_event abi_cgroup_event;
 struct iolens_mark_event abi_mark_event;
 struct iolens_pin_meta abi_pin_meta;
+struct iolens_trace_record abi_trace_record;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -137,6 +137,43 @@ struct {
 	__type(value, struct iolens_path_event);
 } path_scratch SEC(".maps");
 
+/*
+ * Trace mode (bpf/README.md "Trace capture"). The agent writes these through the skeleton's
+ * mapping of their section while the programs run. A section of their own, apart from .bss: it
+ * is an internal map that daemon mode pins with the other trace maps, so that the agent that
+ * resumes a previous one's programs reaches the mode those programs read. Its layout is ABI.
+ *   trace_mode         enum iolens_trace_mode; sys_exit of a traced task loads it, and with
+ *                      IOLENS_TRACE_OFF that load and one branch are all trace mode costs
+ *   trace_follow_pids  set while trace_pids may hold processes: fork adds the children of the
+ *                      processes in it, exit removes them (off: one load and a branch)
+ */
+__u32 trace_mode SEC(".data.trace") = IOLENS_TRACE_OFF;
+__u32 trace_follow_pids SEC(".data.trace") = 0;
+
+/* One record per traced call; sized by the loader. Apart from `events` so that a busy capture
+ * never crowds out names and exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);
+} trace SEC(".maps");
+
+/* IOLENS_TRACE_CGROUP: the cgroup v2 directory (by fd, from the agent) whose subtree is traced. */
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} trace_cgroup SEC(".maps");
+
+/* IOLENS_TRACE_PIDS: the processes (tgid -> 1) whose calls are traced; children join at fork. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} trace_pids SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, IOLENS_NR_STATS);
@@ -490,6 +527,17 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 	return c;
 }
 
+/*
+ * Where a read or write that moved `done` bytes started: `pos` when the call named an offset (p*
+ * calls, a copy's offset pointer), else the file position, which has already moved by `done`.
+ */
+static __always_inline __s64 rw_start(struct file *f, __s64 pos, long done)
+{
+	if (pos >= 0)
+		return pos;
+	return BPF_CORE_READ(f, f_pos) - done;
+}
+
 /* Reads and writes. `pos` is the explicit offset of p* calls, or -1 for the file position. */
 static __always_inline void on_rw(struct call_ctx *cx, long fd, int is_write, __s64 pos, long ret)
 {
@@ -501,10 +549,7 @@ static __always_inline void on_rw(struct call_ctx *cx, long fd, int is_write, __
 	c = fd_record(cx, fd, 1, &f);
 	if (!c)
 		return;
-	/* The position has already moved by ret: the call started at f_pos - ret. */
-	if (pos < 0)
-		pos = BPF_CORE_READ(f, f_pos) - ret;
-	iolens_account_rw(c, is_write, pos, ret, cx->t0, cx->t1);
+	iolens_account_rw(c, is_write, rw_start(f, pos, ret), ret, cx->t0, cx->t1);
 }
 
 /*
@@ -561,6 +606,54 @@ static __always_inline __u32 decode_user_dev(__u64 udev)
 	return (major << 20) | minor;
 }
 
+/* A stat on a descriptor: fstat-like newfstatat/statx, AT_EMPTY_PATH on "" (how glibc implements
+ * fstat), or statx's NULL path (6.11+). */
+static __always_inline int stat_on_fd(const char *ustr, long flags)
+{
+	char first = 0;
+
+	if (!ustr)
+		return 1;
+	bpf_probe_read_user(&first, 1, ustr);
+	return first == 0 && (flags & AT_EMPTY_PATH);
+}
+
+/* The identity a path stat found, from the buffer the kernel just filled: struct stat's
+ * st_dev/st_ino/st_mode, or statx's stx_dev_major/minor, stx_ino, stx_mode. */
+static __always_inline void stat_buf_identity(void *ubuf, int is_statx, __u32 *dev, __u64 *ino,
+					      __u32 *mode)
+{
+	*mode = 0;
+	if (is_statx) {
+		__u16 m16 = 0;
+		__u32 maj = 0, min = 0;
+
+		bpf_probe_read_user(&m16, sizeof(m16), ubuf + 0x1c);
+		bpf_probe_read_user(ino, sizeof(*ino), ubuf + 0x20);
+		bpf_probe_read_user(&maj, sizeof(maj), ubuf + 0x88);
+		bpf_probe_read_user(&min, sizeof(min), ubuf + 0x8c);
+		*mode = m16;
+		*dev = (maj << 20) | min;
+	} else {
+		__u64 udev = 0;
+
+		bpf_probe_read_user(&udev, sizeof(udev), ubuf);
+		bpf_probe_read_user(ino, sizeof(*ino), ubuf + 8);
+		bpf_probe_read_user(mode, sizeof(*mode), ubuf + 24);
+		*dev = decode_user_dev(udev);
+	}
+}
+
+/* The generation of (dev, ino) last seen through a struct file; 0 if never (a stat buffer has
+ * none: this lands a path stat on the record of the file that was opened). */
+static __always_inline __u32 seen_gen(__u32 dev, __u64 ino)
+{
+	struct seen_key sk = { .ino = ino, .dev = dev };
+	struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
+
+	return seen ? seen->gen : 0;
+}
+
 /*
  * The stat family. On a descriptor (fstat, or newfstatat/statx with AT_EMPTY_PATH on "", which
  * is how glibc implements fstat) the identity comes from the struct file, like every other call
@@ -576,40 +669,15 @@ static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char 
 	struct iolens_file_counters *c;
 	__u32 mode = 0;
 	int created = 0;
-	char first = 0;
 
-	if (ustr)
-		bpf_probe_read_user(&first, 1, ustr);
-	if (!ustr || (first == 0 && (flags & AT_EMPTY_PATH))) {
+	if (stat_on_fd(ustr, flags)) {
 		on_meta(cx, dirfd, IOLENS_META_STAT);
 		return;
 	}
-	if (is_statx) {
-		__u16 m16 = 0;
-		__u32 maj = 0, min = 0;
-
-		bpf_probe_read_user(&m16, sizeof(m16), ubuf + 0x1c);
-		bpf_probe_read_user(&key.ino, sizeof(key.ino), ubuf + 0x20);
-		bpf_probe_read_user(&maj, sizeof(maj), ubuf + 0x88);
-		bpf_probe_read_user(&min, sizeof(min), ubuf + 0x8c);
-		mode = m16;
-		key.dev = (maj << 20) | min;
-	} else {
-		__u64 udev = 0;
-
-		bpf_probe_read_user(&udev, sizeof(udev), ubuf);
-		bpf_probe_read_user(&key.ino, sizeof(key.ino), ubuf + 8);
-		bpf_probe_read_user(&mode, sizeof(mode), ubuf + 24);
-		key.dev = decode_user_dev(udev);
-	}
+	stat_buf_identity(ubuf, is_statx, &key.dev, &key.ino, &mode);
 	if (!S_ISREG(mode))
 		return;
-	{
-		struct seen_key sk = { .ino = key.ino, .dev = key.dev };
-		struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
-
-		key.gen = seen ? seen->gen : 0;
-	}
+	key.gen = seen_gen(key.dev, key.ino);
 	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
 	if (!c)
 		return;
@@ -860,6 +928,308 @@ int scan_tasks(struct bpf_iter__task *ctx)
 	return 0;
 }
 
+/* ---- trace mode: one record per traced call, through the `trace` ring ---- */
+
+/* Where a trace record's file comes from. */
+enum trace_src {
+	TRACE_SRC_FD = 0,  /* the file behind descriptor `fd` now */
+	TRACE_SRC_CLOSE,   /* close: the file captured at sys_enter (the descriptor is gone) */
+	TRACE_SRC_STATBUF, /* a path stat: the identity in the buffer the kernel filled */
+	TRACE_SRC_NONE,    /* named by no descriptor (unlink, rename, a failed open) */
+};
+
+/* What the dispatch knows of a call before its file is resolved. */
+struct trace_req {
+	long fd;     /* TRACE_SRC_FD: the descriptor whose file the record names */
+	__s64 pos;   /* the record's offset (reads/writes: when at_pos) */
+	__s64 arg;   /* the record's arg */
+	void *ubuf;  /* TRACE_SRC_STATBUF: the user's stat or statx buffer */
+	__s32 rfd;   /* the record's fd */
+	__u32 flags; /* IOLENS_TRACE_F_* known from the call */
+	__u16 op;    /* enum iolens_trace_op_kind */
+	__u8 src;    /* enum trace_src */
+	__u8 statx;  /* TRACE_SRC_STATBUF: ubuf is a struct statx */
+	__u8 at_pos; /* reads/writes: the call named its offset, `pos` (else the file position) */
+	__u8 pad[3];
+};
+
+/*
+ * Emits one record. Reserved in the ring first and filled in place (no copy). Submitted without
+ * a wakeup: the agent drains on a timer; only once the ring is more than half full does a record
+ * wake it (KERNEL.md 4.2.4: a wakeup per record costs ~2 us, paid by the traced thread).
+ * Not inlined: it is reached from three call sites and keeps sys_exit's verification small.
+ */
+static __noinline void trace_record(struct call_ctx *cx, struct trace_req *q, long nr, long ret)
+{
+	struct iolens_task_state *st = cx->st;
+	struct task_struct *task = cx->task; /* a local: CO-RE relocations start at kernel types */
+	struct iolens_trace_record *r;
+	struct file *f = NULL;
+	__u32 mode = 0, flags = q->flags;
+	__u64 wake = BPF_RB_NO_WAKEUP;
+	__s64 offset = q->pos;
+	int found = 0;
+
+	stat_inc(IOLENS_STAT_TRACE_RECORDS);
+	r = bpf_ringbuf_reserve(&trace, sizeof(*r), 0);
+	if (!r) {
+		stat_inc(IOLENS_STAT_TRACE_LOST);
+		return;
+	}
+	r->ino = 0;
+	r->dev = 0;
+	r->gen = 0;
+	if (q->src == TRACE_SRC_FD) {
+		f = fd_to_file(task, q->fd);
+		if (f) {
+			file_identity_cached(st, f, &r->dev, &r->ino, &r->gen, &mode);
+			found = 1;
+		}
+	} else if (q->src == TRACE_SRC_CLOSE) {
+		found = st->close_kind != 0;
+		if (st->close_kind == 1) {
+			r->dev = st->close_dev;
+			r->ino = st->close_ino;
+			r->gen = st->close_gen;
+			mode = S_IFREG;
+		} else {
+			mode = st->close_ino << 12; /* sys_enter kept only the kind */
+		}
+	} else if (q->src == TRACE_SRC_STATBUF && ret == 0) {
+		__u32 dev = 0;
+		__u64 ino = 0;
+
+		stat_buf_identity(q->ubuf, q->statx, &dev, &ino, &mode);
+		r->dev = dev;
+		r->ino = ino;
+		r->gen = S_ISREG(mode) ? seen_gen(dev, ino) : 0;
+		found = 1;
+	}
+	if (!found) {
+		flags |= IOLENS_TRACE_F_NOFILE;
+	} else if (!S_ISREG(mode)) {
+		/* As in the `others` map: the descriptor kind, no identity, no offset. */
+		flags |= IOLENS_TRACE_F_OTHER;
+		r->ino = (mode & S_IFMT) >> 12;
+		r->dev = 0;
+		r->gen = 0;
+		if (q->op == IOLENS_OP_READ || q->op == IOLENS_OP_WRITE)
+			offset = -1;
+	} else if ((q->op == IOLENS_OP_READ || q->op == IOLENS_OP_WRITE) && f && !q->at_pos) {
+		/* A failed call did not move the position: it would have started there. */
+		offset = rw_start(f, -1, ret > 0 ? ret : 0);
+	}
+	r->start_ns = cx->t0;
+	r->end_ns = cx->t1;
+	r->pstart_ns = cx->pstart;
+	r->offset = offset;
+	r->ret = ret;
+	r->arg = q->arg;
+	r->tgid = cx->tgid;
+	r->tid = task->pid;
+	r->op = q->op;
+	r->nr = (__u16)nr;
+	r->flags = flags;
+	r->fd = q->rfd;
+	r->pad = 0;
+	if (bpf_ringbuf_query(&trace, BPF_RB_AVAIL_DATA) >
+	    bpf_ringbuf_query(&trace, BPF_RB_RING_SIZE) / 2)
+		wake = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(r, wake);
+}
+
+/* Whether the trace mode selects the current task (already known to be traced). */
+static __always_inline int trace_selects(__u32 mode, __u32 tgid)
+{
+	if (mode == IOLENS_TRACE_ALL)
+		return 1;
+	if (mode == IOLENS_TRACE_CGROUP)
+		return bpf_current_task_under_cgroup(&trace_cgroup, 0) == 1;
+	if (mode == IOLENS_TRACE_PIDS)
+		return bpf_map_lookup_elem(&trace_pids, &tgid) != NULL;
+	return 0;
+}
+
+/* A copy is a read of one descriptor and a write of the other, at the same times. */
+static __always_inline void trace_copy(struct call_ctx *cx, long in_fd, const void *in_off,
+				       long out_fd, const void *out_off, __s64 len, long nr,
+				       long ret)
+{
+	long done = ret > 0 ? ret : 0;
+	struct trace_req q = {
+		.op = IOLENS_OP_READ,
+		.fd = in_fd,
+		.rfd = (int)in_fd,
+		.pos = copy_offset(in_off, done),
+		.arg = len,
+		.flags = IOLENS_TRACE_F_COPY,
+	};
+
+	q.at_pos = q.pos >= 0; /* an offset pointer was given (its value cannot be negative) */
+	trace_record(cx, &q, nr, ret);
+	q.op = IOLENS_OP_WRITE;
+	q.fd = out_fd;
+	q.rfd = (int)out_fd;
+	q.pos = copy_offset(out_off, done);
+	q.at_pos = q.pos >= 0;
+	trace_record(cx, &q, nr, ret);
+}
+
+/*
+ * Trace mode, from sys_exit of a traced task once the mode is not OFF: every call of the kinds
+ * in enum iolens_trace_op_kind gives a record, failed calls too. Runs before the accounting, which
+ * forgets what close captured. Not inlined: sys_exit is verified once with it as one call.
+ */
+static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, long id, long ret)
+{
+	struct trace_req q = { .fd = -1, .pos = -1, .rfd = -1, .src = TRACE_SRC_FD };
+
+	if (!trace_selects(trace_mode, cx->tgid))
+		return;
+	switch (id) {
+	case IOLENS_NR_read:
+	case IOLENS_NR_pread64:
+	case IOLENS_NR_readv:
+	case IOLENS_NR_preadv:
+	case IOLENS_NR_preadv2:
+		q.op = IOLENS_OP_READ;
+		break;
+	case IOLENS_NR_write:
+	case IOLENS_NR_pwrite64:
+	case IOLENS_NR_writev:
+	case IOLENS_NR_pwritev:
+	case IOLENS_NR_pwritev2:
+		q.op = IOLENS_OP_WRITE;
+		break;
+	case IOLENS_NR_sendfile:
+		/* sendfile(out_fd, in_fd, *offset, count): offset is the input's */
+		trace_copy(cx, (int)regs->si, (const void *)regs->dx, (int)regs->di, NULL,
+			   (__s64)regs->r10, id, ret);
+		return;
+	case IOLENS_NR_splice:
+	case IOLENS_NR_copy_file_range:
+		/* (fd_in, *off_in, fd_out, *off_out, len, flags) */
+		trace_copy(cx, (int)regs->di, (const void *)regs->si, (int)regs->dx,
+			   (const void *)regs->r10, (__s64)regs->r8, id, ret);
+		return;
+	case IOLENS_NR_open:
+	case IOLENS_NR_openat:
+	case IOLENS_NR_openat2:
+	case IOLENS_NR_creat:
+		q.op = IOLENS_OP_OPEN;
+		break;
+	case IOLENS_NR_fcntl:
+		if (regs->si != F_DUPFD && regs->si != F_DUPFD_CLOEXEC)
+			return;
+		/* fall through */
+	case IOLENS_NR_dup:
+	case IOLENS_NR_dup2:
+	case IOLENS_NR_dup3:
+		q.op = IOLENS_OP_DUP;
+		break;
+	case IOLENS_NR_close:
+		q.op = IOLENS_OP_CLOSE;
+		q.src = TRACE_SRC_CLOSE;
+		break;
+	case IOLENS_NR_lseek:
+		q.op = IOLENS_OP_SEEK;
+		q.pos = ret >= 0 ? ret : -1;
+		q.arg = (int)regs->dx;
+		break;
+	case IOLENS_NR_fsync:
+		q.op = IOLENS_OP_FSYNC;
+		break;
+	case IOLENS_NR_fdatasync:
+		q.op = IOLENS_OP_FDATASYNC;
+		break;
+	case IOLENS_NR_ftruncate:
+		q.op = IOLENS_OP_TRUNCATE;
+		break;
+	case IOLENS_NR_mmap:
+		if (regs->r10 & MAP_ANONYMOUS)
+			return; /* not file I/O */
+		q.op = IOLENS_OP_MMAP;
+		break;
+	case IOLENS_NR_fstat:
+		q.op = IOLENS_OP_STAT;
+		break;
+	case IOLENS_NR_stat:
+	case IOLENS_NR_lstat:
+		q.op = IOLENS_OP_STAT;
+		q.src = TRACE_SRC_STATBUF;
+		q.ubuf = (void *)regs->si;
+		break;
+	case IOLENS_NR_newfstatat:
+		q.op = IOLENS_OP_STAT;
+		if (!stat_on_fd((const char *)regs->si, regs->r10)) {
+			q.src = TRACE_SRC_STATBUF;
+			q.ubuf = (void *)regs->dx;
+		}
+		break;
+	case IOLENS_NR_statx:
+		q.op = IOLENS_OP_STAT;
+		if (!stat_on_fd((const char *)regs->si, regs->dx)) {
+			q.src = TRACE_SRC_STATBUF;
+			q.ubuf = (void *)regs->r8;
+			q.statx = 1;
+		}
+		break;
+	case IOLENS_NR_unlinkat:
+		if (regs->dx & AT_REMOVEDIR)
+			return; /* rmdir */
+		/* fall through */
+	case IOLENS_NR_unlink:
+		q.op = IOLENS_OP_UNLINK;
+		q.src = TRACE_SRC_NONE;
+		break;
+	case IOLENS_NR_rename:
+	case IOLENS_NR_renameat:
+	case IOLENS_NR_renameat2:
+		q.op = IOLENS_OP_RENAME;
+		q.src = TRACE_SRC_NONE;
+		break;
+	default:
+		return;
+	}
+	if (q.op == IOLENS_OP_READ || q.op == IOLENS_OP_WRITE) {
+		/* read/write(fd, buf, count); the vector calls have no byte count to ask for */
+		if (id == IOLENS_NR_read || id == IOLENS_NR_write || id == IOLENS_NR_pread64 ||
+		    id == IOLENS_NR_pwrite64)
+			q.arg = (__s64)regs->dx;
+		else
+			q.arg = -1;
+		/* p* calls name the offset (r10), as given even if invalid; for preadv2/pwritev2,
+		 * -1 means the file position */
+		if (id != IOLENS_NR_read && id != IOLENS_NR_write && id != IOLENS_NR_readv &&
+		    id != IOLENS_NR_writev) {
+			q.pos = (__s64)regs->r10;
+			q.at_pos = q.pos != -1 ||
+				   (id != IOLENS_NR_preadv2 && id != IOLENS_NR_pwritev2);
+		}
+	}
+	if (q.op == IOLENS_OP_OPEN || q.op == IOLENS_OP_DUP) {
+		/* The record names the new descriptor (a dup's arg too); a failed dup still names the
+		 * file of the descriptor it was asked to duplicate (the first argument). */
+		if (ret >= 0) {
+			q.fd = ret;
+			q.rfd = (int)ret;
+		} else if (q.op == IOLENS_OP_DUP) {
+			q.fd = (int)regs->di;
+		} else {
+			q.src = TRACE_SRC_NONE;
+		}
+		if (q.op == IOLENS_OP_DUP)
+			q.arg = ret >= 0 ? ret : -1;
+	} else if (q.src == TRACE_SRC_FD) {
+		/* every other call on a descriptor has it first; mmap's is its fifth argument */
+		q.fd = id == IOLENS_NR_mmap ? (int)regs->r8 : (int)regs->di;
+		q.rfd = (int)q.fd;
+	} else if (q.src == TRACE_SRC_CLOSE) {
+		q.rfd = (int)regs->di;
+	}
+	trace_record(cx, &q, id, ret);
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
@@ -878,12 +1248,18 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 		if (f) {
 			file_identity_cached(st, f, &st->close_dev, &st->close_ino, &st->close_gen,
 					     &mode);
-			st->close_kind = S_ISREG(mode) ? 1 : 0;
+			st->close_kind = S_ISREG(mode) ? 1 : 2;
+			if (st->close_kind == 2) {
+				/* only the kind, for trace mode (as the `others` map keys it) */
+				st->close_ino = (mode & S_IFMT) >> 12;
+				st->close_dev = 0;
+				st->close_gen = 0;
+			}
 		}
 		st->cache_file = 0; /* the file is going away */
 		/* A descriptor inherited from outside the traced tree may close without ever having
 		 * been opened here: name its file now, while the struct file is still reachable. */
-		if (st->close_kind) {
+		if (st->close_kind == 1) {
 			struct seen_key sk = { .ino = st->close_ino, .dev = st->close_dev };
 			struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
 
@@ -937,6 +1313,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (!st->pstart_ns)
 		st->pstart_ns = leader_start(task);
 	cx.pstart = st->pstart_ns;
+	if (trace_mode != IOLENS_TRACE_OFF)
+		trace_call(&cx, regs, id, ret);
 
 	switch (id) {
 	case IOLENS_NR_read:
@@ -1004,8 +1382,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 			 * known from this process, the parent's record names it. */
 			if (c)
 				iolens_account_close(c, ret, cx.t0, cx.t1);
-			st->close_kind = 0;
 		}
+		st->close_kind = 0;
 		break;
 	case IOLENS_NR_lseek:
 		if (ret >= 0)
@@ -1080,6 +1458,15 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 	struct iolens_fork_event *ev;
 	__u64 now;
 
+	/* Trace mode PIDS: a new process of a listed one is listed too (before it runs). */
+	if (trace_follow_pids && child->tgid != parent->tgid) {
+		__u32 ptgid = parent->tgid, ctgid = child->tgid;
+		__u8 one = 1;
+
+		if (bpf_map_lookup_elem(&trace_pids, &ptgid) &&
+		    bpf_map_update_elem(&trace_pids, &ctgid, &one, BPF_ANY))
+			stat_inc(IOLENS_STAT_TRACE_PIDS_LOST);
+	}
 	if (ps) {
 		cs = bpf_task_storage_get(&task_state, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!cs) {
@@ -1160,6 +1547,12 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 	struct iolens_exit_event *ev;
 	int code;
 
+	/* A listed process leaves trace_pids with its last thread, before its pid can be reused. */
+	if (trace_follow_pids && BPF_CORE_READ(p, signal, live.counter) == 0) {
+		__u32 tgid = p->tgid;
+
+		bpf_map_delete_elem(&trace_pids, &tgid);
+	}
 	if (!st)
 		return 0;
 	/* Only the last thread of the group closes the process (signal->live reached 0). Two

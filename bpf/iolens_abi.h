@@ -128,7 +128,8 @@ struct iolens_task_state {
 	__u64 pstart_ns; /* start_time of the thread-group leader, 0 = not yet known */
 	__u64 close_ino; /* for close(): the file behind the fd, captured at sys_enter */
 	__u32 close_dev;
-	__u32 close_kind; /* 0 none, 1 regular file */
+	__u32 close_kind; /* 0 none, 1 regular file, 2 another kind: close_ino = S_IFMT bits >> 12,
+			   * close_dev = close_gen = 0 (for trace mode) */
 	__u32 close_gen;
 	__u32 cache_mode; /* identity cache: the last file this thread did I/O on ... */
 	__u64 cache_file; /* its struct file * (0 = empty) */
@@ -232,6 +233,8 @@ struct iolens_pin_meta {
 	__u32 ring_bytes;
 	__u64 created_wall_ns; /* CLOCK_REALTIME ns when the maps were created */
 	__u64 mono_to_wall_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC then (signed, stored as u64) */
+	__u32 trace_ring_bytes; /* size of the `trace` ring (pinned too: ABI 6) */
+	__u32 pad;
 };
 
 /* What an IOLENS_EV_PATH event names. */
@@ -295,12 +298,15 @@ enum iolens_trace_op_kind {
 	IOLENS_OP_CLOSE = 5,
 	IOLENS_OP_SEEK = 6,      /* lseek */
 	IOLENS_OP_STAT = 7,      /* fstat, stat, lstat, newfstatat, statx */
-	IOLENS_OP_MMAP = 8,
+	IOLENS_OP_MMAP = 8,      /* mmap of a file (anonymous mappings are not file I/O: no record) */
 	IOLENS_OP_FSYNC = 9,
 	IOLENS_OP_FDATASYNC = 10,
 	IOLENS_OP_TRUNCATE = 11, /* ftruncate */
-	IOLENS_OP_UNLINK = 12,   /* unlink, unlinkat (the file: the named one, if seen) */
-	IOLENS_OP_RENAME = 13,   /* rename, renameat, renameat2 (the file: the source) */
+	IOLENS_OP_UNLINK = 12,   /* unlink, unlinkat (not AT_REMOVEDIR): IOLENS_TRACE_F_NOFILE; the
+				  * name is in the IOLENS_PATH_UNLINK event (same tgid, ts_ns ==
+				  * end_ns) when the call succeeded */
+	IOLENS_OP_RENAME = 13,   /* rename, renameat, renameat2: IOLENS_TRACE_F_NOFILE; names in
+				  * the IOLENS_PATH_RENAME event as for unlink */
 	IOLENS_NR_OPS,
 };
 
@@ -312,7 +318,9 @@ enum iolens_trace_op_kind {
 /*
  * One traced call. A copy between two descriptors gives two records (READ then WRITE) with the
  * same times; every other call gives one. Failed calls are recorded too (ret < 0), and counted by
- * no counter, as the counters do.
+ * no counter, as the counters do. The file is the one behind the descriptor at sys_exit (for
+ * close: at sys_enter; for a path stat: the identity the stat returned); a failed call still
+ * names the file when its descriptor resolves, else IOLENS_TRACE_F_NOFILE.
  */
 struct iolens_trace_record {
 	__u64 start_ns;  /* sys_enter, CLOCK_MONOTONIC ns */
@@ -321,17 +329,23 @@ struct iolens_trace_record {
 	__u64 ino;       /* the file, as in iolens_file_key (0 when IOLENS_TRACE_F_NOFILE) */
 	__u32 dev;
 	__u32 gen;
-	__s64 offset;    /* byte offset where a read/write started (-1 = none or unknown); for
-			  * lseek, the resulting position */
-	__s64 ret;       /* the call's return value: bytes, a descriptor, 0, or -errno */
-	__s64 arg;       /* bytes asked for by a read/write (its count; -1 for the vector calls);
-			  * lseek's whence; the new fd of a dup; 0 otherwise */
+	__s64 offset;    /* byte offset where a read/write started (-1 = none or unknown): the one
+			  * the call named (p* calls, a copy's offset pointer; as given, even if
+			  * invalid), else the file position before the call (a failed call did not
+			  * move it); -1 for a non-regular file. For lseek, the resulting position
+			  * (-1 if it failed). -1 for every other call */
+	__s64 ret;       /* the call's return value: bytes, a descriptor, 0, an address (mmap), or
+			  * -errno */
+	__s64 arg;       /* bytes asked for by a read/write (its count, a copy's len; -1 for the
+			  * vector calls); lseek's whence; the new fd of a dup (-1 if it failed);
+			  * 0 otherwise */
 	__u32 tgid;
 	__u32 tid;
 	__u16 op;        /* enum iolens_trace_op_kind */
 	__u16 nr;        /* the x86-64 syscall number */
 	__u32 flags;     /* IOLENS_TRACE_F_* */
-	__s32 fd;        /* the descriptor the call used (the new one for open/dup), -1 if none */
+	__s32 fd;        /* the descriptor the call used (the new one for open/dup; -1 if the call
+			  * failed to make one; for a stat, the one stat'd), -1 if none (path calls) */
 	__u32 pad;
 };
 
@@ -350,6 +364,9 @@ enum iolens_stat {
 	IOLENS_STAT_JOB_EVENTS_LOST,       /* of EVENTS_LOST: cgroup and mark events */
 	IOLENS_STAT_TRACE_RECORDS,         /* trace records produced (sent or lost) */
 	IOLENS_STAT_TRACE_LOST,            /* of which lost: the trace ring was full */
+	IOLENS_STAT_TRACE_PIDS_LOST,       /* trace mode PIDS: new processes of listed ones that
+					    * could not be listed (trace_pids full): their calls
+					    * are not traced */
 	IOLENS_NR_STATS,
 };
 
@@ -371,7 +388,7 @@ IOLENS_STATIC_ASSERT(sizeof(struct iolens_path_event) == 80 + IOLENS_PATH_DATA_M
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_cgroup_event) == 48 + IOLENS_CGROUP_PATH_MAX,
 		     "cgroup event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_mark_event) == 72, "mark event layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 32, "pin meta layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 40, "pin meta layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_trace_record) == 88, "trace record layout");
 
 #endif /* IOLENS_ABI_H */

@@ -9,11 +9,13 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <linux/magic.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
@@ -48,6 +50,45 @@ int ring_callback(void* ctx, void* data, size_t size) {
   auto* const* sink = static_cast<const Loader::EventSink* const*>(ctx);
   if (*sink) (**sink)(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size));
   return 0;
+}
+
+// ctx points at Impl::current_trace_sink, which consume_trace() sets for the duration of a call.
+int trace_callback(void* ctx, void* data, size_t size) {
+  auto* const* sink = static_cast<const Loader::TraceSink* const*>(ctx);
+  if (!*sink || size < sizeof(iolens_trace_record)) return 0;
+  iolens_trace_record rec;
+  std::memcpy(&rec, data, sizeof(rec));
+  (**sink)(rec);
+  return 0;
+}
+
+/// libbpf's consumer of one ring map; nullptr with `status` set if it cannot be made.
+ring_buffer* new_consumer(bpf_map* map, ring_buffer_sample_fn fn, void* ctx, const char* what,
+                          Status& status) {
+  ring_buffer* rb = ring_buffer__new(bpf_map__fd(map), fn, ctx, nullptr);
+  if (!rb) {
+    const int e = errno;
+    status = Status::Error(std::string("cannot set up the ") + what + ": " + errno_text(e), e);
+  }
+  return rb;
+}
+
+/// A BPF ring buffer's size: the kernel takes only a power of two that is a multiple of the page.
+Status check_ring_size(const char* what, uint64_t bytes) {
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (bytes >= page && (bytes & (bytes - 1)) == 0) return Status::Ok();
+  return Status::Error(std::string(what) + " must be a power of two of at least the page size (" +
+                           std::to_string(page) + " bytes), not " + std::to_string(bytes),
+                       EINVAL);
+}
+
+/// The name a map is pinned under: its own, but bpffs refuses dots in names (reserved), which
+/// internal maps have (".data.trace" is pinned as "data_trace").
+std::string pin_name(const bpf_map* m) {
+  std::string name = bpf_map__name(m);
+  while (!name.empty() && name.front() == '.') name.erase(0, 1);
+  std::replace(name.begin(), name.end(), '.', '_');
+  return name;
 }
 
 constexpr int kErrNotSupp = 524;  // the kernel's ENOTSUPP, not in user-space errno.h
@@ -96,6 +137,8 @@ struct Loader::Impl {
   iolens_bpf* skel = nullptr;
   ring_buffer* ring = nullptr;
   const EventSink* current_sink = nullptr;
+  ring_buffer* trace_ring = nullptr;
+  const TraceSink* current_trace_sink = nullptr;
   struct Prog {
     const char* name;
     bpf_program* prog;
@@ -115,6 +158,7 @@ struct Loader::Impl {
     if (consumer_page) munmap(consumer_page, static_cast<size_t>(page));
     if (producer_page) munmap(producer_page, static_cast<size_t>(page));
     if (ring) ring_buffer__free(ring);
+    if (trace_ring) ring_buffer__free(trace_ring);
     if (skel) iolens_bpf__destroy(skel);
   }
   Prog* find(const std::string& name) {
@@ -122,11 +166,15 @@ struct Loader::Impl {
       if (name == p.name) return &p;
     return nullptr;
   }
-  /// Maps that carry state from one agent to the next (pinned in daemon mode).
+  /// Maps that carry state from one agent to the next (pinned in daemon mode). The trace maps
+  /// are among them although a restarted agent starts with tracing off: the syscall programs
+  /// it resumes read the previous agent's trace mode and write to its trace ring, so these must
+  /// be the ones this agent controls and drains.
   std::vector<bpf_map*> persistent_maps() const {
     auto& m = skel->maps;
-    return {m.task_state, m.files,  m.others, m.seen_files, m.cgroup_sel,
-            m.comm_sel,   m.events, m.stats,  m.meta};
+    return {m.task_state, m.files,        m.others,     m.seen_files, m.cgroup_sel, m.comm_sel,
+            m.events,     m.stats,        m.meta,       m.trace,      m.trace_cgroup,
+            m.trace_pids, m.data_trace};
   }
 };
 
@@ -137,6 +185,9 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   g_verbose = opts.verbose;
   libbpf_set_print(libbpf_log);
 
+  if (status = check_ring_size("the ring size", opts.ring_bytes); !status) return nullptr;
+  if (status = check_ring_size("the trace ring size", opts.trace_ring_bytes); !status)
+    return nullptr;
   if (status = check_privileges(); !status) return nullptr;
   if (status = check_btf(opts.btf_path); !status) return nullptr;
   if (opts.btf_path != "/sys/kernel/btf/vmlinux") {
@@ -173,6 +224,7 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   bpf_map__set_max_entries(skel->maps.files, opts.max_file_records);
   bpf_map__set_max_entries(skel->maps.others, opts.max_other_records);
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
+  bpf_map__set_max_entries(skel->maps.trace, opts.trace_ring_bytes);
   skel->rodata->select_jobs = opts.select_jobs ? 1 : 0;
 
   PinState pins;
@@ -194,17 +246,36 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
       iolens_pin_meta old{};
       const int fd = bpf_obj_get(meta_path.c_str());
       const __u32 zero = 0;
-      const bool readable = fd >= 0 && bpf_map_lookup_elem(fd, &zero, &old) == 0;
+      // Another ABI's meta may be of another size: read it whole, use what both have (the ABI
+      // version comes first in every one).
+      bpf_map_info info{};
+      __u32 info_len = sizeof(info);
+      std::vector<uint8_t> value;
+      bool readable = fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &info_len) == 0 &&
+                      info.value_size >= sizeof(old.abi_version);
+      if (readable) {
+        value.resize(std::max<size_t>(info.value_size, sizeof(old)));
+        readable = bpf_map_lookup_elem(fd, &zero, value.data()) == 0;
+        std::memcpy(&old, value.data(), std::min<size_t>(info.value_size, sizeof(old)));
+      }
       if (fd >= 0) close(fd);
+      std::string resized;
+      auto size_changed = [&resized](const char* what, uint32_t was, uint32_t now) {
+        if (was == now) return;
+        resized += std::string(resized.empty() ? "" : ", ") + what + " " + std::to_string(was) +
+                   " -> " + std::to_string(now);
+      };
+      size_changed("files", old.files_max, opts.max_file_records);
+      size_changed("others", old.others_max, opts.max_other_records);
+      size_changed("ring", old.ring_bytes, opts.ring_bytes);
+      size_changed("trace ring", old.trace_ring_bytes, opts.trace_ring_bytes);
       if (!readable) {
         pins.discarded = "pins without a readable meta map";
-      } else if (old.abi_version != IOLENS_ABI_VERSION) {
+      } else if (old.abi_version != IOLENS_ABI_VERSION || info.value_size != sizeof(old)) {
         pins.discarded = "made for ABI " + std::to_string(old.abi_version) + ", this agent has " +
                          std::to_string(IOLENS_ABI_VERSION);
-      } else if (old.files_max != opts.max_file_records ||
-                 old.others_max != opts.max_other_records || old.ring_bytes != opts.ring_bytes) {
-        pins.discarded = "map sizes changed (files " + std::to_string(old.files_max) + " -> " +
-                         std::to_string(opts.max_file_records) + ")";
+      } else if (!resized.empty()) {
+        pins.discarded = "map sizes changed (" + resized + ")";
       } else {
         pins.resumed = true;
         pins.mono_to_wall_ns = static_cast<int64_t>(old.mono_to_wall_ns);
@@ -213,7 +284,7 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
       if (!pins.resumed) remove_pins(opts.pin_dir);
     }
     for (bpf_map* m : impl->persistent_maps()) {
-      const std::string path = opts.pin_dir + "/" + bpf_map__name(m);
+      const std::string path = opts.pin_dir + "/" + pin_name(m);
       if (int err = bpf_map__set_pin_path(m, path.c_str()); err) {
         status = Status::Error("cannot set pin path " + path + ": " + errno_text(err), -err);
         return nullptr;
@@ -231,9 +302,14 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
 
   if (!opts.pin_dir.empty() && !pins.resumed) {
     const int64_t wall = clock_ns(CLOCK_REALTIME);
-    iolens_pin_meta meta{IOLENS_ABI_VERSION, opts.max_file_records, opts.max_other_records,
-                         opts.ring_bytes, static_cast<uint64_t>(wall),
-                         static_cast<uint64_t>(wall - clock_ns(CLOCK_MONOTONIC))};
+    iolens_pin_meta meta{IOLENS_ABI_VERSION,
+                         opts.max_file_records,
+                         opts.max_other_records,
+                         opts.ring_bytes,
+                         static_cast<uint64_t>(wall),
+                         static_cast<uint64_t>(wall - clock_ns(CLOCK_MONOTONIC)),
+                         opts.trace_ring_bytes,
+                         0};
     const __u32 zero = 0;
     bpf_map_update_elem(bpf_map__fd(skel->maps.meta), &zero, &meta, BPF_ANY);
     pins.mono_to_wall_ns = static_cast<int64_t>(meta.mono_to_wall_ns);
@@ -273,13 +349,9 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
     if (status = loader->attach_one(p.name, !opts.pin_dir.empty()); !status) return nullptr;
   }
 
-  loader->impl_->ring = ring_buffer__new(bpf_map__fd(skel->maps.events), ring_callback,
-                                         &loader->impl_->current_sink, nullptr);
-  if (!loader->impl_->ring) {
-    const int e = errno;
-    status = Status::Error("cannot set up the ring buffer: " + errno_text(e), e);
-    return nullptr;
-  }
+  loader->impl_->ring = new_consumer(skel->maps.events, ring_callback,
+                                     &loader->impl_->current_sink, "ring buffer", status);
+  if (!loader->impl_->ring) return nullptr;
   {
     // The kernel's layout: the consumer position page (writable), then the producer's.
     const int fd = bpf_map__fd(skel->maps.events);
@@ -296,6 +368,16 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
     }
     im.ring_consumer = static_cast<uint64_t*>(im.consumer_page);
     im.ring_producer = static_cast<const uint64_t*>(im.producer_page);
+  }
+  loader->impl_->trace_ring = new_consumer(skel->maps.trace, trace_callback,
+                                           &loader->impl_->current_trace_sink,
+                                           "trace ring buffer", status);
+  if (!loader->impl_->trace_ring) return nullptr;
+  if (pins.resumed) {
+    // The previous agent's capture ends with it: whatever it left running or unread goes.
+    loader->set_trace_mode(IOLENS_TRACE_OFF);
+    const int stale = loader->consume_trace([](const iolens_trace_record&) {});
+    if (stale > 0) spdlog::info("discarded {} trace records a previous agent left unread", stale);
   }
   status = Status::Ok();
   return loader;
@@ -479,6 +561,101 @@ int Loader::consume_events(const EventSink& sink) {
   impl_->current_sink = nullptr;
   return n;
 }
+
+Status Loader::set_trace_mode(iolens_trace_mode mode, int cgroup_fd) {
+  const int cg_map = bpf_map__fd(impl_->skel->maps.trace_cgroup);
+  const __u32 zero = 0;
+  switch (mode) {
+    case IOLENS_TRACE_OFF:
+    case IOLENS_TRACE_ALL:
+    case IOLENS_TRACE_PIDS:
+      if (cgroup_fd >= 0)
+        return Status::Error("a cgroup is given only with trace mode CGROUP", EINVAL);
+      break;
+    case IOLENS_TRACE_CGROUP: {
+      // bpf_current_task_under_cgroup() looks at the default (v2) hierarchy only: a v1 cgroup
+      // of a hybrid host would never match.
+      struct statfs sfs {};
+      if (cgroup_fd < 0 || fstatfs(cgroup_fd, &sfs) != 0 || sfs.f_type != CGROUP2_SUPER_MAGIC)
+        return Status::Error("trace mode CGROUP needs an open cgroup v2 directory (under the "
+                             "cgroup2 mount: /sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid "
+                             "hosts)", EINVAL);
+      const auto fd = static_cast<__u32>(cgroup_fd);
+      if (bpf_map_update_elem(cg_map, &zero, &fd, BPF_ANY) != 0) {
+        const int e = errno;
+        return Status::Error("cannot set the trace cgroup: " + errno_text(e), e);
+      }
+      break;
+    }
+    default:
+      return Status::Error("unknown trace mode " + std::to_string(static_cast<int>(mode)), EINVAL);
+  }
+  __atomic_store_n(&impl_->skel->data_trace->trace_mode, static_cast<__u32>(mode),
+                   __ATOMIC_RELEASE);
+  if (mode != IOLENS_TRACE_CGROUP) bpf_map_delete_elem(cg_map, &zero);  // ENOENT when empty
+  if (mode != IOLENS_TRACE_PIDS) {
+    __atomic_store_n(&impl_->skel->data_trace->trace_follow_pids, 0u, __ATOMIC_RELEASE);
+    clear_trace_pids();
+  }
+  return Status::Ok();
+}
+
+iolens_trace_mode Loader::trace_mode() const {
+  return static_cast<iolens_trace_mode>(
+      __atomic_load_n(&impl_->skel->data_trace->trace_mode, __ATOMIC_ACQUIRE));
+}
+
+void Loader::clear_trace_pids() {
+  const int fd = bpf_map__fd(impl_->skel->maps.trace_pids);
+  __u32 key = 0;
+  while (bpf_map_get_next_key(fd, nullptr, &key) == 0)
+    if (bpf_map_delete_elem(fd, &key) != 0) break;
+}
+
+Status Loader::add_trace_pid(uint32_t tgid) {
+  if (tgid == 0 || tgid > static_cast<uint32_t>(INT32_MAX))
+    return Status::Error("not a process id: " + std::to_string(tgid), EINVAL);
+  auto* ctl = impl_->skel->data_trace;
+  if (__atomic_load_n(&ctl->trace_follow_pids, __ATOMIC_ACQUIRE) == 0) {
+    // A new list: entries of an old one (a fork racing its end) must not name reused pids.
+    clear_trace_pids();
+    __atomic_store_n(&ctl->trace_follow_pids, 1u, __ATOMIC_RELEASE);
+  }
+  const int fd = bpf_map__fd(impl_->skel->maps.trace_pids);
+  const __u8 one = 1;
+  if (bpf_map_update_elem(fd, &tgid, &one, BPF_ANY) != 0) {
+    const int e = errno;
+    return Status::Error("cannot add process " + std::to_string(tgid) + " to the trace list: " +
+                             (e == E2BIG ? std::string("the list is full") : errno_text(e)),
+                         e);
+  }
+  // Checked after the insert: from now on its exit removes it. Before, it might have exited
+  // unseen and left an entry for whoever gets its pid next. pidfd_open also refuses a thread id.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(tgid), 0));
+  if (pidfd < 0) {
+    const int e = errno;
+    bpf_map_delete_elem(fd, &tgid);
+    // Kernels refuse a thread's id with EINVAL (before 6.9) or ENOENT.
+    return Status::Error("cannot trace process " + std::to_string(tgid) + ": " +
+                             (e == EINVAL || e == ENOENT
+                                  ? std::string("not a process id (a thread's id?)")
+                                  : errno_text(e)),
+                         e);
+  }
+  close(pidfd);
+  return Status::Ok();
+}
+
+int Loader::consume_trace(const TraceSink& sink) {
+  impl_->current_trace_sink = &sink;
+  const int n = ring_buffer__consume(impl_->trace_ring);
+  impl_->current_trace_sink = nullptr;
+  return n;
+}
+
+int Loader::trace_fd() const { return ring_buffer__epoll_fd(impl_->trace_ring); }
+
+uint64_t Loader::trace_ring_size() const { return bpf_map__max_entries(impl_->skel->maps.trace); }
 
 namespace {
 

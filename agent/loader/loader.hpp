@@ -23,6 +23,9 @@ struct Options {
   uint32_t max_file_records = 65536;   // kernel map size; more are drained/folded, not lost
   uint32_t max_other_records = 8192;
   uint32_t ring_bytes = 8u << 20;
+  /// Size of the trace-mode ring (one 88-byte record per traced call, see set_trace_mode):
+  /// a power of two, at least a page. Allocated whole at load, used only in trace mode.
+  uint32_t trace_ring_bytes = 16u << 20;
   bool verbose = false;                // libbpf debug output
   /// Daemon mode: select tasks by cgroup (select_cgroup) and comm (select_comm), report cgroup
   /// creation and removal, and attach the syscall hooks only when asked (set_syscall_hooks).
@@ -134,6 +137,30 @@ class Loader {
   /// producer may have overwritten them (it ran more than the ring's size past `pos`).
   Status rewind_ring(uint64_t pos);
 
+  /// Trace mode: one iolens_trace_record per call of a traced task, through the `trace` ring,
+  /// which the kernel does not wake for (except once it is more than half full): drain it with
+  /// consume_trace() on a timer (and when trace_fd() polls readable). Takes effect at once.
+  ///  - IOLENS_TRACE_OFF: no records (the default; a resumed daemon starts with it too);
+  ///  - IOLENS_TRACE_ALL: every traced task;
+  ///  - IOLENS_TRACE_CGROUP: traced tasks at or below `cgroup_fd`, an open cgroup v2 directory
+  ///    (the caller may close it afterwards);
+  ///  - IOLENS_TRACE_PIDS: traced tasks of the processes given to add_trace_pid() and of the
+  ///    processes they create from then on.
+  /// Leaving PIDS empties the pid list; leaving CGROUP forgets the cgroup.
+  Status set_trace_mode(iolens_trace_mode mode, int cgroup_fd = -1);
+  iolens_trace_mode trace_mode() const;
+  /// Adds a process (tgid) to the PIDS list; its new child processes join it at fork and every
+  /// listed process leaves it when it exits. May be called before or after set_trace_mode(PIDS):
+  /// children are followed from this call on.
+  Status add_trace_pid(uint32_t tgid);
+  /// Hands every pending trace record to `sink`, in ring order; never blocks. Returns records
+  /// consumed (or a negative errno).
+  using TraceSink = std::function<void(const iolens_trace_record&)>;
+  int consume_trace(const TraceSink& sink);
+  /// An fd that polls readable when the trace ring is more than half full.
+  int trace_fd() const;
+  uint64_t trace_ring_size() const;
+
   /// Sums of the per-CPU drop/failure counters.
   KernelStats stats() const;
   /// One of them (cheap enough to poll every few milliseconds).
@@ -149,6 +176,7 @@ class Loader {
   Status attach_one(const std::string& name, bool pin);
   void set_program_state(const std::string& name, bool attached, const std::string& error);
   void delete_keys(int map_fd, const std::vector<iolens_file_key>& keys);
+  void clear_trace_pids();
 
   std::unique_ptr<Impl> impl_;
   std::vector<ProgramState> programs_;

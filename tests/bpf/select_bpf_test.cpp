@@ -15,10 +15,8 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,40 +24,20 @@
 #include "core/recorder.hpp"
 #include "loader/loader.hpp"
 #include "loader/preflight.hpp"
+#include "bpf_test_util.hpp"
 
 namespace fs = std::filesystem;
 using iolens::core::CgroupEvent;
 using iolens::core::MarkEvent;
+using iolens::bpftest::cgroup2_mount;
+using iolens::bpftest::write_text;
 using iolens::loader::Loader;
 
 namespace {
 
-/// The cgroup2 mount: /sys/fs/cgroup on pure v2 hosts, /sys/fs/cgroup/unified on hybrid ones.
-std::string cgroup2_mount() {
-  std::ifstream in("/proc/self/mountinfo");
-  std::string line;
-  std::string found;
-  while (std::getline(in, line)) {
-    const auto dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
-    std::istringstream f(line);
-    std::string id, parent, devno, root, point;
-    f >> id >> parent >> devno >> root >> point;
-    if (found.empty() || point == "/sys/fs/cgroup") found = point;
-  }
-  return found;
-}
-
 uint64_t inode_of(const std::string& p) {
   struct stat st {};
   return stat(p.c_str(), &st) == 0 ? st.st_ino : 0;
-}
-
-void write_text(const std::string& p, const std::string& text) {
-  const int fd = open(p.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) std::abort();
-  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) std::abort();
-  close(fd);
 }
 
 /// Writes `n` bytes to a new file: the I/O each child does, known to the test.

@@ -136,4 +136,28 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   EXPECT_FIELD(pm, iolens_pin_meta, ring_bytes);
   EXPECT_FIELD(pm, iolens_pin_meta, created_wall_ns);
   EXPECT_FIELD(pm, iolens_pin_meta, mono_to_wall_ns);
+  EXPECT_FIELD(pm, iolens_pin_meta, trace_ring_bytes);
+  EXPECT_FIELD(pm, iolens_pin_meta, pad);
+}
+
+TEST_F(AbiBtf, TraceRecordEveryField) {
+  auto l = layout_of(b_, "iolens_trace_record");
+  ASSERT_EQ(l.size, sizeof(iolens_trace_record));
+  ASSERT_EQ(l.offsets.size(), 16u);
+  EXPECT_FIELD(l, iolens_trace_record, start_ns);
+  EXPECT_FIELD(l, iolens_trace_record, end_ns);
+  EXPECT_FIELD(l, iolens_trace_record, pstart_ns);
+  EXPECT_FIELD(l, iolens_trace_record, ino);
+  EXPECT_FIELD(l, iolens_trace_record, dev);
+  EXPECT_FIELD(l, iolens_trace_record, gen);
+  EXPECT_FIELD(l, iolens_trace_record, offset);
+  EXPECT_FIELD(l, iolens_trace_record, ret);
+  EXPECT_FIELD(l, iolens_trace_record, arg);
+  EXPECT_FIELD(l, iolens_trace_record, tgid);
+  EXPECT_FIELD(l, iolens_trace_record, tid);
+  EXPECT_FIELD(l, iolens_trace_record, op);
+  EXPECT_FIELD(l, iolens_trace_record, nr);
+  EXPECT_FIELD(l, iolens_trace_record, flags);
+  EXPECT_FIELD(l, iolens_trace_record, fd);
+  EXPECT_FIELD(l, iolens_trace_record, pad);
 }
