@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "cli/capture_command.hpp"
+#include "cli/convert_command.hpp"
 #include "cli/query_command.hpp"
 #include "cli/run_command.hpp"
 
@@ -22,6 +23,19 @@ int main(int argc, char** argv) {
   cmd->add_option("--darshan", run.darshan_path,
                   "Also write a Darshan log (format 3.41, POSIX module) that darshan-parser and "
                   "PyDarshan read");
+  cmd->add_option("--trace", run.trace_path,
+                  "Also write every I/O call, in order, to this trace file (docs/trace-format.md; "
+                  "iolens convert turns it into Perfetto, Darshan DXT or JSON lines)");
+  std::string trace_max = "0";
+  cmd->add_option("--trace-max-size", trace_max,
+                  "Stop adding calls to the trace once it is this big (e.g. 500M, 2G; 0 = no "
+                  "limit); the calls left out are counted")
+      ->capture_default_str();
+  std::string trace_ring = "16M";
+  cmd->add_option("--trace-ring-size", trace_ring,
+                  "Size of the kernel's ring for --trace records (a power of two, e.g. 64M): "
+                  "larger if the trailer counts records lost to a full ring")
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", run.quiet, "No summary on stderr");
   cmd->add_option("--top", run.top_files, "Files listed in the summary")->capture_default_str();
   cmd->add_option("--drain-interval-ms", run.drain_interval_ms,
@@ -43,14 +57,36 @@ int main(int argc, char** argv) {
   iolens::cli::QueryCommands queries(app);
   iolens::cli::CaptureOptions capture;
   CLI::App* capture_cmd = iolens::cli::add_capture_command(app, capture);
+  iolens::cli::ConvertOptions convert;
+  CLI::App* convert_cmd = iolens::cli::add_convert_command(app, convert);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return queries.given() || capture_cmd->parsed() ? queries.usage_error(app, e) : app.exit(e);
+    return queries.given() || capture_cmd->parsed() || convert_cmd->parsed()
+               ? queries.usage_error(app, e)
+               : app.exit(e);
   }
   if (queries.given()) return queries.run();
   if (capture_cmd->parsed()) return iolens::cli::run_capture(capture);
+  if (convert_cmd->parsed()) return iolens::cli::run_convert(convert);
+  {
+    std::string size_error;
+    run.trace_max_bytes = iolens::cli::parse_cli_size(trace_max, size_error);
+    if (!size_error.empty()) {
+      std::fprintf(stderr, "iolens: --trace-max-size '%s': %s\n", trace_max.c_str(),
+                   size_error.c_str());
+      return 2;
+    }
+    const uint64_t ring = iolens::cli::parse_cli_size(trace_ring, size_error);
+    if (!size_error.empty() || ring < 4096 || ring > (1u << 30) || (ring & (ring - 1)) != 0) {
+      std::fprintf(stderr, "iolens: --trace-ring-size '%s': %s\n", trace_ring.c_str(),
+                   size_error.empty() ? "must be a power of two from 4K to 1G"
+                                      : size_error.c_str());
+      return 2;
+    }
+    run.loader.trace_ring_bytes = static_cast<uint32_t>(ring);
+  }
   // Logs go to stderr: stdout belongs to the traced command.
   spdlog::set_default_logger(spdlog::stderr_color_mt("iolens"));
   spdlog::set_pattern("iolens: %l: %v");

@@ -18,6 +18,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "capture/trace_session.hpp"
 #include "cli/child.hpp"
 #include "core/events.hpp"
 #include "core/recorder.hpp"
@@ -133,12 +134,22 @@ int run_traced(const RunOptions& opts) {
       return 2;
     }
   }
+  int trace_fd = -1;
+  if (!opts.trace_path.empty()) {
+    trace_fd = open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (trace_fd < 0) {
+      error_line("cannot write --trace " + opts.trace_path + ": " + std::strerror(errno));
+      if (json_fd >= 0) close(json_fd);
+      if (darshan_fd >= 0) close(darshan_fd);
+      return 2;
+    }
+  }
   struct FdCloser {
     int& fd;
     ~FdCloser() {
       if (fd >= 0) close(fd);
     }
-  } json_closer{json_fd}, darshan_closer{darshan_fd};
+  } json_closer{json_fd}, darshan_closer{darshan_fd}, trace_closer{trace_fd};
 
   Status st;
   auto loader = loader::Loader::create(opts.loader, st);
@@ -166,6 +177,47 @@ int run_traced(const RunOptions& opts) {
   const pid_t child_pid = child.pid();
   core::Recorder rec(static_cast<uint32_t>(child_pid), static_cast<uint32_t>(getpid()));
   rec.set_canonicalizer(realpath_of);
+  // The trace: every call of the command's tree, from its first instruction (it is still
+  // suspended), in the file opened above.
+  std::unique_ptr<capture::TraceSession> trace;
+  if (trace_fd >= 0) {
+    trace::Meta meta;
+    meta.producer = std::string("iolens ") + IOLENS_VERSION;
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) == 0) meta.node = host;
+    meta.target = "run";
+    meta.job_kind = "run";
+    meta.job_id = std::to_string(child_pid);
+    meta.command = opts.command;
+    meta.window_start_ns = clock.start_mono_ns;
+    meta.mono_to_wall_ns = clock.mono_to_wall_ns;
+    meta.ring_bytes = loader->trace_ring_size();
+    capture::SessionOptions so;
+    so.max_bytes = opts.trace_max_bytes;
+    Status ts;
+    trace = capture::TraceSession::open_fd(trace_fd, meta, so, ts);
+    if (!trace) {
+      error_line("cannot write --trace " + opts.trace_path + ": " + ts.message);
+      return 1;
+    }
+    if (Status s = loader->set_trace_mode(IOLENS_TRACE_ALL); !s) {
+      error_line(s.message);
+      return 1;
+    }
+  }
+  std::vector<iolens_trace_record> trace_batch;
+  uint64_t last_trace_sync = clock.start_mono_ns;
+  const auto drain_trace = [&](uint64_t now, bool sync) {
+    if (!trace) return;
+    trace_batch.clear();
+    loader->consume_trace([&](const iolens_trace_record& r) { trace_batch.push_back(r); });
+    trace->on_ops(trace_batch);
+    // Names and processes about once a second, so a file cut short names what it holds.
+    if (sync || now - last_trace_sync >= 1000000000ULL) {
+      last_trace_sync = now;
+      trace->sync(rec);
+    }
+  };
   g_child = child.pid();
   if (Status s = child.release(); !s) {
     g_child = -1;
@@ -238,6 +290,7 @@ int run_traced(const RunOptions& opts) {
     }
     loader->consume_events(on_event);
     const uint64_t now = now_ns(CLOCK_MONOTONIC);
+    drain_trace(now, false);
     // Drain on the clock when processes have exited (their records are final and leave the
     // kernel), and at once when the kernel map is half full: a burst of new files between two
     // drains must not find it full. Live records are read only at the end: `run` reports once,
@@ -256,6 +309,23 @@ int run_traced(const RunOptions& opts) {
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
   record_kernel_stats(rec, loader->stats());
+  if (trace) {
+    drain_trace(end_mono, false);
+    trace::Losses losses;
+    losses.produced = loader->stat(IOLENS_STAT_TRACE_RECORDS);
+    losses.ring_full = loader->stat(IOLENS_STAT_TRACE_LOST);
+    rec.set_lost("trace_records", losses.ring_full);
+    const Status ts = trace->finish(rec, losses, end_mono);
+    if (!ts || close(trace_fd) != 0) {
+      trace_fd = -1;
+      error_line("writing --trace " + opts.trace_path + " failed: " +
+                 (ts ? std::string(std::strerror(errno)) : ts.message));
+      return 1;
+    }
+    trace_fd = -1;
+    if (trace->ops_dropped())
+      rec.set_lost("trace_size_limit", trace->ops_dropped());
+  }
 
   core::RunSnapshot snap = rec.snapshot(clock);
   snap.command = opts.command;

@@ -14,6 +14,8 @@ struct RunOptions {
   std::vector<std::string> command;
   std::string json_path;         // empty: no JSON
   std::string darshan_path;      // empty: no Darshan log
+  std::string trace_path;        // empty: no per-operation trace (docs/trace-format.md)
+  uint64_t trace_max_bytes = 0;  // stop adding operations to the trace at this size; 0 = none
   bool quiet = false;            // no summary on stderr
   std::size_t top_files = 10;
   uint32_t drain_interval_ms = 1000;

@@ -27,6 +27,7 @@
 #include <zlib.h>
 
 #include "control/server.hpp"
+#include "daemon/capture.hpp"
 #include "core/events.hpp"
 #include "daemon/job_metrics.hpp"
 #include "daemon/job_table.hpp"
@@ -121,7 +122,11 @@ class Daemon {
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
   void resume();
-  nlohmann::json handle(const nlohmann::json& req);
+  nlohmann::json handle(const nlohmann::json& req, control::RequestContext& ctx);
+  nlohmann::json start_capture(const nlohmann::json& req, control::RequestContext& ctx);
+  /// Feeds the running capture and ends it when its time, size or job is up.
+  void service_capture(int64_t now);
+  void end_capture(CaptureEnd why);
   nlohmann::json status_json();
   std::optional<std::string> resolve_cgroup(uint64_t id);
 
@@ -184,6 +189,8 @@ class Daemon {
   std::unique_ptr<MetricsServer> metrics_;
   FileClassifier classifier_;
   std::string node_;
+  std::unique_ptr<Capture> capture_;  // the running capture, or the last one (for its status)
+  uint64_t next_capture_id_ = 1;
   struct Retained {
     core::JobMetrics metrics;
     int64_t until_mono = 0;
@@ -715,6 +722,8 @@ void Daemon::write_closed() {
   for (const std::string& id : table_->closing()) {
     Job* job = table_->find(id);
     if (!job) continue;
+    // Its capture ends here, while its recorder can still name the files.
+    if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
     // Node-wide kernel losses while the job was live: a non-zero count may concern it.
     const loader::KernelStats now = loader_->stats();
     const loader::KernelStats& base = job_loss_base_[id];
@@ -892,9 +901,187 @@ nlohmann::json Daemon::status_json() {
   return j;
 }
 
-nlohmann::json Daemon::handle(const nlohmann::json& req) {
+nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::RequestContext& ctx) {
+  const CaptureRequest r = parse_capture_request(req);
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  if (capture_ && capture_->running())
+    throw std::runtime_error("a capture is running already (id " + std::to_string(capture_->id) +
+                             ", job " + capture_->job_id + ", " +
+                             std::to_string((capture_->deadline_mono_ns - now) / 1000000000) +
+                             " s left): one at a time");
+  if (ctx.passed_fd.get() < 0)
+    throw control::BadRequest("a capture needs the output file's descriptor with the request "
+                              "(iolens capture -o FILE sends it)");
+  struct stat out_st {};
+  const int fl = fcntl(ctx.passed_fd.get(), F_GETFL);
+  if (fstat(ctx.passed_fd.get(), &out_st) != 0 || fl < 0 ||
+      !(S_ISREG(out_st.st_mode) || S_ISFIFO(out_st.st_mode)) ||
+      ((fl & O_ACCMODE) != O_WRONLY && (fl & O_ACCMODE) != O_RDWR))
+    throw std::runtime_error("the output must be a regular file or a pipe open for writing");
+
+  // Which job, and how the kernel tells its tasks from the others'.
+  Job* job = nullptr;
+  std::string target, cgroup_rel;
+  std::vector<uint32_t> pids;
+  if (!r.job.empty()) {
+    target = "job:" + r.job;
+    job = table_->find(r.job);
+    if (!job || job->state != JobState::Live)
+      throw std::runtime_error("no live job '" + r.job + "' (see iolens jobs)");
+    if (job->cgroup_id != 0) {
+      cgroup_rel = job->identity.job_cgroup;
+    } else {
+      for (const core::ProcKey& p : job->live) pids.push_back(p.pid);
+    }
+  } else if (!r.cgroup.empty()) {
+    target = "cgroup:" + r.cgroup;
+    std::string rel = r.cgroup;
+    if (rel.rfind(mount_ + "/", 0) == 0) rel = rel.substr(mount_.size());
+    while (rel.size() > 1 && rel.back() == '/') rel.pop_back();
+    if (rel.empty() || rel[0] != '/' || rel.find("/../") != std::string::npos ||
+        rel.ends_with("/.."))
+      throw std::runtime_error("cgroup '" + r.cgroup + "': give its path under " + mount_ +
+                               " (such as /kubepods/pod1) or its absolute path");
+    for (const auto& [id, j] : table_->jobs()) {
+      const std::string& jc = j->identity.job_cgroup;
+      if (j->state == JobState::Live && j->cgroup_id != 0 &&
+          (rel == jc || rel.rfind(jc + "/", 0) == 0))
+        job = j.get();
+    }
+    if (!job) throw std::runtime_error("cgroup " + rel + " is in no live job (see iolens jobs)");
+    cgroup_rel = rel;
+  } else {
+    target = "pid:" + std::to_string(r.pid);
+    for (const auto& [id, j] : table_->jobs()) {
+      if (j->state != JobState::Live) continue;
+      for (const core::ProcKey& p : j->live)
+        if (p.pid == r.pid) job = j.get();
+    }
+    if (!job) throw std::runtime_error("process " + std::to_string(r.pid) +
+                                       " is in no live job (see iolens jobs)");
+    pids.push_back(r.pid);
+  }
+
+  control::UniqueFd cgroup_fd;
+  if (!cgroup_rel.empty()) {
+    cgroup_fd.reset(open((mount_ + cgroup_rel).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (cgroup_fd.get() < 0)
+      throw std::runtime_error("cannot open cgroup " + mount_ + cgroup_rel + ": " +
+                               std::strerror(errno));
+  }
+
+  trace::Meta meta;
+  meta.producer = std::string("iolens ") + IOLENS_VERSION;
+  meta.node = node_;
+  meta.target = target;
+  meta.job_kind = job->identity.kind;
+  meta.job_id = job->identity.id;
+  meta.job_labels = job->identity.labels;
+  meta.window_start_ns = static_cast<uint64_t>(now);
+  meta.mono_to_wall_ns = table_->clock().mono_to_wall_ns;
+  meta.ring_bytes = loader_->trace_ring_size();
+  capture::SessionOptions so;
+  so.max_bytes = r.max_bytes;
+  Status err;
+  auto session = capture::TraceSession::open_fd(ctx.passed_fd.get(), meta, so, err);
+  if (!session) throw std::runtime_error("cannot write the trace: " + err.message);
+
+  // The kernel's filter last: nothing reaches the ring before the file is ready.
+  Status st = cgroup_fd.get() >= 0 ? loader_->set_trace_mode(IOLENS_TRACE_CGROUP, cgroup_fd.get())
+                                   : Status::Ok();
+  for (uint32_t pid : pids)
+    if (st) st = loader_->add_trace_pid(pid);
+  if (st && cgroup_fd.get() < 0) st = loader_->set_trace_mode(IOLENS_TRACE_PIDS);
+  if (!st) {
+    loader_->set_trace_mode(IOLENS_TRACE_OFF);
+    throw std::runtime_error("cannot start tracing: " + st.message);
+  }
+  auto c = std::make_unique<Capture>();
+  c->id = next_capture_id_++;
+  c->job_id = job->identity.id;
+  c->target = target;
+  c->out = std::move(ctx.passed_fd);
+  c->session = std::move(session);
+  c->start_mono_ns = now;
+  c->deadline_mono_ns = now + static_cast<int64_t>(r.duration_ms) * 1000000LL;
+  c->produced0 = loader_->stat(IOLENS_STAT_TRACE_RECORDS);
+  c->lost0 = loader_->stat(IOLENS_STAT_TRACE_LOST);
+  c->last_sync_mono_ns = now;
+  capture_ = std::move(c);
+  spdlog::info("capture {} of job {} ({}) started for {} ms", capture_->id, capture_->job_id,
+               target, r.duration_ms);
+  return capture_->status(now);
+}
+
+void Daemon::service_capture(int64_t now) {
+  if (!capture_ || !capture_->running()) return;
+  Capture& c = *capture_;
+  std::vector<iolens_trace_record> batch;
+  loader_->consume_trace([&](const iolens_trace_record& r) { batch.push_back(r); });
+  c.session->on_ops(batch);
+  Job* job = table_->find(c.job_id);
+  CaptureEnd why = CaptureEnd::None;
+  if (!c.session->error()) why = CaptureEnd::WriteError;
+  else if (c.stop_requested) why = CaptureEnd::Stopped;
+  else if (!job || job->state != JobState::Live) why = CaptureEnd::JobEnded;
+  else if (c.session->size_limit_reached()) why = CaptureEnd::SizeLimit;
+  else if (now >= c.deadline_mono_ns) why = CaptureEnd::Duration;
+  if (why != CaptureEnd::None) {
+    end_capture(why);
+    return;
+  }
+  c.produced = loader_->stat(IOLENS_STAT_TRACE_RECORDS) - c.produced0;
+  c.ring_full = loader_->stat(IOLENS_STAT_TRACE_LOST) - c.lost0;
+  if (now - c.last_sync_mono_ns >= 1000000000LL) {
+    c.last_sync_mono_ns = now;
+    c.session->sync(*job->rec);
+  }
+}
+
+void Daemon::end_capture(CaptureEnd why) {
+  if (!capture_ || !capture_->running()) return;
+  Capture& c = *capture_;
+  loader_->set_trace_mode(IOLENS_TRACE_OFF);  // also empties the pid list
+  // What is already in the rings: the last records, and the names of their files.
+  loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+  std::vector<iolens_trace_record> batch;
+  loader_->consume_trace([&](const iolens_trace_record& r) { batch.push_back(r); });
+  c.session->on_ops(batch);
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  c.produced = loader_->stat(IOLENS_STAT_TRACE_RECORDS) - c.produced0;
+  c.ring_full = loader_->stat(IOLENS_STAT_TRACE_LOST) - c.lost0;
+  trace::Losses losses;
+  losses.produced = c.produced;
+  losses.ring_full = c.ring_full;
+  Job* job = table_->find(c.job_id);
+  core::Recorder empty(0, 0);
+  const Status st = c.session->finish(job ? *job->rec : empty, losses, static_cast<uint64_t>(now));
+  if (why != CaptureEnd::WriteError && !st) why = CaptureEnd::WriteError;
+  if (!st) c.error = st.message;
+  c.end = why;
+  c.end_mono_ns = now;
+  c.out.reset();
+  spdlog::info("capture {} of job {} ended ({}): {} records, {} bytes, {} lost (ring full), {} "
+               "dropped (size limit){}{}",
+               c.id, c.job_id, capture_end_name(why), c.session->ops_written(),
+               c.session->bytes_written(), c.ring_full, c.session->ops_dropped(),
+               c.error.empty() ? "" : ": ", c.error);
+}
+
+nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext& ctx) {
   const std::string cmd = req.value("cmd", "");
   if (cmd == "status") return status_json();
+  if (cmd == "capture") return start_capture(req, ctx);
+  if (cmd == "capture_status" || cmd == "capture_stop") {
+    const int64_t now = clock_ns(CLOCK_MONOTONIC);
+    if (!capture_ || (req.contains("id") && req["id"] != capture_->id))
+      throw std::runtime_error("no such capture (only the last one is kept)");
+    if (cmd == "capture_stop" && capture_->running()) {
+      capture_->stop_requested = true;
+      service_capture(now);
+    }
+    return capture_->status(now);
+  }
   if (cmd == "jobs") {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& [id, job] : table_->jobs()) list.push_back(table_->job_summary(*job));
@@ -919,6 +1106,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& req) {
 }
 
 void Daemon::stop_clean() {
+  end_capture(CaptureEnd::DaemonStop);
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
   write_closed();
@@ -953,6 +1141,7 @@ int Daemon::run() {
     }
     loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
     reconcile();
+    service_capture(clock_ns(CLOCK_MONOTONIC));
     note_new_jobs();
     hooks_policy();
     const int64_t now = clock_ns(CLOCK_MONOTONIC);
@@ -964,17 +1153,21 @@ int Daemon::run() {
       write_closed();
       publish_metrics();
     }
-    pollfd fds[3] = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},
-                     {sigfd_, POLLIN, 0}};
+    // The trace ring wakes us once half full (and is drained every round anyway).
+    const bool capturing = capture_ && capture_->running();
+    pollfd fds[4] = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},
+                     {sigfd_, POLLIN, 0}, {capturing ? loader_->trace_fd() : -1, POLLIN, 0}};
     // Short naps while the map fills fast; otherwise the ring wakes us for what matters.
-    const int timeout = in_map * 4 > loader_->max_file_records() ? 2 : 100;
-    const int n = poll(fds, 3, timeout);
+    const int timeout = in_map * 4 > loader_->max_file_records() ? 2 : capturing ? 50 : 100;
+    const int n = poll(fds, 4, timeout);
     if (n < 0 && errno != EINTR) {
       spdlog::error("poll: {}", std::strerror(errno));
       break;
     }
     if (fds[1].revents & POLLIN) {
-      server_->serve_pending([this](const nlohmann::json& req) { return handle(req); });
+      server_->serve_pending([this](const nlohmann::json& req, control::RequestContext& ctx) {
+        return handle(req, ctx);
+      });
     }
     if (fds[2].revents & POLLIN) {
       signalfd_siginfo si{};
@@ -987,6 +1180,7 @@ int Daemon::run() {
           // Hand-over (an upgrade): save everything, leave the programs counting for the next
           // daemon, which continues the same jobs.
           spdlog::info("SIGUSR2: saving state and leaving the kernel programs to the next iolensd");
+          end_capture(CaptureEnd::DaemonStop);  // a capture does not survive the hand-over
           drain();
           state_dirty_ = true;
           checkpoint(true);
