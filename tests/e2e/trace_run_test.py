@@ -242,6 +242,10 @@ def main():
         for k, v in want[0]["counters"].items():
             if k.endswith("_ns") or "time" in k or k.startswith("lat_"):
                 continue  # times are relative to different starts
+            if k in ("unlinks", "rename_sources"):
+                # The kernel's unlink/rename records name no file (it sees only a path string;
+                # the live run matches it to the file by name afterwards): docs/trace-convert.md.
+                continue
             ck.eq("replayed counter %s of data.bin" % k, v, got[0]["counters"].get(k))
     else:
         ck.fail("data.bin missing: replayed %d, run %d" % (len(got), len(want)))

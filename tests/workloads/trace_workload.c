@@ -84,7 +84,7 @@ static void seq(const char *dir)
 	b = mono();
 	if (m == MAP_FAILED)
 		die("mmap");
-	rec("mmap", fd, -1, -1, 0, a, b);
+	rec("mmap", fd, -1, -1, (int64_t)(intptr_t)m, a, b); /* the record's ret is the address */
 	r = CALL(a, b, fsync(fd));
 	rec("fsync", fd, -1, -1, ret_of(r), a, b);
 	r = CALL(a, b, fdatasync(fd));
