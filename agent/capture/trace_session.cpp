@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "capture/trace_session.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace iolens::capture {
@@ -28,7 +29,10 @@ void TraceSession::on_ops(std::span<const iolens_trace_record> ops) {
   std::vector<iolens_trace_record> batch;
   batch.reserve(ops.size());
   for (const iolens_trace_record& op : ops) {
-    if (op.start_ns < window_start_ns_) continue;
+    if (op.start_ns < window_start_ns_ || op.end_ns > window_end_ns_) {
+      ++outside_;
+      continue;
+    }
     // The limit is checked against what is on disk: the file can pass it by the one block of
     // ops the writer buffers (docs/trace-format.md).
     if (size_dropped_ > 0 || (options_.max_bytes && writer_.bytes_written() >= options_.max_bytes)) {
@@ -90,6 +94,7 @@ Status TraceSession::finish(const core::Recorder& rec, trace::Losses losses,
                             uint64_t window_end_ns) {
   sync(rec);
   losses.size_limit += size_dropped_;
+  losses.produced -= std::min(outside_, losses.produced);
   if (!unnamed_.empty())
     losses.notes.push_back(std::to_string(unnamed_.size()) +
                            " file(s) of the ops were never named (their name event was lost or "

@@ -30,17 +30,24 @@ class TraceSession {
   static std::unique_ptr<TraceSession> open_fd(int fd, const trace::Meta& meta,
                                                const SessionOptions& options, Status& error);
 
-  /// Records of the kernel's trace ring, in ring order. Those that started before the window
-  /// are left out (a capture starts on a running job); once the file reaches max_bytes the rest
-  /// are counted as dropped (Losses::size_limit) instead of written.
+  /// Records of the kernel's trace ring, in ring order. Those of calls that started before the
+  /// window or ended after it (close_window) are left out: a capture starts and stops on a
+  /// running job, and the kernel's switch cannot fall exactly on the window's edges. Once the
+  /// file reaches max_bytes the rest are counted as dropped (Losses::size_limit) instead of
+  /// written.
   void on_ops(std::span<const iolens_trace_record> ops);
+  /// The window ends at `end_ns`: records of calls that end later are left out. Taken before
+  /// the kernel stops tracing, so that every call inside the window is in the ring.
+  void close_window(uint64_t end_ns) { window_end_ns_ = end_ns; }
   /// Adds the names of the files and the processes the ops so far refer to, as far as `rec`
   /// knows them, and writes them out with the buffered ops, so a file cut after this point
   /// names what it holds. Names arrive through the kernel's other ring, a little after the
   /// first call on a file: an op whose file is not named yet is named by a later sync().
   Status sync(const core::Recorder& rec);
   /// The last sync(), then the trailer: `losses` (the kernel's, for this capture) plus the
-  /// agent's own (size limit), the window's end. Files never named are listed in
+  /// agent's own (size limit), the window's end. `losses.produced` is the kernel's count while
+  /// tracing was on; the records left out at the window's edges are taken off it, so that
+  /// produced = records in the file + ring_full + size_limit. Files never named are listed in
   /// losses.notes. Nothing can be added afterwards.
   Status finish(const core::Recorder& rec, trace::Losses losses, uint64_t window_end_ns);
 
@@ -59,6 +66,8 @@ class TraceSession {
   trace::TraceWriter writer_;
   SessionOptions options_;
   uint64_t window_start_ns_ = 0;
+  uint64_t window_end_ns_ = UINT64_MAX;
+  uint64_t outside_ = 0;  // records of calls across the window's edges, left out
   uint64_t ops_written_ = 0;
   uint64_t size_dropped_ = 0;
   Status error_;

@@ -23,6 +23,7 @@
 #include "core/events.hpp"
 #include "core/recorder.hpp"
 #include "exporters/darshan_log.hpp"
+#include "exporters/trace_replay.hpp"
 #include "exporters/json_report.hpp"
 #include "exporters/text_report.hpp"
 
@@ -345,7 +346,20 @@ int run_traced(const RunOptions& opts) {
     info.uid = static_cast<int64_t>(getuid());
     info.jobid = child_pid;
     info.mounts = mounts_of("/proc/self/mounts");
-    if (!write_all(darshan_fd, exporters::darshan_log(snap, info)) || close(darshan_fd) != 0) {
+    std::string log;
+    if (!opts.trace_path.empty()) {
+      // With --trace, the log also has DXT_POSIX: every read and write, from the trace file
+      // just written (read back whole: the file is the one copy of the records).
+      const trace::ReadResult tr = trace::read_trace_file(opts.trace_path);
+      if (tr.status) {
+        log = exporters::darshan_log(snap, info, exporters::dxt_of_trace(tr.trace, snap));
+      } else {
+        error_line("--darshan " + opts.darshan_path + " without DXT: cannot read back --trace " +
+                   opts.trace_path + ": " + tr.status.message);
+      }
+    }
+    if (log.empty()) log = exporters::darshan_log(snap, info);
+    if (!write_all(darshan_fd, log) || close(darshan_fd) != 0) {
       darshan_fd = -1;
       error_line("writing " + opts.darshan_path + " failed: " + std::strerror(errno));
       return 1;

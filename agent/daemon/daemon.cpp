@@ -970,6 +970,26 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
                                std::strerror(errno));
   }
 
+  // The kernel's filter first, then the window's start: every call that starts after it is in
+  // the ring, whole. The ring holds what comes before the file is ready; records of calls that
+  // started earlier are left out by the session.
+  const uint64_t produced0 = loader_->stat(IOLENS_STAT_TRACE_RECORDS);
+  const uint64_t lost0 = loader_->stat(IOLENS_STAT_TRACE_LOST);
+  Status st = cgroup_fd.get() >= 0 ? loader_->set_trace_mode(IOLENS_TRACE_CGROUP, cgroup_fd.get())
+                                   : Status::Ok();
+  for (uint32_t pid : pids)
+    if (st) st = loader_->add_trace_pid(pid);
+  if (st && cgroup_fd.get() < 0) st = loader_->set_trace_mode(IOLENS_TRACE_PIDS);
+  const auto tracing_off = [this] {
+    loader_->set_trace_mode(IOLENS_TRACE_OFF);
+    loader_->consume_trace([](const iolens_trace_record&) {});
+  };
+  if (!st) {
+    tracing_off();
+    throw std::runtime_error("cannot start tracing: " + st.message);
+  }
+  const int64_t start = clock_ns(CLOCK_MONOTONIC);
+
   trace::Meta meta;
   meta.producer = std::string("iolens ") + IOLENS_VERSION;
   meta.node = node_;
@@ -977,24 +997,16 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   meta.job_kind = job->identity.kind;
   meta.job_id = job->identity.id;
   meta.job_labels = job->identity.labels;
-  meta.window_start_ns = static_cast<uint64_t>(now);
+  meta.window_start_ns = static_cast<uint64_t>(start);
   meta.mono_to_wall_ns = table_->clock().mono_to_wall_ns;
   meta.ring_bytes = loader_->trace_ring_size();
   capture::SessionOptions so;
   so.max_bytes = r.max_bytes;
   Status err;
   auto session = capture::TraceSession::open_fd(ctx.passed_fd.get(), meta, so, err);
-  if (!session) throw std::runtime_error("cannot write the trace: " + err.message);
-
-  // The kernel's filter last: nothing reaches the ring before the file is ready.
-  Status st = cgroup_fd.get() >= 0 ? loader_->set_trace_mode(IOLENS_TRACE_CGROUP, cgroup_fd.get())
-                                   : Status::Ok();
-  for (uint32_t pid : pids)
-    if (st) st = loader_->add_trace_pid(pid);
-  if (st && cgroup_fd.get() < 0) st = loader_->set_trace_mode(IOLENS_TRACE_PIDS);
-  if (!st) {
-    loader_->set_trace_mode(IOLENS_TRACE_OFF);
-    throw std::runtime_error("cannot start tracing: " + st.message);
+  if (!session) {
+    tracing_off();
+    throw std::runtime_error("cannot write the trace: " + err.message);
   }
   auto c = std::make_unique<Capture>();
   c->id = next_capture_id_++;
@@ -1002,10 +1014,10 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   c->target = target;
   c->out = std::move(ctx.passed_fd);
   c->session = std::move(session);
-  c->start_mono_ns = now;
-  c->deadline_mono_ns = now + static_cast<int64_t>(r.duration_ms) * 1000000LL;
-  c->produced0 = loader_->stat(IOLENS_STAT_TRACE_RECORDS);
-  c->lost0 = loader_->stat(IOLENS_STAT_TRACE_LOST);
+  c->start_mono_ns = start;
+  c->deadline_mono_ns = start + static_cast<int64_t>(r.duration_ms) * 1000000LL;
+  c->produced0 = produced0;
+  c->lost0 = lost0;
   c->last_sync_mono_ns = now;
   capture_ = std::move(c);
   spdlog::info("capture {} of job {} ({}) started for {} ms", capture_->id, capture_->job_id,
@@ -1041,13 +1053,15 @@ void Daemon::service_capture(int64_t now) {
 void Daemon::end_capture(CaptureEnd why) {
   if (!capture_ || !capture_->running()) return;
   Capture& c = *capture_;
+  // The window ends before the kernel stops: every call that ended inside it is in the ring.
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  c.session->close_window(static_cast<uint64_t>(now));
   loader_->set_trace_mode(IOLENS_TRACE_OFF);  // also empties the pid list
   // What is already in the rings: the last records, and the names of their files.
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
   std::vector<iolens_trace_record> batch;
   loader_->consume_trace([&](const iolens_trace_record& r) { batch.push_back(r); });
   c.session->on_ops(batch);
-  const int64_t now = clock_ns(CLOCK_MONOTONIC);
   c.produced = loader_->stat(IOLENS_STAT_TRACE_RECORDS) - c.produced0;
   c.ring_full = loader_->stat(IOLENS_STAT_TRACE_LOST) - c.lost0;
   trace::Losses losses;

@@ -16,9 +16,12 @@
    convert --to darshan: the header, the POSIX record of data.bin equals the same run's JSON
    record counters, and the DXT_POSIX segments of data.bin are the workload's reads and writes
    (offset, length), writes first, in order; regions inflate with zlib.
+   `iolens run --darshan` beside `--trace`: the run's own log passes the same checks (DXT too).
    convert --to json: the POSIX counters replayed from the trace equal the run's own record.
 3. Loss path: `--trace-ring-size 4K` and 200,000 one-byte preads: the trailer's counts add up
-   (produced = records in the file + ring_full), ring_full > 0, the run's JSON record shows
+   (produced = records in the file + ring_full), ring_full > 0, produced = 200,000 + the calls
+   the same workload makes with 0 preads (its own count, from a run that loses nothing), the
+   run's JSON record shows
    lost.trace_records = ring_full, and the workload's preads in the file are at most 200,000
    and at least 200,000 - ring_full.
 4. Damage: the trace cut in the middle of a block: convert fails with the byte offset; with
@@ -202,7 +205,9 @@ def main():
     ck = E.Checker("trace_run")
     d = E.disk_tempdir("trace")
     tr, js = os.path.join(d, "seq.iolt"), os.path.join(d, "seq.json")
-    run = E.run_iolens(args.iolens, [args.workload, "seq", d], js, extra=["--trace", tr, "-q"])
+    run_darshan = os.path.join(d, "seq.run.darshan")
+    run = E.run_iolens(args.iolens, [args.workload, "seq", d], js,
+                       extra=["--trace", tr, "--darshan", run_darshan, "-q"])
     ck.eq("iolens run exit code", 0, run.rc)
     if run.rc != 0:
         E.log(run.err_text())
@@ -231,6 +236,9 @@ def main():
     rc, err = convert(ck, args.iolens, tr, "darshan", os.path.join(d, "seq.darshan"))
     ck.eq("convert --to darshan exit code (%s)" % err.strip(), 0, rc)
     with open(os.path.join(d, "seq.darshan"), "rb") as f:
+        check_darshan(ck, f.read(), man, run_doc, mine)
+    # iolens run --darshan with --trace: the live counters, and DXT from the trace.
+    with open(run_darshan, "rb") as f:
         check_darshan(ck, f.read(), man, run_doc, mine)
 
     rc, err = convert(ck, args.iolens, tr, "json", os.path.join(d, "seq.replayed.json"))
@@ -293,6 +301,19 @@ def main():
     ck.check(n - bloss.get("ring_full", 0) <= len(mine2) <= n,
              "the workload's %d preads: %d in the file, %d lost in all" %
              (n, len(mine2), bloss.get("ring_full", 0)))
+    # What the kernel produced, from the workload's side: the same workload with 0 preads
+    # (nothing lost: the default ring) makes k traced calls besides them, so produced = k + n.
+    tr0 = os.path.join(d, "burst0.iolt")
+    run0 = E.run_iolens(args.iolens, [args.workload, "burst", src, "0"], None,
+                        extra=["--trace", tr0, "-q"])
+    ck.eq("burst 0 run exit code", 0, run0.rc)
+    rc, err = convert(ck, args.iolens, tr0, "jsonl", os.path.join(d, "burst0.jsonl"))
+    ck.eq("convert of the burst 0 trace (%s)" % err.strip(), 0, rc)
+    b0 = jsonl(os.path.join(d, "burst0.jsonl"))
+    k = len([x for x in b0 if x["type"] == "op"])
+    ck.eq("burst 0: lost", 0, b0[0].get("losses", {}).get("total"))
+    ck.eq("produced = the workload's %d preads + its %d other calls" % (n, k), n + k,
+          bloss.get("produced"))
     doc2 = E.load_json_strict(js2)
     ck.eq("the run's JSON record: lost.trace_records = the trailer's ring_full",
           bloss.get("ring_full"), (doc2.get("lost") or {}).get("trace_records"))
