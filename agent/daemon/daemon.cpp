@@ -769,6 +769,10 @@ core::DaemonHealth Daemon::health() {
   const TableStats& ts = table_->stats();
   h.lost["decode_errors"] = decode_errors_;
   h.lost["unattributed_records"] = ts.unattributed_records;
+  // Captures' losses (node-wide, not a job's counters): records the trace ring had no room for,
+  // and children trace mode PIDS could not follow.
+  h.lost["trace_records"] = st[IOLENS_STAT_TRACE_LOST];
+  h.lost["trace_pids"] = st[IOLENS_STAT_TRACE_PIDS_LOST];
   h.paths_truncated = st[IOLENS_STAT_PATHS_TRUNCATED];
   // The files map's fill from the kernel's own creation count (counting its keys would take
   // one syscall per entry); the selection map is small enough to count.
