@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "control/format.hpp"
+#include "exporters/units.hpp"
 #include "jobs/units.hpp"
 
 namespace iolens::cli {
@@ -27,19 +28,6 @@ void on_stop_signal(int) { g_stop = 1; }
 
 void say(const std::string& text) {
   std::fprintf(stderr, "iolens: %s\n", control::terminal_safe(text).c_str());
-}
-
-std::string human_bytes(uint64_t b) {
-  char buf[32];
-  if (b >= (1ULL << 30))
-    std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(b) / (1ULL << 30));
-  else if (b >= (1ULL << 20))
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(b) / (1ULL << 20));
-  else if (b >= 1024)
-    std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(b) / 1024);
-  else
-    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(b));
-  return buf;
 }
 
 uint64_t u64(const nlohmann::json& j, const char* key) {
@@ -166,7 +154,7 @@ int run_capture(const CaptureOptions& o) {
       std::fprintf(stderr, "\r\033[Kcapturing %s: %llu records, %s, lost %llu, %.0f s left",
                    control::terminal_safe(job_id).c_str(),
                    static_cast<unsigned long long>(u64(st, "records")),
-                   human_bytes(u64(st, "bytes")).c_str(),
+                   exporters::human_bytes(u64(st, "bytes")).c_str(),
                    static_cast<unsigned long long>(losses(st).first + losses(st).second),
                    st.value("remaining_s", 0.0));
     }
@@ -180,7 +168,7 @@ int run_capture(const CaptureOptions& o) {
     std::snprintf(secs, sizeof(secs), "%.1f", st.value("elapsed_s", 0.0));
     say(std::string(state == "done" ? "captured " : "capture failed after ") +
         std::to_string(u64(st, "records")) + " records of job " + job_id + " in " + secs +
-        " s into " + o.output + " (" + human_bytes(u64(st, "bytes")) + "; ended by " +
+        " s into " + o.output + " (" + exporters::human_bytes(u64(st, "bytes")) + "; ended by " +
         st.value("reason", "?") + "); lost: " + std::to_string(losses(st).first) +
         " (ring full), " + std::to_string(losses(st).second) + " (size limit)");
   }

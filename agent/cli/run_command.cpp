@@ -24,6 +24,7 @@
 #include "core/recorder.hpp"
 #include "exporters/darshan_log.hpp"
 #include "exporters/trace_replay.hpp"
+#include "exporters/units.hpp"
 #include "exporters/json_report.hpp"
 #include "exporters/text_report.hpp"
 
@@ -310,6 +311,7 @@ int run_traced(const RunOptions& opts) {
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
   record_kernel_stats(rec, loader->stats());
+  std::string trace_note;  // said after the summary
   if (trace) {
     drain_trace(end_mono, false);
     trace::Losses losses;
@@ -326,6 +328,11 @@ int run_traced(const RunOptions& opts) {
     trace_fd = -1;
     if (trace->ops_dropped())
       rec.set_lost("trace_size_limit", trace->ops_dropped());
+    if (!opts.quiet)
+      trace_note = ("trace: " + exporters::human_count(trace->ops_written()) + " calls, " +
+                 exporters::human_bytes(trace->bytes_written()) + " in " + opts.trace_path +
+                 "; lost: " + exporters::human_count(losses.ring_full) + " (ring full), " +
+                 exporters::human_count(trace->ops_dropped()) + " (size limit)");
   }
 
   core::RunSnapshot snap = rec.snapshot(clock);
@@ -340,6 +347,7 @@ int run_traced(const RunOptions& opts) {
     exporters::TextOptions topts;
     topts.top_files = opts.top_files;
     std::fputs(exporters::run_summary(snap, topts).c_str(), stderr);
+    if (!trace_note.empty()) error_line(trace_note);
   }
   if (darshan_fd >= 0) {
     exporters::DarshanJobInfo info;

@@ -4,7 +4,7 @@
 
     demo_test.py --iolens PATH --demo tests/workloads/demo_train.py
 
-Runs `iolens run --json OUT -- /usr/bin/python3 DEMO` (the demo makes its own dataset in a new
+Runs `iolens run --json OUT --trace T -- /usr/bin/python3 DEMO` (the demo makes its own dataset in a new
 iolens-demo-* directory under $TMPDIR, set here to a private directory) and checks:
   - iolens exits 0 and the JSON's exit_code is 0, `lost` all 0;
   - the JSON has >= 500 dataset files (distinct paths under the demo's data/ directory, every
@@ -12,7 +12,10 @@ iolens-demo-* directory under $TMPDIR, set here to a private directory) and chec
   - the human summary on stderr: names the run's processes with non-empty per-process totals
     (the root's pid, and byte amounts such as "1.5 KiB" / "6.0 MiB" that are not all zero),
     and lists top files whose paths are files of the JSON, among them the demo's own files;
-  - the demo removed its directory.
+  - the demo removed its directory;
+  - `--trace`: the per-call trace lost nothing, converts to JSON lines and Perfetto, has a
+    Perfetto track for every process that read, and for every (process, dataset file) as many
+    reads and bytes as the run's counters.
 Exit 0 pass, 1 fail (every problem printed), 77 skipped (not root).
 """
 
@@ -54,7 +57,8 @@ def check(a, tmp):
     tmpdir = os.path.join(tmp, "tmpdir")
     os.makedirs(tmpdir)
     env = dict(os.environ, TMPDIR=tmpdir)
-    cmd = [iolens, "run", "--json", out_json, "--", PY, demo]
+    out_trace = os.path.join(tmp, "run.iotrace")
+    cmd = [iolens, "run", "--json", out_json, "--trace", out_trace, "--", PY, demo]
     print("$ TMPDIR=%s %s" % (tmpdir, " ".join(cmd)), flush=True)
     t0 = time.monotonic()
     try:
@@ -81,6 +85,8 @@ def check(a, tmp):
         return
     with open(out_json) as f:
         doc = json.load(f)
+
+    check_trace(iolens, out_trace, doc, data, tmp)
 
     # ---- JSON ------------------------------------------------------------------------------
     if doc.get("exit_code") != 0:
@@ -157,6 +163,55 @@ def check(a, tmp):
     else:
         print("summary lists %d JSON paths, demo's: %s"
               % (len(listed), [x for x in listed if x.startswith(work + "/")]))
+
+
+def check_trace(iolens, path, doc, data, tmp):
+    """The per-call trace of the same run: nothing lost on this DL workload, a Perfetto track
+    for every process, and, for every dataset file and process, as many reads and bytes as the
+    kernel's counters of the run (two separate paths in the kernel: the ring of per-call records
+    and the per-(process, file) counter map)."""
+    outs = {}
+    for to in ("jsonl", "perfetto"):
+        outs[to] = os.path.join(tmp, "run." + to)
+        p = subprocess.run([iolens, "convert", path, "--to", to, "-o", outs[to]],
+                           capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            fail("iolens convert --to %s exited %d: %s" % (to, p.returncode, p.stderr.strip()))
+            return
+    with open(outs["jsonl"]) as f:
+        lines = [json.loads(x) for x in f]
+    head = lines[0]
+    if head.get("losses", {}).get("total") != 0 or not head.get("complete"):
+        fail("the demo's trace lost records or is incomplete: %r" % head.get("losses"))
+    trace_reads = {}
+    for x in lines:
+        if x["type"] == "op" and x["op"] == "read" and str(x.get("path", "")).startswith(data) \
+                and x["ret"] >= 0:
+            t = trace_reads.setdefault((x["pid"], x["path"]), [0, 0])
+            t[0] += 1
+            t[1] += x["ret"]
+    json_reads = {}
+    for f in doc.get("files", []):
+        if str(f.get("path", "")).startswith(data):
+            c = f.get("counters", {})
+            if c.get("reads"):
+                json_reads[(f["pid"], f["path"])] = [c["reads"], c.get("bytes_read", 0)]
+    if len(json_reads) < MIN_FILES:
+        fail("the JSON has reads of %d dataset files, want >= %d" % (len(json_reads), MIN_FILES))
+    diff = [(k, json_reads.get(k), trace_reads.get(k))
+            for k in set(json_reads) | set(trace_reads) if json_reads.get(k) != trace_reads.get(k)]
+    if diff:
+        fail("%d (process, dataset file) pairs whose reads differ, JSON vs trace, e.g. %s"
+             % (len(diff), diff[:3]))
+    with open(outs["perfetto"]) as f:
+        pf = json.load(f)
+    slice_pids = {e.get("pid") for e in pf.get("traceEvents", []) if e.get("ph") == "X"}
+    io_pids = {p["pid"] for p in doc.get("processes", []) if p.get("counters", {}).get("reads")}
+    if not io_pids <= slice_pids:
+        fail("processes that read with no Perfetto track: %s" % sorted(io_pids - slice_pids))
+    print("trace: %d records, %d dataset (process, file) read pairs match the counters, "
+          "Perfetto tracks for %d processes" % (head["counts"]["ops"], len(json_reads),
+                                                 len(slice_pids)))
 
 
 def main():
