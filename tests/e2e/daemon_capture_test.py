@@ -9,7 +9,8 @@ when it ends). While they run, four captures, one after the other:
 
   1. `--cgroup P/cap/a --duration 2s`, on a terminal (a pty): the progress line shows records,
      bytes, lost and time left. While it runs, a second capture (of B) is refused with one
-     clear line, exit 1, and no file left behind.
+     clear line, exit 1, and no file left behind; so is one by `nobody` (not permitted on the
+     control socket).
   2. `--job A --duration 60s`, stopped by SIGINT (Ctrl-C) after about a second: exit 0, ended
      by "stopped", long before its 60 s.
   3. `--job A --max-size 24K`: ends by "size limit"; the calls left out are counted.
@@ -201,6 +202,22 @@ def main():
     ck.check("capturing " + a_id in err and "records" in err and "lost" in err and
              "s left" in err, "no progress line on the terminal: %r" % err[-500:])
     ck.check("ended by duration" in err, "capture 1 not ended by its duration: %r" % err[-300:])
+
+    # Only permitted users: nobody is refused by the socket's mode, and with the socket opened
+    # to all, by the daemon's own peer check; no capture starts, no file is left.
+    nobody_dir = D.tempdir("capture-nobody")
+    os.chmod(nobody_dir, 0o777)
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    for mode in (0o660, 0o666):
+        os.chmod(d.socket, mode)
+        fn = os.path.join(nobody_dir, "n%o.iotrace" % mode)
+        r = d.cli("capture", "--job", a_id, "--duration", "1s", "-o", fn, user=nobody)
+        ck.check(r.returncode == 1 and "permission denied" in r.stderr.lower(),
+                 "capture as nobody (socket %o): exit %d, stderr %r" % (mode, r.returncode,
+                                                                        r.stderr))
+        ck.check(not os.path.exists(fn), "the refused capture left %s behind" % fn)
+        ck.check(not capture_running(d), "a capture runs after nobody's request")
+    os.chmod(d.socket, 0o660)
 
     # 2. Ctrl-C.
     f3 = os.path.join(work, "c3.iotrace")
