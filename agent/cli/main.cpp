@@ -85,7 +85,9 @@ int main(int argc, char** argv) {
                                       : size_error.c_str());
       return 2;
     }
-    run.loader.trace_ring_bytes = static_cast<uint32_t>(ring);
+    // The ring exists whether or not it is used (the programs refer to it): without --trace,
+    // one page instead of 16 MiB of locked kernel memory.
+    run.loader.trace_ring_bytes = run.trace_path.empty() ? 4096u : static_cast<uint32_t>(ring);
   }
   // Logs go to stderr: stdout belongs to the traced command.
   spdlog::set_default_logger(spdlog::stderr_color_mt("iolens"));
