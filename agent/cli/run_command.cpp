@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <variant>
 
@@ -79,15 +78,6 @@ bool write_all(int fd, const std::string& text) {
     off += static_cast<size_t>(n);
   }
   return true;
-}
-
-/// (fstype, mount point) of each mount, for the Darshan log's job region.
-std::vector<std::pair<std::string, std::string>> mounts_of(const char* path) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::ifstream in(path);
-  std::string dev, point, type, rest;
-  while (in >> dev >> point >> type && std::getline(in, rest)) out.emplace_back(type, point);
-  return out;
 }
 
 void error_line(const std::string& msg) { std::fprintf(stderr, "iolens: %s\n", msg.c_str()); }
@@ -344,7 +334,7 @@ int run_traced(const RunOptions& opts) {
     exporters::DarshanJobInfo info;
     info.uid = static_cast<int64_t>(getuid());
     info.jobid = child_pid;
-    info.mounts = mounts_of("/proc/self/mounts");
+    info.mounts = exporters::read_mounts("/proc/self/mounts");
     if (!write_all(darshan_fd, exporters::darshan_log(snap, info)) || close(darshan_fd) != 0) {
       darshan_fd = -1;
       error_line("writing " + opts.darshan_path + " failed: " + std::strerror(errno));
