@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <variant>
 
 #include <spdlog/spdlog.h>
@@ -119,6 +121,7 @@ class Daemon {
   /// Returns the record's path, "" if it could not be written (logged).
   std::string write_job(const Job& job, core::RunSnapshot& snap, const nlohmann::json& record);
   /// The uid of jobs that have none yet, from a live process (for the Darshan log's header).
+  /// Called after each read of the ring, so that a process seen alive is read alive.
   void learn_uids();
   void hooks_policy();
   void note_new_jobs();
@@ -463,6 +466,7 @@ loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, 
 void Daemon::drain() {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+  learn_uids();  // processes that arrived with these events, while they are alive
   using D = loader::Loader::Disposition;
   const uint32_t max = loader_->max_file_records();
   auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map) {
@@ -787,8 +791,13 @@ std::string Daemon::write_job(const Job& job, core::RunSnapshot& snap,
 void Daemon::learn_uids() {
   if (!cfg_.darshan_logs) return;
   for (const auto& [id, job] : table_->jobs()) {
-    if (job->uid >= 0) continue;
-    for (const core::ProcKey& p : job->live) {
+    if (job->uid >= 0 || job->live.empty()) continue;
+    // The earliest started first: rank 0 when it is still alive.
+    std::vector<core::ProcKey> live(job->live.begin(), job->live.end());
+    std::sort(live.begin(), live.end(), [](const core::ProcKey& a, const core::ProcKey& b) {
+      return std::tie(a.start_ns, a.pid) < std::tie(b.start_ns, b.pid);
+    });
+    for (const core::ProcKey& p : live) {
       const auto status = read_file("/proc/" + std::to_string(p.pid) + "/status");
       if (!status) continue;  // exited, its exit not read yet
       if (const auto uid = control::real_uid_from_proc_status(*status)) {
