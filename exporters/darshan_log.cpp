@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <fstream>
 
 namespace iolens::exporters {
 namespace {
@@ -38,16 +39,17 @@ constexpr std::array<const char*, kDarshanPosixFCounters> kFCounterNames = {
 struct FCounterSource {
   const char* name;
   __u64 core::FileCounters::*member;  // nanoseconds
+  bool timestamp = false;             // a point in time (DarshanJobInfo::timestamp_base_ns)
 };
 constexpr FCounterSource kFCounterSources[] = {
-    {"F_OPEN_START_TIMESTAMP", &core::FileCounters::open_start_ns},
-    {"F_READ_START_TIMESTAMP", &core::FileCounters::read_start_ns},
-    {"F_WRITE_START_TIMESTAMP", &core::FileCounters::write_start_ns},
-    {"F_CLOSE_START_TIMESTAMP", &core::FileCounters::close_start_ns},
-    {"F_OPEN_END_TIMESTAMP", &core::FileCounters::open_end_ns},
-    {"F_READ_END_TIMESTAMP", &core::FileCounters::read_end_ns},
-    {"F_WRITE_END_TIMESTAMP", &core::FileCounters::write_end_ns},
-    {"F_CLOSE_END_TIMESTAMP", &core::FileCounters::close_end_ns},
+    {"F_OPEN_START_TIMESTAMP", &core::FileCounters::open_start_ns, true},
+    {"F_READ_START_TIMESTAMP", &core::FileCounters::read_start_ns, true},
+    {"F_WRITE_START_TIMESTAMP", &core::FileCounters::write_start_ns, true},
+    {"F_CLOSE_START_TIMESTAMP", &core::FileCounters::close_start_ns, true},
+    {"F_OPEN_END_TIMESTAMP", &core::FileCounters::open_end_ns, true},
+    {"F_READ_END_TIMESTAMP", &core::FileCounters::read_end_ns, true},
+    {"F_WRITE_END_TIMESTAMP", &core::FileCounters::write_end_ns, true},
+    {"F_CLOSE_END_TIMESTAMP", &core::FileCounters::close_end_ns, true},
     {"F_READ_TIME", &core::FileCounters::read_time_ns},
     {"F_WRITE_TIME", &core::FileCounters::write_time_ns},
     {"F_META_TIME", &core::FileCounters::meta_time_ns},
@@ -232,6 +234,21 @@ int darshan_posix_fcounter_index(std::string_view name) {
   return -1;
 }
 
+int64_t darshan_jobid(std::string_view id, int64_t fallback) {
+  if (id.empty() || id.size() > 18 ||
+      !std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c); }))
+    return fallback;
+  return std::stoll(std::string(id));
+}
+
+std::vector<std::pair<std::string, std::string>> read_mounts(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::ifstream in(path);
+  std::string dev, point, type, rest;
+  while (in >> dev >> point >> type && std::getline(in, rest)) out.emplace_back(type, point);
+  return out;
+}
+
 uint64_t darshan_record_id(std::string_view path) {
   // Bob Jenkins' lookup8 hash (public domain), as Darshan uses it: level 0, bytes read
   // little-endian whatever the host, the length added into c before the tail.
@@ -298,6 +315,7 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     if (!exe.empty()) exe += ' ';
     exe += a;
   }
+  if (!info.exe.empty()) exe = info.exe;
   std::replace(exe.begin(), exe.end(), '\n', ' ');  // a newline would start a mount entry
   if (exe.empty()) exe = "<unknown>";
   std::string region = job;
@@ -355,7 +373,13 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
 
     double fv[kDarshanPosixFCounters] = {};
     auto fset = [&](const char* name, double value) { fv[darshan_posix_fcounter_index(name)] = value; };
-    for (const auto& [name, member] : kFCounterSources) fset(name, seconds(c.*member));
+    for (const auto& [name, member, stamp] : kFCounterSources) {
+      // Timestamps (0 = never) count from the job start; times are durations.
+      const uint64_t ns = c.*member;
+      fset(name, stamp && ns != 0
+                     ? static_cast<double>(static_cast<int64_t>(ns - info.timestamp_base_ns)) / 1e9
+                     : seconds(ns));
+    }
     fset("F_FASTEST_RANK_TIME", seconds(c.read_time_ns + c.write_time_ns + c.meta_time_ns));
     fset("F_SLOWEST_RANK_TIME", seconds(c.read_time_ns + c.write_time_ns + c.meta_time_ns));
 
@@ -376,9 +400,11 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   std::memcpy(out.data(), "3.41", 4);
   put<int64_t>(out, 8, kDarshanMagic);
   out[16] = 0;  // zlib
-  // partial_flag: POSIX is never incomplete (iolens has no record limit); DXT is when the
-  // trace it comes from lost records.
-  put<uint64_t>(out, 24, !zdxt.empty() && dxt.partial ? uint64_t{1} << kDarshanDxtPosixModule : 0);
+  // partial_flag: POSIX is incomplete when records were folded (iolensd's limits; `iolens run`
+  // has none); DXT is when the trace it comes from lost records.
+  uint64_t partial = !zdxt.empty() && dxt.partial ? uint64_t{1} << kDarshanDxtPosixModule : 0;
+  if (run.folded_records > 0) partial |= uint64_t{1} << kDarshanPosixModule;
+  put<uint64_t>(out, 24, partial);
   const uint64_t names_off = kDarshanHeaderSize + zjob.size();
   put<uint64_t>(out, 32, names_off);
   put<uint64_t>(out, 40, znames.size());

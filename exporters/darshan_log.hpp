@@ -37,6 +37,13 @@ std::size_t darshan_dxt_segment_size(uint32_t version);
 struct DarshanJobInfo {
   int64_t uid = 0;
   int64_t jobid = 0;                                           // the root pid by default
+  /// The job region's exe line; "" = the run's command line.
+  std::string exe;
+  /// Where the snapshot's timestamps start from, on their own clock: Darshan's count from the
+  /// job start (RunSnapshot::start_ns), so this is subtracted from every timestamp that is set
+  /// (a result below 0, I/O before an estimated start, stays negative). 0 for a snapshot taken
+  /// from the run start, as `iolens run` takes it; iolensd's count from boot.
+  uint64_t timestamp_base_ns = 0;
   std::vector<std::pair<std::string, std::string>> mounts;   // (fstype, mount point)
   /// Extra "key=value" lines of the job metadata, after lib_ver and producer (newlines in them
   /// become spaces; lines that do not fit Darshan's 1,023 bytes are left out).
@@ -71,11 +78,21 @@ struct DarshanDxt {
   bool partial = false;  // records were lost: the module's bit of the header's partial_flag
 };
 
+/// Darshan's job id for a job whose own id is `id`: that number when `id` is one (such as a
+/// Slurm job id: decimal digits, at most 18), else `fallback` (a process id).
+int64_t darshan_jobid(std::string_view id, int64_t fallback);
+
+/// The (fstype, mount point) of each line of a mounts file (`/proc/self/mounts`), for
+/// DarshanJobInfo::mounts; empty when it cannot be read.
+std::vector<std::pair<std::string, std::string>> read_mounts(const std::string& path);
+
 /// Darshan's record id of a path: Jenkins lookup8 hash of its bytes, level 0.
 uint64_t darshan_record_id(std::string_view path);
 
 /// The whole log file. Each process of the run is a rank (in start order); each (process, file)
-/// record a POSIX record of that rank.
+/// record a POSIX record of that rank. Records folded to bound memory (`run.folded_records`)
+/// are in none: the POSIX module is then marked partial, as Darshan marks a module that ran out
+/// of records.
 std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& job);
 
 /// The same log plus a DXT_POSIX module (its own zlib region after POSIX's) holding `dxt`'s

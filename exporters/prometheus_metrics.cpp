@@ -301,6 +301,13 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
   counter(b.family("iolens_job_records_failed_total", "Job records that could not be written.",
                    MetricType::Counter),
           {}, d(h.records_failed));
+  counter(b.family("iolens_darshan_logs_written_total",
+                   "Job Darshan logs written to output_dir (darshan_logs).", MetricType::Counter),
+          {}, d(h.darshan_logs_written));
+  counter(b.family("iolens_darshan_logs_failed_total",
+                   "Job Darshan logs that could not be written (darshan_logs).",
+                   MetricType::Counter),
+          {}, d(h.darshan_logs_failed));
   counter(b.family("iolens_state_saves_total", "Restart checkpoints saved.", MetricType::Counter),
           {}, d(h.state_saves));
   counter(b.family("iolens_state_save_failures_total", "Restart checkpoints that failed.",

@@ -261,17 +261,15 @@ DarshanDxt dxt_of_trace(const trace::Trace& t, const core::RunSnapshot& run, uin
 
 DarshanJobInfo darshan_job_of_trace(const trace::Trace& t) {
   DarshanJobInfo j;
-  const std::string& id = t.meta.job_id;
-  if (!id.empty() && id.size() <= 18 &&
-      std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c); })) {
-    j.jobid = std::stoll(id);
-  } else if (!t.processes.empty()) {
+  int64_t first_pid = 0;
+  if (!t.processes.empty()) {
     const auto first = std::min_element(
         t.processes.begin(), t.processes.end(), [](const trace::Process& a, const trace::Process& b) {
           return std::tie(a.pstart_ns, a.pid) < std::tie(b.pstart_ns, b.pid);
         });
-    j.jobid = first->pid;
+    first_pid = first->pid;
   }
+  j.jobid = darshan_jobid(t.meta.job_id, first_pid);
   j.metadata = {{"target", t.meta.target},
                 {"job_kind", t.meta.job_kind},
                 {"job_id", t.meta.job_id},

@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <variant>
 
@@ -81,15 +80,6 @@ bool write_all(int fd, const std::string& text) {
     off += static_cast<size_t>(n);
   }
   return true;
-}
-
-/// (fstype, mount point) of each mount, for the Darshan log's job region.
-std::vector<std::pair<std::string, std::string>> mounts_of(const char* path) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::ifstream in(path);
-  std::string dev, point, type, rest;
-  while (in >> dev >> point >> type && std::getline(in, rest)) out.emplace_back(type, point);
-  return out;
 }
 
 void error_line(const std::string& msg) { std::fprintf(stderr, "iolens: %s\n", msg.c_str()); }
@@ -353,7 +343,7 @@ int run_traced(const RunOptions& opts) {
     exporters::DarshanJobInfo info;
     info.uid = static_cast<int64_t>(getuid());
     info.jobid = child_pid;
-    info.mounts = mounts_of("/proc/self/mounts");
+    info.mounts = exporters::read_mounts("/proc/self/mounts");
     std::string log;
     if (!opts.trace_path.empty()) {
       // With --trace, the log also has DXT_POSIX: every read and write, from the trace file

@@ -29,6 +29,32 @@ std::optional<T> parse_id(std::string_view s) {
   return value;
 }
 
+/// The numbers of the line starting with `key` of a /proc/<pid>/status text; unparsable
+/// entries are skipped.
+template <typename T>
+std::vector<T> status_ids(std::string_view status_text, std::string_view key) {
+  std::vector<T> ids;
+  size_t pos = 0;
+  while (pos < status_text.size()) {
+    size_t eol = status_text.find('\n', pos);
+    if (eol == std::string_view::npos) eol = status_text.size();
+    std::string_view line = status_text.substr(pos, eol - pos);
+    pos = eol + 1;
+    if (!line.starts_with(key)) continue;
+    line.remove_prefix(key.size());
+    while (!line.empty()) {
+      const size_t start = line.find_first_not_of(" \t");
+      if (start == std::string_view::npos) break;
+      line.remove_prefix(start);
+      const size_t len = std::min(line.find_first_of(" \t"), line.size());
+      if (auto id = parse_id<T>(line.substr(0, len))) ids.push_back(*id);
+      line.remove_prefix(len);
+    }
+    break;
+  }
+  return ids;
+}
+
 }  // namespace
 
 bool peer_allowed(const Peer& peer, uid_t daemon_euid, std::optional<gid_t> group,
@@ -40,27 +66,14 @@ bool peer_allowed(const Peer& peer, uid_t daemon_euid, std::optional<gid_t> grou
 }
 
 std::vector<gid_t> groups_from_proc_status(std::string_view status_text) {
-  std::vector<gid_t> groups;
-  constexpr std::string_view kKey = "Groups:";
-  size_t pos = 0;
-  while (pos < status_text.size()) {
-    size_t eol = status_text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = status_text.size();
-    std::string_view line = status_text.substr(pos, eol - pos);
-    pos = eol + 1;
-    if (!line.starts_with(kKey)) continue;
-    line.remove_prefix(kKey.size());
-    while (!line.empty()) {
-      const size_t start = line.find_first_not_of(" \t");
-      if (start == std::string_view::npos) break;
-      line.remove_prefix(start);
-      const size_t len = std::min(line.find_first_of(" \t"), line.size());
-      if (auto gid = parse_id<gid_t>(line.substr(0, len))) groups.push_back(*gid);
-      line.remove_prefix(len);
-    }
-    break;
-  }
-  return groups;
+  return status_ids<gid_t>(status_text, "Groups:");
+}
+
+std::optional<uid_t> real_uid_from_proc_status(std::string_view status_text) {
+  // Real, effective, saved set and filesystem uid: all four, or the first may not be the real.
+  const std::vector<uid_t> ids = status_ids<uid_t>(status_text, "Uid:");
+  if (ids.size() != 4) return std::nullopt;
+  return ids[0];
 }
 
 std::optional<Peer> peer_credentials(int fd, std::string& error) {

@@ -28,6 +28,10 @@ bool peer_allowed(const Peer& peer, uid_t daemon_euid, std::optional<gid_t> grou
 /// line is missing. Unparsable entries are skipped: they can only shrink the set.
 std::vector<gid_t> groups_from_proc_status(std::string_view status_text);
 
+/// The real uid in the text of /proc/<pid>/status (the first number of its "Uid:" line);
+/// nullopt if the line is missing or malformed.
+std::optional<uid_t> real_uid_from_proc_status(std::string_view status_text);
+
 /// SO_PEERCRED of a connected unix socket; nullopt and `error` if the kernel gives none.
 std::optional<Peer> peer_credentials(int fd, std::string& error);
 

@@ -93,6 +93,7 @@ struct DaemonHealth {
   uint64_t jobs_dropped = 0;  // left off by metrics.max_jobs
   uint64_t file_records = 0, records_folded_total = 0, unattributed_processes = 0;
   uint64_t records_written = 0, records_failed = 0;
+  uint64_t darshan_logs_written = 0, darshan_logs_failed = 0;  // with darshan_logs
   uint64_t state_saves = 0, state_save_failures = 0;
   double snapshot_duration_s = 0;
 };

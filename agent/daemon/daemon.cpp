@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,11 +22,13 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <variant>
 
 #include <spdlog/spdlog.h>
 #include <zlib.h>
 
+#include "control/peer.hpp"
 #include "control/server.hpp"
 #include "daemon/capture.hpp"
 #include "core/events.hpp"
@@ -33,6 +36,7 @@
 #include "daemon/job_table.hpp"
 #include "daemon/job_writer.hpp"
 #include "daemon/metrics_server.hpp"
+#include "exporters/darshan_log.hpp"
 #include "iolens_abi.h"
 #include "jobs/identity.hpp"
 #include "jobs/selector.hpp"
@@ -112,6 +116,13 @@ class Daemon {
   void apply(const std::vector<SelectionChange>& changes);
   void drain();
   void write_closed();
+  /// Writes a job's record and, with darshan_logs, its Darshan log from the same snapshot
+  /// (whose end becomes now for a job that has none: Darshan's header needs one).
+  /// Returns the record's path, "" if it could not be written (logged).
+  std::string write_job(const Job& job, core::RunSnapshot& snap, const nlohmann::json& record);
+  /// The uid of jobs that have none yet, from a live process (for the Darshan log's header).
+  /// Called after each read of the ring, so that a process seen alive is read alive.
+  void learn_uids();
   void hooks_policy();
   void note_new_jobs();
   void stop_clean();
@@ -279,6 +290,12 @@ bool Daemon::setup() {
     spdlog::error("control socket: {}", err);
     return false;
   }
+  // The node's name: the metrics' node label, and in captures and Darshan logs.
+  node_ = cfg_.metrics.node;
+  if (node_.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) == 0) node_ = host;
+  }
   if (!cfg_.metrics.listen.empty()) {
     metrics_ = MetricsServer::start(cfg_.metrics, err);
     if (!metrics_) {
@@ -286,11 +303,6 @@ bool Daemon::setup() {
       return false;
     }
     classifier_ = FileClassifier(cfg_.metrics.classes);
-    node_ = cfg_.metrics.node;
-    if (node_.empty()) {
-      char host[256] = {};
-      if (gethostname(host, sizeof host - 1) == 0) node_ = host;
-    }
     spdlog::info("metrics on {} (port {}){}{}", cfg_.metrics.listen,
                  metrics_->ports().empty() ? 0 : metrics_->ports().front(),
                  cfg_.metrics.username.empty() ? "" : ", basic auth",
@@ -454,6 +466,7 @@ loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, 
 void Daemon::drain() {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+  learn_uids();  // processes that arrived with these events, while they are alive
   using D = loader::Loader::Disposition;
   const uint32_t max = loader_->max_file_records();
   auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map) {
@@ -736,17 +749,13 @@ void Daemon::write_closed() {
                            clock_ns(CLOCK_MONOTONIC) +
                                static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
     }
-    nlohmann::json record = table_->job_json(*job, IOLENS_VERSION);
+    core::RunSnapshot snap = table_->job_snapshot(*job);
+    nlohmann::json record = table_->job_json(*job, snap, IOLENS_VERSION);
     record["lost"] = kernel_losses(delta);
     record["lost"]["decode_errors"] = 0;
     annotate_restart(*job, record);
-    const std::string name = job_file_name(id, job->start_ns);
-    std::string path;
-    if (Status s = writer_->write(name, record, path); !s) {
-      spdlog::error("job {}: {}", id, s.message);
-    } else {
-      spdlog::info("job {} closed: {}", id, path);
-    }
+    const std::string path = write_job(*job, snap, record);
+    if (!path.empty()) spdlog::info("job {} closed: {}", id, path);
     table_->take(id);
     nlohmann::json summary = record["job"];  // built once, with the record
     closed_.push_back({id, Closed{summary, path}});
@@ -755,6 +764,48 @@ void Daemon::write_closed() {
     // Saved at once: a restart must not write this job a second time.
     state_dirty_ = true;
     checkpoint(true);
+  }
+}
+
+std::string Daemon::write_job(const Job& job, core::RunSnapshot& snap,
+                              const nlohmann::json& record) {
+  const std::string& id = job.identity.id;
+  std::string log;
+  if (cfg_.darshan_logs) {
+    exporters::DarshanJobInfo info = table_->darshan_job_info(job, snap, node_);
+    if (!job.end_ns) {
+      // Written at a stop while still running: Darshan's header needs an end; the stop's.
+      snap.end_ns = clock_ns(CLOCK_REALTIME);
+      info.metadata.emplace_back("state", "interrupted");
+    }
+    info.mounts = exporters::read_mounts("/proc/self/mounts");
+    log = exporters::darshan_log(snap, info);
+  }
+  const JobWritten w = writer_->write(job_file_name(id, job.start_ns), record,
+                                      cfg_.darshan_logs ? &log : nullptr);
+  if (!w.darshan) spdlog::error("job {}: Darshan log: {}", id, w.darshan.message);
+  if (!w.record) spdlog::error("job {}: {}", id, w.record.message);
+  return w.path;
+}
+
+void Daemon::learn_uids() {
+  if (!cfg_.darshan_logs) return;
+  for (const auto& [id, job] : table_->jobs()) {
+    if (job->uid >= 0 || job->live.empty()) continue;
+    // The earliest started first: rank 0 when it is still alive.
+    std::vector<core::ProcKey> live(job->live.begin(), job->live.end());
+    std::sort(live.begin(), live.end(), [](const core::ProcKey& a, const core::ProcKey& b) {
+      return std::tie(a.start_ns, a.pid) < std::tie(b.start_ns, b.pid);
+    });
+    for (const core::ProcKey& p : live) {
+      const auto status = read_file("/proc/" + std::to_string(p.pid) + "/status");
+      if (!status) continue;  // exited, its exit not read yet
+      if (const auto uid = control::real_uid_from_proc_status(*status)) {
+        job->uid = *uid;
+        state_dirty_ = true;
+        break;
+      }
+    }
   }
 }
 
@@ -793,6 +844,8 @@ core::DaemonHealth Daemon::health() {
   h.unattributed_processes = ts.unattributed_processes;
   h.records_written = writer_->written();
   h.records_failed = writer_->failed();
+  h.darshan_logs_written = writer_->darshan_written();
+  h.darshan_logs_failed = writer_->darshan_failed();
   h.state_saves = checkpoints_;
   h.state_save_failures = checkpoint_failures_;
   h.snapshot_duration_s = last_snapshot_s_;
@@ -891,7 +944,10 @@ nlohmann::json Daemon::status_json() {
   j["records"] = {{"files", table_->file_records()}, {"folded", ts.folded_records}};
   j["drain"] = {{"last_us", last_drain_us_}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
-                 {"rotated", writer_->rotated()}, {"failed", writer_->failed()}};
+                 {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
+                 {"darshan_logs", {{"enabled", cfg_.darshan_logs},
+                                   {"written", writer_->darshan_written()},
+                                   {"failed", writer_->darshan_failed()}}}};
   const auto& pins = loader_->pin_state();
   j["restart"] = restart_;
   j["restart"]["note"] = pins.discarded;
@@ -1130,15 +1186,13 @@ void Daemon::stop_clean() {
   write_closed();
   // Live jobs: what is held so far, marked as cut short by the stop.
   for (const auto& [id, job] : table_->jobs()) {
-    nlohmann::json record = table_->job_json(*job, IOLENS_VERSION);
+    core::RunSnapshot snap = table_->job_snapshot(*job);
+    nlohmann::json record = table_->job_json(*job, snap, IOLENS_VERSION);
     record["job"]["state"] = "interrupted";
     record["lost"] = kernel_losses(loader_->stats());
     annotate_restart(*job, record);
-    std::string path;
-    if (Status s = writer_->write(job_file_name(id, job->start_ns), record, path); !s)
-      spdlog::error("job {}: {}", id, s.message);
-    else
-      spdlog::info("job {} written at stop (still running): {}", id, path);
+    const std::string path = write_job(*job, snap, record);
+    if (!path.empty()) spdlog::info("job {} written at stop (still running): {}", id, path);
   }
   loader_->unpin_all();
   std::remove(state_path().c_str());  // it described kernel state that is gone now
@@ -1161,6 +1215,7 @@ int Daemon::run() {
     reconcile();
     service_capture(clock_ns(CLOCK_MONOTONIC));
     note_new_jobs();
+    learn_uids();
     hooks_policy();
     const int64_t now = clock_ns(CLOCK_MONOTONIC);
     const uint64_t in_map = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - created_baseline_ -

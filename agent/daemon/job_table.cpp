@@ -393,10 +393,19 @@ nlohmann::json JobTable::summary_of(const Job& job, const core::RunSnapshot& sna
   return j;
 }
 
-nlohmann::json JobTable::job_json(const Job& job, const std::string& version) const {
+core::RunSnapshot JobTable::job_snapshot(const Job& job) const {
   core::RunSnapshot snap = job.rec->snapshot(clock());
   snap.start_ns = job.start_ns;
   snap.end_ns = job.end_ns.value_or(0);
+  return snap;
+}
+
+nlohmann::json JobTable::job_json(const Job& job, const std::string& version) const {
+  return job_json(job, job_snapshot(job), version);
+}
+
+nlohmann::json JobTable::job_json(const Job& job, const core::RunSnapshot& snap,
+                                  const std::string& version) const {
   nlohmann::json j = exporters::run_to_json(snap, version);
   j["schema"] = "iolens.job/1";
   j.erase("command");
@@ -414,6 +423,29 @@ nlohmann::json JobTable::job_json(const Job& job, const std::string& version) co
     }
   }
   return j;
+}
+
+exporters::DarshanJobInfo JobTable::darshan_job_info(const Job& job, const core::RunSnapshot& snap,
+                                                     const std::string& node) const {
+  exporters::DarshanJobInfo info;
+  info.uid = job.uid;
+  // Rank 0, the job's first process, stands for the job as Darshan's rank 0 does.
+  const core::ProcessSnapshot* first = snap.processes.empty() ? nullptr : &snap.processes.front();
+  const auto slurm = job.identity.labels.find("slurm_job");
+  info.jobid = exporters::darshan_jobid(
+      slurm == job.identity.labels.end() ? std::string() : slurm->second, first ? first->pid : 0);
+  if (first) info.exe = first->exe.empty() ? first->comm : first->exe;
+  // The job start on the recorder's clock (job_snapshot's timestamps count from boot).
+  info.timestamp_base_ns = static_cast<uint64_t>(std::max<int64_t>(0, job.start_ns - mono_to_wall_));
+  info.metadata = {{"job_id", job.identity.id},
+                   {"job_kind", job.identity.kind},
+                   {"job_rule", job.rule},
+                   {"job_cgroup", job.identity.job_cgroup},
+                   {"node", node}};
+  if (job.start_estimated) info.metadata.emplace_back("start_estimated", "1");
+  if (job.end_estimated) info.metadata.emplace_back("end_estimated", "1");
+  for (const auto& [key, value] : job.identity.labels) info.metadata.emplace_back(key, value);
+  return info;
 }
 
 namespace {
@@ -446,6 +478,7 @@ nlohmann::json JobTable::save() const {
     o["end_ns"] = job->end_ns ? nlohmann::json(*job->end_ns) : nlohmann::json(nullptr);
     o["end_estimated"] = job->end_estimated;
     o["start_estimated"] = job->start_estimated;
+    o["uid"] = job->uid;
     auto& procs = o["procs"] = nlohmann::json::array();
     for (const auto& p : job->procs) procs.push_back(proc_json(p));
     auto& live = o["live"] = nlohmann::json::array();
@@ -497,6 +530,7 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
       if (!o.at("end_ns").is_null()) job->end_ns = o.at("end_ns").get<int64_t>();
       job->end_estimated = o.value("end_estimated", false);
       job->start_estimated = o.value("start_estimated", false);
+      job->uid = o.value("uid", int64_t{-1});  // absent in older states
       for (const auto& p : o.at("procs")) job->procs.insert(proc_of(p));
       for (const auto& p : o.at("live")) job->live.insert(proc_of(p));
       for (const auto& pl : o.at("proc_labels"))

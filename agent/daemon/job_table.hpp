@@ -21,6 +21,7 @@
 #include "core/metrics_snapshot.hpp"
 #include "core/recorder.hpp"
 #include "core/snapshot.hpp"
+#include "exporters/darshan_log.hpp"
 #include "jobs/config.hpp"
 #include "jobs/selector.hpp"
 
@@ -44,6 +45,9 @@ struct Job {
   std::optional<int64_t> end_ns;   // wall clock: cgroup removal or last exit
   bool end_estimated = false;      // the removal event was lost: end_ns is when it was noticed
   bool start_estimated = false;    // created before the daemon saw it: start_ns is first sight
+  /// The real uid of the first of its processes the daemon found alive (/proc/PID/status);
+  /// -1 until then (the daemon asks only for the Darshan log's header).
+  int64_t uid = -1;
   std::set<core::ProcKey> procs;   // every process ever attributed
   std::set<core::ProcKey> live;    // those not yet exited
   std::map<core::ProcKey, std::map<std::string, std::string>> proc_labels;  // container, step...
@@ -117,8 +121,19 @@ class JobTable {
   std::vector<std::string> closing() const;
   std::unique_ptr<Job> take(const std::string& id);
 
+  /// What a live or closing job's recorder holds, with the job's start and end (0 while live);
+  /// file timestamps count from boot (the monotonic clock's zero).
+  core::RunSnapshot job_snapshot(const Job& job) const;
   /// The job record (`iolens.job/1`, docs/daemon.md) of a live or closing job.
   nlohmann::json job_json(const Job& job, const std::string& version) const;
+  /// The same from a snapshot of it (job_snapshot), which a big job makes costly: one serves
+  /// the record and the Darshan log.
+  nlohmann::json job_json(const Job& job, const core::RunSnapshot& snap,
+                          const std::string& version) const;
+  /// The header of a job's Darshan log written from `snap` (job_snapshot); `node` goes in its
+  /// metadata. Mounts are the caller's (this class does no I/O). docs/darshan-log.md.
+  exporters::DarshanJobInfo darshan_job_info(const Job& job, const core::RunSnapshot& snap,
+                                             const std::string& node) const;
   /// One line per job for `iolens jobs`.
   nlohmann::json job_summary(const Job& job) const;
 

@@ -20,15 +20,27 @@ std::string job_file_name(const std::string& job_id, int64_t start_wall_ns);
 
 struct RotationResult {
   std::vector<std::string> removed;  // file names removed
+  uint64_t removed_jobs = 0;         // jobs whose files were removed (a record and its log: one)
   uint64_t kept_bytes = 0;
 };
 
-/// Removes the oldest records (by modification time, i.e. when written; then by name) while the
-/// directory's records exceed `max_bytes` in total, and every record older than `max_age_s`.
-/// `keep` (the record just written) is never removed, even alone over `max_bytes`.
-/// `now_wall_s`: seconds since the epoch. Only files named like job records are touched.
+/// A job's files are its record `<stem>.json` and, with `darshan_logs`, its Darshan log
+/// `<stem>.darshan`: they count and go together. Removes the oldest jobs' files (by modification
+/// time, i.e. when written, the newest of a job's files; then by name) while the directory's
+/// files exceed `max_bytes` in total, and every job's files older than `max_age_s`.
+/// `keep` (the record just written) and its log are never removed, even alone over `max_bytes`.
+/// `now_wall_s`: seconds since the epoch. Only files named like job records (or their logs) are
+/// touched.
 RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64_t max_age_s,
                               int64_t now_wall_s, const std::string& keep = "");
+
+/// What JobWriter::write did with each of a job's files.
+struct JobWritten {
+  Status record;             ///< the JSON record: ok, or why it was not written
+  std::string path;          ///< where it was written ("" if not)
+  Status darshan;            ///< the Darshan log: ok (also when there was none), or why not
+  std::string darshan_path;  ///< where it was written ("" if none or not written)
+};
 
 class JobWriter {
  public:
@@ -36,18 +48,25 @@ class JobWriter {
   /// Creates the directory (0750) if missing; an error names the directory and the reason.
   Status prepare() const;
   /// Writes `record` as `dir/name` through a temporary file and rename(2), so a reader never
-  /// sees half a record; an existing file of that name gets a ".N" suffix before ".json".
-  /// Then rotates. Returns the path written, or an error.
-  Status write(const std::string& name, const nlohmann::json& record, std::string& path_out);
+  /// sees half a record; an existing record (or log) of that name gets a ".N" suffix before
+  /// ".json". With `darshan_log` (a Darshan log's bytes), that log is written first, the same
+  /// way, as `<stem>.darshan`: when a record appears, its log is there. A log that cannot be
+  /// written is counted apart (darshan_failed()) and never keeps the record from being written.
+  /// Then rotates.
+  JobWritten write(const std::string& name, const nlohmann::json& record,
+                   const std::string* darshan_log = nullptr);
   uint64_t written() const { return written_; }
   uint64_t rotated() const { return rotated_; }
   uint64_t failed() const { return failed_; }
+  uint64_t darshan_written() const { return darshan_written_; }
+  uint64_t darshan_failed() const { return darshan_failed_; }
   const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;
   uint64_t max_bytes_, max_age_s_;
   uint64_t written_ = 0, rotated_ = 0, failed_ = 0;
+  uint64_t darshan_written_ = 0, darshan_failed_ = 0;
 };
 
 }  // namespace iolens::daemon

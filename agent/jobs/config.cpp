@@ -25,11 +25,16 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 16> kTopKeys{
+constexpr std::array<std::string_view, 17> kTopKeys{
     "cgroup_root", "output_dir",    "state_dir",      "pin_dir",
     "socket",      "socket_group",  "drain_interval", "drain_interval_ms",
     "log_level",   "limits",        "rotation",       "grace_period",
-    "jobs",        "syscall_hooks", "hooks_idle",     "metrics"};
+    "jobs",        "syscall_hooks", "hooks_idle",     "metrics",
+    "darshan_logs"};
+// YAML 1.2's core schema booleans (yaml-cpp would also take YAML 1.1's y, yes, on...; a typo
+// such as 'ture' must not silently mean false, and 'no' is not a boolean in YAML 1.2).
+constexpr std::array<std::string_view, 3> kTrue{"true", "True", "TRUE"};
+constexpr std::array<std::string_view, 3> kFalse{"false", "False", "FALSE"};
 constexpr std::array<std::string_view, 7> kMetricsKeys{"listen",  "node",       "top_files",
                                                        "max_jobs", "classes",   "basic_auth",
                                                        "tls"};
@@ -234,6 +239,18 @@ class Checker {
 
   void string(const Entry& e, const std::string& path, std::string& out) {
     if (auto text = scalar(e, path, "a string")) out = *text;
+  }
+
+  void boolean(const Entry& e, const std::string& path, bool& out) {
+    auto text = scalar(e, path, "true or false");
+    if (!text) return;
+    if (std::find(kTrue.begin(), kTrue.end(), *text) != kTrue.end()) {
+      out = true;
+    } else if (std::find(kFalse.begin(), kFalse.end(), *text) != kFalse.end()) {
+      out = false;
+    } else {
+      error(e.mark, path, "expected true or false, got " + quoted(*text));
+    }
   }
 
   void absolute_path(const Entry& e, const std::string& path, std::string& out) {
@@ -444,6 +461,8 @@ class ConfigParser {
         }
       } else if (k == "output_dir") {
         check_.absolute_path(e, k, c.output_dir);
+      } else if (k == "darshan_logs") {
+        check_.boolean(e, k, c.darshan_logs);
       } else if (k == "state_dir") {
         check_.absolute_path(e, k, c.state_dir);
       } else if (k == "pin_dir") {

@@ -74,6 +74,8 @@ struct MetricsConfig {
 struct Config {
   std::string cgroup_root = "auto";  ///< "auto" or the absolute path of a cgroup2 mount
   std::string output_dir = "/var/lib/iolens/jobs";
+  /// Also write each job's Darshan log (`<record stem>.darshan`) next to its JSON record.
+  bool darshan_logs = false;
   std::string state_dir = "/var/lib/iolens/state";
   std::string pin_dir = "/sys/fs/bpf/iolens";
   std::string socket_path = "/run/iolens/iolens.sock";  ///< YAML key `socket`

@@ -62,6 +62,17 @@ TEST(ControlPeer, GroupsFromProcStatus) {
   EXPECT_EQ((std::vector<gid_t>{9}), groups_from_proc_status("XGroups:\t3\nGroups:\t9"));
 }
 
+TEST(ControlPeer, RealUidFromProcStatus) {
+  EXPECT_EQ(std::optional<uid_t>(1000),
+            real_uid_from_proc_status("Name:\tsh\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n"));
+  EXPECT_EQ(std::optional<uid_t>(0), real_uid_from_proc_status("Uid:\t0\t1000\t1000\t1000"));
+  EXPECT_EQ(std::nullopt, real_uid_from_proc_status("Name:\tx\n"));
+  EXPECT_EQ(std::nullopt, real_uid_from_proc_status(""));
+  // A malformed real uid is not replaced by the next one (the effective uid).
+  EXPECT_EQ(std::nullopt, real_uid_from_proc_status("Uid:\t-1\t1000\t1000\t1000\n"));
+  EXPECT_EQ(std::nullopt, real_uid_from_proc_status("Uid:\t1000\n"));
+}
+
 TEST(ControlPeer, PeerGroupsFallsBackToProc) {
   // A socket fd that is not a unix socket: SO_PEERGROUPS fails, /proc/self/status is read.
   int fds[2];

@@ -240,3 +240,80 @@ TEST_F(JobTableTest, AFileNamedInOneJobIsNamedInTheNext) {
     EXPECT_EQ(rec["files"][0]["path"], "/etc/hostname") << id;
   }
 }
+
+TEST_F(JobTableTest, DarshanLogOfAJobComesFromTheRecordsSnapshot) {
+  jobs::Rule slurm;
+  slurm.kind = jobs::RuleKind::Slurm;
+  slurm.name = "slurm";
+  slurm.roots = {"/system.slice/slurmstepd.scope"};
+  auto t = make({slurm});
+  t.on_cgroup(1, "/system.slice/slurmstepd.scope", false, 0);
+  t.on_cgroup(2, "/system.slice/slurmstepd.scope/job_4242", true, 500);
+  t.on_cgroup(3, "/system.slice/slurmstepd.scope/job_4242/step_0", true, 600);
+  ASSERT_TRUE(t.on_mark(mark(300, 3)));
+  ASSERT_TRUE(t.on_mark(mark(200, 3)));  // started first (pid * 10 ns): rank 0
+  core::FileCounters c = written(4096);
+  c.write_start_ns = 500 + 2'000'000'000;  // 2 s after the job's cgroup was created
+  c.write_end_ns = 500 + 3'000'000'000;
+  t.on_file(key(300, 1), c, false);
+  t.on_file(key(200, 2), written(10), false);
+  daemon::Job& job = *t.find("slurm/4242");
+  job.uid = 1000;
+  const core::RunSnapshot snap = t.job_snapshot(job);
+  EXPECT_EQ(snap.start_ns, 1'000'000'500);
+  EXPECT_EQ(snap.end_ns, 0);  // live
+  EXPECT_EQ(t.job_json(job, snap, "v"), t.job_json(job, "v"));
+
+  const exporters::DarshanJobInfo info = t.darshan_job_info(job, snap, "node7");
+  EXPECT_EQ(info.uid, 1000);
+  EXPECT_EQ(info.jobid, 4242);  // the Slurm job id, not a pid
+  EXPECT_EQ(info.exe, "python3");  // rank 0's exe, its comm without one
+  EXPECT_EQ(info.timestamp_base_ns, 500u);
+  auto meta = [&](const std::string& key) {
+    for (const auto& [k, v] : info.metadata)
+      if (k == key) return v;
+    return std::string("<none>");
+  };
+  EXPECT_EQ(meta("job_id"), "slurm/4242");
+  EXPECT_EQ(meta("job_kind"), "slurm");
+  EXPECT_EQ(meta("job_rule"), "slurm");
+  EXPECT_EQ(meta("job_cgroup"), "/system.slice/slurmstepd.scope/job_4242");
+  EXPECT_EQ(meta("node"), "node7");
+  EXPECT_EQ(meta("slurm_job"), "4242");  // the job's labels
+  EXPECT_EQ(meta("start_estimated"), "<none>");
+
+  exporters::DarshanLogContents log;
+  std::string error;
+  ASSERT_TRUE(exporters::read_darshan_log(exporters::darshan_log(snap, info), log, error)) << error;
+  EXPECT_EQ(log.nprocs, 2);
+  EXPECT_EQ(log.jobid, 4242);
+  EXPECT_EQ(log.uid, 1000);
+  EXPECT_EQ(log.start_sec, 1);
+  EXPECT_EQ(log.start_nsec, 500);
+  ASSERT_EQ(log.posix.size(), 2u);
+  for (const auto& r : log.posix) {
+    auto n = [&](const char* name) {
+      return r.counters[static_cast<size_t>(exporters::darshan_posix_counter_index(name))];
+    };
+    auto f = [&](const char* name) {
+      return r.fcounters[static_cast<size_t>(exporters::darshan_posix_fcounter_index(name))];
+    };
+    if (r.rank == 1) {  // pid 300
+      EXPECT_EQ(n("BYTES_WRITTEN"), 4096);
+      EXPECT_EQ(n("WRITES"), 1);
+      EXPECT_DOUBLE_EQ(f("F_WRITE_START_TIMESTAMP"), 2.0);  // from the job start, not boot
+      EXPECT_DOUBLE_EQ(f("F_WRITE_END_TIMESTAMP"), 3.0);
+    } else {
+      EXPECT_EQ(r.rank, 0);
+      EXPECT_EQ(n("BYTES_WRITTEN"), 10);
+    }
+  }
+  // The uid survives a restart; a state saved before it existed has none.
+  nlohmann::json saved = t.save();
+  auto u = make({slurm});
+  ASSERT_TRUE(u.load(saved, error)) << error;
+  EXPECT_EQ(u.find("slurm/4242")->uid, 1000);
+  saved["jobs"][0].erase("uid");
+  ASSERT_TRUE(u.load(saved, error)) << error;
+  EXPECT_EQ(u.find("slurm/4242")->uid, -1);
+}

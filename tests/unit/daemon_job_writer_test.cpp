@@ -30,6 +30,22 @@ class WriterTest : public ::testing::Test {
     std::sort(out.begin(), out.end());
     return out;
   }
+  /// A file of `bytes` bytes modified at `mtime`.
+  void put(const std::string& name, size_t bytes, time_t mtime) const {
+    std::ofstream(dir_ + "/" + name) << std::string(bytes, 'x');
+    touch(name, mtime);
+  }
+  void touch(const std::string& name, time_t mtime) const {
+    timespec times[2] = {{mtime, 0}, {mtime, 0}};
+    utimensat(AT_FDCWD, (dir_ + "/" + name).c_str(), times, 0);
+  }
+  /// Job x's record and log written while the temporary name of its file ending in `suffix`
+  /// is taken by a directory: open(2) fails (EISDIR) for that file only.
+  JobWritten write_blocked(JobWriter& w, const std::string& suffix) const {
+    fs::create_directory(dir_ + "/.tmp-20261122T031500Z_x" + suffix);
+    const std::string log = "log";
+    return w.write("20261122T031500Z_x.json", {{"a", 1}}, &log);
+  }
   std::string dir_;
 };
 
@@ -50,9 +66,13 @@ TEST(JobFileName, StableSortableAndSafe) {
 TEST_F(WriterTest, WritesAtomicallyAndNeverOverwrites) {
   JobWriter w(dir_ + "/out", 0, 0);
   ASSERT_TRUE(w.prepare().ok);
-  std::string p1, p2;
-  ASSERT_TRUE(w.write("20261122T031500Z_x.json", {{"a", 1}}, p1).ok);
-  ASSERT_TRUE(w.write("20261122T031500Z_x.json", {{"a", 2}}, p2).ok);
+  const JobWritten w1 = w.write("20261122T031500Z_x.json", {{"a", 1}});
+  const JobWritten w2 = w.write("20261122T031500Z_x.json", {{"a", 2}});
+  ASSERT_TRUE(w1.record.ok);
+  ASSERT_TRUE(w2.record.ok);
+  EXPECT_TRUE(w1.darshan.ok);  // none asked
+  EXPECT_EQ(w1.darshan_path, "");
+  const std::string p1 = w1.path, p2 = w2.path;
   EXPECT_NE(p1, p2);
   EXPECT_EQ(fs::path(p2).filename(), "20261122T031500Z_x.1.json");
   std::ifstream in(p1);
@@ -62,6 +82,66 @@ TEST_F(WriterTest, WritesAtomicallyAndNeverOverwrites) {
   for (const auto& e : fs::directory_iterator(dir_ + "/out"))
     EXPECT_NE(e.path().filename().string().rfind(".tmp", 0), 0u) << "temporary left behind";
   EXPECT_EQ(w.written(), 2u);
+  EXPECT_EQ(w.darshan_written(), 0u);
+  EXPECT_EQ(fs::path(p1).parent_path(), fs::path(dir_ + "/out"));
+}
+
+TEST_F(WriterTest, WritesTheDarshanLogUnderTheRecordsStem) {
+  JobWriter w(dir_, 0, 0);
+  const std::string log1 = std::string("3.41\0\0\0\0", 8) + "one", log2 = "two";
+  const JobWritten a = w.write("20261122T031500Z_x.json", {{"a", 1}}, &log1);
+  ASSERT_TRUE(a.record.ok) << a.record.message;
+  ASSERT_TRUE(a.darshan.ok) << a.darshan.message;
+  EXPECT_EQ(a.path, dir_ + "/20261122T031500Z_x.json");
+  EXPECT_EQ(a.darshan_path, dir_ + "/20261122T031500Z_x.darshan");
+  std::ifstream in(a.darshan_path, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), log1);  // byte for byte
+  // A second job of that name: both files get the next free stem, together.
+  const JobWritten b = w.write("20261122T031500Z_x.json", {{"a", 2}}, &log2);
+  EXPECT_EQ(b.path, dir_ + "/20261122T031500Z_x.1.json");
+  EXPECT_EQ(b.darshan_path, dir_ + "/20261122T031500Z_x.1.darshan");
+  // A stem taken by a log alone (its record lost) is not reused either.
+  std::ofstream(dir_ + "/20261122T031500Z_y.darshan") << "orphan";
+  const JobWritten c = w.write("20261122T031500Z_y.json", {{"a", 3}}, &log2);
+  EXPECT_EQ(c.path, dir_ + "/20261122T031500Z_y.1.json");
+  EXPECT_EQ(c.darshan_path, dir_ + "/20261122T031500Z_y.1.darshan");
+  EXPECT_EQ(w.written(), 3u);
+  EXPECT_EQ(w.darshan_written(), 3u);
+  EXPECT_EQ(w.failed() + w.darshan_failed(), 0u);
+  for (const auto& n : names()) EXPECT_NE(n.rfind(".tmp", 0), 0u) << "temporary left behind: " << n;
+}
+
+TEST_F(WriterTest, AFailedDarshanLogIsCountedAndTheRecordStillWritten) {
+  JobWriter w(dir_, 0, 0);
+  const JobWritten r = write_blocked(w, ".darshan");
+  EXPECT_FALSE(r.darshan.ok);
+  EXPECT_NE(r.darshan.message.find(".tmp-20261122T031500Z_x.darshan"), std::string::npos)
+      << r.darshan.message;
+  EXPECT_EQ(r.darshan_path, "");
+  ASSERT_TRUE(r.record.ok) << r.record.message;
+  EXPECT_TRUE(fs::exists(dir_ + "/20261122T031500Z_x.json"));
+  EXPECT_FALSE(fs::exists(dir_ + "/20261122T031500Z_x.darshan"));
+  EXPECT_EQ(w.darshan_failed(), 1u);
+  EXPECT_EQ(w.darshan_written(), 0u);
+  EXPECT_EQ(w.written(), 1u);
+  EXPECT_EQ(w.failed(), 0u);
+  // The next job's log is written again.
+  const std::string log = "log";
+  const JobWritten n = w.write("20261122T031501Z_y.json", {{"a", 2}}, &log);
+  EXPECT_TRUE(n.darshan.ok) << n.darshan.message;
+  EXPECT_EQ(w.darshan_written(), 1u);
+}
+
+TEST_F(WriterTest, AFailedRecordIsCounted) {
+  JobWriter w(dir_, 0, 0);
+  const JobWritten r = write_blocked(w, ".json");
+  EXPECT_FALSE(r.record.ok);
+  EXPECT_EQ(r.path, "");
+  EXPECT_EQ(w.failed(), 1u);
+  EXPECT_EQ(w.written(), 0u);
+  // The log, written first, stays: a valid log of the job, under the stem no record takes.
+  EXPECT_TRUE(r.darshan.ok);
+  EXPECT_TRUE(fs::exists(dir_ + "/20261122T031500Z_x.darshan"));
 }
 
 TEST_F(WriterTest, UnwritableDirectoryIsAClearError) {
@@ -74,12 +154,6 @@ TEST_F(WriterTest, UnwritableDirectoryIsAClearError) {
 }
 
 TEST_F(WriterTest, RotationRemovesOldestOverSizeAndExpiredOnly) {
-  auto put = [&](const std::string& name, size_t bytes, time_t mtime) {
-    const std::string p = dir_ + "/" + name;
-    std::ofstream(p) << std::string(bytes, 'x');
-    timespec times[2] = {{mtime, 0}, {mtime, 0}};
-    utimensat(AT_FDCWD, p.c_str(), times, 0);
-  };
   const time_t now = 2000000000;
   put("20261101T000000Z_a.json", 100, now - 10);
   put("20261102T000000Z_b.json", 100, now - 10);
@@ -103,4 +177,62 @@ TEST_F(WriterTest, RotationRemovesOldestOverSizeAndExpiredOnly) {
   EXPECT_EQ(r.removed, (std::vector<std::string>{"20261103T000000Z_c.json",
                                                  "20261001T000000Z_long.json"}));
   EXPECT_TRUE(fs::exists(dir_ + "/20261201T000000Z_huge.json"));
+}
+
+TEST_F(WriterTest, RotationCountsAndRemovesAJobsRecordAndLogTogether) {
+  const time_t now = 2000000000;
+  // a: record and log; b: record only (darshan_logs off then); c: a log whose record is gone.
+  put("20261101T000000Z_a.json", 100, now - 30);
+  put("20261101T000000Z_a.darshan", 300, now - 30);
+  put("20261102T000000Z_b.json", 100, now - 20);
+  put("20261103T000000Z_c.darshan", 100, now - 10);
+  put("20261104T000000Z_d.json", 100, now - 5);
+  put("20261104T000000Z_d.darshan", 100, now - 5);
+  put(".tmp-20261105T000000Z_e.darshan", 5000, now - 999999);  // a temporary: never touched
+  put("20261105T000000Z_e.darshan.txt", 5000, now - 999999);   // not a job's file
+  // 800 bytes of job files: a's pair alone (400 together) brings them under 500.
+  auto r = rotate_records(dir_, 500, 0, now);
+  EXPECT_EQ(r.removed, (std::vector<std::string>{"20261101T000000Z_a.darshan",
+                                                 "20261101T000000Z_a.json"}));
+  EXPECT_EQ(r.removed_jobs, 1u);
+  EXPECT_EQ(r.kept_bytes, 400u);
+  // By age, the pair's newest file counts: d's log is fresh though its record is old.
+  put("20261104T000000Z_d.json", 100, now - 5000);
+  r = rotate_records(dir_, 0, 3600, now);
+  EXPECT_TRUE(r.removed.empty());
+  put("20261104T000000Z_d.darshan", 100, now - 4000);
+  r = rotate_records(dir_, 0, 3600, now);
+  EXPECT_EQ(r.removed, (std::vector<std::string>{"20261104T000000Z_d.darshan",
+                                                 "20261104T000000Z_d.json"}));
+  EXPECT_EQ(r.removed_jobs, 1u);
+  // The record just written keeps its log, even over the limit; the others go, one job each.
+  put("20261201T000000Z_f.json", 1000, now);
+  put("20261201T000000Z_f.darshan", 1000, now);
+  r = rotate_records(dir_, 100, 0, now, "20261201T000000Z_f.json");
+  EXPECT_EQ(r.removed, (std::vector<std::string>{"20261102T000000Z_b.json",
+                                                 "20261103T000000Z_c.darshan"}));
+  EXPECT_EQ(r.removed_jobs, 2u);
+  EXPECT_EQ(r.kept_bytes, 2000u);
+  EXPECT_EQ(names(), (std::vector<std::string>{".tmp-20261105T000000Z_e.darshan",
+                                               "20261105T000000Z_e.darshan.txt",
+                                               "20261201T000000Z_f.darshan",
+                                               "20261201T000000Z_f.json"}));
+}
+
+TEST_F(WriterTest, WriteRotatesPairsAndCountsJobs) {
+  JobWriter w(dir_, 1500, 0);
+  const std::string log(400, 'L');
+  for (const char* n : {"20261101T000000Z_a.json", "20261102T000000Z_b.json",
+                        "20261103T000000Z_c.json"}) {
+    ASSERT_TRUE(w.write(n, {{"pad", std::string(300, 'p')}}, &log).record.ok);
+    // Distinct modification times, oldest first, as separate writes would have them.
+    const std::string stem = std::string(n).substr(0, std::string(n).size() - 5);
+    const time_t t = time(nullptr) - 100 + static_cast<time_t>(w.written());
+    for (const char* sfx : {".json", ".darshan"}) touch(stem + sfx, t);
+  }
+  // Each job is about 720 bytes: the third write leaves two jobs, the oldest pair gone.
+  EXPECT_EQ(w.rotated(), 1u);
+  EXPECT_EQ(names(), (std::vector<std::string>{"20261102T000000Z_b.darshan", "20261102T000000Z_b.json",
+                                               "20261103T000000Z_c.darshan",
+                                               "20261103T000000Z_c.json"}));
 }

@@ -6,7 +6,9 @@
 #include <zlib.h>
 
 #include <cctype>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "core/counters.hpp"
@@ -166,6 +168,53 @@ TEST(DarshanLog, RoundTripThroughTheReader) {
   EXPECT_EQ(darshan_posix_counter_index("SLOWEST_RANK_BYTES"), 68);
   EXPECT_EQ(darshan_posix_fcounter_index("F_READ_TIME"), 8);
   EXPECT_EQ(darshan_posix_fcounter_index("F_VARIANCE_RANK_BYTES"), 16);
+}
+
+TEST(DarshanLog, ExeTimestampBaseAndFoldedRecordsForDaemonJobs) {
+  // iolensd's snapshots: timestamps count from boot; the job header names the first process.
+  auto run = sample();
+  run.files[0].counters.read_start_ns = 5'000'000'000'000;  // 5000 s after boot
+  run.files[0].counters.read_end_ns = 4'999'000'000'000;    // before the (estimated) start
+  run.folded_records = 3;
+  DarshanJobInfo j = info();
+  j.exe = "/usr/bin/python3";
+  j.timestamp_base_ns = 4'999'500'000'000;  // the job started 4999.5 s after boot
+  const std::string log = darshan_log(run, j);
+  DarshanLogContents c;
+  std::string err;
+  ASSERT_TRUE(read_darshan_log(log, c, err)) << err;
+  EXPECT_EQ(c.exe, "/usr/bin/python3");  // not the snapshot's command line
+  // The POSIX module is incomplete: folded records are in no POSIX record.
+  EXPECT_EQ(c.partial_flag, uint64_t{1} << kDarshanPosixModule);
+  EXPECT_EQ(at<uint64_t>(log, 24), 2u);
+  auto fn = [&](const char* name) {
+    return c.posix[0].fcounters[static_cast<size_t>(darshan_posix_fcounter_index(name))];
+  };
+  EXPECT_DOUBLE_EQ(fn("F_READ_START_TIMESTAMP"), 0.5);
+  EXPECT_DOUBLE_EQ(fn("F_READ_END_TIMESTAMP"), -0.5);  // before the start: negative, not 0
+  EXPECT_DOUBLE_EQ(fn("F_OPEN_START_TIMESTAMP"), 0.0);  // never: stays 0
+  EXPECT_DOUBLE_EQ(fn("F_READ_TIME"), 1.5e-6);          // durations are not shifted
+  // Without folded records, nothing is partial.
+  run.folded_records = 0;
+  EXPECT_EQ(at<uint64_t>(darshan_log(run, j), 24), 0u);
+}
+
+TEST(DarshanLog, JobIdsAndMounts) {
+  EXPECT_EQ(darshan_jobid("4242", 7), 4242);
+  EXPECT_EQ(darshan_jobid("", 7), 7);
+  EXPECT_EQ(darshan_jobid("slurm/4242", 7), 7);
+  EXPECT_EQ(darshan_jobid("-1", 7), 7);
+  EXPECT_EQ(darshan_jobid("999999999999999999", 7), 999999999999999999);
+  EXPECT_EQ(darshan_jobid("9999999999999999999", 7), 7);  // 19 digits may not fit
+  const std::string path = ::testing::TempDir() + "/iolens-mounts-test";
+  {
+    std::ofstream f(path);
+    f << "sysfs /sys sysfs rw,nosuid 0 0\n/dev/vda1 / ext4 rw,relatime 0 0\n";
+  }
+  EXPECT_EQ(read_mounts(path), (std::vector<std::pair<std::string, std::string>>{
+                                   {"sysfs", "/sys"}, {"ext4", "/"}}));
+  std::remove(path.c_str());
+  EXPECT_TRUE(read_mounts(path).empty());
 }
 
 TEST(DarshanLog, RecordIdsAreStableAndSpreadOverTheTail) {

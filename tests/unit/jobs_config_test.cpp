@@ -116,6 +116,7 @@ TEST(JobsConfig, Defaults) {
   const Config c = parsed(kJobs);
   EXPECT_EQ(c.cgroup_root, "auto");
   EXPECT_EQ(c.output_dir, "/var/lib/iolens/jobs");
+  EXPECT_FALSE(c.darshan_logs);
   EXPECT_EQ(c.state_dir, "/var/lib/iolens/state");
   EXPECT_EQ(c.pin_dir, "/sys/fs/bpf/iolens");
   EXPECT_EQ(c.socket_path, "/run/iolens/iolens.sock");
@@ -138,6 +139,7 @@ TEST(JobsConfig, FullFile) {
   const Config c = parsed(R"(# every key
 cgroup_root: /sys/fs/cgroup/unified
 output_dir: /data/iolens/jobs
+darshan_logs: true
 state_dir: /data/iolens/state
 pin_dir: /sys/fs/bpf/iolens-test
 socket: /run/iolens-test.sock
@@ -179,6 +181,7 @@ jobs:
 )");
   EXPECT_EQ(c.cgroup_root, "/sys/fs/cgroup/unified");
   EXPECT_EQ(c.output_dir, "/data/iolens/jobs");
+  EXPECT_TRUE(c.darshan_logs);
   EXPECT_EQ(c.state_dir, "/data/iolens/state");
   EXPECT_EQ(c.pin_dir, "/sys/fs/bpf/iolens-test");
   EXPECT_EQ(c.socket_path, "/run/iolens-test.sock");
@@ -227,6 +230,7 @@ jobs:
 
 TEST(JobsConfig, NullsKeepDefaults) {
   const Config c = parsed(R"(output_dir: ~
+darshan_logs: ~
 socket_group:
 log_level: null
 limits:
@@ -242,6 +246,7 @@ jobs:
   - process: {comm: a, cmdline: ~}
 )");
   EXPECT_EQ(c.output_dir, "/var/lib/iolens/jobs");
+  EXPECT_FALSE(c.darshan_logs);
   EXPECT_EQ(c.log_level, "info");
   EXPECT_EQ(c.limits.max_records, 1000000u);
   ASSERT_EQ(c.rules.size(), 4u);
@@ -276,6 +281,7 @@ TEST(JobsConfig, PackagedExampleParsesClean) {
   // Its values are the documented defaults.
   const Config defaults;
   EXPECT_EQ(r.config.output_dir, defaults.output_dir);
+  EXPECT_EQ(r.config.darshan_logs, defaults.darshan_logs);
   EXPECT_EQ(r.config.state_dir, defaults.state_dir);
   EXPECT_EQ(r.config.pin_dir, defaults.pin_dir);
   EXPECT_EQ(r.config.socket_path, defaults.socket_path);
@@ -454,6 +460,30 @@ TEST(JobsConfig, SyscallHookModes) {
   EXPECT_EQ(parsed(kJobs + "hooks_idle: 0\n").hooks_idle_s, 0u);
   EXPECT_EQ(error_of(kJobs + "syscall_hooks: sometimes\n"),
             "t.yaml:3:1: syscall_hooks: expected on-demand or always, got 'sometimes'");
+}
+
+TEST(JobsConfig, DarshanLogs) {
+  EXPECT_FALSE(parsed(kJobs).darshan_logs);
+  for (const char* yes : {"true", "True", "TRUE", "\"true\""})
+    EXPECT_TRUE(parsed(kJobs + "darshan_logs: " + yes + "\n").darshan_logs) << yes;
+  for (const char* no : {"false", "False", "FALSE"})
+    EXPECT_FALSE(parsed(kJobs + "darshan_logs: " + no + "\n").darshan_logs) << no;
+  // YAML 1.1's words and typos are not booleans here: said, not read as false.
+  EXPECT_EQ(error_of(kJobs + "darshan_logs: yes\n"),
+            "t.yaml:3:1: darshan_logs: expected true or false, got 'yes'");
+  EXPECT_EQ(error_of(kJobs + "darshan_logs: 1\n"),
+            "t.yaml:3:1: darshan_logs: expected true or false, got '1'");
+  EXPECT_EQ(error_of(kJobs + "darshan_logs: ture\n"),
+            "t.yaml:3:1: darshan_logs: expected true or false, got 'ture'");
+  EXPECT_EQ(error_of(kJobs + "darshan_logs: [true]\n"),
+            "t.yaml:3:1: darshan_logs: expected true or false, got a list");
+  EXPECT_EQ(error_of(kJobs + "darshan_logs: {on: true}\n"),
+            "t.yaml:3:1: darshan_logs: expected true or false, got a map");
+  EXPECT_EQ(error_of(kJobs + "darshan_log: true\n"),
+            "t.yaml:3:1: unknown key 'darshan_log' (did you mean 'darshan_logs'?)");
+  // Under rotation, where one might look for it: an unknown key there.
+  EXPECT_EQ(error_of(kJobs + "rotation:\n  darshan_logs: true\n"),
+            "t.yaml:4:3: rotation: unknown key 'darshan_logs'");
 }
 
 TEST(JobsConfigErrors, StringsPathsAndLevels) {
