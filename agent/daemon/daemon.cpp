@@ -316,6 +316,7 @@ bool Daemon::setup() {
   lo.pin_dir = cfg_.pin_dir;
   lo.max_file_records = cfg_.limits.kernel_file_records;
   lo.ring_bytes = cfg_.limits.ring_bytes;
+  lo.trace_ring_bytes = cfg_.limits.trace_ring_bytes;
   Status st;
   loader_ = loader::Loader::create(lo, st);
   if (!loader_) {

@@ -44,8 +44,9 @@ constexpr std::array<std::string_view, 1> kTlsKeys{"cert_file"};
 constexpr std::size_t kMaxClasses = 32;
 constexpr std::size_t kMaxTopFiles = 1000;
 constexpr std::array<std::string_view, 2> kHookModes{"on-demand", "always"};
-constexpr std::array<std::string_view, 4> kLimitKeys{"max_files_per_job", "max_records",
-                                                     "kernel_file_records", "ring_size"};
+constexpr std::array<std::string_view, 5> kLimitKeys{"max_files_per_job", "max_records",
+                                                     "kernel_file_records", "ring_size",
+                                                     "trace_ring_size"};
 constexpr std::array<std::string_view, 2> kRotationKeys{"max_size", "max_age"};
 constexpr std::array<std::string_view, 6> kRuleKeys{"name",    "kubernetes", "slurm",
                                                     "systemd", "cgroup",     "process"};
@@ -684,16 +685,22 @@ class ConfigParser {
         check_.positive(e, path, std::numeric_limits<uint32_t>::max(), n);
         l.kernel_file_records = static_cast<uint32_t>(n);
       } else if (e.key == "ring_size") {
-        uint64_t n = l.ring_bytes;
-        check_.size(e, path, n);
-        // The kernel's ring buffer: a power of two, whole pages, below 4 GiB.
-        if (n < 4096 || n > (1ull << 31) || (n & (n - 1)) != 0) {
-          check_.error(e.mark, path,
-                       "expected a power of two from 4KiB to 2GiB, got " + std::to_string(n));
-        } else {
-          l.ring_bytes = static_cast<uint32_t>(n);
-        }
+        ring_size(e, path, l.ring_bytes);
+      } else if (e.key == "trace_ring_size") {
+        ring_size(e, path, l.trace_ring_bytes);
       }
+    }
+  }
+
+  /// A kernel ring buffer's size: a power of two, whole pages, below 4 GiB.
+  void ring_size(const Entry& e, const std::string& path, uint32_t& out) {
+    uint64_t n = out;
+    check_.size(e, path, n);
+    if (n < 4096 || n > (1ull << 31) || (n & (n - 1)) != 0) {
+      check_.error(e.mark, path,
+                   "expected a power of two from 4KiB to 2GiB, got " + std::to_string(n));
+    } else {
+      out = static_cast<uint32_t>(n);
     }
   }
 

@@ -41,6 +41,10 @@ struct Limits {
   /// The kernel's ring buffer for names and process/cgroup events (`ring_size`). A burst of new
   /// files faster than the daemon reads them fills it; drops are counted (lost.events).
   uint32_t ring_bytes = 16u << 20;
+  /// The kernel's ring for per-call records while a capture runs (`trace_ring_size`): it must
+  /// hold what the job does between two of the daemon's reads (10-50 ms); what does not fit is
+  /// lost and counted in the capture's file. Allocated (locked) for the daemon's lifetime.
+  uint32_t trace_ring_bytes = 16u << 20;
 };
 
 struct Rotation {

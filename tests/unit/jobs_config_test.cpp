@@ -452,6 +452,24 @@ TEST(JobsConfigErrors, SizesAndDurations) {
             "t.yaml:3:1: grace_period: expected a duration such as 30s, got a map");
 }
 
+TEST(JobsConfig, RingSizes) {
+  const Config d = parsed(kJobs);
+  EXPECT_EQ(d.limits.ring_bytes, 16u << 20);
+  EXPECT_EQ(d.limits.trace_ring_bytes, 16u << 20);
+  const Config c = parsed(kJobs + "limits:\n  ring_size: 64KiB\n  trace_ring_size: 256MiB\n");
+  EXPECT_EQ(c.limits.ring_bytes, 64u << 10);
+  EXPECT_EQ(c.limits.trace_ring_bytes, 256u << 20);
+  EXPECT_EQ(error_of(kJobs + "limits:\n  trace_ring_size: 3MiB\n"),
+            "t.yaml:4:3: limits.trace_ring_size: expected a power of two from 4KiB to 2GiB, got "
+            "3145728");
+  EXPECT_EQ(error_of(kJobs + "limits:\n  trace_ring_size: 2KiB\n"),
+            "t.yaml:4:3: limits.trace_ring_size: expected a power of two from 4KiB to 2GiB, got "
+            "2048");
+  EXPECT_EQ(error_of(kJobs + "limits:\n  ring_size: 4GiB\n"),
+            "t.yaml:4:3: limits.ring_size: expected a power of two from 4KiB to 2GiB, got "
+            "4294967296");
+}
+
 TEST(JobsConfig, SyscallHookModes) {
   EXPECT_EQ(parsed(kJobs).syscall_hooks, "on-demand");
   EXPECT_EQ(parsed(kJobs).hooks_idle_s, 30u);
