@@ -10,6 +10,10 @@ raw samples and medians to --out (JSON). Must run as root (iolens loads BPF prog
 Cases (see bench/README.md):
   traced   io_loops (or the PyTorch job) run untraced vs under `iolens run -q -- ...`; the two
            alternate in every round, the order flipping each round (U T, T U, U T, ...).
+  traced+trace (--trace) a third mode in the same rounds, `iolens run -q --trace T --json J --
+           ...` (U T X, X T U, ...), against the same untraced runs (the traced runs then write
+           --json J too); per run, the trace's records produced, in the file and lost, and its
+           size. A workload that lost records to a full ring runs once more with a larger ring.
   outside  io_loops run untraced with no iolens at all vs while `iolens run -q -- sleep 600` is
            attached in the background (the loops are outside its traced tree). The background
            iolens is started and stopped once per round; each round runs one block of every loop
@@ -196,6 +200,12 @@ class Loop:
         # that one preemption by another tenant cannot move the median.
         self.repeat = repeat
 
+    def run(self, prefix):
+        """One run with `prefix` (nothing, or `iolens run ... --`) in front; io_loops' JSON."""
+        if self.before:
+            self.before()
+        return run_loop(prefix + self.argv)
+
 
 def prepare_loops(exe, work, sizes, only):
     read_file = os.path.join(work, "read4k.dat")
@@ -349,6 +359,242 @@ def torch_run(argv, watch_self_cpu=False):
 
 
 # ---------------------------------------------------------------------------------------------
+# The traced case's modes, and trace mode (--trace): `iolens run -q --trace T --json J -- ...`
+
+MODES = ("untraced", "traced", "traced+trace")
+TRACE_MODE = MODES[2]
+TRACE_SLOT = 96  # ring bytes per record: the 88-byte record behind the ring's 8-byte header
+TRACE_RING_MAX = 1 << 30  # iolens' largest --trace-ring-size
+
+
+def flipped(modes, r):
+    """A round's order: as given in even rounds, reversed in odd ones (U T X, X T U, ...)."""
+    return tuple(modes) if r % 2 == 0 else tuple(reversed(modes))
+
+
+def parse_size(text):
+    """'16M' -> bytes (K, M, G are powers of 1024, as iolens reads them)."""
+    m = re.fullmatch(r"(\d+)([KMG]?)", text.strip().upper())
+    if not m:
+        raise ValueError("not a size: %r" % text)
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+def size_text(n):
+    for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return "%d%s" % (n >> shift, suffix)
+    return str(n)
+
+
+def trace_header(iolens, path):
+    """The first line of `iolens convert PATH --to jsonl -o -` (losses, counts). The converter
+    writes it only after reading the whole file and checking it (checksums, the trailer's counts
+    against the records), so the op lines after it are not read: the converter is stopped."""
+    with tempfile.TemporaryFile("w+") as errf:
+        p = subprocess.Popen([iolens, "convert", path, "--to", "jsonl", "-o", "-"],
+                             stdout=subprocess.PIPE, stderr=errf, text=True)
+        line = p.stdout.readline()
+        p.kill()
+        p.wait()
+        p.stdout.close()
+        if not line:
+            errf.seek(0)
+            raise RuntimeError("iolens convert %s --to jsonl: %s" % (path, errf.read().strip()))
+    head = json.loads(line)
+    if head.get("type") != "trace":
+        raise RuntimeError("iolens convert %s: first line is not the trace line: %r"
+                           % (path, line[:200]))
+    return head
+
+
+def trace_problems(run):
+    """What a traced+trace run lost or got wrong, in words; [] when every record is in the file."""
+    out = []
+    for key, what in (("ring_full", "ring full"), ("size_limit", "size limit"),
+                      ("other", "other causes")):
+        if run[key]:
+            out.append("%d records LOST (%s)" % (run[key], what))
+    if run["produced"] != run["in_file"] + run["ring_full"] + run["size_limit"] + run["other"]:
+        out.append("produced %d != in file %d + lost" % (run["produced"], run["in_file"]))
+    if (run["json_lost_trace_records"] or 0) != run["ring_full"] or \
+            (run["json_lost_trace_size_limit"] or 0) != run["size_limit"]:
+        out.append("the JSON record's lost.trace_records/trace_size_limit (%s/%s) differ from "
+                   "the trailer's" % (run["json_lost_trace_records"],
+                                      run["json_lost_trace_size_limit"]))
+    if not run["complete"]:
+        out.append("the trace file is not complete")
+    return out
+
+
+class Runner:
+    """The command prefix of each mode, and what a traced+trace run's files hold. With trace
+    mode on, the traced runs write the JSON record too, so that the two traced modes differ
+    only by --trace (the PyTorch job's record is ~110 MB: seconds of the agent's time at exit)."""
+
+    def __init__(self, iolens, work, ring, trace):
+        self.iolens, self.ring, self.with_json = iolens, ring, trace
+        self.trace = os.path.join(work, "run.trace")
+        self.json = os.path.join(work, "run.json")
+
+    def prefix(self, mode, ring=None):
+        if mode == "untraced":
+            return []
+        json_opt = ["--json", self.json] if self.with_json else []
+        if mode == "traced":
+            return [self.iolens, "run", "-q"] + json_opt + ["--"]
+        return [self.iolens, "run", "-q", "--trace", self.trace] + json_opt + [
+            "--trace-ring-size", ring or self.ring, "--"]
+
+    def after(self, mode, what):
+        """After a run (untimed): for traced+trace, its trace's numbers (collect); removes the
+        run's files."""
+        if mode == TRACE_MODE:
+            return self.collect(what)
+        if self.with_json and mode == "traced":
+            os.unlink(self.json)
+        return None
+
+    def collect(self, what):
+        """After a traced+trace run: records produced, in the file and lost (the trace's header
+        as `iolens convert` reads it, and the JSON record's `lost`), the file's size. Removes
+        both files; warns at once when records were lost."""
+        try:
+            size = os.path.getsize(self.trace)
+            with open(self.json) as f:
+                lost = json.load(f)["lost"]
+            head = trace_header(self.iolens, self.trace)
+        finally:
+            for path in (self.trace, self.json):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        losses = head["losses"]
+        run = {"produced": losses["produced"], "in_file": head["counts"]["ops"],
+               "ring_full": losses["ring_full"], "size_limit": losses["size_limit"],
+               "other": losses["other"], "json_lost_trace_records": lost.get("trace_records"),
+               "json_lost_trace_size_limit": lost.get("trace_size_limit"),
+               "file_bytes": size, "complete": head["complete"]}
+        problems = trace_problems(run)
+        if problems:
+            log("WARNING: %s, traced+trace run: %s" % (what, "; ".join(problems)))
+        return run
+
+
+def trace_ring_retries(runner, trace_runs, loops, job):
+    """For each workload that lost records to a full ring: one more traced+trace run with a
+    ring that could have held its largest loss on top of the first ring (a power of two, at
+    least 4x the first, at most iolens' 1 GiB)."""
+    base = parse_size(runner.ring)
+    by_name = {lp.name: lp for lp in loops}
+    out = {}
+    for name, runs in trace_runs.items():
+        lost = max(x["ring_full"] for x in runs)
+        if not lost:
+            continue
+        need = max(4 * base, base + lost * TRACE_SLOT)
+        ring = size_text(min(1 << (need - 1).bit_length(), TRACE_RING_MAX))
+        log("%s lost up to %d records with a %s ring: one run with --trace-ring-size %s"
+            % (name, lost, runner.ring, ring))
+        prefix = runner.prefix(TRACE_MODE, ring)
+        if name == "torch":
+            extra = {"loop_s": torch_run(prefix + job)[0]}
+        else:
+            res = by_name[name].run(prefix)
+            extra = {"loop_s": res["ns"] / 1e9, "ops": res["ops"], "ns_per_op": res["ns_per_op"]}
+        out[name] = dict(runner.collect("%s with a %s ring" % (name, ring)), ring=ring, **extra)
+    return out
+
+
+def trace_summary(name, runs, summaries, retry):
+    """One workload's traced+trace runs: records (per run, per op, per second of the loop),
+    losses, file size, and what trace mode adds to counters only: median traced+trace against
+    median traced, per record (per op / records per op for io_loops; per run / records per run
+    for the PyTorch job, whose 'loop' is the whole run)."""
+    bench = "torch_wall" if name == "torch" else name
+    med = {s["case"]: s["median_traced"] for s in summaries if s["bench"] == bench}
+    t, x = med["traced"], med[TRACE_MODE]
+    produced = [r["produced"] for r in runs]
+    in_file = sum(r["in_file"] for r in runs)
+    per_op = None
+    if name == "torch":
+        extra_ns = (x - t) * 1e9 / statistics.median(produced)
+    else:
+        per_op = statistics.median(r["produced"] / r["ops"] for r in runs)
+        extra_ns = (x - t) / per_op if per_op >= 0.5 else None  # getppid: no I/O records
+    rates = [r["produced"] / r["loop_s"] for r in runs]
+    row = {"bench": name, "runs": len(runs), "records_median": statistics.median(produced),
+           "records_per_op": per_op, "rate_median": statistics.median(rates),
+           "rate_max": max(rates), "produced_sum": sum(produced), "in_file_sum": in_file,
+           "ring_full_sum": sum(r["ring_full"] for r in runs),
+           "size_limit_sum": sum(r["size_limit"] for r in runs),
+           "other_sum": sum(r["other"] for r in runs),
+           "runs_with_problems": sum(1 for r in runs if trace_problems(r)),
+           "file_bytes_median": statistics.median(r["file_bytes"] for r in runs),
+           "bytes_per_record": sum(r["file_bytes"] for r in runs) / in_file if in_file else None,
+           "x_vs_traced": x / t, "extra_ns_per_record": extra_ns, "ring_retry": retry}
+    if name == "torch":
+        ep = {s["case"]: s["median_traced"] for s in summaries if s["bench"] == "torch_epoch"}
+        row["x_vs_traced_epoch"] = ep[TRACE_MODE] / ep["traced"]
+    return row
+
+
+def fmt_bytes(n):
+    return "%.2f MB" % (n / 1e6) if n >= 1e6 else "%.1f kB" % (n / 1e3)
+
+
+def trace_table(rows):
+    out = ["| loop | runs | records per run (median) | records per op | records/s of the loop "
+           "(median / max) | in the files (all runs) | lost: ring full (runs with losses) | "
+           "lost: size limit | file per run (median) | bytes per record | traced+trace vs "
+           "traced (median) | extra ns per record |", "|" + "---|" * 12]
+    for r in rows:
+        vs = "x%.3f" % r["x_vs_traced"]
+        if "x_vs_traced_epoch" in r:
+            vs = "x%.3f per epoch, %s per run" % (r["x_vs_traced_epoch"], vs)
+        out.append("| %s | %d | %s | %s | %s / %s | %s | %s (%d) | %s | %s | %s | %s | %s |" % (
+            "torch (whole run)" if r["bench"] == "torch" else r["bench"], r["runs"],
+            "{:,.0f}".format(r["records_median"]),
+            "-" if r["records_per_op"] is None else "%.3f" % r["records_per_op"],
+            "{:,.0f}".format(r["rate_median"]), "{:,.0f}".format(r["rate_max"]),
+            "{:,}".format(r["in_file_sum"]), "{:,}".format(r["ring_full_sum"]),
+            r["runs_with_problems"], "{:,}".format(r["size_limit_sum"]),
+            fmt_bytes(r["file_bytes_median"]),
+            "-" if r["bytes_per_record"] is None else "%.1f" % r["bytes_per_record"], vs,
+            "-" if r["extra_ns_per_record"] is None else "%+.0f" % r["extra_ns_per_record"]))
+    return "\n".join(out)
+
+
+def trace_verdict(rows, ring):
+    """Plain lines on losses: loud when any run lost records, with the larger ring's outcome."""
+    lossy = [r for r in rows if r["runs_with_problems"]]
+    if not lossy:
+        return ["Trace mode: no record lost: every traced+trace run's file holds every record "
+                "the kernel produced (%s records in %d runs, --trace-ring-size %s)."
+                % ("{:,}".format(sum(r["in_file_sum"] for r in rows)),
+                   sum(r["runs"] for r in rows), ring)]
+    out = ["!" * 78, "!!! TRACE RECORDS LOST (--trace-ring-size %s): capture did not keep up"
+           % ring]
+    for r in lossy:
+        out.append("!!! %s: %d of %d runs lost records: %s ring full, %s size limit, %s other "
+                   "(of %s produced)" % (r["bench"], r["runs_with_problems"], r["runs"],
+                                          "{:,}".format(r["ring_full_sum"]),
+                                          "{:,}".format(r["size_limit_sum"]),
+                                          "{:,}".format(r["other_sum"]),
+                                          "{:,}".format(r["produced_sum"])))
+        x = r["ring_retry"]
+        if x:
+            out.append("!!!   one run with --trace-ring-size %s: %s records, %s lost (ring full)"
+                       "%s" % (x["ring"], "{:,}".format(x["produced"]),
+                               "{:,}".format(x["ring_full"]),
+                               ": that ring is enough here" if not trace_problems(x) else
+                               ": still losing"))
+    out.append("!" * 78)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # --bpf-stats: where the traced time goes, per iolens program (kernel.bpf_stats_enabled)
 
 def prog_stats_of(pid):
@@ -494,7 +740,16 @@ def main():
                     "report run counts and average ns per iolens program (untimed diagnostic)")
     ap.add_argument("--variants", action="store_true",
                     help="also measure minimal BPF variants outside the tree (needs clang, libbpf)")
+    ap.add_argument("--trace", action="store_true",
+                    help="add the mode traced+trace (iolens run --trace) to the traced case: "
+                    "what trace mode costs, its records, losses and file size per loop")
+    ap.add_argument("--trace-ring-size", default="16M",
+                    help="--trace-ring-size for traced+trace (default 16M, iolens' default)")
     a = ap.parse_args()
+    try:
+        parse_size(a.trace_ring_size)
+    except ValueError as e:
+        sys.exit("run_bench: --trace-ring-size: %s" % e)
 
     if os.geteuid() != 0:
         sys.exit("run_bench: must run as root (iolens loads BPF programs)")
@@ -524,6 +779,7 @@ def main():
         "iolens_built": datetime.datetime.fromtimestamp(
             os.path.getmtime(iolens), datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": quick, "rounds": rounds, "torch_rounds": torch_rounds, "sizes": sizes,
+        "trace": a.trace, "trace_ring_size": a.trace_ring_size if a.trace else None,
     }
     try:
         env["git"] = run_ok(["git", "-C", REPO, "rev-parse", "--short", "HEAD"]).stdout.strip()
@@ -541,20 +797,27 @@ def main():
         summaries = []
 
         # --- traced vs untraced, interleaved per round, order flipping each round ---------
-        samples = {lp.name: ([], []) for lp in loops}
+        # With --trace a third mode, traced+trace, joins each round: U T X, X T U, ...
+        modes = MODES if a.trace else MODES[:2]
+        runner = Runner(iolens, tmp, a.trace_ring_size, a.trace)
+        trace_runs = {}  # workload -> one dict per traced+trace run (Runner.collect)
+        samples = {lp.name: {m: [] for m in modes} for lp in loops}
         for r in range(rounds):
             results["rounds"].append(round_env("traced", r, a))
             for lp in loops:
-                order = ((False, True) if r % 2 == 0 else (True, False)) * lp.repeat
-                for traced in order:
-                    if lp.before:
-                        lp.before()
-                    argv = ([iolens, "run", "-q", "--"] if traced else []) + lp.argv
-                    samples[lp.name][1 if traced else 0].append(run_loop(argv)["ns_per_op"])
+                for mode in flipped(modes, r) * lp.repeat:
+                    res = lp.run(runner.prefix(mode))
+                    samples[lp.name][mode].append(res["ns_per_op"])
+                    got = runner.after(mode, lp.name)
+                    if got:
+                        trace_runs.setdefault(lp.name, []).append(dict(
+                            got, round=r, ops=res["ops"], loop_s=res["ns"] / 1e9,
+                            ns_per_op=res["ns_per_op"]))
             log("traced round %d/%d done" % (r + 1, rounds))
         for lp in loops:
-            u, t = samples[lp.name]
-            summaries.append(summarize("traced", lp.name, lp.unit, lp.calls_per_op, u, t))
+            for mode in modes[1:]:
+                summaries.append(summarize(mode, lp.name, lp.unit, lp.calls_per_op,
+                                           samples[lp.name]["untraced"], samples[lp.name][mode]))
 
         # --- PyTorch job -------------------------------------------------------------------
         job = None
@@ -570,32 +833,54 @@ def main():
                        "--epochs", str(sizes["torch_epochs"]),
                        "--workers", str(sizes["torch_workers"])]
                 torch_run(job)  # warm-up: caches the dataset and torch's own files
-                ep_u, ep_t, wall_u, wall_t, raw, agent_cpu = [], [], [], [], [], []
+                ep, wall_s = {m: [] for m in modes}, {m: [] for m in modes}
+                raw, agent_cpu = [], {m: [] for m in modes[1:]}
                 for r in range(torch_rounds):
                     results["rounds"].append(round_env("torch", r, a))
-                    order = (False, True) if r % 2 == 0 else (True, False)
-                    for traced in order:
-                        argv = ([iolens, "run", "-q", "--"] if traced else []) + job
-                        wall, intervals, printed, cpu = torch_run(argv, watch_self_cpu=traced)
-                        (ep_t if traced else ep_u).append(statistics.median(intervals))
-                        (wall_t if traced else wall_u).append(wall)
+                    for mode in flipped(modes, r):
+                        traced = mode != "untraced"
+                        wall, intervals, printed, cpu = torch_run(runner.prefix(mode) + job,
+                                                                  watch_self_cpu=traced)
+                        ep[mode].append(statistics.median(intervals))
+                        wall_s[mode].append(wall)
                         if traced and cpu is not None:
-                            agent_cpu.append(cpu)
-                        raw.append({"round": r, "traced": traced, "wall_s": wall,
+                            agent_cpu[mode].append(cpu)
+                        raw.append({"round": r, "traced": traced, "mode": mode, "wall_s": wall,
                                     "epoch_intervals_s": intervals, "epoch_printed_s": printed,
                                     "iolens_self_cpu_s": cpu if traced else None})
+                        got = runner.after(mode, "torch")
+                        if got:
+                            trace_runs.setdefault("torch", []).append(dict(
+                                got, round=r, loop_s=wall,
+                                epoch_s=statistics.median(intervals)))
                     log("torch round %d/%d done" % (r + 1, torch_rounds))
-                summaries.append(summarize(
-                    "traced", "torch_epoch",
-                    "epoch (%d files, %d workers; median of epochs 1..%d)" % (
-                        sizes["torch_files"], sizes["torch_workers"], sizes["torch_epochs"] - 1),
-                    None, ep_u, ep_t))
-                summaries.append(summarize("traced", "torch_wall",
-                                           "whole run incl. start/exit (%d epochs)"
-                                           % sizes["torch_epochs"], None, wall_u, wall_t))
+                for mode in modes[1:]:
+                    summaries.append(summarize(
+                        mode, "torch_epoch",
+                        "epoch (%d files, %d workers; median of epochs 1..%d)" % (
+                            sizes["torch_files"], sizes["torch_workers"],
+                            sizes["torch_epochs"] - 1),
+                        None, ep["untraced"], ep[mode]))
+                for mode in modes[1:]:
+                    summaries.append(summarize(mode, "torch_wall",
+                                               "whole run incl. start/exit (%d epochs)"
+                                               % sizes["torch_epochs"], None,
+                                               wall_s["untraced"], wall_s[mode]))
                 results["torch_runs"] = raw
-                if agent_cpu:
-                    results["torch_iolens_self_cpu_s_median"] = statistics.median(agent_cpu)
+                if agent_cpu["traced"]:
+                    results["torch_iolens_self_cpu_s_median"] = statistics.median(
+                        agent_cpu["traced"])
+                if agent_cpu.get(TRACE_MODE):
+                    results["torch_iolens_self_cpu_s_median_trace"] = statistics.median(
+                        agent_cpu[TRACE_MODE])
+
+        # --- trace mode: what each workload's records came to; a larger ring where lost ----
+        trace_rows = []
+        if a.trace:
+            retries = trace_ring_retries(runner, trace_runs, loops, job)
+            trace_rows = [trace_summary(name, runs, summaries, retries.get(name))
+                          for name, runs in trace_runs.items()]
+            results["trace_runs"], results["trace_summaries"] = trace_runs, trace_rows
 
         # --- outside the traced tree: no iolens vs iolens attached tracing a sleep ---------
         def outside_case(case, make_bg, names):
@@ -652,6 +937,15 @@ def main():
             print("\nPyTorch job: the iolens agent itself used %.2f s of CPU per traced run "
                   "(median; user+system, its own process only, %d epochs)."
                   % (results["torch_iolens_self_cpu_s_median"], sizes["torch_epochs"]))
+        if results.get("torch_iolens_self_cpu_s_median_trace") is not None:
+            print("With --trace: %.2f s per run (median)."
+                  % results["torch_iolens_self_cpu_s_median_trace"])
+        if a.trace:
+            print("\nTrace mode (traced = iolens run -q --json J, traced+trace = iolens run -q "
+                  "--trace T --json J --trace-ring-size %s):\n" % a.trace_ring_size)
+            print(trace_table(trace_rows))
+            print()
+            print("\n".join(trace_verdict(trace_rows, a.trace_ring_size)))
         if stats_rows:
             print("\nPer-program cost while traced (kernel.bpf_stats_enabled; sys_enter/sys_exit "
                   "runs include every other process's syscalls during the run):\n")
