@@ -316,8 +316,7 @@ int run_traced(const RunOptions& opts) {
       return 1;
     }
     trace_fd = -1;
-    if (trace->ops_dropped())
-      rec.set_lost("trace_size_limit", trace->ops_dropped());
+    rec.set_lost("trace_size_limit", trace->ops_dropped());  // present, 0 included
     if (!opts.quiet)
       trace_note = ("trace: " + exporters::human_count(trace->ops_written()) + " calls, " +
                  exporters::human_bytes(trace->bytes_written()) + " in " + opts.trace_path +
