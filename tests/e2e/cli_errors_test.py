@@ -4,9 +4,11 @@
 
   1. `run -- /nonexistent/cmd`: non-zero, ONE non-empty stderr line, naming the command.
   2. `run` with no command: non-zero.
-  3. `run --json /nonexistent-dir/x.json -- touch MARKER` (and the same with --darshan): non-zero,
+  3. `run --json /nonexistent-dir/x.json -- touch MARKER` (and with --darshan, --trace): non-zero,
      names the path, and the command never ran (MARKER absent): outputs are checked BEFORE
      starting the command.
+  3b. bad --trace-ring-size / --trace-max-size: exit 2, one line, the command never runs;
+     `convert` of a missing file: exit 1, one line naming it.
   4. as an unprivileged user (setpriv to 65534): non-zero, stderr mentions root or CAP_BPF; the
      same user with only CAP_BPF + CAP_PERFMON (ambient) traces a command fine.
   5. `run --btf /nonexistent/vmlinux -- true`: non-zero, names the BTF file.
@@ -68,7 +70,8 @@ def case_no_command(ck, iolens):
 def case_bad_json(ck, iolens, tmp):
     marker = os.path.join(tmp, "marker-should-not-exist")
     for opt, bad in (("--json", "/nonexistent-dir/x.json"),
-                     ("--darshan", "/nonexistent-dir/x.darshan")):
+                     ("--darshan", "/nonexistent-dir/x.darshan"),
+                     ("--trace", "/nonexistent-dir/x.iotrace")):
         rc, out, err = simple(iolens, ["run", opt, bad, "--", "touch", marker])
         E.log("[3] %s %s: rc %d, stderr %r" % (opt, bad, rc, err[:300]))
         ck.check(rc != 0, "run %s %s exited 0" % (opt, bad))
@@ -76,6 +79,28 @@ def case_bad_json(ck, iolens, tmp):
                  "run %s %s: stderr does not name the file: %r" % (opt, bad, err))
         ck.check(not os.path.exists(marker),
                  "run %s %s: the command ran (created %s) before the error" % (opt, bad, marker))
+
+
+def case_bad_trace_options(ck, iolens, tmp):
+    """Bad trace sizes: exit 2, one line naming the option, the command never runs; a trace
+    file that does not exist: convert exits 1 with one line naming it."""
+    marker = os.path.join(tmp, "marker-trace-options")
+    tr = os.path.join(tmp, "opts.iotrace")
+    for opt, bad in (("--trace-ring-size", "3M"), ("--trace-ring-size", "2K"),
+                     ("--trace-max-size", "lots")):
+        rc, out, err = simple(iolens, ["run", "--trace", tr, opt, bad, "--", "touch", marker])
+        lines = nonempty_lines(err)
+        E.log("[3b] %s %s: rc %d, stderr %r" % (opt, bad, rc, err[:300]))
+        ck.eq("run %s %s exit code" % (opt, bad), 2, rc)
+        ck.check(len(lines) == 1 and opt in lines[0] and bad in lines[0],
+                 "run %s %s: not one line naming the option and value: %r" % (opt, bad, lines))
+        ck.check(not os.path.exists(marker), "run %s %s: the command ran" % (opt, bad))
+    missing = os.path.join(tmp, "no-such.iotrace")
+    rc, out, err = simple(iolens, ["convert", missing, "--to", "jsonl"])
+    lines = nonempty_lines(err)
+    ck.eq("convert of a missing file: exit code", 1, rc)
+    ck.check(len(lines) == 1 and missing in lines[0],
+             "convert of a missing file: not one line naming it: %r" % lines)
 
 
 def case_unprivileged(ck, iolens, tmp):
@@ -328,6 +353,7 @@ def main():
     case_nonexistent(ck, args.iolens)
     case_no_command(ck, args.iolens)
     case_bad_json(ck, args.iolens, tmp)
+    case_bad_trace_options(ck, args.iolens, tmp)
     case_unprivileged(ck, args.iolens, tmp)
     case_bad_btf(ck, args.iolens)
     case_exit_status(ck, args.iolens, tmp)
