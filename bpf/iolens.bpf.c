@@ -519,10 +519,13 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 		return get_record(&others, &key, IOLENS_STAT_OTHER_RECORDS_LOST, &created);
 	}
 	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
-	if (created) {
+	/* A record a page-cache or io_uring hook created (no struct file there) is named by the
+	 * first system call that reaches it. */
+	if (c && (created || !c->named)) {
 		struct name_req r = { .ino = key.ino, .dev = key.dev, .gen = key.gen, .f = f };
 
 		send_name(cx, &r);
+		c->named = 1;
 	}
 	return c;
 }
@@ -1239,6 +1242,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	if (!st || !iolens_syscall_wanted(id))
 		return 0;
 	st->enter_ns = bpf_ktime_get_ns();
+	st->io_ctx = iolens_syscall_io_ctx(id);
 	if (id == IOLENS_NR_close) {
 		/* After close the descriptor is gone: capture what it names now. */
 		struct file *f = fd_to_file(task, (int)regs->di);
@@ -1296,6 +1300,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 
 	if (!st)
 		return 0;
+	st->io_ctx = IOLENS_CTX_NONE; /* whatever the call was (io_uring_enter too) */
 	id = regs->orig_ax;
 	if (!iolens_syscall_wanted(id))
 		return 0;
@@ -1576,3 +1581,101 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
 	return 0;
 }
+
+/*
+ * ---- below the system calls (ABI 7): page cache, faults, O_DIRECT, io_uring, writeback,
+ * block layer. These programs are extras (agent/loader: each loads and attaches where the
+ * kernel allows, a missing one is reported and the rest run). They fire per page-cache or
+ * block event, not per system call, and count into the same (process, file) records.
+ */
+
+/*
+ * The traced state behind a task that is doing file I/O below the system calls: the thread's
+ * own, or its group leader's (io_uring's io-wq workers and SQPOLL threads are threads of the
+ * process that no fork event announced). NULL: not traced.
+ */
+static __always_inline __attribute__((unused)) struct iolens_task_state *
+io_task_state(struct task_struct *task)
+{
+	struct iolens_task_state *st = traced_state(task);
+
+	if (st)
+		return st;
+	return traced_state(task->group_leader);
+}
+
+/*
+ * The (process, file) record of `inode` for the traced task `task`, created if need be, or
+ * NULL (not a regular file, map full: counted). With a struct file (O_DIRECT, io_uring) a new
+ * record's name is sent at once; without one (filemap hooks) the next system call on the file
+ * sends it (iolens_file_counters::named).
+ */
+static __always_inline __attribute__((unused)) struct iolens_file_counters *
+inode_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode,
+	     struct file *f)
+{
+	struct iolens_file_key key = {};
+	struct iolens_file_counters *c;
+	int created = 0;
+
+	if (!inode || !S_ISREG(BPF_CORE_READ(inode, i_mode)))
+		return NULL;
+	if (!st->pstart_ns)
+		st->pstart_ns = leader_start(task);
+	key.tgid = task->tgid;
+	key.pstart_ns = st->pstart_ns;
+	key.ino = BPF_CORE_READ(inode, i_ino);
+	key.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	key.gen = BPF_CORE_READ(inode, i_generation);
+	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	if (c && f && !c->named) {
+		struct call_ctx cx = {
+			.task = task,
+			.st = st,
+			.tgid = key.tgid,
+			.pstart = key.pstart_ns,
+			.t1 = bpf_ktime_get_ns(),
+		};
+		struct name_req r = { .ino = key.ino, .dev = key.dev, .gen = key.gen, .f = f };
+
+		send_name(&cx, &r);
+		c->named = 1;
+	}
+	return c;
+}
+
+/*
+ * Who last dirtied each file's pages, by (dev, ino): written by the dirtying hook
+ * (writeback_dirty_folio, in the writer's context), read by the block hooks when a flusher
+ * kworker writes those pages back, so the writeback is charged to the process (and so the job)
+ * that dirtied them. cgroup v2 writeback would name the cgroup through the bio's blkcg, but
+ * only where the io controller is on v2; this works on hybrid hosts too. LRU: the oldest
+ * dirtiers go first, and their pages have long been written back.
+ */
+struct dirtier {
+	__u32 tgid;
+	__u32 pad;
+	__u64 pstart_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct seen_key);
+	__type(value, struct dirtier);
+} dirtiers SEC(".maps");
+
+static __always_inline __attribute__((unused)) void remember_dirtier(__u32 dev, __u64 ino, __u32 tgid, __u64 pstart)
+{
+	struct seen_key k = { .ino = ino, .dev = dev };
+	struct dirtier *d = bpf_map_lookup_elem(&dirtiers, &k);
+	struct dirtier nv = { .tgid = tgid, .pstart_ns = pstart };
+
+	if (d && d->tgid == tgid && d->pstart_ns == pstart)
+		return;
+	bpf_map_update_elem(&dirtiers, &k, &nv, BPF_ANY);
+}
+
+#include "iolens_cache.bpf.h"
+#include "iolens_direct.bpf.h"
+#include "iolens_block.bpf.h"

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 6
+#define IOLENS_ABI_VERSION 7
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -108,6 +108,57 @@ struct iolens_file_counters {
 	__u64 close_end_ns;
 	__u64 meta_start_ns; /* first start of any metadata call (stat, seek, ...) */
 	__u64 meta_end_ns;
+	/*
+	 * ---- below the system calls (ABI 7; docs/counters.md "Page cache, mmap, O_DIRECT,
+	 * io_uring, writeback"): counted by the filemap, readahead, writeback, iomap and io_uring
+	 * tracepoints of bpf/iolens_cache.bpf.h and bpf/iolens_direct.bpf.h. Pages are the
+	 * kernel's base pages (4 KiB on x86-64); a large folio counts as its number of pages.
+	 */
+	/* page cache under buffered reads (read family, sendfile/splice/copy_file_range, io_uring) */
+	__u64 cache_read_pages;  /* pages buffered reads asked of the page cache
+				  * (mm_filemap_get_pages: each call's range counted once) */
+	__u64 cache_miss_pages;  /* pages this process's reads inserted into the page cache
+				  * (mm_filemap_add_to_page_cache while reading): misses plus the
+				  * readahead done for them */
+	__u64 ra_sync;           /* synchronous readahead decisions (page_cache_sync_ra): a read
+				  * or fault missed */
+	__u64 ra_async;          /* asynchronous readahead (page_cache_async_ra): a read reached
+				  * the readahead mark of a sequential stream */
+	__u64 prefetch_pages;    /* pages inserted by neither a read, a write nor a fault of the
+				  * process: fadvise(WILLNEED), madvise, readahead(2) */
+	/* mmap: file-backed page faults */
+	__u64 fault_pages;       /* faults that entered filemap_fault (mm_filemap_fault): each a
+				  * page the page tables did not have */
+	__u64 fault_around_pages;/* pages offered to fault-around (mm_filemap_map_pages ranges):
+				  * those already cached were mapped without a fault of their own */
+	__u64 fault_miss_pages;  /* pages faults inserted into the page cache (read from the
+				  * device, the fault's read-around included) */
+	/* O_DIRECT (iomap_dio_rw_begin .. iomap_dio_complete): also counted as the read/write
+	 * calls they are (reads, bytes_read, ...) when made by a system call or io_uring */
+	__u64 direct_reads;
+	__u64 direct_writes;
+	__u64 direct_bytes_read;     /* bytes the completions returned */
+	__u64 direct_bytes_written;
+	__u64 direct_read_time_ns;   /* sum of begin-to-completion times */
+	__u64 direct_write_time_ns;
+	__u64 direct_max_time_ns;    /* the slowest direct read or write */
+	/* io_uring: requests whose completion this process received; the reads and writes are
+	 * also counted like their system-call twins (reads, bytes_read, sizes, times ...) */
+	__u64 uring_reads;
+	__u64 uring_writes;
+	__u64 uring_bytes_read;      /* bytes from the completions */
+	__u64 uring_bytes_written;
+	__u64 uring_opens;           /* IORING_OP_OPENAT/OPENAT2 (also counted in opens) */
+	__u64 uring_closes;          /* IORING_OP_CLOSE (also counted in closes) */
+	__u64 uring_other;           /* other requests on the file (fsync, statx, ...), not counted elsewhere */
+	/* writes through the page cache */
+	__u64 dirtied_pages;     /* pages of this file the process dirtied (writeback_dirty_folio):
+				  * new dirt only, rewriting a dirty page adds nothing */
+	__u64 throttle_ns;       /* time balance_dirty_pages paused the process right after it
+				  * dirtied this file (writer throttling) */
+	__u64 throttles;         /* those pauses */
+	__u64 wb_waits;          /* waits on this file's pages under writeback
+				  * (folio_wait_writeback: fsync, rewrites of pages being written) */
 	/* ---- state: bookkeeping for the rules above, not exported ---- */
 	__s64 last_byte_read;    /* Darshan's last_byte_read: reset to 0 at open */
 	__s64 last_byte_written; /* Darshan's last_byte_written: reset to 0 at open */
@@ -117,6 +168,10 @@ struct iolens_file_counters {
 	__u32 last_io_type;  /* enum iolens_io_type */
 	__u32 first_io_type; /* enum iolens_io_type of the first data op, for merging folds */
 	__s64 open_fds;      /* opens+dups-closes seen on this record; <= 0 means idle */
+	__u32 named;         /* the file's name was sent for this record (a record that a
+			      * page-cache or io_uring hook created has no struct file to name
+			      * it from: the next system call on it sends the name) */
+	__u32 pad2;
 };
 
 /*
@@ -138,7 +193,33 @@ struct iolens_task_state {
 	__u32 cache_dev;
 	__u32 cache_gen;
 	__u32 origin; /* enum iolens_mark_reason: why this task is traced */
+	__u32 io_ctx; /* enum iolens_io_ctx: what the thread does now, to tell whom a page-cache
+		       * insertion serves */
+	/* mm_filemap_get_pages fires once per batch of one read with the read's whole remaining
+	 * range: the last range seen, so that each read's pages count once */
+	__u64 gp_ino;
+	__u64 gp_first;  /* first page index of the last event */
+	__u64 gp_last;   /* last page index (inclusive) of the last event */
+	__u64 gp_enter;  /* enter_ns of the system call it came in (0 = none) */
+	__u32 gp_dev;
+	/* the file this thread last dirtied a page of: balance_dirty_pages (no file argument)
+	 * charges its pause there */
+	__u32 dirty_dev;
+	__u64 dirty_ino;
+	__u32 dirty_gen;
 	__u32 pad;
+};
+
+/*
+ * What a traced thread is doing, set by sys_enter (read and write families), io_uring issue and
+ * page faults, and reset at sys_exit: a page inserted into the page cache in its context is a
+ * read miss, a fault miss, a page for a write, or a prefetch.
+ */
+enum iolens_io_ctx {
+	IOLENS_CTX_NONE = 0,  /* no read or write: an insertion is a prefetch (fadvise, madvise) */
+	IOLENS_CTX_READ = 1,  /* a read family call, the input of a copy, an io_uring read */
+	IOLENS_CTX_WRITE = 2, /* a write family call, a copy's output, an io_uring write */
+	IOLENS_CTX_FAULT = 3, /* a file-backed page fault (filemap_fault) */
 };
 
 /* Ring-buffer events: rare, per process or per new file, never per I/O call. */
@@ -367,6 +448,14 @@ enum iolens_stat {
 	IOLENS_STAT_TRACE_PIDS_LOST,       /* trace mode PIDS: new processes of listed ones that
 					    * could not be listed (trace_pids full): their calls
 					    * are not traced */
+	IOLENS_STAT_DIRECT_INFLIGHT_LOST,  /* O_DIRECT calls not counted: in-flight map full */
+	IOLENS_STAT_URING_INFLIGHT_LOST,   /* io_uring requests not timed (in-flight map full):
+					    * still counted, with zero time */
+	IOLENS_STAT_BLOCK_RECORDS_LOST,    /* block I/O not counted: block records map full */
+	IOLENS_STAT_BLOCK_INFLIGHT_LOST,   /* block requests not timed: in-flight map full */
+	IOLENS_STAT_DIRTIER_LOST,          /* files whose dirtier could not be remembered
+					    * (dirtiers map full): their writeback is charged to
+					    * no job */
 	IOLENS_NR_STATS,
 };
 
@@ -378,8 +467,8 @@ enum iolens_stat {
 
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720, "counters layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 80, "task state layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720 + 27 * 8, "counters layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 136, "task state layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 32, "event header layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 64, "fork event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_exit_event) == 40, "exit event layout");

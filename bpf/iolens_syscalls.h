@@ -66,6 +66,24 @@ static __always_inline int iolens_syscall_wanted(long nr)
 		return 0;
 	}
 }
+
+/* enum iolens_io_ctx of a wanted syscall: what a page inserted into the page cache during it
+ * serves. A copy reads its input first (its output's new pages would count as read misses:
+ * copies into the page cache are rare in training jobs). */
+static __always_inline __u32 iolens_syscall_io_ctx(long nr)
+{
+	switch (nr) {
+	case IOLENS_NR_read: case IOLENS_NR_pread64: case IOLENS_NR_readv: case IOLENS_NR_preadv:
+	case IOLENS_NR_preadv2: case IOLENS_NR_sendfile: case IOLENS_NR_splice:
+	case IOLENS_NR_copy_file_range:
+		return IOLENS_CTX_READ;
+	case IOLENS_NR_write: case IOLENS_NR_pwrite64: case IOLENS_NR_writev:
+	case IOLENS_NR_pwritev: case IOLENS_NR_pwritev2: case IOLENS_NR_ftruncate:
+		return IOLENS_CTX_WRITE;
+	default:
+		return IOLENS_CTX_NONE;
+	}
+}
 #else
 #error "iolens: syscall numbers are only defined for x86-64 (see bpf/README.md to add an arch)"
 #endif

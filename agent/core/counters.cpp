@@ -96,6 +96,32 @@ constexpr std::array kFields = {
     IOLENS_U(close_end_ns, LastEnd),
     IOLENS_U(meta_start_ns, MinStart),
     IOLENS_U(meta_end_ns, LastEnd),
+    IOLENS_U(cache_read_pages, Sum),
+    IOLENS_U(cache_miss_pages, Sum),
+    IOLENS_U(ra_sync, Sum),
+    IOLENS_U(ra_async, Sum),
+    IOLENS_U(prefetch_pages, Sum),
+    IOLENS_U(fault_pages, Sum),
+    IOLENS_U(fault_around_pages, Sum),
+    IOLENS_U(fault_miss_pages, Sum),
+    IOLENS_U(direct_reads, Sum),
+    IOLENS_U(direct_writes, Sum),
+    IOLENS_U(direct_bytes_read, Sum),
+    IOLENS_U(direct_bytes_written, Sum),
+    IOLENS_U(direct_read_time_ns, Sum),
+    IOLENS_U(direct_write_time_ns, Sum),
+    IOLENS_U(direct_max_time_ns, Max),
+    IOLENS_U(uring_reads, Sum),
+    IOLENS_U(uring_writes, Sum),
+    IOLENS_U(uring_bytes_read, Sum),
+    IOLENS_U(uring_bytes_written, Sum),
+    IOLENS_U(uring_opens, Sum),
+    IOLENS_U(uring_closes, Sum),
+    IOLENS_U(uring_other, Sum),
+    IOLENS_U(dirtied_pages, Sum),
+    IOLENS_U(throttle_ns, Sum),
+    IOLENS_U(throttles, Sum),
+    IOLENS_U(wb_waits, Sum),
 };
 
 #undef IOLENS_U
@@ -184,7 +210,14 @@ void add_totals(FileCounters& total, const FileCounters& c) {
 
 bool has_activity(const FileCounters& c) {
   return c.opens || c.reads || c.writes || c.seeks || c.stats || c.mmaps || c.fsyncs ||
-         c.fdsyncs || c.truncates || c.closes;
+         c.fdsyncs || c.truncates || c.closes || below_syscalls(c);
+}
+
+bool below_syscalls(const FileCounters& c) {
+  return c.cache_read_pages || c.cache_miss_pages || c.ra_sync || c.ra_async ||
+         c.prefetch_pages || c.fault_pages || c.fault_around_pages || c.fault_miss_pages ||
+         c.direct_reads || c.direct_writes || c.uring_reads || c.uring_writes || c.uring_opens ||
+         c.uring_closes || c.uring_other || c.dirtied_pages || c.throttles || c.wb_waits;
 }
 
 bool foldable(const FileCounters& c) {

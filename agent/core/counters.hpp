@@ -61,6 +61,10 @@ void add_totals(FileCounters& total, const FileCounters& c);
 /// Whether the record saw any operation at all.
 bool has_activity(const FileCounters& c);
 
+/// Whether the record saw anything of the layers below the system calls (page cache, faults,
+/// O_DIRECT, io_uring, dirtying, writeback waits).
+bool below_syscalls(const FileCounters& c);
+
 /// Whether a live record can be moved out of the kernel and a fresh one started without changing
 /// any counter: no descriptor of it is open (its opens were all closed), or it never saw a data
 /// call (stats only). A record read through an inherited descriptor (opens 0, reads > 0) is not:

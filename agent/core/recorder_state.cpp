@@ -25,7 +25,7 @@ constexpr std::size_t kTrailerBytes = 4;  // CRC-32 of header and payload
 // struct has no padding (layout checked in iolens_abi.h and abi_check.cpp).
 static_assert(std::endian::native == std::endian::little, "FileCounters are saved raw");
 static_assert(std::has_unique_object_representations_v<FileCounters>, "no padding bytes");
-static_assert(sizeof(FileCounters) == 720);
+static_assert(sizeof(FileCounters) == 936);
 
 // The least bytes one entry of each list takes: a count is refused when the bytes left cannot
 // hold that many entries.
@@ -317,7 +317,7 @@ struct Recorder::Codec {
 
 std::string Recorder::save() const {
   std::string out;
-  // The bulk: 720 bytes per part of a record. Growth doubles otherwise, so reserve about it.
+  // The bulk: 936 bytes per part of a record. Growth doubles otherwise, so reserve about it.
   out.reserve(kHeaderBytes + kTrailerBytes + 64 * names_.size() + 64 * by_path_.size() +
               800 * (files_.size() + others_.size()) + 128 * procs_.size() +
               24 * forgotten_paths_.size());

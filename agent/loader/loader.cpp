@@ -15,11 +15,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <bpf/btf.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "iolens_bpf.skel.h"
@@ -29,6 +34,10 @@ namespace iolens::loader {
 namespace {
 
 bool g_verbose = false;
+// While the object loads: the first program libbpf names in a warning ("prog 'NAME': ..."),
+// so that an optional program that fails to load can be left out and the rest loaded again.
+std::string* g_failed_prog = nullptr;
+std::string* g_failed_line = nullptr;
 
 int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   if (level == LIBBPF_DEBUG && !g_verbose) return 0;
@@ -36,6 +45,14 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   int n = vsnprintf(buf, sizeof(buf), fmt, args);
   std::string line(buf);
   while (!line.empty() && line.back() == '\n') line.pop_back();
+  if (level == LIBBPF_WARN && g_failed_prog && g_failed_prog->empty()) {
+    const auto at = line.find("prog '");
+    const auto end = at == std::string::npos ? at : line.find('\'', at + 6);
+    if (end != std::string::npos) {
+      *g_failed_prog = line.substr(at + 6, end - at - 6);
+      if (g_failed_line) *g_failed_line = line;
+    }
+  }
   if (level == LIBBPF_WARN)
     spdlog::warn("libbpf: {}", line);
   else
@@ -94,8 +111,29 @@ std::string pin_name(const bpf_map* m) {
 constexpr int kErrNotSupp = 524;  // the kernel's ENOTSUPP, not in user-space errno.h
 constexpr long kBpfFsMagic = 0xcafe4a11;
 
-/// When a program is attached: always, in daemon mode only, or on demand (syscall hooks).
-enum class Group { Lifecycle, Jobs, Syscalls };
+/// When a program is attached: always, in daemon mode only, on demand (syscall hooks), or
+/// where the kernel allows (Extra: every program not named in Loader::create's list; one that
+/// cannot load or attach is reported and left out, the rest run).
+enum class Group { Lifecycle, Jobs, Syscalls, Extra };
+
+/// The programs iolens cannot run without; every other program of the object is an extra.
+const std::set<std::string> kCorePrograms = {
+    "sched_process_fork", "sched_process_exec", "sched_process_exit", "cgroup_mkdir",
+    "cgroup_rmdir",       "cgroup_attach_task", "sys_enter",          "sys_exit",
+    "scan_tasks"};
+
+/// Why an extra program cannot load on this kernel before trying (a tracepoint the kernel does
+/// not have: readahead and filemap fault events are recent), or "".
+std::string extra_unavailable(const bpf_program* prog, const btf* vmlinux) {
+  const std::string sec = bpf_program__section_name(prog);
+  const std::string prefix = "tp_btf/";
+  if (sec.rfind(prefix, 0) != 0) return "";
+  const std::string tp = sec.substr(prefix.size());
+  if (!vmlinux) return "";
+  if (btf__find_by_name_kind(vmlinux, ("btf_trace_" + tp).c_str(), BTF_KIND_TYPEDEF) < 0)
+    return "tracepoint " + tp + " is not in this kernel";
+  return "";
+}
 
 int64_t clock_ns(clockid_t c) {
   timespec ts{};
@@ -146,6 +184,7 @@ struct Loader::Impl {
     Group group;
   };
   std::vector<Prog> progs;
+  std::deque<bpf_link*> extra_links;  // links of the Extra programs (the skeleton's are its own)
   // The ring's position pages, mapped by us (libbpf keeps its own mapping private).
   void* consumer_page = nullptr;
   void* producer_page = nullptr;
@@ -153,6 +192,8 @@ struct Loader::Impl {
   const uint64_t* ring_producer = nullptr;
   int pin_lock = -1;
   ~Impl() {
+    for (bpf_link* l : extra_links)
+      if (l) bpf_link__destroy(l);
     if (pin_lock >= 0) close(pin_lock);
     const long page = sysconf(_SC_PAGESIZE);
     if (consumer_page) munmap(consumer_page, static_cast<size_t>(page));
@@ -182,6 +223,26 @@ Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;
 
 std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
+  // An extra program the kernel refuses is left out and the object loaded again without it,
+  // as many times as there are extras; a core program's failure ends it.
+  std::map<std::string, std::string> left_out;
+  for (const auto& name : opts.disabled_programs) left_out[name] = "disabled by configuration";
+  for (;;) {
+    std::string failed_prog, failed_line;
+    auto loader = create_once(opts, left_out, status, failed_prog, failed_line);
+    if (loader || failed_prog.empty() || kCorePrograms.count(failed_prog) ||
+        left_out.count(failed_prog))
+      return loader;
+    spdlog::warn("optional program {} cannot load here, going on without it: {}", failed_prog,
+                 failed_line);
+    left_out[failed_prog] = "cannot load: " + failed_line;
+  }
+}
+
+std::unique_ptr<Loader> Loader::create_once(const Options& opts,
+                                            const std::map<std::string, std::string>& left_out,
+                                            Status& status, std::string& failed_prog,
+                                            std::string& failed_line) {
   g_verbose = opts.verbose;
   libbpf_set_print(libbpf_log);
 
@@ -292,7 +353,30 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
     }
   }
 
-  if (int err = iolens_bpf__load(skel); err) {
+  // Extras the kernel cannot have (a tracepoint it lacks) or that an earlier try could not load.
+  std::vector<std::pair<std::string, std::string>> extras_off;
+  {
+    btf* vmlinux = btf__load_vmlinux_btf();  // NULL if unreadable: then every extra is tried
+    bpf_program* p = nullptr;
+    bpf_object__for_each_program(p, skel->obj) {
+      const std::string name = bpf_program__name(p);
+      if (kCorePrograms.count(name)) continue;
+      std::string why;
+      if (auto it = left_out.find(name); it != left_out.end()) why = it->second;
+      else why = extra_unavailable(p, vmlinux);
+      if (why.empty()) continue;
+      bpf_program__set_autoload(p, false);
+      extras_off.emplace_back(name, why);
+    }
+    btf__free(vmlinux);
+  }
+
+  g_failed_prog = &failed_prog;
+  g_failed_line = &failed_line;
+  const int load_err = iolens_bpf__load(skel);
+  g_failed_prog = nullptr;
+  g_failed_line = nullptr;
+  if (int err = load_err; err) {
     std::string msg = "cannot load the BPF programs: " + errno_text(err);
     if (err == -EPERM || err == -EACCES) msg += std::string(" (") + privilege_hint() + ")";
     else msg += " (run with -v for the verifier's log)";
@@ -347,6 +431,21 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
       continue;
     }
     if (status = loader->attach_one(p.name, !opts.pin_dir.empty()); !status) return nullptr;
+  }
+  // Extras: attached where the kernel lets them, each failure named and counted as not attached
+  // (`iolens run` prints them, iolensd reports them in status and metrics).
+  {
+    bpf_program* p = nullptr;
+    bpf_object__for_each_program(p, skel->obj) {
+      const char* name = bpf_program__name(p);
+      if (kCorePrograms.count(name) || !bpf_program__autoload(p)) continue;
+      loader->impl_->extra_links.push_back(nullptr);
+      loader->impl_->progs.push_back(
+          {name, p, &loader->impl_->extra_links.back(), Group::Extra});
+      if (Status s = loader->attach_one(name, !opts.pin_dir.empty()); !s)
+        spdlog::warn("{} (going on without it)", s.message);
+    }
+    for (const auto& [name, why] : extras_off) loader->set_program_state(name, false, why);
   }
 
   loader->impl_->ring = new_consumer(skel->maps.events, ring_callback,

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,6 +34,10 @@ struct Options {
   /// Pin maps and links under this bpffs directory so that a restarted agent continues them
   /// (daemon mode). Empty: nothing pinned, everything goes away with the agent.
   std::string pin_dir;
+  /// Optional programs (those below the system calls: page cache, faults, O_DIRECT, io_uring,
+  /// writeback, block layer) not to load, by program name; reported as "disabled by
+  /// configuration". Core programs cannot be disabled.
+  std::vector<std::string> disabled_programs;
 };
 
 /// What a start with pinning found: a previous agent's live state, or why it was discarded.
@@ -171,6 +176,10 @@ class Loader {
  private:
   struct Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<Loader> create_once(const Options& opts,
+                                             const std::map<std::string, std::string>& left_out,
+                                             Status& status, std::string& failed_prog,
+                                             std::string& failed_line);
   Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                std::vector<iolens_file_key>* deferred);
   Status attach_one(const std::string& name, bool pin);

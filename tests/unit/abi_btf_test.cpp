@@ -58,9 +58,9 @@ TEST_F(AbiBtf, FileKey) {
 TEST_F(AbiBtf, FileCountersEveryField) {
   auto l = layout_of(b_, "iolens_file_counters");
   ASSERT_EQ(l.size, sizeof(iolens_file_counters));
-  // 90 eight-byte slots: the two 10-entry size arrays and the two 12-entry latency arrays are
-  // one member each (-18, -22), and two __u32 share one slot (+1).
-  ASSERT_EQ(l.offsets.size(), 90u - 2 * 9 - 2 * 11 + 1);
+  // 117 eight-byte slots: the two 10-entry size arrays and the two 12-entry latency arrays are
+  // one member each (-18, -22), and two pairs of __u32 share a slot each (+2).
+  ASSERT_EQ(l.offsets.size(), 117u - 2 * 9 - 2 * 11 + 2);
   EXPECT_FIELD(l, iolens_file_counters, opens);
   EXPECT_FIELD(l, iolens_file_counters, bytes_read);
   EXPECT_FIELD(l, iolens_file_counters, max_byte_written);
@@ -78,6 +78,12 @@ TEST_F(AbiBtf, FileCountersEveryField) {
   EXPECT_FIELD(l, iolens_file_counters, last_io_type);
   EXPECT_FIELD(l, iolens_file_counters, first_io_type);
   EXPECT_FIELD(l, iolens_file_counters, open_fds);
+  EXPECT_FIELD(l, iolens_file_counters, cache_read_pages);
+  EXPECT_FIELD(l, iolens_file_counters, fault_miss_pages);
+  EXPECT_FIELD(l, iolens_file_counters, direct_max_time_ns);
+  EXPECT_FIELD(l, iolens_file_counters, uring_other);
+  EXPECT_FIELD(l, iolens_file_counters, wb_waits);
+  EXPECT_FIELD(l, iolens_file_counters, named);
 }
 
 TEST_F(AbiBtf, TaskStateAndEvents) {
@@ -87,6 +93,11 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   EXPECT_FIELD(ts, iolens_task_state, close_kind);
   EXPECT_FIELD(ts, iolens_task_state, close_gen);
   EXPECT_FIELD(ts, iolens_task_state, origin);
+  EXPECT_FIELD(ts, iolens_task_state, io_ctx);
+  EXPECT_FIELD(ts, iolens_task_state, gp_enter);
+  EXPECT_FIELD(ts, iolens_task_state, gp_dev);
+  EXPECT_FIELD(ts, iolens_task_state, dirty_dev);
+  EXPECT_FIELD(ts, iolens_task_state, dirty_gen);
 
   auto h = layout_of(b_, "iolens_event_header");
   ASSERT_EQ(h.size, sizeof(iolens_event_header));

@@ -258,7 +258,7 @@ TEST(TraceFile, LayoutIsTheDocumentedOne) {
   EXPECT_EQ(meta["target"], t.meta.target);                       // valid UTF-8: a string
   EXPECT_EQ(meta["job"]["labels"].back(), json({{{"hex", "ff206b6579"}}, {{"hex", "76616c7565fe0a"}}}));
   EXPECT_EQ(meta["mono_to_wall_ns"], t.meta.mono_to_wall_ns);
-  EXPECT_EQ(meta["abi_version"], 6);
+  EXPECT_EQ(meta["abi_version"], IOLENS_ABI_VERSION);
   const json& rec = meta["op_record"];
   EXPECT_EQ(rec["size"], kOp);
   EXPECT_EQ(rec["byte_order"], "little");

@@ -1,0 +1,3 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Included at the end of bpf/iolens.bpf.c (extras: see the comment there). */
+/* The block layer: bytes, requests and latency per (process, device). */
