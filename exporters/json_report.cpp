@@ -23,6 +23,19 @@ json counters_json(const core::FileCounters& c) {
   return j;
 }
 
+json ratio_json(double r) { return r < 0 ? json(nullptr) : json(r); }
+
+/// How the record's bytes were read (core::read_coverage): the "coverage" per file.
+json coverage_json(const core::FileCounters& c) {
+  const core::ReadCoverage r = core::read_coverage(c);
+  return {{"syscall_read_bytes", r.syscall_bytes},
+          {"uring_read_bytes", r.uring_bytes},
+          {"direct_read_bytes", r.direct_bytes},
+          {"fault_bytes", r.fault_bytes},
+          {"cache_hit_ratio", ratio_json(r.cache_hit_ratio)},
+          {"fault_hit_ratio", ratio_json(r.fault_hit_ratio)}};
+}
+
 json process_counters_json(const core::ProcessSnapshot& p) {
   json j = json::object();
   for (const auto& f : core::counter_fields()) {
@@ -133,9 +146,14 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
     c["rename_sources"] = f.rename_sources;
     c["unlinks"] = f.unlinks;
     fj["counters"] = std::move(c);
+    fj["coverage"] = coverage_json(f.counters);
     files.push_back(std::move(fj));
   }
   j["files"] = std::move(files);
+  core::FileCounters all{};
+  for (const auto& p : run.processes) core::add_totals(all, p.totals);
+  j["coverage"] = coverage_json(all);
+  j["not_attached"] = run.not_attached;
   j["lost"] = run.lost;
   j["folded_records"] = run.folded_records;
   return j;

@@ -31,6 +31,47 @@ std::string join_command(const std::vector<std::string>& cmd) {
   return out;
 }
 
+std::string percent(double ratio) { return ratio < 0 ? "-" : fmt("%.0f%%", ratio * 100); }
+
+/// Where the bytes read came from, below the system calls: the run's line and the files with
+/// the most bytes read (only when something below them was seen: page cache, faults, O_DIRECT,
+/// io_uring).
+std::string read_paths(const core::RunSnapshot& run, std::vector<const core::FileSnapshot*> files,
+                       const TextOptions& opts) {
+  core::FileCounters all{};
+  for (const auto& p : run.processes) core::add_totals(all, p.totals);
+  if (!core::below_syscalls(all)) return "";
+  const core::ReadCoverage t = core::read_coverage(all);
+  std::string out = "\nhow bytes were read: ";
+  out += fmt("system calls %s (page cache hits %s), io_uring %s, of those O_DIRECT %s; "
+             "mmap faults %s (pages already cached %s)\n",
+             human_bytes(t.syscall_bytes).c_str(), percent(t.cache_hit_ratio).c_str(),
+             human_bytes(t.uring_bytes).c_str(), human_bytes(t.direct_bytes).c_str(),
+             human_bytes(t.fault_bytes).c_str(), percent(t.fault_hit_ratio).c_str());
+  if (all.dirtied_pages || all.throttles)
+    out += fmt("writes through the page cache: %s dirtied, throttled %s times for %s\n",
+               human_bytes(all.dirtied_pages * 4096).c_str(), human_count(all.throttles).c_str(),
+               human_duration(all.throttle_ns).c_str());
+  std::sort(files.begin(), files.end(), [](const auto* a, const auto* b) {
+    const auto x = a->counters.bytes_read + a->counters.fault_pages * 4096;
+    const auto y = b->counters.bytes_read + b->counters.fault_pages * 4096;
+    return x > y;
+  });
+  out += fmt("%10s %10s %10s %10s %7s %10s %7s %8s  %s\n", "SYSCALL", "IO_URING", "DIRECT",
+             "FAULTED", "HIT", "DIRTIED", "THROTTLE", "PID", "PATH");
+  for (std::size_t i = 0; i < files.size() && i < opts.top_files; ++i) {
+    const auto& c = files[i]->counters;
+    if (!core::below_syscalls(c) && c.bytes_read == 0) break;
+    const core::ReadCoverage r = core::read_coverage(c);
+    out += fmt("%10s %10s %10s %10s %7s %10s %7s %8u  %s\n", human_bytes(r.syscall_bytes).c_str(),
+               human_bytes(r.uring_bytes).c_str(), human_bytes(r.direct_bytes).c_str(),
+               human_bytes(r.fault_bytes).c_str(), percent(r.cache_hit_ratio).c_str(),
+               human_bytes(c.dirtied_pages * 4096).c_str(), human_duration(c.throttle_ns).c_str(),
+               files[i]->pid, printable(files[i]->path).c_str());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string printable(const std::string& s) {
@@ -143,6 +184,8 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
                human_count(d.files.size()).c_str(), printable(dir_list[i].first).c_str());
   }
 
+  out += read_paths(run, files, opts);
+
   std::string lost;
   for (const auto& [cause, n] : run.lost) {
     if (n == 0 || cause == "paths_truncated") continue;
@@ -152,6 +195,8 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   if (trunc != run.lost.end() && trunc->second)
     lost += fmt(" paths_truncated=%s", human_count(trunc->second).c_str());
   out += "\nlost:" + (lost.empty() ? std::string(" nothing") : lost) + "\n";
+  for (const auto& [prog, why] : run.not_attached)
+    out += fmt("not attached: %s (%s): not seen in this run\n", prog.c_str(), why.c_str());
   return out;
 }
 

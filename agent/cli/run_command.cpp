@@ -326,6 +326,8 @@ int run_traced(const RunOptions& opts) {
 
   core::RunSnapshot snap = rec.snapshot(clock);
   snap.command = opts.command;
+  for (const auto& p : loader->programs())
+    if (!p.attached) snap.not_attached[p.name] = p.error.empty() ? "not attached" : p.error;
   if (reaped)
     snap.exit_code =
         WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);

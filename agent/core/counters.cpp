@@ -225,6 +225,26 @@ bool foldable(const FileCounters& c) {
   return c.opens > 0 && c.open_fds == 0;
 }
 
+namespace {
+constexpr uint64_t kPageBytes = 4096;  // the kernel's base page on x86-64 (the ABI's unit)
+
+double hit_ratio(uint64_t misses, uint64_t asked) {
+  if (asked == 0) return -1;
+  return misses >= asked ? 0.0 : 1.0 - static_cast<double>(misses) / static_cast<double>(asked);
+}
+}  // namespace
+
+ReadCoverage read_coverage(const FileCounters& c) {
+  ReadCoverage r;
+  r.uring_bytes = c.uring_bytes_read;
+  r.syscall_bytes = c.bytes_read > c.uring_bytes_read ? c.bytes_read - c.uring_bytes_read : 0;
+  r.direct_bytes = c.direct_bytes_read;
+  r.fault_bytes = c.fault_pages * kPageBytes;
+  r.cache_hit_ratio = hit_ratio(c.cache_miss_pages, c.cache_read_pages);
+  r.fault_hit_ratio = hit_ratio(c.fault_miss_pages, c.fault_pages);
+  return r;
+}
+
 uint64_t last_activity_ns(const FileCounters& c) {
   // The last_*_end_ns state fields also see the calls without an exported end time (fsync,
   // fdatasync, mmap, dup).

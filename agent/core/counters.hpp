@@ -71,6 +71,25 @@ bool below_syscalls(const FileCounters& c);
 /// its pattern state (last byte) would restart.
 bool foldable(const FileCounters& c);
 
+/// How a file's bytes were read, path by path (issue "coverage"): the exporters' summary of
+/// the counters below the system calls. Reads by O_DIRECT are also reads of a system call or
+/// of io_uring, so `direct_bytes` overlaps those two; the others do not overlap.
+struct ReadCoverage {
+  uint64_t syscall_bytes = 0;  // read family and copies (bytes_read less io_uring's)
+  uint64_t uring_bytes = 0;    // io_uring reads
+  uint64_t direct_bytes = 0;   // of the two above, those that bypassed the page cache
+  uint64_t fault_bytes = 0;    // mmap: pages faulted in, as bytes (fault-around not included)
+  /// Share of the pages buffered reads asked for that were already in the page cache:
+  /// 1 - cache_miss_pages / cache_read_pages, clamped to [0, 1]; < 0 when no buffered read
+  /// reached the page cache (nothing to say).
+  double cache_hit_ratio = -1;
+  /// The same for faults: 1 - fault_miss_pages / fault_pages, clamped; < 0 without faults.
+  double fault_hit_ratio = -1;
+};
+
+/// The coverage of one record (a file's, or a process's or a run's sums).
+ReadCoverage read_coverage(const FileCounters& c);
+
 /// The end of the latest call counted in the record (CLOCK_MONOTONIC ns, 0 = none).
 uint64_t last_activity_ns(const FileCounters& c);
 

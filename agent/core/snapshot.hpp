@@ -65,6 +65,9 @@ struct RunSnapshot {
   /// Distinct (dev, ino) that are only in processes' `folded` records, in no `files` row: the
   /// run's distinct files are those of `files` plus these.
   uint64_t folded_only_files = 0;
+  /// Kernel programs that are not attached and why (an optional one the kernel lacks or
+  /// refused): what this run could not see. Empty when everything is attached.
+  std::map<std::string, std::string> not_attached;
 };
 
 }  // namespace iolens::core

@@ -282,3 +282,52 @@ TEST(Reports, RecorderFoldEndToEnd) {
   EXPECT_NE(exporters::run_summary(r.snapshot(core::ClockBase{})).find("10 files"),
             std::string::npos);
 }
+
+TEST(Coverage, PathsAndHitRatios) {
+  core::FileCounters c = core::new_counters();
+  EXPECT_EQ(core::read_coverage(c).cache_hit_ratio, -1);  // no buffered read: nothing to say
+  EXPECT_FALSE(core::below_syscalls(c));
+  c.bytes_read = 10 * 4096;
+  c.uring_bytes_read = 4 * 4096;  // of bytes_read
+  c.direct_bytes_read = 2 * 4096;
+  c.cache_read_pages = 8;
+  c.cache_miss_pages = 2;
+  c.fault_pages = 5;
+  c.fault_miss_pages = 9;  // read-around can insert more pages than faulted: clamped to 0
+  const core::ReadCoverage r = core::read_coverage(c);
+  EXPECT_EQ(r.syscall_bytes, 6u * 4096);
+  EXPECT_EQ(r.uring_bytes, 4u * 4096);
+  EXPECT_EQ(r.direct_bytes, 2u * 4096);
+  EXPECT_EQ(r.fault_bytes, 5u * 4096);
+  EXPECT_DOUBLE_EQ(r.cache_hit_ratio, 0.75);
+  EXPECT_DOUBLE_EQ(r.fault_hit_ratio, 0.0);
+  EXPECT_TRUE(core::below_syscalls(c));
+  EXPECT_TRUE(core::has_activity(c));
+}
+
+TEST(Coverage, JsonPerFileAndRunAndTextOnlyWhenSeen) {
+  core::RunSnapshot s = sample();
+  json plain = exporters::run_to_json(s, "x");
+  EXPECT_TRUE(plain["coverage"]["cache_hit_ratio"].is_null());
+  EXPECT_EQ(plain["coverage"]["syscall_read_bytes"], 3 * 1048576);
+  EXPECT_TRUE(plain["not_attached"].empty());
+  EXPECT_EQ(exporters::run_summary(s).find("how bytes were read"), std::string::npos);
+  EXPECT_EQ(exporters::run_summary(s).find("not attached"), std::string::npos);
+
+  s.processes[0].totals.cache_read_pages = 768;
+  s.processes[0].totals.cache_miss_pages = 192;
+  s.files[0].counters.cache_read_pages = 768;
+  s.files[0].counters.cache_miss_pages = 192;
+  s.not_attached["fault"] = "tracepoint mm_filemap_fault is not in this kernel";
+  json j = exporters::run_to_json(s, "x");
+  EXPECT_DOUBLE_EQ(j["files"][0]["coverage"]["cache_hit_ratio"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(j["coverage"]["cache_hit_ratio"].get<double>(), 0.75);
+  EXPECT_EQ(j["not_attached"]["fault"], "tracepoint mm_filemap_fault is not in this kernel");
+  const std::string t = exporters::run_summary(s);
+  EXPECT_NE(t.find("how bytes were read: system calls 3.00 MiB (page cache hits 75%)"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("not attached: fault (tracepoint mm_filemap_fault is not in this kernel)"),
+            std::string::npos)
+      << t;
+}
