@@ -50,6 +50,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(64u, 16u << 20));
   cmd->add_option("--btf", run.loader.btf_path, "Kernel BTF file")->capture_default_str();
+  cmd->add_option("--disable-program", run.loader.disabled_programs,
+                  "Do not load this optional kernel program (page cache, fault, O_DIRECT, "
+                  "io_uring, writeback, block hooks; repeatable); listed as not attached")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("-v,--verbose", verbose, "Debug logs, including libbpf's");
   cmd->add_option("command", run.command, "The command to trace, after --")->required();
   cmd->positionals_at_end();

@@ -38,6 +38,9 @@ bool g_verbose = false;
 // so that an optional program that fails to load can be left out and the rest loaded again.
 std::string* g_failed_prog = nullptr;
 std::string* g_failed_line = nullptr;
+// libbpf's warnings while the object loads, held back: when an optional program is what failed,
+// one line says so and the verifier's log goes to the debug log; otherwise they are all shown.
+std::vector<std::string>* g_load_warnings = nullptr;
 
 int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   if (level == LIBBPF_DEBUG && !g_verbose) return 0;
@@ -53,7 +56,9 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
       if (g_failed_line) *g_failed_line = line;
     }
   }
-  if (level == LIBBPF_WARN)
+  if (level == LIBBPF_WARN && g_load_warnings)
+    g_load_warnings->push_back(line);
+  else if (level == LIBBPF_WARN)
     spdlog::warn("libbpf: {}", line);
   else
     spdlog::debug("libbpf: {}", line);
@@ -356,6 +361,24 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   // Extras the kernel cannot have (a tracepoint it lacks) or that an earlier try could not load.
   std::vector<std::pair<std::string, std::string>> extras_off;
   {
+    std::set<std::string> extras;
+    bpf_program* q = nullptr;
+    bpf_object__for_each_program(q, skel->obj) {
+      if (!kCorePrograms.count(bpf_program__name(q))) extras.insert(bpf_program__name(q));
+    }
+    for (const auto& name : opts.disabled_programs) {
+      if (extras.count(name)) continue;
+      std::string known;
+      for (const auto& e : extras) known += (known.empty() ? "" : ", ") + e;
+      status = Status::Error(
+          kCorePrograms.count(name)
+              ? name + " is a core program and cannot be disabled"
+              : "no optional program named " + name + " (they are: " + known + ")",
+          EINVAL);
+      return nullptr;
+    }
+  }
+  {
     btf* vmlinux = btf__load_vmlinux_btf();  // NULL if unreadable: then every extra is tried
     bpf_program* p = nullptr;
     bpf_object__for_each_program(p, skel->obj) {
@@ -371,11 +394,22 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     btf__free(vmlinux);
   }
 
+  std::vector<std::string> warnings;
   g_failed_prog = &failed_prog;
   g_failed_line = &failed_line;
+  g_load_warnings = &warnings;
   const int load_err = iolens_bpf__load(skel);
   g_failed_prog = nullptr;
   g_failed_line = nullptr;
+  g_load_warnings = nullptr;
+  const bool extra_failed = !failed_prog.empty() && !kCorePrograms.count(failed_prog) &&
+                            !left_out.count(failed_prog);
+  for (const auto& w : warnings) {
+    if (load_err && !extra_failed)
+      spdlog::warn("libbpf: {}", w);
+    else
+      spdlog::debug("libbpf: {}", w);
+  }
   if (int err = load_err; err) {
     std::string msg = "cannot load the BPF programs: " + errno_text(err);
     if (err == -EPERM || err == -EACCES) msg += std::string(" (") + privilege_hint() + ")";

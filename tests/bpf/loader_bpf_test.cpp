@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <thread>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,46 @@ void write_file(const std::string& p, size_t size) {
 TEST_F(BpfTest, EveryProgramAttached) {
   ASSERT_FALSE(loader_->programs().empty());
   for (const auto& p : loader_->programs()) EXPECT_TRUE(p.attached) << p.name << ": " << p.error;
+}
+
+// Issue 5 item 8: optional programs degrade one by one. Every optional program attaches on this
+// kernel (EveryProgramAttached); one disabled is reported not attached with its reason while
+// the others run, and names that are not optional programs are refused with a clear error.
+TEST_F(BpfTest, OptionalProgramsDegradeOneByOne) {
+  const std::set<std::string> core = {"sched_process_fork", "sched_process_exec",
+                                      "sched_process_exit", "sys_enter", "sys_exit"};
+  std::vector<std::string> extras;
+  for (const auto& p : loader_->programs())
+    if (!core.count(p.name)) extras.push_back(p.name);
+  ASSERT_GE(extras.size(), 2u) << "no optional programs in the object";
+  loader_.reset();  // one agent at a time holds the programs
+
+  iolens::loader::Options opts = opts_;
+  opts.disabled_programs = {extras[0]};
+  iolens::Status st;
+  auto l = Loader::create(opts, st);
+  ASSERT_NE(l, nullptr) << st.message;
+  size_t attached = 0;
+  for (const auto& p : l->programs()) {
+    if (p.name == extras[0]) {
+      EXPECT_FALSE(p.attached);
+      EXPECT_EQ(p.error, "disabled by configuration");
+    } else {
+      EXPECT_TRUE(p.attached) << p.name << ": " << p.error;
+      ++attached;
+    }
+  }
+  EXPECT_EQ(attached, core.size() + extras.size() - 1);
+  l.reset();
+
+  for (const std::string bad : {"sys_exit", "no_such_program"}) {
+    opts.disabled_programs = {bad};
+    EXPECT_EQ(Loader::create(opts, st), nullptr) << bad;
+    EXPECT_NE(st.message.find(bad), std::string::npos) << st.message;
+    EXPECT_NE(st.message.find(bad == "sys_exit" ? "core program" : "no optional program"),
+              std::string::npos)
+        << st.message;
+  }
 }
 
 TEST_F(BpfTest, ReadsWritesAndPatternExact) {
