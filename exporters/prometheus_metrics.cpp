@@ -140,6 +140,36 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
                          MetricType::Histogram);
   auto& lat = b.family("iolens_job_request_duration_seconds",
                        "Latency of each read or write call, entry to exit.", MetricType::Histogram);
+  // Below the system calls (ABI 7, docs/counters.md): page cache, faults, O_DIRECT, io_uring,
+  // dirtying and throttling, from the same sums.
+  auto& pages = b.family("iolens_job_page_cache_pages_total",
+                         "Pages by page-cache event: read (asked by buffered reads), read_miss "
+                         "(inserted for them), fault, fault_miss, fault_around, prefetch, dirtied.",
+                         MetricType::Counter);
+  auto& ra = b.family("iolens_job_readahead_total", "Readahead decisions, by mode (sync, async).",
+                      MetricType::Counter);
+  auto& dbytes_io = b.family("iolens_job_direct_io_bytes_total",
+                             "Bytes read / written with O_DIRECT (also in iolens_job_io_bytes_total "
+                             "when made by a read/write call).",
+                             MetricType::Counter);
+  auto& dops_io = b.family("iolens_job_direct_io_operations_total",
+                           "O_DIRECT reads and writes completed.", MetricType::Counter);
+  auto& dsecs = b.family("iolens_job_direct_io_seconds_total",
+                         "Time from O_DIRECT submission to completion, all directions.",
+                         MetricType::Counter);
+  auto& ubytes = b.family("iolens_job_io_uring_bytes_total",
+                          "Bytes read / written by io_uring requests.", MetricType::Counter);
+  auto& uops = b.family("iolens_job_io_uring_operations_total",
+                        "io_uring requests on files completed, by op (read, write, open, close, "
+                        "other).",
+                        MetricType::Counter);
+  auto& thr_secs = b.family("iolens_job_dirty_throttle_seconds_total",
+                            "Time balance_dirty_pages paused the job's writers.",
+                            MetricType::Counter);
+  auto& thr = b.family("iolens_job_dirty_throttles_total", "Writer throttling pauses.",
+                       MetricType::Counter);
+  auto& wbw = b.family("iolens_job_writeback_waits_total",
+                       "Waits on pages under writeback (fsync, rewrites).", MetricType::Counter);
   auto& files = b.family("iolens_job_files", "Distinct files the job touched.", MetricType::Gauge);
   auto& procs = b.family("iolens_job_processes", "Processes seen in the job.", MetricType::Gauge);
   auto& running = b.family("iolens_job_processes_running", "Processes of the job still running.",
@@ -200,6 +230,28 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
                 d(c.lat_read_sum_ns) / 1e9);
       histogram(lat, plus(gl, "op", "write"), request_duration_bounds(), c.lat_write,
                 d(c.lat_write_sum_ns) / 1e9);
+      const std::pair<const char*, uint64_t> page_events[] = {
+          {"read", c.cache_read_pages}, {"read_miss", c.cache_miss_pages},
+          {"fault", c.fault_pages},     {"fault_miss", c.fault_miss_pages},
+          {"fault_around", c.fault_around_pages}, {"prefetch", c.prefetch_pages},
+          {"dirtied", c.dirtied_pages}};
+      for (const auto& [ev, n] : page_events) counter(pages, plus(gl, "event", ev), d(n));
+      counter(ra, plus(gl, "mode", "sync"), d(c.ra_sync));
+      counter(ra, plus(gl, "mode", "async"), d(c.ra_async));
+      counter(dbytes_io, plus(gl, "op", "read"), d(c.direct_bytes_read));
+      counter(dbytes_io, plus(gl, "op", "write"), d(c.direct_bytes_written));
+      counter(dops_io, plus(gl, "op", "read"), d(c.direct_reads));
+      counter(dops_io, plus(gl, "op", "write"), d(c.direct_writes));
+      counter(dsecs, gl, d(c.direct_read_time_ns + c.direct_write_time_ns) / 1e9);
+      counter(ubytes, plus(gl, "op", "read"), d(c.uring_bytes_read));
+      counter(ubytes, plus(gl, "op", "write"), d(c.uring_bytes_written));
+      const std::pair<const char*, uint64_t> uring_ops[] = {
+          {"read", c.uring_reads}, {"write", c.uring_writes}, {"open", c.uring_opens},
+          {"close", c.uring_closes}, {"other", c.uring_other}};
+      for (const auto& [op, n] : uring_ops) counter(uops, plus(gl, "op", op), d(n));
+      counter(thr_secs, gl, d(c.throttle_ns) / 1e9);
+      counter(thr, gl, d(c.throttles));
+      counter(wbw, gl, d(c.wb_waits));
     }
     gauge(files, jl, d(j.files));
     gauge(procs, jl, d(j.processes));

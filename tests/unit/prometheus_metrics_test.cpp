@@ -35,6 +35,12 @@ core::MetricsSnapshot known_snapshot() {
   g.totals.lat_read_sum_ns = 25'000;
   g.totals.opens = 3;
   g.totals.dups = 1;
+  g.totals.cache_read_pages = 64;
+  g.totals.cache_miss_pages = 16;
+  g.totals.direct_read_time_ns = 1'500'000'000;
+  g.totals.direct_write_time_ns = 500'000'000;
+  g.totals.uring_closes = 2;
+  g.totals.throttle_ns = 3'200'000'000;
   j.groups.push_back(g);
   j.classes = {{"dataset", {131122, 0, 3, 0, 5, 2}}, {"other", {}}};
   j.devices = {{"254:1", {131122, 0, 3, 0, 5, 2}}};
@@ -129,7 +135,17 @@ TEST(PrometheusText, LatencyMetadataAndDaemonSeries) {
            "iolens_drain_duration_seconds_bucket{node=\"n1\",le=\"0.001\"} 0\n",
            "iolens_drain_duration_seconds_bucket{node=\"n1\",le=\"0.01\"} 1\n",
            "iolens_scrape_duration_seconds{node=\"n1\"} 0.25\n",
-           "iolens_build_info{version=\"0.1.0\",abi_version=\"5\",node=\"n1\"} 1\n"})
+           "iolens_build_info{version=\"0.1.0\",abi_version=\"5\",node=\"n1\"} 1\n",
+           "iolens_job_page_cache_pages_total{job_id=\"slurm/42\",job_kind=\"slurm\","
+           "slurm_job=\"42\"," + G + ",event=\"read\"} 64\n",
+           "iolens_job_page_cache_pages_total{job_id=\"slurm/42\",job_kind=\"slurm\","
+           "slurm_job=\"42\"," + G + ",event=\"read_miss\"} 16\n",
+           "iolens_job_direct_io_seconds_total{job_id=\"slurm/42\",job_kind=\"slurm\","
+           "slurm_job=\"42\"," + G + "} 2\n",
+           "iolens_job_io_uring_operations_total{job_id=\"slurm/42\",job_kind=\"slurm\","
+           "slurm_job=\"42\"," + G + ",op=\"close\"} 2\n",
+           "iolens_job_dirty_throttle_seconds_total{job_id=\"slurm/42\",job_kind=\"slurm\","
+           "slurm_job=\"42\"," + G + "} 3.2\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nnot in:\n" << text;
   // An ended job only: no end time while it lives.
   EXPECT_EQ(text.find("iolens_job_end_time_seconds{"), std::string::npos);
