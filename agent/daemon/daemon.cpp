@@ -317,6 +317,7 @@ bool Daemon::setup() {
   lo.max_file_records = cfg_.limits.kernel_file_records;
   lo.ring_bytes = cfg_.limits.ring_bytes;
   lo.trace_ring_bytes = cfg_.limits.trace_ring_bytes;
+  lo.disabled_programs = cfg_.disabled_programs;
   Status st;
   loader_ = loader::Loader::create(lo, st);
   if (!loader_) {

@@ -25,12 +25,12 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 17> kTopKeys{
+constexpr std::array<std::string_view, 18> kTopKeys{
     "cgroup_root", "output_dir",    "state_dir",      "pin_dir",
     "socket",      "socket_group",  "drain_interval", "drain_interval_ms",
     "log_level",   "limits",        "rotation",       "grace_period",
     "jobs",        "syscall_hooks", "hooks_idle",     "metrics",
-    "darshan_logs"};
+    "darshan_logs", "disabled_programs"};
 // YAML 1.2's core schema booleans (yaml-cpp would also take YAML 1.1's y, yes, on...; a typo
 // such as 'ture' must not silently mean false, and 'no' is not a boolean in YAML 1.2).
 constexpr std::array<std::string_view, 3> kTrue{"true", "True", "TRUE"};
@@ -495,6 +495,14 @@ class ConfigParser {
         log_level(e, c);
       } else if (k == "syscall_hooks") {
         syscall_hooks(e, c);
+      } else if (k == "disabled_programs") {
+        // Names are checked against the object's programs when iolensd loads them.
+        if (auto names = string_list(e, k, "a list of optional program names",
+                                     [](const std::string& n) {
+                                       return n.empty() ? std::string("an empty name")
+                                                        : std::string();
+                                     }))
+          c.disabled_programs = *names;
       } else if (k == "hooks_idle") {
         check_.seconds(e, k, true, c.hooks_idle_s);
       } else if (k == "limits") {

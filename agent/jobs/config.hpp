@@ -91,6 +91,8 @@ struct Config {
   /// "on-demand": sys_enter/sys_exit attached only while a job is live (and hooks_idle_s
   /// after); "always": from start to stop. Every syscall on the node pays while attached.
   std::string syscall_hooks = "on-demand";
+  /// Optional kernel programs not to load (loader::Options::disabled_programs).
+  std::vector<std::string> disabled_programs;
   uint64_t hooks_idle_s = 30;
   Limits limits;
   Rotation rotation;

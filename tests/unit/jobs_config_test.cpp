@@ -470,6 +470,20 @@ TEST(JobsConfig, RingSizes) {
             "4294967296");
 }
 
+TEST(JobsConfig, DisabledPrograms) {
+  EXPECT_TRUE(parsed(kJobs).disabled_programs.empty());
+  EXPECT_EQ(parsed(kJobs + "disabled_programs: [block_rq_issue, fault]\n").disabled_programs,
+            (std::vector<std::string>{"block_rq_issue", "fault"}));
+  EXPECT_EQ(error_of(kJobs + "disabled_programs: fault\n").rfind("t.yaml:3:1: disabled_programs: "
+                                                                  "expected a list of optional "
+                                                                  "program names",
+                                                                  0),
+            0u)
+      << error_of(kJobs + "disabled_programs: fault\n");
+  EXPECT_EQ(error_of(kJobs + "disabled_programs: [\"\"]\n"),
+            "t.yaml:3:21: disabled_programs[0]: an empty name");
+}
+
 TEST(JobsConfig, SyscallHookModes) {
   EXPECT_EQ(parsed(kJobs).syscall_hooks, "on-demand");
   EXPECT_EQ(parsed(kJobs).hooks_idle_s, 30u);
