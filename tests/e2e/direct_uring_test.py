@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: O_DIRECT and io_uring counters (ABI 7) against fio's own totals.
+
+One `iolens run -- fio` with one job per case, run one after the other (stonewall), each on its
+own pre-created 16 MiB file on the disk (so fio lays nothing out: every read or write of the
+file is the job's):
+  - uring_buf_read / uring_buf_randwrite: ioengine=io_uring, direct=0;
+  - uring_direct_read / uring_direct_randwrite: ioengine=io_uring, direct=1;
+  - psync_direct_randread / psync_direct_randwrite: ioengine=psync, direct=1.
+Per file (summed over the fio processes that touched it) and per direction, with fio's
+total_ios N and io_bytes B:
+  - io_uring jobs: uring_reads == N, uring_bytes_read == B, and they are also reads:
+    reads == N, bytes_read == B (fio's io_uring engine makes no read/write system call);
+  - direct jobs: direct_reads == N, direct_bytes_read == B (and the writes likewise);
+  - psync direct jobs: reads (the pread system calls) == N == direct_reads;
+  - buffered jobs: no direct_* counts; psync jobs: no uring_* counts.
+Not covered here: io_uring OPENAT/CLOSE (fio opens and closes files with system calls).
+"""
+import json
+import os
+import shutil
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import e2e_common as E  # noqa: E402
+
+SIZE = 16 << 20
+BS = 64 << 10
+
+# (job name, ioengine, direct, rw)
+JOBS = (
+    ("uring_buf_read", "io_uring", 0, "read"),
+    ("uring_buf_randwrite", "io_uring", 0, "randwrite"),
+    ("uring_direct_read", "io_uring", 1, "read"),
+    ("uring_direct_randwrite", "io_uring", 1, "randwrite"),
+    ("psync_direct_randread", "psync", 1, "randread"),
+    ("psync_direct_randwrite", "psync", 1, "randwrite"),
+)
+
+DIRS = (("read", "reads", "bytes_read"), ("write", "writes", "bytes_written"))
+
+
+def make_file(path):
+    chunk = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(SIZE >> 20):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def job_file(tmp):
+    lines = ["[global]", "size=%d" % SIZE, "bs=%d" % BS, "iodepth=8", "stonewall",
+             "randrepeat=0", "norandommap", ""]
+    for name, engine, direct, rw in JOBS:
+        lines += ["[%s]" % name, "filename=%s" % os.path.join(tmp, name + ".dat"),
+                  "ioengine=%s" % engine, "direct=%d" % direct, "rw=%s" % rw, ""]
+    path = os.path.join(tmp, "jobs.fio")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+def summed(records):
+    out = {}
+    for r in records:
+        for k, v in (r.get("counters") or {}).items():
+            if isinstance(v, int):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def main():
+    args = E.parse_args()
+    E.require_root()
+    ck = E.Checker("direct_uring")
+    fio = shutil.which("fio")
+    if not fio:
+        ck.fatal("fio is not installed (Debian package fio, listed in .ci/setup)")
+    tmp = E.disk_tempdir("direct-uring")
+    for name, _, _, _ in JOBS:
+        make_file(os.path.join(tmp, name + ".dat"))
+    jobs = job_file(tmp)
+    fio_json = os.path.join(tmp, "fio.json")
+    out_json = os.path.join(tmp, "run.json")
+
+    run = E.run_iolens(args.iolens, [fio, "--output-format=json", "--output=" + fio_json, jobs],
+                       json_path=out_json, timeout=240)
+    if run.rc != 0:
+        ck.fatal("iolens run exited %d; stderr:\n%s" % (run.rc, run.err_text()))
+    doc = E.load_run(ck, run)
+    with open(fio_json) as f:
+        fio_doc = json.load(f)
+    E.check_lost_zero(ck, doc)
+    fio_jobs = {j["jobname"]: j for j in fio_doc["jobs"]}
+
+    for name, engine, direct, rw in JOBS:
+        path = os.path.join(tmp, name + ".dat")
+        recs = [r for r in doc["files"] if r.get("path") == path]
+        if not ck.check(recs, "%s: no file record for %s" % (name, path)):
+            continue
+        c = summed(recs)
+        j = fio_jobs.get(name)
+        if not ck.check(j is not None, "%s: not in fio's output" % name):
+            continue
+        E.log("%s: fio read %d ios %d bytes, write %d ios %d bytes; iolens %s" %
+              (name, j["read"]["total_ios"], j["read"]["io_bytes"], j["write"]["total_ios"],
+               j["write"]["io_bytes"], E.brief(c)))
+        for d, ops, nbytes in DIRS:
+            n, b = j[d]["total_ios"], j[d]["io_bytes"]
+            ck.check(n > 0 or d not in rw.replace("randread", "read").replace("randwrite", "write"),
+                     "%s: fio did no %s" % (name, d))
+            uring, direct_ = "uring_" + ops, "direct_" + ops
+            ck.eq("%s %s" % (name, ops), n, c.get(ops, 0))
+            ck.eq("%s %s" % (name, nbytes), b, c.get(nbytes, 0))
+            if engine == "io_uring":
+                ck.eq("%s %s" % (name, uring), n, c.get(uring, 0))
+                ck.eq("%s uring_%s" % (name, nbytes), b, c.get("uring_" + nbytes, 0))
+            else:
+                ck.eq("%s %s" % (name, uring), 0, c.get(uring, 0))
+            if direct:
+                ck.eq("%s %s" % (name, direct_), n, c.get(direct_, 0))
+                ck.eq("%s direct_%s" % (name, nbytes), b, c.get("direct_" + nbytes, 0))
+                if n:
+                    ck.check(c.get("direct_%s_time_ns" % d, 0) > 0,
+                             "%s: no direct %s time" % (name, d))
+            else:
+                ck.eq("%s %s" % (name, direct_), 0, c.get(direct_, 0))
+        if direct:
+            ck.check(c.get("direct_max_time_ns", 0) > 0, "%s: no direct_max_time_ns" % name)
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
