@@ -15,7 +15,10 @@ total_ios N and io_bytes B:
   - direct jobs: direct_reads == N, direct_bytes_read == B (and the writes likewise);
   - psync direct jobs: reads (the pread system calls) == N == direct_reads;
   - buffered jobs: no direct_* counts; psync jobs: no uring_* counts.
-Not covered here: io_uring OPENAT/CLOSE (fio opens and closes files with system calls).
+Then tests/workloads/uring_workload.c (raw io_uring system calls, no liburing): 3 rounds of
+OPENAT, READ 4 KiB at 0, FSYNC, CLOSE on one file, nothing else on it: its record must have
+opens == uring_opens == closes == uring_closes == reads == uring_reads == uring_other == 3,
+bytes_read == uring_bytes_read == 12288, no writes and no fsyncs (FSYNC is uring_other only).
 """
 import json
 import os
@@ -72,7 +75,7 @@ def summed(records):
 
 
 def main():
-    args = E.parse_args()
+    args = E.parse_args(workload=True)
     E.require_root()
     ck = E.Checker("direct_uring")
     fio = shutil.which("fio")
@@ -129,7 +132,36 @@ def main():
                 ck.eq("%s %s" % (name, direct_), 0, c.get(direct_, 0))
         if direct:
             ck.check(c.get("direct_max_time_ns", 0) > 0, "%s: no direct_max_time_ns" % name)
+    check_uring_workload(ck, args, tmp)
     ck.finish()
+
+
+def check_uring_workload(ck, args, tmp):
+    """io_uring OPENAT/READ/FSYNC/CLOSE of tests/workloads/uring_workload.c."""
+    data = os.path.join(tmp, "uring_buf_read.dat")
+    out_json = os.path.join(tmp, "uring.json")
+    run = E.run_iolens(args.iolens, [args.workload, data], json_path=out_json, timeout=60)
+    if run.rc != 0:
+        ck.fatal("iolens run of uring_workload exited %d; stderr:\n%s" %
+                 (run.rc, run.err_text()))
+    try:
+        w = json.loads(run.out.decode().splitlines()[0])
+    except (ValueError, IndexError) as e:
+        ck.fatal("uring_workload output is not one JSON line: %s: %r" % (e, run.out))
+    doc = E.load_run(ck, run)
+    E.check_lost_zero(ck, doc)
+    recs = [r for r in doc["files"] if r.get("path") == data]
+    if not ck.eq("uring_workload: records of %s" % data, 1, len(recs)):
+        return
+    c = recs[0]["counters"]
+    E.log("uring_workload %s; iolens %s" % (json.dumps(w), E.brief(c)))
+    for name, expected in (("opens", w["opens"]), ("uring_opens", w["opens"]),
+                           ("closes", w["closes"]), ("uring_closes", w["closes"]),
+                           ("reads", w["reads"]), ("uring_reads", w["reads"]),
+                           ("bytes_read", w["bytes_read"]), ("uring_bytes_read", w["bytes_read"]),
+                           ("uring_other", w["fsyncs"]), ("writes", 0),
+                           ("fsyncs", 0)):
+        ck.eq("uring_workload %s" % name, expected, c.get(name, 0))
 
 
 if __name__ == "__main__":
