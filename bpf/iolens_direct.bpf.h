@@ -166,8 +166,10 @@ static __always_inline int uring_kind(__u32 op)
 		return URING_OPEN;
 	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_CLOSE))
 		return URING_CLOSE;
-	/* Multishot reads post many completions for one submission: not counted. */
-	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_MULTISHOT))
+	/* Multishot reads post many completions for one submission: not counted. (6.7+: on an
+	 * older kernel the relocation of a missing enum value would fail the load.) */
+	if (bpf_core_enum_value_exists(enum io_uring_op, IORING_OP_READ_MULTISHOT) &&
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_MULTISHOT))
 		return URING_SKIP;
 	return URING_OTHER;
 }
@@ -193,6 +195,12 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 	v.tgid = task->tgid;
 	v.pstart_ns = st->pstart_ns;
 	v.pos = -1;
+	/* The request is issued inline right after this, in this thread (io_uring_enter, whose
+	 * sys_exit resets it): page-cache insertions meanwhile serve it (enum iolens_io_ctx).
+	 * Not on state borrowed from the group leader (SQPOLL, io-wq: no sys_exit to reset). */
+	if (traced_state(task) == st)
+		st->io_ctx = kind == URING_READ ? IOLENS_CTX_READ :
+			     kind == URING_WRITE ? IOLENS_CTX_WRITE : IOLENS_CTX_NONE;
 	if (kind == URING_READ || kind == URING_WRITE) {
 		/* prep (io_prep_rw) has run: the command area is a struct io_rw */
 		struct io_rw *rw = (struct io_rw *)&req->cmd;
@@ -202,7 +210,8 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 		/* An open into a registered-file slot completes with 0, not a descriptor. */
 		struct io_open *op = (struct io_open *)&req->cmd;
 
-		v.target_ok = BPF_CORE_READ(op, file_slot) == 0;
+		v.target_ok = !bpf_core_field_exists(op->file_slot) ||
+			      BPF_CORE_READ(op, file_slot) == 0;
 	} else if (kind == URING_CLOSE) {
 		/* The descriptor is gone at completion: resolve it now, in the submitter's table
 		 * (a registered-file slot, io_close::file_slot, is not a descriptor: skipped). */
@@ -210,7 +219,8 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 		struct file *f;
 		__u32 mode;
 
-		if (!BPF_CORE_READ(cl, file_slot)) {
+		/* (file_slot: 5.15+) */
+		if (!bpf_core_field_exists(cl->file_slot) || !BPF_CORE_READ(cl, file_slot)) {
 			f = fd_to_file(task, BPF_CORE_READ(cl, fd));
 			if (f) {
 				file_identity_cached(st, f, &v.dev, &v.ino, &v.gen, &mode);
