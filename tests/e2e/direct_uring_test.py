@@ -19,6 +19,12 @@ Then tests/workloads/uring_workload.c (raw io_uring system calls, no liburing): 
 OPENAT, READ 4 KiB at 0, FSYNC, CLOSE on one file, nothing else on it: its record must have
 opens == uring_opens == closes == uring_closes == reads == uring_reads == uring_other == 3,
 bytes_read == uring_bytes_read == 12288, no writes and no fsyncs (FSYNC is uring_other only).
+
+Last, O_DIRECT edges in a python child (EDGE_SCRIPT): a 16 KiB direct write, a truncate to
+10000 bytes, a 16 KiB direct read clipped at EOF (10000 bytes), a direct read past EOF (0 bytes:
+a read, but no direct I/O was done, so not a direct read) and an unaligned direct read (EINVAL:
+nothing counted): reads 2, direct_reads 1, direct_bytes_read 10000, direct_writes 1,
+direct_bytes_written 16384.
 """
 import json
 import os
@@ -42,6 +48,23 @@ JOBS = (
 )
 
 DIRS = (("read", "reads", "bytes_read"), ("write", "writes", "bytes_written"))
+
+
+EDGE_SCRIPT = r"""
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+buf = memoryview(mmap.mmap(-1, 65536))  # page aligned, as O_DIRECT wants
+assert os.pwritev(fd, [buf[:16384]], 0) == 16384
+os.ftruncate(fd, 10000)
+assert os.preadv(fd, [buf[:16384]], 0) == 10000
+assert os.preadv(fd, [buf[:4096]], 16384) == 0
+try:
+    os.preadv(fd, [buf[1:4097]], 0)
+    sys.exit("an unaligned O_DIRECT read succeeded")
+except OSError as e:
+    assert e.errno == 22, e
+os.close(fd)
+"""
 
 
 def make_file(path):
@@ -133,7 +156,30 @@ def main():
         if direct:
             ck.check(c.get("direct_max_time_ns", 0) > 0, "%s: no direct_max_time_ns" % name)
     check_uring_workload(ck, args, tmp)
+    check_direct_edges(ck, args, tmp)
     ck.finish()
+
+
+def check_direct_edges(ck, args, tmp):
+    """O_DIRECT at and past end of file, and a refused (unaligned) one."""
+    data = os.path.join(tmp, "edges.dat")
+    out_json = os.path.join(tmp, "edges.json")
+    run = E.run_iolens(args.iolens, ["/usr/bin/python3", "-c", EDGE_SCRIPT, data],
+                       json_path=out_json, timeout=60)
+    if run.rc != 0:
+        ck.fatal("iolens run of the O_DIRECT edge script exited %d; stderr:\n%s" %
+                 (run.rc, run.err_text()))
+    doc = E.load_run(ck, run)
+    E.check_lost_zero(ck, doc)
+    recs = [r for r in doc["files"] if r.get("path") == data]
+    if not ck.eq("edges: records of %s" % data, 1, len(recs)):
+        return
+    c = recs[0]["counters"]
+    E.log("edges: iolens %s" % E.brief(c))
+    for name, expected in (("reads", 2), ("bytes_read", 10000), ("direct_reads", 1),
+                           ("direct_bytes_read", 10000), ("writes", 1), ("direct_writes", 1),
+                           ("direct_bytes_written", 16384), ("uring_reads", 0)):
+        ck.eq("edges %s" % name, expected, c.get(name, 0))
 
 
 def check_uring_workload(ck, args, tmp):
