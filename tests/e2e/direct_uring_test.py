@@ -160,22 +160,25 @@ def main():
     ck.finish()
 
 
-def check_direct_edges(ck, args, tmp):
-    """O_DIRECT at and past end of file, and a refused (unaligned) one."""
-    data = os.path.join(tmp, "edges.dat")
-    out_json = os.path.join(tmp, "edges.json")
-    run = E.run_iolens(args.iolens, ["/usr/bin/python3", "-c", EDGE_SCRIPT, data],
-                       json_path=out_json, timeout=60)
+def run_one_file(ck, args, tag, cmd, data):
+    """`iolens run -- cmd` with no loss; returns (run, the counters of data's one record)."""
+    run = E.run_iolens(args.iolens, cmd, json_path=os.path.join(os.path.dirname(data),
+                                                                 tag + ".json"), timeout=60)
     if run.rc != 0:
-        ck.fatal("iolens run of the O_DIRECT edge script exited %d; stderr:\n%s" %
-                 (run.rc, run.err_text()))
+        ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (tag, run.rc, run.err_text()))
     doc = E.load_run(ck, run)
     E.check_lost_zero(ck, doc)
     recs = [r for r in doc["files"] if r.get("path") == data]
-    if not ck.eq("edges: records of %s" % data, 1, len(recs)):
-        return
-    c = recs[0]["counters"]
-    E.log("edges: iolens %s" % E.brief(c))
+    if not ck.eq("%s: records of %s" % (tag, data), 1, len(recs)):
+        ck.finish()
+    E.log("%s: iolens %s" % (tag, E.brief(recs[0]["counters"])))
+    return run, recs[0]["counters"]
+
+
+def check_direct_edges(ck, args, tmp):
+    """O_DIRECT at and past end of file, and a refused (unaligned) one."""
+    data = os.path.join(tmp, "edges.dat")
+    _, c = run_one_file(ck, args, "edges", ["/usr/bin/python3", "-c", EDGE_SCRIPT, data], data)
     for name, expected in (("reads", 2), ("bytes_read", 10000), ("direct_reads", 1),
                            ("direct_bytes_read", 10000), ("writes", 1), ("direct_writes", 1),
                            ("direct_bytes_written", 16384), ("uring_reads", 0)):
@@ -185,28 +188,17 @@ def check_direct_edges(ck, args, tmp):
 def check_uring_workload(ck, args, tmp):
     """io_uring OPENAT/READ/FSYNC/CLOSE of tests/workloads/uring_workload.c."""
     data = os.path.join(tmp, "uring_buf_read.dat")
-    out_json = os.path.join(tmp, "uring.json")
-    run = E.run_iolens(args.iolens, [args.workload, data], json_path=out_json, timeout=60)
-    if run.rc != 0:
-        ck.fatal("iolens run of uring_workload exited %d; stderr:\n%s" %
-                 (run.rc, run.err_text()))
+    run, c = run_one_file(ck, args, "uring_workload", [args.workload, data], data)
     try:
         w = json.loads(run.out.decode().splitlines()[0])
     except (ValueError, IndexError) as e:
         ck.fatal("uring_workload output is not one JSON line: %s: %r" % (e, run.out))
-    doc = E.load_run(ck, run)
-    E.check_lost_zero(ck, doc)
-    recs = [r for r in doc["files"] if r.get("path") == data]
-    if not ck.eq("uring_workload: records of %s" % data, 1, len(recs)):
-        return
-    c = recs[0]["counters"]
-    E.log("uring_workload %s; iolens %s" % (json.dumps(w), E.brief(c)))
+    E.log("uring_workload says %s" % json.dumps(w))
     for name, expected in (("opens", w["opens"]), ("uring_opens", w["opens"]),
                            ("closes", w["closes"]), ("uring_closes", w["closes"]),
                            ("reads", w["reads"]), ("uring_reads", w["reads"]),
                            ("bytes_read", w["bytes_read"]), ("uring_bytes_read", w["bytes_read"]),
-                           ("uring_other", w["fsyncs"]), ("writes", 0),
-                           ("fsyncs", 0)):
+                           ("uring_other", w["fsyncs"]), ("writes", 0), ("fsyncs", 0)):
         ck.eq("uring_workload %s" % name, expected, c.get(name, 0))
 
 
