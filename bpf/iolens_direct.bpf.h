@@ -1,3 +1,339 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Included at the end of bpf/iolens.bpf.c (extras: see the comment there). */
-/* O_DIRECT (iomap dio) and io_uring requests. */
+/*
+ * O_DIRECT (iomap dio) and io_uring requests (docs/counters.md "O_DIRECT and io_uring (ABI 7)").
+ *
+ * Both are timed from a start hook to a completion hook that may run elsewhere: an O_DIRECT
+ * completion in the block layer's IRQ or a kworker, an io_uring completion in an io-wq worker
+ * or the submitter's task work. The start hook runs in the traced task and keeps what the
+ * completion needs (the process key, the time) in an in-flight map keyed by the kiocb or the
+ * request; the completion never trusts `current` for the process.
+ */
+
+/* The (process, file) key of `inode`; 0 if it is not a regular file. */
+static __always_inline int inode_key(struct iolens_file_key *k, __u32 tgid, __u64 pstart,
+				     struct inode *inode)
+{
+	if (!inode || !S_ISREG(BPF_CORE_READ(inode, i_mode)))
+		return 0;
+	k->tgid = tgid;
+	k->pstart_ns = pstart;
+	k->ino = BPF_CORE_READ(inode, i_ino);
+	k->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	k->gen = BPF_CORE_READ(inode, i_generation);
+	return 1;
+}
+
+/* ---- O_DIRECT: iomap_dio_rw_begin .. iomap_dio_complete ---- */
+
+struct dio_inflight {
+	__u64 t0;
+	__u64 pstart_ns;
+	__u64 done_before; /* bytes a previous partial call already moved (in the complete's ret) */
+	__u32 tgid;
+	__u32 is_write;
+};
+
+/* In-flight direct I/O by struct kiocb *. A begin that never completes (a NOWAIT attempt that
+ * gave up with -EAGAIN, an error before any bio) leaves its entry, overwritten when the kiocb
+ * address is used again (a syscall's kiocb is on the stack, an io_uring one in a recycled
+ * request). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct dio_inflight);
+} dio_inflight SEC(".maps");
+
+SEC("tp_btf/iomap_dio_rw_begin")
+int BPF_PROG(iomap_dio_rw_begin, struct kiocb *iocb, struct iov_iter *iter, unsigned int dio_flags,
+	     size_t done_before)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct dio_inflight v = {};
+	struct file *f;
+	__u64 key = (__u64)iocb;
+
+	if (!st)
+		return 0;
+	f = iocb->ki_filp;
+	/* Creates the record and sends its name now, in the task: the completion may be in IRQ. */
+	if (!f || !inode_record(task, st, BPF_CORE_READ(f, f_inode), f))
+		return 0;
+	v.t0 = bpf_ktime_get_ns();
+	v.tgid = task->tgid;
+	v.pstart_ns = st->pstart_ns;
+	v.done_before = done_before;
+	/* ITER_SOURCE: the iterator is the data's source, i.e. a write (iov_iter_rw()) */
+	v.is_write = BPF_CORE_READ(iter, data_source) ? 1 : 0;
+	if (bpf_map_update_elem(&dio_inflight, &key, &v, BPF_ANY))
+		stat_inc(IOLENS_STAT_DIRECT_INFLIGHT_LOST);
+	return 0;
+}
+
+/* Fires for synchronous and for queued (aio, io_uring: -EIOCBQUEUED) direct I/O alike: the
+ * async path completes through iomap_dio_complete_work(), which calls iomap_dio_complete(). */
+SEC("tp_btf/iomap_dio_complete")
+int BPF_PROG(iomap_dio_complete, struct kiocb *iocb, int error, ssize_t ret)
+{
+	__u64 key = (__u64)iocb;
+	struct dio_inflight *v = bpf_map_lookup_elem(&dio_inflight, &key);
+	struct iolens_file_key fk = {};
+	struct iolens_file_counters *c;
+	struct dio_inflight d;
+	struct file *f;
+	__u64 t1, elapsed, bytes;
+	int created = 0;
+
+	if (!v)
+		return 0;
+	d = *v;
+	bpf_map_delete_elem(&dio_inflight, &key);
+	if (ret < 0)
+		return 0;
+	f = iocb->ki_filp;
+	if (!f || !inode_key(&fk, d.tgid, d.pstart_ns, BPF_CORE_READ(f, f_inode)))
+		return 0;
+	/* No name sent from here (IRQ context possibly): the begin hook named the record. */
+	c = get_record(&files, &fk, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	if (!c)
+		return 0;
+	t1 = bpf_ktime_get_ns();
+	elapsed = t1 > d.t0 ? t1 - d.t0 : 0;
+	bytes = (__u64)ret > d.done_before ? (__u64)ret - d.done_before : 0;
+	if (d.is_write) {
+		IOLENS_ADD(&c->direct_writes, 1);
+		IOLENS_ADD(&c->direct_bytes_written, bytes);
+		IOLENS_ADD(&c->direct_write_time_ns, elapsed);
+	} else {
+		IOLENS_ADD(&c->direct_reads, 1);
+		IOLENS_ADD(&c->direct_bytes_read, bytes);
+		IOLENS_ADD(&c->direct_read_time_ns, elapsed);
+	}
+	if (elapsed > c->direct_max_time_ns)
+		c->direct_max_time_ns = elapsed;
+	return 0;
+}
+
+/* ---- io_uring: io_uring_submit_req .. io_uring_complete ---- */
+
+struct uring_inflight {
+	__u64 t0;
+	__u64 pstart_ns;
+	__s64 pos;     /* read/write: the request's offset (-1: the file position) */
+	__u64 ino;     /* close: the file the descriptor named at submission */
+	__u32 dev;
+	__u32 gen;
+	__u32 tgid;
+	__u32 opcode;
+	__u32 target_ok; /* open: into a descriptor (not a registered-file slot); close: the
+			  * descriptor named a regular file */
+	__u32 pad;
+};
+
+/* In-flight io_uring requests by struct io_kiocb *. A request that posts no completion
+ * (IOSQE_CQE_SKIP_SUCCESS) leaves its entry until the request is recycled. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct uring_inflight);
+} uring_inflight SEC(".maps");
+
+enum uring_kind {
+	URING_SKIP = 0,
+	URING_READ,
+	URING_WRITE,
+	URING_OPEN,
+	URING_CLOSE,
+	URING_OTHER,
+};
+
+/* What iolens makes of an opcode (enum io_uring_op values from the kernel's BTF). */
+static __always_inline int uring_kind(__u32 op)
+{
+	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READV) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_FIXED))
+		return URING_READ;
+	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITE) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITEV) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITE_FIXED))
+		return URING_WRITE;
+	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_OPENAT) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_OPENAT2))
+		return URING_OPEN;
+	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_CLOSE))
+		return URING_CLOSE;
+	/* Multishot reads post many completions for one submission: not counted. (6.7+: on an
+	 * older kernel the relocation of a missing enum value would fail the load.) */
+	if (bpf_core_enum_value_exists(enum io_uring_op, IORING_OP_READ_MULTISHOT) &&
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_MULTISHOT))
+		return URING_SKIP;
+	return URING_OTHER;
+}
+
+SEC("tp_btf/io_uring_submit_req")
+int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct uring_inflight v = {};
+	__u64 key = (__u64)req;
+	int kind;
+
+	if (!st)
+		return 0;
+	v.opcode = req->opcode;
+	kind = uring_kind(v.opcode);
+	if (kind == URING_SKIP)
+		return 0;
+	if (!st->pstart_ns)
+		st->pstart_ns = leader_start(task);
+	v.t0 = bpf_ktime_get_ns();
+	v.tgid = task->tgid;
+	v.pstart_ns = st->pstart_ns;
+	v.pos = -1;
+	/* The request is issued inline right after this, in this thread (io_uring_enter, whose
+	 * sys_exit resets it): page-cache insertions meanwhile serve it (enum iolens_io_ctx).
+	 * Not on state borrowed from the group leader (SQPOLL, io-wq: no sys_exit to reset). */
+	if (traced_state(task) == st)
+		st->io_ctx = kind == URING_READ ? IOLENS_CTX_READ :
+			     kind == URING_WRITE ? IOLENS_CTX_WRITE : IOLENS_CTX_NONE;
+	if (kind == URING_READ || kind == URING_WRITE) {
+		/* prep (io_prep_rw) has run: the command area is a struct io_rw */
+		struct io_rw *rw = (struct io_rw *)&req->cmd;
+
+		v.pos = BPF_CORE_READ(rw, kiocb.ki_pos);
+	} else if (kind == URING_OPEN) {
+		/* An open into a registered-file slot completes with 0, not a descriptor. */
+		struct io_open *op = (struct io_open *)&req->cmd;
+
+		v.target_ok = !bpf_core_field_exists(op->file_slot) ||
+			      BPF_CORE_READ(op, file_slot) == 0;
+	} else if (kind == URING_CLOSE) {
+		/* The descriptor is gone at completion: resolve it now, in the submitter's table
+		 * (a registered-file slot, io_close::file_slot, is not a descriptor: skipped). */
+		struct io_close *cl = (struct io_close *)&req->cmd;
+		struct file *f;
+		__u32 mode;
+
+		/* (file_slot: 5.15+) */
+		if (!bpf_core_field_exists(cl->file_slot) || !BPF_CORE_READ(cl, file_slot)) {
+			f = fd_to_file(task, BPF_CORE_READ(cl, fd));
+			if (f) {
+				file_identity_cached(st, f, &v.dev, &v.ino, &v.gen, &mode);
+				v.target_ok = S_ISREG(mode);
+				/* name it while the struct file is reachable */
+				if (v.target_ok)
+					inode_record(task, st, BPF_CORE_READ(f, f_inode), f);
+			}
+			st->cache_file = 0; /* the file is going away */
+		}
+	}
+	if (bpf_map_update_elem(&uring_inflight, &key, &v, BPF_ANY))
+		stat_inc(IOLENS_STAT_URING_INFLIGHT_LOST);
+	return 0;
+}
+
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct io_uring_cqe *cqe)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct io_kiocb *req = req_ptr;
+	__u64 key = (__u64)req_ptr;
+	struct uring_inflight *vp;
+	struct uring_inflight v = {};
+	struct iolens_task_state *st;
+	struct iolens_file_counters *c = NULL;
+	struct file *f;
+	__u64 t1;
+	__s32 res;
+	int kind;
+
+	if (!req)
+		return 0; /* an auxiliary completion (no request): nothing to charge */
+	vp = bpf_map_lookup_elem(&uring_inflight, &key);
+	if (vp) {
+		v = *vp;
+		bpf_map_delete_elem(&uring_inflight, &key);
+	}
+	/*
+	 * Completions are posted by threads of the ring's process (its task work, io-wq workers,
+	 * the SQPOLL thread): the record is the submitter's, whose state must be traced. A
+	 * completion seen without its submission (in-flight map full, tracing began meanwhile)
+	 * is counted for the current process with zero time.
+	 */
+	st = io_task_state(task);
+	if (!st)
+		return 0;
+	if (!vp) {
+		v.opcode = BPF_CORE_READ(req, opcode);
+		v.tgid = task->tgid;
+		v.pos = -1;
+	} else if (v.tgid != task->tgid) {
+		return 0; /* a ring shared with another process: not resolvable here */
+	}
+	kind = uring_kind(v.opcode);
+	res = cqe->res;
+	if (kind == URING_SKIP || res < 0)
+		return 0;
+	t1 = bpf_ktime_get_ns();
+
+	if (kind == URING_CLOSE) {
+		struct iolens_file_key fk = {
+			.tgid = v.tgid,
+			.pstart_ns = v.pstart_ns,
+			.ino = v.ino,
+			.dev = v.dev,
+			.gen = v.gen,
+		};
+		int created = 0;
+
+		if (!v.target_ok)
+			return 0;
+		c = get_record(&files, &fk, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+		if (!c)
+			return 0;
+		IOLENS_ADD(&c->uring_closes, 1);
+		iolens_account_close(c, res, v.t0, t1);
+		return 0;
+	}
+	if (kind == URING_OPEN && !v.target_ok)
+		return 0;
+	if (kind == URING_OPEN)
+		f = fd_to_file(task, res); /* the new descriptor, in the process's table */
+	else
+		f = BPF_CORE_READ(req, file);
+	if (!f)
+		return 0;
+	c = inode_record(task, st, BPF_CORE_READ(f, f_inode), f);
+	if (!c)
+		return 0;
+	switch (kind) {
+	case URING_READ:
+	case URING_WRITE:
+		if (v.pos < 0) /* at the file position, which has moved by res */
+			v.pos = BPF_CORE_READ(f, f_pos) - res;
+		if (v.pos < 0)
+			v.pos = 0;
+		if (kind == URING_READ) {
+			IOLENS_ADD(&c->uring_reads, 1);
+			IOLENS_ADD(&c->uring_bytes_read, (__u64)res);
+		} else {
+			IOLENS_ADD(&c->uring_writes, 1);
+			IOLENS_ADD(&c->uring_bytes_written, (__u64)res);
+		}
+		iolens_account_rw(c, kind == URING_WRITE, v.pos, res, v.t0, t1);
+		break;
+	case URING_OPEN:
+		IOLENS_ADD(&c->uring_opens, 1);
+		iolens_account_open(c, 0, v.t0, t1);
+		break;
+	default:
+		IOLENS_ADD(&c->uring_other, 1);
+		break;
+	}
+	return 0;
+}

@@ -93,6 +93,8 @@ void record_kernel_stats(core::Recorder& rec, const loader::KernelStats& st) {
   rec.set_lost("process_events", st[IOLENS_STAT_PROC_EVENTS_LOST]);
   rec.set_lost("untraced_threads", st[IOLENS_STAT_TASK_STATE_FAILED]);
   rec.set_lost("paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]);
+  rec.set_lost("direct_inflight", st[IOLENS_STAT_DIRECT_INFLIGHT_LOST]);
+  rec.set_lost("uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]);
 }
 
 }  // namespace

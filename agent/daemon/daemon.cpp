@@ -97,7 +97,9 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
           {"process_events", st[IOLENS_STAT_PROC_EVENTS_LOST]},
           {"job_events", st[IOLENS_STAT_JOB_EVENTS_LOST]},
           {"untraced_threads", st[IOLENS_STAT_TASK_STATE_FAILED]},
-          {"paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]}};
+          {"paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]},
+          {"direct_inflight", st[IOLENS_STAT_DIRECT_INFLIGHT_LOST]},
+          {"uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]}};
 }
 
 constexpr char kStateMagic[8] = {'I', 'O', 'L', 'S', 'T', 'A', 'T', '1'};

@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: O_DIRECT and io_uring counters (ABI 7) against fio's own totals.
+
+One `iolens run -- fio` with one job per case, run one after the other (stonewall), each on its
+own pre-created 16 MiB file on the disk (so fio lays nothing out: every read or write of the
+file is the job's):
+  - uring_buf_read / uring_buf_randwrite: ioengine=io_uring, direct=0;
+  - uring_direct_read / uring_direct_randwrite: ioengine=io_uring, direct=1;
+  - psync_direct_randread / psync_direct_randwrite: ioengine=psync, direct=1.
+Per file (summed over the fio processes that touched it) and per direction, with fio's
+total_ios N and io_bytes B:
+  - io_uring jobs: uring_reads == N, uring_bytes_read == B, and they are also reads:
+    reads == N, bytes_read == B (fio's io_uring engine makes no read/write system call);
+  - direct jobs: direct_reads == N, direct_bytes_read == B (and the writes likewise);
+  - psync direct jobs: reads (the pread system calls) == N == direct_reads;
+  - buffered jobs: no direct_* counts; psync jobs: no uring_* counts.
+Then tests/workloads/uring_workload.c (raw io_uring system calls, no liburing): 3 rounds of
+OPENAT, READ 4 KiB at 0, FSYNC, CLOSE on one file, nothing else on it: its record must have
+opens == uring_opens == closes == uring_closes == reads == uring_reads == uring_other == 3,
+bytes_read == uring_bytes_read == 12288, no writes and no fsyncs (FSYNC is uring_other only).
+
+Last, O_DIRECT edges in a python child (EDGE_SCRIPT): a 16 KiB direct write, a truncate to
+10000 bytes, a 16 KiB direct read clipped at EOF (10000 bytes), a direct read past EOF (0 bytes:
+a read, but no direct I/O was done, so not a direct read) and an unaligned direct read (EINVAL:
+nothing counted): reads 2, direct_reads 1, direct_bytes_read 10000, direct_writes 1,
+direct_bytes_written 16384.
+"""
+import json
+import os
+import shutil
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import e2e_common as E  # noqa: E402
+
+SIZE = 16 << 20
+BS = 64 << 10
+
+# (job name, ioengine, direct, rw)
+JOBS = (
+    ("uring_buf_read", "io_uring", 0, "read"),
+    ("uring_buf_randwrite", "io_uring", 0, "randwrite"),
+    ("uring_direct_read", "io_uring", 1, "read"),
+    ("uring_direct_randwrite", "io_uring", 1, "randwrite"),
+    ("psync_direct_randread", "psync", 1, "randread"),
+    ("psync_direct_randwrite", "psync", 1, "randwrite"),
+)
+
+DIRS = (("read", "reads", "bytes_read"), ("write", "writes", "bytes_written"))
+
+
+EDGE_SCRIPT = r"""
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+buf = memoryview(mmap.mmap(-1, 65536))  # page aligned, as O_DIRECT wants
+assert os.pwritev(fd, [buf[:16384]], 0) == 16384
+os.ftruncate(fd, 10000)
+assert os.preadv(fd, [buf[:16384]], 0) == 10000
+assert os.preadv(fd, [buf[:4096]], 16384) == 0
+try:
+    os.preadv(fd, [buf[1:4097]], 0)
+    sys.exit("an unaligned O_DIRECT read succeeded")
+except OSError as e:
+    assert e.errno == 22, e
+os.close(fd)
+"""
+
+
+def make_file(path):
+    chunk = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(SIZE >> 20):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def job_file(tmp):
+    lines = ["[global]", "size=%d" % SIZE, "bs=%d" % BS, "iodepth=8", "stonewall",
+             "randrepeat=0", "norandommap", ""]
+    for name, engine, direct, rw in JOBS:
+        lines += ["[%s]" % name, "filename=%s" % os.path.join(tmp, name + ".dat"),
+                  "ioengine=%s" % engine, "direct=%d" % direct, "rw=%s" % rw, ""]
+    path = os.path.join(tmp, "jobs.fio")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+def summed(records):
+    out = {}
+    for r in records:
+        for k, v in (r.get("counters") or {}).items():
+            if isinstance(v, int):
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def main():
+    args = E.parse_args(workload=True)
+    E.require_root()
+    ck = E.Checker("direct_uring")
+    fio = shutil.which("fio")
+    if not fio:
+        ck.fatal("fio is not installed (Debian package fio, listed in .ci/setup)")
+    tmp = E.disk_tempdir("direct-uring")
+    for name, _, _, _ in JOBS:
+        make_file(os.path.join(tmp, name + ".dat"))
+    jobs = job_file(tmp)
+    fio_json = os.path.join(tmp, "fio.json")
+    out_json = os.path.join(tmp, "run.json")
+
+    run = E.run_iolens(args.iolens, [fio, "--output-format=json", "--output=" + fio_json, jobs],
+                       json_path=out_json, timeout=240)
+    if run.rc != 0:
+        ck.fatal("iolens run exited %d; stderr:\n%s" % (run.rc, run.err_text()))
+    doc = E.load_run(ck, run)
+    with open(fio_json) as f:
+        fio_doc = json.load(f)
+    E.check_lost_zero(ck, doc)
+    fio_jobs = {j["jobname"]: j for j in fio_doc["jobs"]}
+
+    for name, engine, direct, rw in JOBS:
+        path = os.path.join(tmp, name + ".dat")
+        recs = [r for r in doc["files"] if r.get("path") == path]
+        if not ck.check(recs, "%s: no file record for %s" % (name, path)):
+            continue
+        c = summed(recs)
+        j = fio_jobs.get(name)
+        if not ck.check(j is not None, "%s: not in fio's output" % name):
+            continue
+        E.log("%s: fio read %d ios %d bytes, write %d ios %d bytes; iolens %s" %
+              (name, j["read"]["total_ios"], j["read"]["io_bytes"], j["write"]["total_ios"],
+               j["write"]["io_bytes"], E.brief(c)))
+        for d, ops, nbytes in DIRS:
+            n, b = j[d]["total_ios"], j[d]["io_bytes"]
+            ck.check(n > 0 or d not in rw.replace("randread", "read").replace("randwrite", "write"),
+                     "%s: fio did no %s" % (name, d))
+            uring, direct_ = "uring_" + ops, "direct_" + ops
+            ck.eq("%s %s" % (name, ops), n, c.get(ops, 0))
+            ck.eq("%s %s" % (name, nbytes), b, c.get(nbytes, 0))
+            if engine == "io_uring":
+                ck.eq("%s %s" % (name, uring), n, c.get(uring, 0))
+                ck.eq("%s uring_%s" % (name, nbytes), b, c.get("uring_" + nbytes, 0))
+            else:
+                ck.eq("%s %s" % (name, uring), 0, c.get(uring, 0))
+            if direct:
+                ck.eq("%s %s" % (name, direct_), n, c.get(direct_, 0))
+                ck.eq("%s direct_%s" % (name, nbytes), b, c.get("direct_" + nbytes, 0))
+                if n:
+                    ck.check(c.get("direct_%s_time_ns" % d, 0) > 0,
+                             "%s: no direct %s time" % (name, d))
+            else:
+                ck.eq("%s %s" % (name, direct_), 0, c.get(direct_, 0))
+        if direct:
+            ck.check(c.get("direct_max_time_ns", 0) > 0, "%s: no direct_max_time_ns" % name)
+    check_uring_workload(ck, args, tmp)
+    check_direct_edges(ck, args, tmp)
+    ck.finish()
+
+
+def run_one_file(ck, args, tag, cmd, data):
+    """`iolens run -- cmd` with no loss; returns (run, the counters of data's one record)."""
+    run = E.run_iolens(args.iolens, cmd, json_path=os.path.join(os.path.dirname(data),
+                                                                 tag + ".json"), timeout=60)
+    if run.rc != 0:
+        ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (tag, run.rc, run.err_text()))
+    doc = E.load_run(ck, run)
+    E.check_lost_zero(ck, doc)
+    recs = [r for r in doc["files"] if r.get("path") == data]
+    if not ck.eq("%s: records of %s" % (tag, data), 1, len(recs)):
+        ck.finish()
+    E.log("%s: iolens %s" % (tag, E.brief(recs[0]["counters"])))
+    return run, recs[0]["counters"]
+
+
+def check_direct_edges(ck, args, tmp):
+    """O_DIRECT at and past end of file, and a refused (unaligned) one."""
+    data = os.path.join(tmp, "edges.dat")
+    _, c = run_one_file(ck, args, "edges", ["/usr/bin/python3", "-c", EDGE_SCRIPT, data], data)
+    for name, expected in (("reads", 2), ("bytes_read", 10000), ("direct_reads", 1),
+                           ("direct_bytes_read", 10000), ("writes", 1), ("direct_writes", 1),
+                           ("direct_bytes_written", 16384), ("uring_reads", 0)):
+        ck.eq("edges %s" % name, expected, c.get(name, 0))
+
+
+def check_uring_workload(ck, args, tmp):
+    """io_uring OPENAT/READ/FSYNC/CLOSE of tests/workloads/uring_workload.c."""
+    data = os.path.join(tmp, "uring_buf_read.dat")
+    run, c = run_one_file(ck, args, "uring_workload", [args.workload, data], data)
+    try:
+        w = json.loads(run.out.decode().splitlines()[0])
+    except (ValueError, IndexError) as e:
+        ck.fatal("uring_workload output is not one JSON line: %s: %r" % (e, run.out))
+    E.log("uring_workload says %s" % json.dumps(w))
+    for name, expected in (("opens", w["opens"]), ("uring_opens", w["opens"]),
+                           ("closes", w["closes"]), ("uring_closes", w["closes"]),
+                           ("reads", w["reads"]), ("uring_reads", w["reads"]),
+                           ("bytes_read", w["bytes_read"]), ("uring_bytes_read", w["bytes_read"]),
+                           ("uring_other", w["fsyncs"]), ("writes", 0), ("fsyncs", 0)):
+        ck.eq("uring_workload %s" % name, expected, c.get(name, 0))
+
+
+if __name__ == "__main__":
+    main()
