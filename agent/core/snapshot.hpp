@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block.hpp"
 #include "core/counters.hpp"
 
 namespace iolens::core {
@@ -65,6 +66,9 @@ struct RunSnapshot {
   /// Distinct (dev, ino) that are only in processes' `folded` records, in no `files` row: the
   /// run's distinct files are those of `files` plus these.
   uint64_t folded_only_files = 0;
+  /// The block layer per device: the run's processes' bios and requests (docs/counters.md
+  /// "Block layer (ABI 7)"), by device number. Empty when the block programs did not attach.
+  std::vector<BlockDeviceSnapshot> block;
 };
 
 }  // namespace iolens::core
