@@ -66,7 +66,8 @@ struct rq_inflight {
 	__u64 insert_ns;   /* block_rq_insert, 0 = issued without it */
 	__u64 issue_ns;    /* block_rq_issue, 0 = not yet */
 	__u32 write;
-	__u32 pad;
+	__u32 counted; /* counted at its first issue: a requeued request issued again is not
+			* counted twice (its device time restarts at the last issue) */
 };
 
 struct {
@@ -247,17 +248,24 @@ static __always_inline struct bio_owner *rq_owner(struct request *rq)
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(block_rq_insert, struct request *rq)
 {
-	struct rq_inflight f = {};
-	struct bio_owner *o = rq_owner(rq);
-	__u64 k = (__u64)rq;
+	struct rq_inflight f = {}, *old;
+	struct bio_owner *o;
+	__u64 k = (__u64)rq, rq_start = BPF_CORE_READ(rq, start_time_ns);
 
+	old = bpf_map_lookup_elem(&rq_inflight, &k);
+	if (old && old->rq_start_ns == rq_start && old->counted) {
+		/* Requeued and inserted again: keeps its owner and its count. */
+		old->insert_ns = bpf_ktime_get_ns();
+		return 0;
+	}
+	o = rq_owner(rq);
 	if (!o) {
 		/* A charged request of the past at this address must not lend its times. */
 		bpf_map_delete_elem(&rq_inflight, &k);
 		return 0;
 	}
 	f.key = o->key;
-	f.rq_start_ns = BPF_CORE_READ(rq, start_time_ns);
+	f.rq_start_ns = rq_start;
 	f.insert_ns = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&rq_inflight, &k, &f, BPF_ANY))
 		stat_inc(IOLENS_STAT_BLOCK_INFLIGHT_LOST);
@@ -281,11 +289,16 @@ int BPF_PROG(block_rq_issue, struct request *rq)
 	if (op > IOLENS_REQ_OP_WRITE)
 		return 0; /* flush, discard, ...: counted as bios only */
 	f = bpf_map_lookup_elem(&rq_inflight, &k);
-	if (f && f->rq_start_ns == rq_start && f->insert_ns && !f->issue_ns) {
-		queued = now - f->insert_ns;
-		have_queue = 1;
+	if (f && f->rq_start_ns == rq_start) {
 		f->issue_ns = now;
+		if (f->counted)
+			return 0; /* issued again after a requeue */
+		if (f->insert_ns) {
+			queued = now - f->insert_ns;
+			have_queue = 1;
+		}
 		f->write = write;
+		f->counted = 1;
 		key = f->key;
 	} else {
 		o = rq_owner(rq);
@@ -298,6 +311,7 @@ int BPF_PROG(block_rq_issue, struct request *rq)
 		nf.rq_start_ns = rq_start;
 		nf.issue_ns = now;
 		nf.write = write;
+		nf.counted = 1;
 		/* On failure the request is still counted, but not timed. */
 		if (bpf_map_update_elem(&rq_inflight, &k, &nf, BPF_ANY))
 			stat_inc(IOLENS_STAT_BLOCK_INFLIGHT_LOST);
