@@ -130,6 +130,8 @@ class Daemon {
   void publish_metrics(bool force = false);
   core::DaemonHealth health();
   loader::Loader::Disposition unknown_disposition(const core::ProcKey& p, int64_t now);
+  /// Removes the block records of exited processes and of processes in no job.
+  void drop_final_block_records(int64_t now);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
   void resume();
@@ -507,6 +509,7 @@ void Daemon::drain() {
         moved += removed;
       },
       &pending_others_);
+  drop_final_block_records(t0);
   for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
     it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
              ? unknown_since_.erase(it)
@@ -529,6 +532,21 @@ void Daemon::drain() {
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
   drain_hist_.observe(static_cast<double>(last_drain_ - t0) / 1e9);
+}
+
+void Daemon::drop_final_block_records(int64_t now) {
+  // The daemon does not export the block layer's (process, device) records yet (`iolens run`
+  // does): those of exited processes, and of processes in no job, are removed so that the
+  // pinned map never fills.
+  std::vector<iolens_block_key> gone;
+  for (const auto& r : loader_->read_blocks()) {
+    const core::ProcKey p{r.key.tgid, r.key.pstart_ns};
+    const bool drop = table_->attributed(p)
+                          ? table_->exited(p)
+                          : unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive;
+    if (drop) gone.push_back(r.key);
+  }
+  if (!gone.empty()) loader_->delete_blocks(gone);
 }
 
 void Daemon::checkpoint(bool force) {
