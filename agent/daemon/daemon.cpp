@@ -130,8 +130,9 @@ class Daemon {
   void publish_metrics(bool force = false);
   core::DaemonHealth health();
   loader::Loader::Disposition unknown_disposition(const core::ProcKey& p, int64_t now);
-  /// Removes the block records of exited processes and of processes in no job.
-  void drop_final_block_records(int64_t now);
+  /// Reads the block records into the jobs; removes those of exited processes and of
+  /// processes in no job.
+  void drain_blocks(int64_t now);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
   void resume();
@@ -509,7 +510,7 @@ void Daemon::drain() {
         moved += removed;
       },
       &pending_others_);
-  drop_final_block_records(t0);
+  drain_blocks(t0);
   for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
     it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
              ? unknown_since_.erase(it)
@@ -534,19 +535,25 @@ void Daemon::drain() {
   drain_hist_.observe(static_cast<double>(last_drain_ - t0) / 1e9);
 }
 
-void Daemon::drop_final_block_records(int64_t now) {
-  // The daemon does not export the block layer's (process, device) records yet (`iolens run`
-  // does): those of exited processes, and of processes in no job, are removed so that the
-  // pinned map never fills.
+void Daemon::drain_blocks(int64_t now) {
+  // The block layer's (process, device) records: a live process's are read again at each
+  // drain; an exited one's are added to its job once and deleted from the kernel (a crash before
+  // the next saved state loses those, docs/daemon.md). Records of processes in no job (after
+  // the grace period of unknown ones) and of jobs already written are deleted.
   std::vector<iolens_block_key> gone;
   for (const auto& r : loader_->read_blocks()) {
     const core::ProcKey p{r.key.tgid, r.key.pstart_ns};
-    const bool drop = table_->attributed(p)
-                          ? table_->exited(p)
-                          : unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive;
-    if (drop) gone.push_back(r.key);
+    if (!table_->attributed(p)) {
+      if (unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive)
+        gone.push_back(r.key);
+      continue;
+    }
+    const bool final = table_->exited(p);
+    if (!table_->on_block(r.key, r.counters, final) || final) gone.push_back(r.key);
   }
-  if (!gone.empty()) loader_->delete_blocks(gone);
+  if (gone.empty()) return;
+  loader_->delete_blocks(gone);
+  state_dirty_ = true;
 }
 
 void Daemon::checkpoint(bool force) {
