@@ -430,6 +430,61 @@ struct iolens_trace_record {
 	__u32 pad;
 };
 
+/*
+ * ---- block layer (ABI 7): bytes, requests and latency per (process, device), counted by the
+ * block tracepoints of bpf/iolens_block.bpf.h (docs/counters.md "Block layer").
+ */
+
+/*
+ * Request size buckets (bytes of a request at issue), inclusive upper bounds, powers of 4 from
+ * 4 KiB: 4K 16K 64K 256K 1M 4M 16M, then everything above 16 MiB (iolens_blk_size_bucket in
+ * iolens_account.h; kBlockSizeBoundsBytes in agent/core/block.hpp).
+ */
+#define IOLENS_NR_BLK_SIZE_BUCKETS 8
+
+/* A block device as one process used it. */
+struct iolens_block_key {
+	__u32 tgid;      /* process id */
+	__u32 dev;       /* kernel dev_t (MAJOR << 20 | MINOR) of the bio's block device
+			  * (bio->bi_bdev->bd_dev: the partition, if any) */
+	__u64 pstart_ns; /* process start (group leader start_time), CLOCK_MONOTONIC ns */
+};
+
+/*
+ * Counters of one (process, device). Bios are charged when they are queued
+ * (block_bio_queue); requests (what the device executes: one or more merged bios) when they
+ * are issued to the driver, to the owner of their first bio.
+ */
+struct iolens_block_counters {
+	__u64 read_bytes;      /* bytes of read bios charged here */
+	__u64 write_bytes;     /* bytes of write bios charged here */
+	__u64 read_bios;       /* read bios charged here */
+	__u64 write_bios;      /* write bios charged here */
+	__u64 writeback_bytes; /* of write_bytes: issued by a thread not of this process (flusher,
+				* another process) for pages this process dirtied (dirtiers map) */
+	__u64 writeback_bios;  /* of write_bios: the same */
+	__u64 flush_bios;      /* cache flushes asked: REQ_OP_FLUSH bios and bios with REQ_PREFLUSH */
+	__u64 discard_bios;    /* REQ_OP_DISCARD bios (not in read/write) */
+	__u64 discard_bytes;
+	__u64 read_reqs;       /* read requests issued to the device whose first bio is charged here */
+	__u64 write_reqs;      /* write requests, the same */
+	__u64 unqueued_reqs;   /* of read_reqs + write_reqs: issued without passing the I/O
+				* scheduler queue (direct issue): no queue time */
+	__u64 size_read[IOLENS_NR_BLK_SIZE_BUCKETS];  /* read requests per size bucket */
+	__u64 size_write[IOLENS_NR_BLK_SIZE_BUCKETS]; /* write requests per size bucket */
+	/* queue latency: block_rq_insert to block_rq_issue (requests per iolens_lat_bucket, ns) */
+	__u64 queue_read[IOLENS_NR_LAT_BUCKETS];
+	__u64 queue_write[IOLENS_NR_LAT_BUCKETS];
+	__u64 queue_read_sum_ns;
+	__u64 queue_write_sum_ns;
+	/* device latency: block_rq_issue to block_rq_complete (requests per bucket, ns) */
+	__u64 dev_read[IOLENS_NR_LAT_BUCKETS];
+	__u64 dev_write[IOLENS_NR_LAT_BUCKETS];
+	__u64 dev_read_sum_ns;
+	__u64 dev_write_sum_ns;
+	__u64 dev_errors;      /* requests that completed with an error */
+};
+
 /* Global counters in a per-CPU array: everything that was dropped or failed is counted here. */
 enum iolens_stat {
 	IOLENS_STAT_FILE_RECORDS_LOST = 0, /* ops not counted: files map full */
@@ -479,5 +534,9 @@ IOLENS_STATIC_ASSERT(sizeof(struct iolens_cgroup_event) == 48 + IOLENS_CGROUP_PA
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_mark_event) == 72, "mark event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 40, "pin meta layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_trace_record) == 88, "trace record layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_block_key) == 16, "block key layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_block_counters) ==
+			     (12 + 2 * IOLENS_NR_BLK_SIZE_BUCKETS + 4 * IOLENS_NR_LAT_BUCKETS + 5) * 8,
+		     "block counters layout");
 
 #endif /* IOLENS_ABI_H */

@@ -84,6 +84,22 @@ IOLENS_INLINE __u32 iolens_lat_bucket(__u64 ns)
 }
 
 /*
+ * Size bucket of a block request of `bytes`: inclusive upper bounds 4K, 16K, 64K, 256K, 1M, 4M,
+ * 16M (powers of 4 from a page), then above 16 MiB: requests are pages to a few MiB, where
+ * Darshan's call-size bounds (100 B, 1K, 10K) would leave most buckets empty.
+ */
+IOLENS_INLINE __u32 iolens_blk_size_bucket(__u64 bytes)
+{
+	__u64 bound = 4096;
+	__u32 i;
+
+	for (i = 0; i < IOLENS_NR_BLK_SIZE_BUCKETS - 1; i++, bound <<= 2)
+		if (bytes <= bound)
+			return i;
+	return IOLENS_NR_BLK_SIZE_BUCKETS - 1;
+}
+
+/*
  * DARSHAN_TIMER_INC_NO_OVERLAP: time of calls on one record that overlap (threads) is counted once.
  * A call with an unknown start (t0 == 0: its sys_enter was not seen) adds no time.
  */

@@ -156,6 +156,14 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   j["not_attached"] = run.not_attached;
   j["lost"] = run.lost;
   j["folded_records"] = run.folded_records;
+
+  json block = json::array();
+  for (const auto& d : run.block) {
+    json counters = json::object();
+    for (const auto& [name, value] : core::block_counter_values(d.counters)) counters[name] = value;
+    block.push_back({{"device", d.name}, {"dev", d.dev}, {"counters", std::move(counters)}});
+  }
+  j["block"] = std::move(block);
   return j;
 }
 

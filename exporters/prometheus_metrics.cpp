@@ -205,8 +205,42 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
                         "Read and write calls so far of the job's top files, and of the rest.",
                         MetricType::Gauge);
 
+  auto& blk_bytes = b.family("iolens_block_bytes_total",
+                             "Bytes of the job's bios that reached a block device, by device "
+                             "(MAJ:MIN) and direction.",
+                             MetricType::Counter);
+  auto& blk_wb = b.family("iolens_block_writeback_bytes_total",
+                          "Of the written bytes: written back by another thread (a flusher) for "
+                          "pages the job dirtied.",
+                          MetricType::Counter);
+  auto& blk_reqs = b.family("iolens_block_requests_total",
+                            "Requests issued to the device whose first bio is the job's.",
+                            MetricType::Counter);
+  auto& blk_queue = b.family("iolens_block_queue_duration_seconds",
+                             "Time of the job's requests in the I/O scheduler queue (insert to "
+                             "issue).",
+                             MetricType::Histogram);
+  auto& blk_dev = b.family("iolens_block_device_duration_seconds",
+                           "Device time of the job's requests (issue to completion).",
+                           MetricType::Histogram);
+
   for (const auto& j : s.jobs) {
     const Labels jl = job_labels(j, s.node);
+    for (const auto& [dev, c] : j.block) {
+      const Labels dl = plus(jl, "device", dev);
+      const Labels rl = plus(dl, "op", "read"), wl = plus(dl, "op", "write");
+      counter(blk_bytes, rl, d(c.read_bytes));
+      counter(blk_bytes, wl, d(c.write_bytes));
+      counter(blk_wb, dl, d(c.writeback_bytes));
+      counter(blk_reqs, rl, d(c.read_reqs));
+      counter(blk_reqs, wl, d(c.write_reqs));
+      histogram(blk_queue, rl, request_duration_bounds(), c.queue_read,
+                d(c.queue_read_sum_ns) / 1e9);
+      histogram(blk_queue, wl, request_duration_bounds(), c.queue_write,
+                d(c.queue_write_sum_ns) / 1e9);
+      histogram(blk_dev, rl, request_duration_bounds(), c.dev_read, d(c.dev_read_sum_ns) / 1e9);
+      histogram(blk_dev, wl, request_duration_bounds(), c.dev_write, d(c.dev_write_sum_ns) / 1e9);
+    }
     for (const auto& g : j.groups) {
       const Labels gl = group_labels(jl, g);
       const core::FileCounters& c = g.totals;
@@ -414,10 +448,11 @@ std::vector<MetricFamily> metric_families(const core::MetricsSnapshot& s, double
   job_families(b, s);
   daemon_families(b, s, last_scrape_s);
   std::vector<MetricFamily> out = b.take();
-  // The daemon's own series carry the node too, so that one selector filters a whole node.
+  // The daemon's own series carry the node too, so that one selector filters a whole node (the
+  // per-job ones, iolens_job_* and iolens_block_*, have it from job_labels already).
   if (!s.node.empty())
     for (auto& f : out) {
-      if (f.name.rfind("iolens_job_", 0) == 0) continue;
+      if (f.name.rfind("iolens_job_", 0) == 0 || f.name.rfind("iolens_block_", 0) == 0) continue;
       for (auto& m : f.metric) m.label.push_back({"node", prometheus_label_value(s.node)});
     }
   return out;

@@ -87,6 +87,37 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+namespace {
+
+/// "<= 4ms" for the bucket of quantile q of a latency histogram, "-" when it is empty.
+std::string latency_quantile(const __u64* buckets, double q) {
+  const int b = core::histogram_quantile_bucket(buckets, IOLENS_NR_LAT_BUCKETS, q);
+  if (b < 0) return "-";
+  if (static_cast<size_t>(b) >= core::kLatencyBoundsNs.size()) return "> 1s";
+  const uint64_t ns = core::kLatencyBoundsNs[static_cast<size_t>(b)];
+  return ns >= 1'000'000 ? fmt("<= %llums", static_cast<unsigned long long>(ns / 1'000'000))
+                         : fmt("<= %lluus", static_cast<unsigned long long>(ns / 1'000));
+}
+
+}  // namespace
+
+std::string block_summary(const std::vector<core::BlockDeviceSnapshot>& devices) {
+  std::string out;
+  for (const auto& d : devices) {
+    const auto& c = d.counters;
+    out += fmt("block  %s: read %s in %s requests, write %s in %s requests", d.name.c_str(),
+               human_bytes(c.read_bytes).c_str(), human_count(c.read_reqs).c_str(),
+               human_bytes(c.write_bytes).c_str(), human_count(c.write_reqs).c_str());
+    if (c.writeback_bytes)
+      out += fmt(" (%s by writeback)", human_bytes(c.writeback_bytes).c_str());
+    out += fmt("; device latency read p50 %s p99 %s, write p50 %s p99 %s\n",
+               latency_quantile(c.dev_read, 0.5).c_str(), latency_quantile(c.dev_read, 0.99).c_str(),
+               latency_quantile(c.dev_write, 0.5).c_str(),
+               latency_quantile(c.dev_write, 0.99).c_str());
+  }
+  return out;
+}
+
 std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   std::string out;
   uint64_t bytes_read = 0, bytes_written = 0, reads = 0, writes = 0;
@@ -185,6 +216,7 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   }
 
   out += read_paths(run, files, opts);
+  if (!run.block.empty()) out += "\n" + block_summary(run.block);
 
   std::string lost;
   for (const auto& [cause, n] : run.lost) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "core/snapshot.hpp"
 
@@ -15,6 +16,8 @@ struct TextOptions {
 };
 
 std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts = {});
+/// One line per device of the run's block layer ("block  vda: read ... ; device latency ...").
+std::string block_summary(const std::vector<core::BlockDeviceSnapshot>& devices);
 
 /// A name safe to print on a terminal: control bytes and invalid UTF-8 as \xNN escapes.
 std::string printable(const std::string& s);

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
+#include <utility>
 #include <variant>
 
 #include <spdlog/spdlog.h>
@@ -95,6 +97,25 @@ void record_kernel_stats(core::Recorder& rec, const loader::KernelStats& st) {
   rec.set_lost("paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]);
   rec.set_lost("direct_inflight", st[IOLENS_STAT_DIRECT_INFLIGHT_LOST]);
   rec.set_lost("uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]);
+  rec.set_lost("block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]);
+  rec.set_lost("block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]);
+}
+
+/// The block layer per device for the processes of this run (the recorder's), read now.
+std::vector<core::BlockDeviceSnapshot> run_block_devices(loader::Loader& loader,
+                                                         const core::Recorder& rec) {
+  std::set<std::pair<uint32_t, uint64_t>> procs;
+  std::set<uint32_t> start_unknown;
+  rec.visit_processes([&](const core::Recorder::ProcessView& p) {
+    procs.emplace(p.key.pid, p.key.start_ns);
+    if (p.key.start_ns == 0) start_unknown.insert(p.key.pid);
+  });
+  return core::rollup_blocks(
+      loader.read_blocks(),
+      [&](uint32_t tgid, uint64_t pstart) {
+        return procs.count({tgid, pstart}) > 0 || start_unknown.count(tgid) > 0;
+      },
+      [](uint32_t major, uint32_t minor) { return core::block_device_name("/sys", major, minor); });
 }
 
 }  // namespace
@@ -327,6 +348,7 @@ int run_traced(const RunOptions& opts) {
   }
 
   core::RunSnapshot snap = rec.snapshot(clock);
+  snap.block = run_block_devices(*loader, rec);
   snap.command = opts.command;
   for (const auto& p : loader->programs())
     if (!p.attached) snap.not_attached[p.name] = p.error.empty() ? "not attached" : p.error;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/counters.hpp"
+#include "iolens_abi.h"
 
 namespace iolens::core {
 
@@ -45,6 +46,9 @@ struct JobMetrics {
   std::vector<std::pair<std::string, ClassTotals>> classes;  // configured order, "other" last
   /// By the device ("MAJ:MIN") of the files' file system; folded records included.
   std::vector<std::pair<std::string, ClassTotals>> devices;
+  /// The block layer by device ("MAJ:MIN" of the bios' device): what reached the disks for the
+  /// job (docs/counters.md "Block layer (ABI 7)").
+  std::vector<std::pair<std::string, iolens_block_counters>> block;
   std::vector<TopFile> top_files;                // by bytes, descending; at most K
   std::optional<TopFile> other_files;            // the rest, when top files are exported
   uint64_t files = 0;                            // distinct (dev, ino), folded ones included

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block.hpp"
 #include "core/counters.hpp"
 
 namespace iolens::core {
@@ -68,6 +69,9 @@ struct RunSnapshot {
   /// Kernel programs that are not attached and why (an optional one the kernel lacks or
   /// refused): what this run could not see. Empty when everything is attached.
   std::map<std::string, std::string> not_attached;
+  /// The block layer per device: the run's processes' bios and requests (docs/counters.md
+  /// "Block layer (ABI 7)"), by device number. Empty when the block programs did not attach.
+  std::vector<BlockDeviceSnapshot> block;
 };
 
 }  // namespace iolens::core

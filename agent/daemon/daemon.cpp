@@ -99,7 +99,9 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
           {"untraced_threads", st[IOLENS_STAT_TASK_STATE_FAILED]},
           {"paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]},
           {"direct_inflight", st[IOLENS_STAT_DIRECT_INFLIGHT_LOST]},
-          {"uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]}};
+          {"uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]},
+          {"block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]},
+          {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]}};
 }
 
 constexpr char kStateMagic[8] = {'I', 'O', 'L', 'S', 'T', 'A', 'T', '1'};
@@ -132,6 +134,9 @@ class Daemon {
   void publish_metrics(bool force = false);
   core::DaemonHealth health();
   loader::Loader::Disposition unknown_disposition(const core::ProcKey& p, int64_t now);
+  /// Reads the block records into the jobs; removes those of exited processes and of
+  /// processes in no job.
+  void drain_blocks(int64_t now);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
   void resume();
@@ -510,6 +515,7 @@ void Daemon::drain() {
         moved += removed;
       },
       &pending_others_);
+  drain_blocks(t0);
   for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
     it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
              ? unknown_since_.erase(it)
@@ -532,6 +538,27 @@ void Daemon::drain() {
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
   drain_hist_.observe(static_cast<double>(last_drain_ - t0) / 1e9);
+}
+
+void Daemon::drain_blocks(int64_t now) {
+  // The block layer's (process, device) records: a live process's are read again at each
+  // drain; an exited one's are added to its job once and deleted from the kernel (a crash before
+  // the next saved state loses those, docs/daemon.md). Records of processes in no job (after
+  // the grace period of unknown ones) and of jobs already written are deleted.
+  std::vector<iolens_block_key> gone;
+  for (const auto& r : loader_->read_blocks()) {
+    const core::ProcKey p{r.key.tgid, r.key.pstart_ns};
+    if (!table_->attributed(p)) {
+      if (unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive)
+        gone.push_back(r.key);
+      continue;
+    }
+    const bool final = table_->exited(p);
+    if (!table_->on_block(r.key, r.counters, final) || final) gone.push_back(r.key);
+  }
+  if (gone.empty()) return;
+  loader_->delete_blocks(gone);
+  state_dirty_ = true;
 }
 
 void Daemon::checkpoint(bool force) {

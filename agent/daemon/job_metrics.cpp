@@ -5,6 +5,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "core/block.hpp"
 #include "core/paths.hpp"
 #include "daemon/job_table.hpp"
 
@@ -159,6 +160,14 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
                                std::to_string(core::kernel_dev_minor(dev)),
                            t);
   }
+
+  std::map<uint32_t, iolens_block_counters> block = job.block_done;
+  for (const auto& [proc, devs] : job.block_live)
+    for (const auto& [dev, c] : devs) core::add_block_counters(block[dev], c);
+  for (const auto& [dev, c] : block)
+    m.block.emplace_back(std::to_string(core::kernel_dev_major(dev)) + ":" +
+                             std::to_string(core::kernel_dev_minor(dev)),
+                         c);
 
   if (top_files > 0) {
     std::vector<core::TopFile> all;

@@ -2,8 +2,10 @@
 #include "daemon/job_table.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <variant>
 
+#include "core/block.hpp"
 #include "daemon/job_metrics.hpp"
 #include "exporters/json_report.hpp"
 #include "iolens_abi.h"
@@ -273,6 +275,25 @@ bool JobTable::exited(const core::ProcKey& p) const {
 
 bool JobTable::attributed(const core::ProcKey& p) const { return proc_job_.count(p) != 0; }
 
+bool JobTable::on_block(const iolens_block_key& key, const iolens_block_counters& c, bool final) {
+  const core::ProcKey p{key.tgid, key.pstart_ns};
+  auto it = proc_job_.find(p);
+  if (it == proc_job_.end()) return false;
+  auto j = jobs_.find(it->second);
+  if (j == jobs_.end()) return false;  // its job was written and taken: nothing to add to
+  Job& job = *j->second;
+  if (!final) {
+    job.block_live[p][key.dev] = c;
+    return true;
+  }
+  core::add_block_counters(job.block_done[key.dev], c);
+  if (auto l = job.block_live.find(p); l != job.block_live.end()) {
+    l->second.erase(key.dev);
+    if (l->second.empty()) job.block_live.erase(l);
+  }
+  return true;
+}
+
 std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten) {
   std::vector<core::FileIdentity> mine;
   if (!forgotten) forgotten = &mine;
@@ -491,6 +512,11 @@ nlohmann::json JobTable::save() const {
     auto& fdj = o["folded_devices"] = nlohmann::json::array();
     for (const auto& [dev, t] : job->folded_devices)
       fdj.push_back({dev, t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops});
+    auto& bdj = o["block_done"] = nlohmann::json::array();
+    for (const auto& [dev, c] : job->block_done) {
+      const auto* b = reinterpret_cast<const uint8_t*>(&c);
+      bdj.push_back({dev, nlohmann::json::binary(std::vector<uint8_t>(b, b + sizeof(c)))});
+    }
     const std::string blob = job->rec->save();
     o["recorder"] = nlohmann::json::binary(std::vector<uint8_t>(blob.begin(), blob.end()));
     js.push_back(std::move(o));
@@ -552,6 +578,12 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
           t.reads = d.at(3).get<uint64_t>();
           t.writes = d.at(4).get<uint64_t>();
           t.metadata_ops = d.at(5).get<uint64_t>();
+        }
+      if (auto bdj = o.find("block_done"); bdj != o.end())  // absent in older states
+        for (const auto& d : *bdj) {
+          const auto& raw = d.at(1).get_binary();
+          if (raw.size() != sizeof(iolens_block_counters)) throw std::out_of_range("block_done");
+          std::memcpy(&job->block_done[d.at(0).get<uint32_t>()], raw.data(), raw.size());
         }
       const auto& bin = o.at("recorder").get_binary();
       std::string rec_error;

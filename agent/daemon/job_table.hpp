@@ -60,6 +60,11 @@ struct Job {
   std::map<std::string, core::ClassTotals> folded_classes;
   /// The same by device (kernel dev_t).
   std::map<uint32_t, core::ClassTotals> folded_devices;
+  /// The block layer by device (kernel dev_t; docs/counters.md "Block layer (ABI 7)"): the sums
+  /// of exited processes' records (each added once, then deleted from the kernel), and the
+  /// latest values of the live processes' records.
+  std::map<uint32_t, iolens_block_counters> block_done;
+  std::map<core::ProcKey, std::map<uint32_t, iolens_block_counters>> block_live;
 };
 
 /// Counts of what could not be attributed to a job (shown in status and metrics).
@@ -104,6 +109,11 @@ class JobTable {
   /// A kernel record. Records of processes in no job are counted and dropped.
   void on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed);
   void on_other(const iolens_file_key& key, const core::FileCounters& c, bool removed);
+
+  /// A kernel block record (bpf/iolens_block.bpf.h); `final`: its process has exited, so the
+  /// caller deletes it from the kernel once this returned true. False: the process is in no
+  /// job (nothing kept).
+  bool on_block(const iolens_block_key& key, const iolens_block_counters& c, bool final);
 
   /// Whether the process is known and its last thread has exited (records are final).
   bool exited(const core::ProcKey& p) const;

@@ -220,7 +220,7 @@ struct Loader::Impl {
     auto& m = skel->maps;
     return {m.task_state, m.files,        m.others,     m.seen_files, m.cgroup_sel, m.comm_sel,
             m.events,     m.stats,        m.meta,       m.trace,      m.trace_cgroup,
-            m.trace_pids, m.data_trace};
+            m.trace_pids, m.data_trace,   m.blocks};
   }
 };
 
@@ -794,8 +794,8 @@ namespace {
 
 /// Every record of a hash map, a batch per syscall (BPF_MAP_LOOKUP_BATCH, Linux 5.6+). Returns
 /// false when the kernel cannot do batches, so the caller walks the keys one by one instead.
-bool read_batched(int fd, std::vector<iolens_file_key>& keys,
-                  std::vector<iolens_file_counters>& values) {
+template <typename Key, typename Value>
+bool read_batched(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
   LIBBPF_OPTS(bpf_map_batch_opts, opts);
   __u32 batch = 1024;
   __u32 in = 0, out = 0;  // hash maps' batch token: a bucket index
@@ -824,12 +824,12 @@ bool read_batched(int fd, std::vector<iolens_file_key>& keys,
   }
 }
 
-void read_one_by_one(int fd, std::vector<iolens_file_key>& keys,
-                     std::vector<iolens_file_counters>& values) {
-  iolens_file_key key{}, next{};
+template <typename Key, typename Value>
+void read_one_by_one(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
+  Key key{}, next{};
   const void* prev = nullptr;
   while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    iolens_file_counters v{};
+    Value v{};
     if (bpf_map_lookup_elem(fd, &next, &v) == 0) {
       keys.push_back(next);
       values.push_back(v);
@@ -839,11 +839,20 @@ void read_one_by_one(int fd, std::vector<iolens_file_key>& keys,
   }
 }
 
-}  // namespace
+/// Every record of a hash map: in batches while the kernel allows (`batch_ok` is cleared the
+/// first time it refuses), else key by key.
+template <typename Key, typename Value>
+void read_map(int fd, std::vector<Key>& keys, std::vector<Value>& values, bool& batch_ok) {
+  if (!batch_ok || !read_batched(fd, keys, values)) {
+    batch_ok = false;
+    read_one_by_one(fd, keys, values);
+  }
+}
 
-void Loader::delete_keys(int map_fd, const std::vector<iolens_file_key>& keys) {
+template <typename Key>
+void delete_batched(int map_fd, const std::vector<Key>& keys, bool batch_ok) {
   size_t done = 0;
-  if (batch_ok_ && !keys.empty()) {
+  if (batch_ok && !keys.empty()) {
     LIBBPF_OPTS(bpf_map_batch_opts, opts);
     __u32 count = static_cast<__u32>(keys.size());
     if (bpf_map_delete_batch(map_fd, keys.data(), &count, &opts) == 0) return;
@@ -852,14 +861,31 @@ void Loader::delete_keys(int map_fd, const std::vector<iolens_file_key>& keys) {
   for (size_t i = done; i < keys.size(); ++i) bpf_map_delete_elem(map_fd, &keys[i]);
 }
 
+}  // namespace
+
+void Loader::delete_keys(int map_fd, const std::vector<iolens_file_key>& keys) {
+  delete_batched(map_fd, keys, batch_ok_);
+}
+
+std::vector<core::BlockRecord> Loader::read_blocks() {
+  const int fd = bpf_map__fd(impl_->skel->maps.blocks);
+  std::vector<iolens_block_key> keys;
+  std::vector<iolens_block_counters> values;
+  read_map(fd, keys, values, batch_ok_);
+  std::vector<core::BlockRecord> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) out[i] = {keys[i], values[i]};
+  return out;
+}
+
+void Loader::delete_blocks(const std::vector<iolens_block_key>& keys) {
+  delete_batched(bpf_map__fd(impl_->skel->maps.blocks), keys, batch_ok_);
+}
+
 Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                      std::vector<iolens_file_key>* deferred) {
   std::vector<iolens_file_key> keys;
   std::vector<iolens_file_counters> values;
-  if (!batch_ok_ || !read_batched(map_fd, keys, values)) {
-    batch_ok_ = false;
-    read_one_by_one(map_fd, keys, values);
-  }
+  read_map(map_fd, keys, values, batch_ok_);
   std::vector<iolens_file_key> final_keys;
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& k = keys[i];

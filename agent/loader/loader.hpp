@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/block.hpp"
 #include "iolens_abi.h"
 #include "loader/status.hpp"
 
@@ -131,6 +132,10 @@ class Loader {
   };
   void forget_names(const std::vector<NameId>& ids);
   void delete_others(const std::vector<iolens_file_key>& keys);
+
+  /// Every (process, device) record of the block layer (bpf/iolens_block.bpf.h), as it is now.
+  std::vector<core::BlockRecord> read_blocks();
+  void delete_blocks(const std::vector<iolens_block_key>& keys);
 
   /// Ring positions (bytes since the ring was created). The consumer position lives in the
   /// ring's memory, so it survives the agent when the ring is pinned.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -602,4 +603,59 @@ TEST_F(BpfTinyRingTest, DroppedNamesAreCountedAndCountsStayExact) {
   // Each unnamed file lost its name at least once (first open; close retries): all counted.
   EXPECT_GE(st[IOLENS_STAT_PATH_EVENTS_LOST], static_cast<uint64_t>(unknown));
   EXPECT_GE(st[IOLENS_STAT_EVENTS_LOST], st[IOLENS_STAT_PATH_EVENTS_LOST]);
+}
+
+// The block layer (bpf/iolens_block.bpf.h): a traced child's O_DIRECT reads are charged to it on
+// the file's device, every request sized and timed; an untraced child's identical reads are
+// charged to nobody; delete_blocks removes records.
+TEST_F(BpfTest, BlockLayerChargesDirectReadsToTheTracedProcessOnly) {
+  constexpr size_t kSize = 1 << 20, kChunk = 256 << 10;
+  write_file(path("direct.bin"), kSize);
+  {
+    const int fd = open(path("direct.bin").c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(fsync(fd), 0);  // nothing dirty: the reads must not write anything first
+    close(fd);
+  }
+  struct stat st {};
+  ASSERT_EQ(stat(path("direct.bin").c_str(), &st), 0);
+  const uint32_t kdev = (major(st.st_dev) << 20) | minor(st.st_dev);
+  const std::string file = path("direct.bin");
+  auto direct_reads = [&] {
+    void* buf = mmap(nullptr, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const int fd = open(file.c_str(), O_RDONLY | O_DIRECT);
+    if (buf == MAP_FAILED || fd < 0) _exit(1);
+    for (size_t off = 0; off < kSize; off += kChunk)
+      if (pread(fd, buf, kChunk, static_cast<off_t>(off)) != static_cast<ssize_t>(kChunk)) _exit(1);
+    close(fd);
+  };
+  const pid_t traced = run_child(direct_reads);
+  const pid_t untraced = run_child(direct_reads, /*traced=*/false);
+
+  const auto records = loader_->read_blocks();
+  const iolens_block_counters* c = nullptr;
+  std::vector<iolens_block_key> keys;
+  for (const auto& r : records) {
+    EXPECT_NE(r.key.tgid, static_cast<uint32_t>(untraced)) << "untraced process charged";
+    keys.push_back(r.key);
+    if (r.key.tgid == static_cast<uint32_t>(traced) && r.key.dev == kdev) c = &r.counters;
+  }
+  ASSERT_NE(c, nullptr) << "no block record of the traced child on " << major(st.st_dev) << ":"
+                        << minor(st.st_dev);
+  EXPECT_GE(c->read_bytes, kSize);
+  EXPECT_LE(c->read_bytes, kSize + (16 << 10));  // at most a few metadata blocks
+  EXPECT_GE(c->read_bios, kSize / kChunk);
+  EXPECT_EQ(c->write_bytes, 0u);
+  EXPECT_EQ(c->writeback_bytes, 0u);
+  EXPECT_GE(c->read_reqs, kSize / kChunk);
+  uint64_t sized = 0;
+  for (__u64 n : c->size_read) sized += n;
+  EXPECT_EQ(sized, c->read_reqs);
+  EXPECT_EQ(total(c->dev_read), c->read_reqs);  // every request timed
+  EXPECT_GT(c->dev_read_sum_ns, 0u);
+  EXPECT_EQ(total(c->queue_read) + c->unqueued_reqs, c->read_reqs);
+
+  loader_->delete_blocks(keys);
+  for (const auto& r : loader_->read_blocks())
+    EXPECT_NE(r.key.tgid, static_cast<uint32_t>(traced)) << "record not deleted";
 }

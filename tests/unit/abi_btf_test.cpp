@@ -172,3 +172,26 @@ TEST_F(AbiBtf, TraceRecordEveryField) {
   EXPECT_FIELD(l, iolens_trace_record, fd);
   EXPECT_FIELD(l, iolens_trace_record, pad);
 }
+
+TEST_F(AbiBtf, BlockKeyAndCounters) {
+  auto k = layout_of(b_, "iolens_block_key");
+  ASSERT_EQ(k.size, sizeof(iolens_block_key));
+  EXPECT_FIELD(k, iolens_block_key, tgid);
+  EXPECT_FIELD(k, iolens_block_key, dev);
+  EXPECT_FIELD(k, iolens_block_key, pstart_ns);
+
+  auto c = layout_of(b_, "iolens_block_counters");
+  ASSERT_EQ(c.size, sizeof(iolens_block_counters));
+  EXPECT_FIELD(c, iolens_block_counters, read_bytes);
+  EXPECT_FIELD(c, iolens_block_counters, writeback_bytes);
+  EXPECT_FIELD(c, iolens_block_counters, discard_bytes);
+  EXPECT_FIELD(c, iolens_block_counters, unqueued_reqs);
+  EXPECT_FIELD(c, iolens_block_counters, size_read);
+  EXPECT_FIELD(c, iolens_block_counters, size_write);
+  EXPECT_FIELD(c, iolens_block_counters, queue_read);
+  EXPECT_FIELD(c, iolens_block_counters, queue_write_sum_ns);
+  EXPECT_FIELD(c, iolens_block_counters, dev_read);
+  EXPECT_FIELD(c, iolens_block_counters, dev_write);
+  EXPECT_FIELD(c, iolens_block_counters, dev_write_sum_ns);
+  EXPECT_FIELD(c, iolens_block_counters, dev_errors);
+}

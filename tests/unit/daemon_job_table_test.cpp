@@ -3,6 +3,7 @@
 // exclude, which process lands in which job, when a job closes, what its record holds.
 #include <gtest/gtest.h>
 
+#include "daemon/job_metrics.hpp"
 #include "daemon/job_table.hpp"
 #include "daemon_test_util.hpp"
 #include "iolens_abi.h"
@@ -316,4 +317,50 @@ TEST_F(JobTableTest, DarshanLogOfAJobComesFromTheRecordsSnapshot) {
   saved["jobs"][0].erase("uid");
   ASSERT_TRUE(u.load(saved, error)) << error;
   EXPECT_EQ(u.find("slurm/4242")->uid, -1);
+}
+
+TEST_F(JobTableTest, BlockRecordsLiveReplacedFinalAddedOnceAndSaved) {
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  t.on_cgroup(3, kPod, true, 10);
+  t.on_cgroup(5, kCtr, true, 20);
+  t.on_mark(mark(100, 5));
+  t.on_mark(mark(101, 5));
+  auto blk = [](uint32_t pid) { return iolens_block_key{pid, 7, pid * 10ull}; };
+  iolens_block_counters r{};
+  r.read_bytes = 4096;
+  r.read_reqs = 1;
+  EXPECT_TRUE(t.on_block(blk(100), r, false));
+  r.read_bytes = 8192;  // the live record read again: its new value replaces the old
+  r.read_reqs = 2;
+  EXPECT_TRUE(t.on_block(blk(100), r, false));
+  iolens_block_counters w{};
+  w.write_bytes = 1 << 20;
+  w.writeback_bytes = 1 << 20;
+  w.dev_write[5] = 3;
+  EXPECT_TRUE(t.on_block(blk(101), w, true));  // exited: added once, then deleted by the caller
+  EXPECT_FALSE(t.on_block(blk(999), w, true));  // a process in no job: nothing kept
+
+  const daemon::FileClassifier fc;
+  const auto m = daemon::job_metrics(*t.jobs().begin()->second, fc, 0);
+  ASSERT_EQ(m.block.size(), 1u);
+  EXPECT_EQ(m.block[0].first, "0:7");
+  EXPECT_EQ(m.block[0].second.read_bytes, 8192u);
+  EXPECT_EQ(m.block[0].second.read_reqs, 2u);
+  EXPECT_EQ(m.block[0].second.write_bytes, 1u << 20);
+  EXPECT_EQ(m.block[0].second.writeback_bytes, 1u << 20);
+  EXPECT_EQ(m.block[0].second.dev_write[5], 3u);
+
+  // A restarted daemon has the exited processes' sums; the live records it reads again.
+  auto u = make({kube_rule()});
+  std::string error;
+  ASSERT_TRUE(u.load(t.save(), error)) << error;
+  const auto mu = daemon::job_metrics(*u.jobs().begin()->second, fc, 0);
+  ASSERT_EQ(mu.block.size(), 1u);
+  EXPECT_EQ(mu.block[0].second.write_bytes, 1u << 20);
+  EXPECT_EQ(mu.block[0].second.dev_write[5], 3u);
+  EXPECT_EQ(mu.block[0].second.read_bytes, 0u);
+  EXPECT_TRUE(u.on_block(blk(100), r, false));
+  EXPECT_EQ(daemon::job_metrics(*u.jobs().begin()->second, fc, 0).block[0].second.read_bytes,
+            8192u);
 }

@@ -197,3 +197,33 @@ TEST(PrometheusText, EveryFamilyIsDocumentedAndEveryDocumentedOneExists) {
     EXPECT_EQ(counter, f.name.ends_with("_total")) << f.name;
   }
 }
+
+TEST(PrometheusText, BlockLayerSeriesPerJobDeviceAndDirection) {
+  auto s = known_snapshot();
+  iolens_block_counters c{};
+  c.read_bytes = 1 << 20;
+  c.write_bytes = 4096;
+  c.writeback_bytes = 4096;
+  c.read_reqs = 4;
+  c.write_reqs = 1;
+  c.dev_read[5] = 4;  // <= 1 ms
+  c.dev_read_sum_ns = 2'000'000;
+  c.queue_write[1] = 1;  // <= 4 us
+  c.queue_write_sum_ns = 3'000;
+  s.jobs[0].block = {{"254:0", c}};
+  const std::string text = exporters::prometheus_text(exporters::metric_families(s, 0.25));
+  const std::string D = "job_id=\"slurm/42\",job_kind=\"slurm\",slurm_job=\"42\","
+                        "slurm_uid=\"1000\",node=\"n1\",device=\"254:0\"";
+  for (const std::string& line : std::vector<std::string>{
+           "iolens_block_bytes_total{" + D + ",op=\"read\"} 1048576\n",
+           "iolens_block_bytes_total{" + D + ",op=\"write\"} 4096\n",
+           "iolens_block_writeback_bytes_total{" + D + "} 4096\n",
+           "iolens_block_requests_total{" + D + ",op=\"read\"} 4\n",
+           "iolens_block_requests_total{" + D + ",op=\"write\"} 1\n",
+           "iolens_block_device_duration_seconds_bucket{" + D + ",op=\"read\",le=\"0.000256\"} 0\n",
+           "iolens_block_device_duration_seconds_bucket{" + D + ",op=\"read\",le=\"0.001\"} 4\n",
+           "iolens_block_device_duration_seconds_sum{" + D + ",op=\"read\"} 0.002\n",
+           "iolens_block_queue_duration_seconds_bucket{" + D + ",op=\"write\",le=\"4e-06\"} 1\n",
+           "iolens_block_queue_duration_seconds_sum{" + D + ",op=\"write\"} 3e-06\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nnot in:\n" << text;
+}

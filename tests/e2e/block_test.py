@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: the block layer per device (docs/counters.md "Block layer (ABI 7)") against known I/O.
+
+Files live on a disk file system (e2e_common.disk_tempdir); the run's `block` entry of that
+file system's device must show:
+  (a) O_DIRECT read of a pre-written, fsync'ed 32 MiB file in 1 MiB reads:
+      32 MiB <= read_bytes <= 33 MiB (the slack: metadata the run may read);
+  (b) checkpoint: 64 MiB written with write() then fsync(), in the process:
+      64 MiB <= write_bytes <= 72 MiB (the journal is written by jbd2, a kernel thread: not
+      charged);
+  (c) writeback: 32 MiB written without fsync, then sync(1) run by a traced child: flusher
+      kworkers write the pages, charged through the dirtiers map:
+      write_bytes >= 32 MiB and writeback_bytes >= 32 MiB, write_bytes <= 40 MiB;
+  (d) (a) and (b) again while an untraced process outside iolens reads and writes another
+      64 MiB with O_DIRECT in a loop: the same bounds (the neighbour is not charged).
+Also: requests were counted, and as many device latencies as requests (each request timed).
+"""
+import os
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import e2e_common as E  # noqa: E402
+
+MiB = 1 << 20
+PY = "/usr/bin/python3"
+
+# The workloads, run by `python3 -c SCRIPT MODE PATH [MiB]`.
+WORKLOAD = r"""
+import mmap, os, sys
+mode, path = sys.argv[1], sys.argv[2]
+buf = mmap.mmap(-1, 1 << 20)  # page aligned, as O_DIRECT wants
+if mode == "direct_read":
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    while os.readv(fd, [buf]) > 0:
+        pass
+    os.close(fd)
+elif mode in ("write_fsync", "write_nosync"):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    chunk = b"x" * (1 << 20)
+    for _ in range(int(sys.argv[3])):
+        os.write(fd, chunk)
+    if mode == "write_fsync":
+        os.fsync(fd)
+    os.close(fd)
+elif mode == "neighbour":
+    # O_DIRECT writes then reads of a 64 MiB file, over and over, until killed.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o644)
+    buf.write(b"n" * (1 << 20))
+    while True:
+        for i in range(64):
+            os.pwritev(fd, [buf], i << 20)
+        for i in range(64):
+            os.preadv(fd, [buf], i << 20)
+"""
+
+
+def device_of(path):
+    st = os.stat(path)
+    return "%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))
+
+
+def block_entry(ck, doc, dev, what):
+    entries = doc.get("block")
+    if not ck.check(isinstance(entries, list), "%s: no top-level block array" % what):
+        return None
+    for e in entries:
+        if e.get("dev") == dev:
+            return e
+    ck.fail("%s: no block entry for device %s (entries: %s)" %
+            (what, dev, [x.get("dev") for x in entries]))
+    return None
+
+
+def run_case(ck, args, tmp, name, cmd):
+    out_json = os.path.join(tmp, name + ".json")
+    run = E.run_iolens(args.iolens, cmd, json_path=out_json, timeout=120)
+    if run.rc != 0:
+        ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (name, run.rc, run.err_text()))
+    E.load_run(ck, run)
+    text = run.err_text()
+    ck.check("block " in text, "%s: the summary has no block line:\n%s" % (name, text))
+    return run.doc
+
+
+def in_range(ck, what, value, lo, hi):
+    ck.check(lo <= value <= hi, "%s = %d (%.2f MiB), expected [%.2f, %.2f] MiB" %
+             (what, value, value / MiB, lo / MiB, hi / MiB))
+
+
+def check_requests(ck, what, c, op):
+    reqs = c[op + "_reqs"]
+    timed = sum(v for k, v in c.items() if k.startswith("dev_%s_" % op) and "sum" not in k)
+    sizes = sum(v for k, v in c.items() if k.startswith("size_%s_" % op))
+    ck.check(reqs > 0, "%s: no %s requests counted" % (what, op))
+    ck.eq("%s: %s requests per size bucket" % (what, op), reqs, sizes)
+    ck.eq("%s: %s requests with a device latency" % (what, op), reqs, timed)
+    ck.check(c["dev_%s_sum_ns" % op] > 0, "%s: no %s device time" % (what, op))
+
+
+def direct_read(ck, args, tmp, src, dev, tag):
+    what = "(%s) O_DIRECT read" % tag
+    doc = run_case(ck, args, tmp, "read_" + tag, [PY, "-c", WORKLOAD, "direct_read", src])
+    e = block_entry(ck, doc, dev, what)
+    if e:
+        c = e["counters"]
+        E.log("%s: %s" % (what, {k: v for k, v in c.items() if v and "_le_" not in k}))
+        in_range(ck, what + " read_bytes", c["read_bytes"], 32 * MiB, 33 * MiB)
+        ck.check(c["read_reqs"] >= 32, "%s: %d read requests, expected >= 32" %
+                 (what, c["read_reqs"]))
+        check_requests(ck, what, c, "read")
+
+
+def write_fsync(ck, args, tmp, dev, tag):
+    what = "(%s) write+fsync" % tag
+    dst = os.path.join(tmp, "ckpt_" + tag)
+    doc = run_case(ck, args, tmp, "ckpt_" + tag, [PY, "-c", WORKLOAD, "write_fsync", dst, "64"])
+    e = block_entry(ck, doc, dev, what)
+    if e:
+        c = e["counters"]
+        E.log("%s: %s" % (what, {k: v for k, v in c.items() if v and "_le_" not in k}))
+        in_range(ck, what + " write_bytes", c["write_bytes"], 64 * MiB, 72 * MiB)
+        check_requests(ck, what, c, "write")
+    os.unlink(dst)
+
+
+def write_sync(ck, args, tmp, dev):
+    what = "(c) write, then sync by a child"
+    dst = os.path.join(tmp, "wb")
+    script = "%s -c '%s' write_nosync %s 32 && sync" % (PY, WORKLOAD.replace("'", "'\\''"), dst)
+    doc = run_case(ck, args, tmp, "writeback", ["/bin/sh", "-c", script])
+    e = block_entry(ck, doc, dev, what)
+    if e:
+        c = e["counters"]
+        E.log("%s: %s" % (what, {k: v for k, v in c.items() if v and "_le_" not in k}))
+        in_range(ck, what + " write_bytes", c["write_bytes"], 32 * MiB, 40 * MiB)
+        in_range(ck, what + " writeback_bytes", c["writeback_bytes"], 32 * MiB, 40 * MiB)
+    os.unlink(dst)
+
+
+def main():
+    args = E.parse_args()
+    E.require_root()
+    ck = E.Checker("block")
+    tmp = E.disk_tempdir("block")
+    dev = device_of(tmp)
+    E.log("temp dir %s on device %s" % (tmp, dev))
+
+    src = os.path.join(tmp, "data32")
+    with open(src, "wb") as f:
+        f.write(os.urandom(32 * MiB))
+        f.flush()
+        os.fsync(f.fileno())
+    os.sync()  # nothing of ours left dirty for the runs to write
+
+    direct_read(ck, args, tmp, src, dev, "a")
+    write_fsync(ck, args, tmp, dev, "b")
+    write_sync(ck, args, tmp, dev)
+
+    # (d) the same with an untraced neighbour doing O_DIRECT I/O on the same device.
+    noise = subprocess.Popen([PY, "-c", WORKLOAD, "neighbour", os.path.join(tmp, "noise")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        ck.check(noise.poll() is None, "(d) the neighbour died at once")
+        direct_read(ck, args, tmp, src, dev, "d-read")
+        write_fsync(ck, args, tmp, dev, "d-ckpt")
+        ck.check(noise.poll() is None, "(d) the neighbour was not running throughout")
+    finally:
+        noise.kill()
+        noise.wait()
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
