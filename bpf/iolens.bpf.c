@@ -1594,7 +1594,7 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
  * own, or its group leader's (io_uring's io-wq workers and SQPOLL threads are threads of the
  * process that no fork event announced). NULL: not traced.
  */
-static __always_inline __attribute__((unused)) struct iolens_task_state *
+static __always_inline struct iolens_task_state *
 io_task_state(struct task_struct *task)
 {
 	struct iolens_task_state *st = traced_state(task);
@@ -1610,7 +1610,7 @@ io_task_state(struct task_struct *task)
  * record's name is sent at once; without one (filemap hooks) the next system call on the file
  * sends it (iolens_file_counters::named).
  */
-static __always_inline __attribute__((unused)) struct iolens_file_counters *
+static __always_inline struct iolens_file_counters *
 inode_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode,
 	     struct file *f)
 {
@@ -1665,7 +1665,7 @@ struct {
 	__type(value, struct dirtier);
 } dirtiers SEC(".maps");
 
-static __always_inline __attribute__((unused)) void remember_dirtier(__u32 dev, __u64 ino, __u32 tgid, __u64 pstart)
+static __always_inline void remember_dirtier(__u32 dev, __u64 ino, __u32 tgid, __u64 pstart)
 {
 	struct seen_key k = { .ino = ino, .dev = dev };
 	struct dirtier *d = bpf_map_lookup_elem(&dirtiers, &k);
