@@ -91,9 +91,10 @@ class Run:
 
 
 def run_iolens(iolens, cmd, json_path=None, extra=(), timeout=300, cwd=None, stdin=None,
-               on_start=None, env=None):
+               on_start=None, env=None, pass_fds=()):
     """Runs `iolens run [--json json_path] EXTRA -- CMD`. `on_start(popen)` is called once the
-    process is started (e.g. to send it a signal). Kills the whole run on timeout."""
+    process is started (e.g. to send it a signal). `pass_fds`: descriptors the command inherits
+    (open before tracing starts). Kills the whole run on timeout."""
     import time
     argv = [iolens, "run"]
     if json_path is not None:
@@ -102,7 +103,7 @@ def run_iolens(iolens, cmd, json_path=None, extra=(), timeout=300, cwd=None, std
     t0 = time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=stdin if stdin is not None else subprocess.DEVNULL, cwd=cwd,
-                         env=env, start_new_session=True)
+                         env=env, start_new_session=True, pass_fds=pass_fds)
     if on_start:
         on_start(p)
     try:
