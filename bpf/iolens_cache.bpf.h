@@ -178,7 +178,9 @@ int BPF_PROG(page_cache_async_ra, struct inode *inode, unsigned long index,
 /*
  * A file-backed fault entering filemap_fault(). Faults come from user mode, where sys_exit left
  * io_ctx at NONE: the pages the fault inserts (its read-around included) are fault misses until
- * the thread's next system call resets io_ctx.
+ * the thread's next system call resets io_ctx. A fault inside a read or write (copying from or
+ * to a file mapping) leaves the call's context alone: nothing would restore it when the fault
+ * ends, and the call's own pages (a write's new pages) must not turn into fault misses.
  */
 SEC("tp_btf/mm_filemap_fault")
 int BPF_PROG(mm_filemap_fault, struct address_space *mapping, unsigned long index)
@@ -189,7 +191,8 @@ int BPF_PROG(mm_filemap_fault, struct address_space *mapping, unsigned long inde
 
 	if (!st)
 		return 0;
-	st->io_ctx = IOLENS_CTX_FAULT;
+	if (st->io_ctx == IOLENS_CTX_NONE)
+		st->io_ctx = IOLENS_CTX_FAULT;
 	c = mapping_record(task, st, mapping);
 	if (c)
 		IOLENS_ADD(&c->fault_pages, 1);
