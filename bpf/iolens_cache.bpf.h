@@ -33,45 +33,51 @@ static __always_inline __u64 folio_pages(struct folio *folio)
 	return 1UL << (BPF_CORE_READ(folio, _flags_1) & 0xff);
 }
 
-/*
- * A struct file that maps `mapping`: the one of the first VMA in its i_mmap tree, or NULL (not
- * mapped). A fault's own VMA is in the tree; files nobody opened by a system call (the program
- * and its interpreter, mapped by execve) get their records' names this way.
- */
-static __always_inline struct file *mapping_file(struct address_space *mapping)
+/* The (process, file) key of (dev, ino, gen) for the traced task `task`. */
+static __always_inline void task_file_key(struct task_struct *task, struct iolens_task_state *st,
+					  __u32 dev, __u64 ino, __u32 gen,
+					  struct iolens_file_key *key)
 {
-	struct rb_node *n = BPF_CORE_READ(mapping, i_mmap.rb_root.rb_node);
-	struct vm_area_struct *vma;
-
-	if (!n)
-		return NULL;
-	vma = (void *)n - bpf_core_field_offset(struct vm_area_struct, shared.rb);
-	return BPF_CORE_READ(vma, vm_file);
+	if (!st->pstart_ns)
+		st->pstart_ns = leader_start(task);
+	key->ino = ino;
+	key->dev = dev;
+	key->gen = gen;
+	key->tgid = task->tgid;
+	key->pstart_ns = st->pstart_ns;
 }
 
 /*
- * The record of the file a page-cache mapping belongs to (NULL mapping: anonymous or swap).
- * A record still without a name is named from a mapping of the file when there is one (else
- * the next system call on the file names it).
+ * The record of `inode` to count a page-cache event into, or NULL. Inside a read or write
+ * (io_ctx READ/WRITE) the record is created if need be, and the call's sys_exit names it (a
+ * descriptor inherited from outside the traced tree has no record yet). Elsewhere (faults,
+ * fault-around, prefetch, stores through a mapping) only a record the process already has counts:
+ * otherwise every process would get records for its program and libraries (execve reads and
+ * maps them; a forked child faults on its parent's mappings). A forked worker faulting on a file
+ * its parent mapped is therefore not counted (docs/counters.md).
  */
+static __always_inline struct iolens_file_counters *
+file_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode)
+{
+	struct iolens_file_key key = {};
+
+	if (!inode)
+		return NULL;
+	if (st->io_ctx == IOLENS_CTX_READ || st->io_ctx == IOLENS_CTX_WRITE)
+		return inode_record(task, st, inode, NULL);
+	task_file_key(task, st, BPF_CORE_READ(inode, i_sb, s_dev), BPF_CORE_READ(inode, i_ino),
+		      BPF_CORE_READ(inode, i_generation), &key);
+	return bpf_map_lookup_elem(&files, &key);
+}
+
+/* The same for a page-cache mapping (NULL mapping: anonymous or swap). */
 static __always_inline struct iolens_file_counters *
 mapping_record(struct task_struct *task, struct iolens_task_state *st,
 	       struct address_space *mapping)
 {
-	struct iolens_file_counters *c;
-	struct inode *host;
-	struct file *f;
-
 	if (!mapping)
 		return NULL;
-	host = BPF_CORE_READ(mapping, host);
-	c = inode_record(task, st, host, NULL);
-	if (!c || c->named)
-		return c;
-	f = mapping_file(mapping);
-	if (f)
-		inode_record(task, st, host, f);
-	return c;
+	return file_record(task, st, BPF_CORE_READ(mapping, host));
 }
 
 /*
@@ -155,7 +161,7 @@ static __always_inline int count_ra(struct inode *inode, int async)
 
 	if (!st)
 		return 0;
-	c = inode_record(task, st, inode, NULL);
+	c = file_record(task, st, inode);
 	if (c)
 		IOLENS_ADD(async ? &c->ra_async : &c->ra_sync, 1);
 	return 0;
@@ -230,13 +236,7 @@ dirty_record(struct task_struct *task, struct iolens_task_state *st)
 
 	if (!st->dirty_ino && !st->dirty_dev)
 		return NULL;
-	if (!st->pstart_ns)
-		st->pstart_ns = leader_start(task);
-	key.ino = st->dirty_ino;
-	key.dev = st->dirty_dev;
-	key.gen = st->dirty_gen;
-	key.tgid = task->tgid;
-	key.pstart_ns = st->pstart_ns;
+	task_file_key(task, st, st->dirty_dev, st->dirty_ino, st->dirty_gen, &key);
 	return get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
 }
 
@@ -253,7 +253,7 @@ int BPF_PROG(writeback_dirty_folio, struct folio *folio, struct address_space *m
 	if (!st || !mapping)
 		return 0;
 	host = BPF_CORE_READ(mapping, host);
-	c = inode_record(task, st, host, NULL);
+	c = file_record(task, st, host);
 	if (!c)
 		return 0;
 	IOLENS_ADD(&c->dirtied_pages, folio_pages(folio));

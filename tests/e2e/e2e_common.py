@@ -20,6 +20,12 @@ SKIP = 77
 # access). docs/counters.md: max_byte_read/max_byte_written are "exported as Darshan does: 0 when
 # no byte was read". Only these counters get this translation.
 NONE_COUNTERS = ("max_byte_read", "max_byte_written")
+
+# Counters of the page-cache, fault and writeback tracepoints (ABI 7, bpf/iolens_cache.bpf.h):
+# not derived from the system calls, so a per-call trace's replay has none of them.
+CACHE_COUNTERS = ("cache_read_pages", "cache_miss_pages", "ra_sync", "ra_async",
+                  "prefetch_pages", "fault_pages", "fault_around_pages", "fault_miss_pages",
+                  "dirtied_pages", "throttle_ns", "throttles", "wb_waits")
 NONE_JSON_VALUE = 0
 
 
