@@ -1665,7 +1665,7 @@ struct {
 	__type(value, struct dirtier);
 } dirtiers SEC(".maps");
 
-static __always_inline __attribute__((unused)) void remember_dirtier(__u32 dev, __u64 ino, __u32 tgid, __u64 pstart)
+static __always_inline void remember_dirtier(__u32 dev, __u64 ino, __u32 tgid, __u64 pstart)
 {
 	struct seen_key k = { .ino = ino, .dev = dev };
 	struct dirtier *d = bpf_map_lookup_elem(&dirtiers, &k);

@@ -1,3 +1,309 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Included at the end of bpf/iolens.bpf.c (extras: see the comment there). */
-/* Page cache (filemap, readahead), file-backed page faults, dirtying and writer throttling. */
+/*
+ * Page cache (filemap, readahead), file-backed page faults, dirtying and writer throttling.
+ * Every program here fires for every task on the machine: the task-state lookup goes first and
+ * sends untraced tasks away. docs/counters.md "Page cache, mmap and writes (ABI 7)" says what
+ * each counter means and where it is an approximation.
+ */
+
+/* Kernel HZ, for balance_dirty_pages' pause in jiffies (libbpf fills it from the kernel config;
+ * 0 when the config is not readable). */
+extern int CONFIG_HZ __kconfig __weak;
+
+/* Debian's and most distributions' x86-64 default, when the kernel config cannot be read. */
+#define IOLENS_DEFAULT_HZ 250
+
+/*
+ * Number of base pages in a folio. 6.18 wraps folio->flags in memdesc_flags_t, older kernels
+ * have a plain unsigned long at the same place: read the raw word at the field's offset, which
+ * fits both. A large folio has PG_head set; its size is _nr_pages (6.x, 64-bit) or, where that
+ * field does not exist, the order in the low byte of _flags_1.
+ */
+static __always_inline __u64 folio_pages(struct folio *folio)
+{
+	unsigned long flags = 0;
+
+	bpf_probe_read_kernel(&flags, sizeof(flags),
+			      (void *)folio + bpf_core_field_offset(struct folio, flags));
+	if (!(flags & (1UL << bpf_core_enum_value(enum pageflags, PG_head))))
+		return 1;
+	if (bpf_core_field_exists(folio->_nr_pages))
+		return BPF_CORE_READ(folio, _nr_pages);
+	return 1UL << (BPF_CORE_READ(folio, _flags_1) & 0xff);
+}
+
+/* The (process, file) key of (dev, ino, gen) for the traced task `task`. */
+static __always_inline void task_file_key(struct task_struct *task, struct iolens_task_state *st,
+					  __u32 dev, __u64 ino, __u32 gen,
+					  struct iolens_file_key *key)
+{
+	if (!st->pstart_ns)
+		st->pstart_ns = leader_start(task);
+	key->ino = ino;
+	key->dev = dev;
+	key->gen = gen;
+	key->tgid = task->tgid;
+	key->pstart_ns = st->pstart_ns;
+}
+
+/*
+ * The record of `inode` to count a page-cache event into, or NULL. Inside a read or write
+ * (io_ctx READ/WRITE) the record is created if need be, and the call's sys_exit names it (a
+ * descriptor inherited from outside the traced tree has no record yet). Elsewhere (faults,
+ * fault-around, prefetch, stores through a mapping) only a record the process already has counts:
+ * otherwise every process would get records for its program and libraries (execve reads and
+ * maps them; a forked child faults on its parent's mappings). A forked worker faulting on a file
+ * its parent mapped is therefore not counted (docs/counters.md).
+ */
+static __always_inline struct iolens_file_counters *
+file_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode)
+{
+	struct iolens_file_key key = {};
+
+	if (!inode)
+		return NULL;
+	if (st->io_ctx == IOLENS_CTX_READ || st->io_ctx == IOLENS_CTX_WRITE)
+		return inode_record(task, st, inode, NULL);
+	task_file_key(task, st, BPF_CORE_READ(inode, i_sb, s_dev), BPF_CORE_READ(inode, i_ino),
+		      BPF_CORE_READ(inode, i_generation), &key);
+	return bpf_map_lookup_elem(&files, &key);
+}
+
+/* The same for a page-cache mapping (NULL mapping: anonymous or swap). */
+static __always_inline struct iolens_file_counters *
+mapping_record(struct task_struct *task, struct iolens_task_state *st,
+	       struct address_space *mapping)
+{
+	if (!mapping)
+		return NULL;
+	return file_record(task, st, BPF_CORE_READ(mapping, host));
+}
+
+/*
+ * One buffered read's pages asked of the page cache. filemap_read() calls filemap_get_pages()
+ * once per batch of folios, each time with the read's whole remaining range [index, last_index]
+ * (last_index inclusive on 6.18): a later batch of the same read has the same file, the same
+ * last_index, a higher index and the same system call (enter_ns). Only the first event of a read
+ * counts, so cache_read_pages is the pages each read asked for, once.
+ */
+SEC("tp_btf/mm_filemap_get_pages")
+int BPF_PROG(mm_filemap_get_pages, struct address_space *mapping, unsigned long index,
+	     unsigned long last_index)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct iolens_file_counters *c;
+	struct inode *host;
+	__u64 ino;
+	__u32 dev;
+	int same;
+
+	if (!st)
+		return 0;
+	host = BPF_CORE_READ(mapping, host);
+	if (!host)
+		return 0;
+	ino = BPF_CORE_READ(host, i_ino);
+	dev = BPF_CORE_READ(host, i_sb, s_dev);
+	same = st->gp_enter && st->gp_enter == st->enter_ns && st->gp_dev == dev &&
+	       st->gp_ino == ino && st->gp_last == last_index && index > st->gp_first;
+	st->gp_ino = ino;
+	st->gp_dev = dev;
+	st->gp_first = index;
+	st->gp_last = last_index;
+	st->gp_enter = st->enter_ns;
+	if (same || last_index < index)
+		return 0;
+	c = mapping_record(task, st, mapping);
+	if (c)
+		IOLENS_ADD(&c->cache_read_pages, last_index - index + 1);
+	return 0;
+}
+
+/*
+ * A folio inserted into the page cache, charged by what the thread is doing (st->io_ctx): a
+ * read's miss (with the readahead done for it), a fault's miss, a prefetch; pages created for a
+ * write are not misses and count in dirtied_pages instead.
+ */
+SEC("tp_btf/mm_filemap_add_to_page_cache")
+int BPF_PROG(mm_filemap_add_to_page_cache, struct folio *folio)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct iolens_file_counters *c;
+	__u32 what;
+
+	if (!st)
+		return 0;
+	what = st->io_ctx;
+	if (what == IOLENS_CTX_WRITE)
+		return 0;
+	c = mapping_record(task, st, BPF_CORE_READ(folio, mapping));
+	if (!c)
+		return 0;
+	if (what == IOLENS_CTX_READ)
+		IOLENS_ADD(&c->cache_miss_pages, folio_pages(folio));
+	else if (what == IOLENS_CTX_FAULT)
+		IOLENS_ADD(&c->fault_miss_pages, folio_pages(folio));
+	else
+		IOLENS_ADD(&c->prefetch_pages, folio_pages(folio));
+	return 0;
+}
+
+/* A readahead decision on `inode`: synchronous (a read or fault missed) or asynchronous (a
+ * sequential stream reached its readahead mark). */
+static __always_inline int count_ra(struct inode *inode, int async)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct iolens_file_counters *c;
+
+	if (!st)
+		return 0;
+	c = file_record(task, st, inode);
+	if (c)
+		IOLENS_ADD(async ? &c->ra_async : &c->ra_sync, 1);
+	return 0;
+}
+
+SEC("tp_btf/page_cache_sync_ra")
+int BPF_PROG(page_cache_sync_ra, struct inode *inode, unsigned long index,
+	     struct file_ra_state *ra, unsigned long req_count)
+{
+	return count_ra(inode, 0);
+}
+
+SEC("tp_btf/page_cache_async_ra")
+int BPF_PROG(page_cache_async_ra, struct inode *inode, unsigned long index,
+	     struct file_ra_state *ra, unsigned long req_count)
+{
+	return count_ra(inode, 1);
+}
+
+/*
+ * A file-backed fault entering filemap_fault(). Faults come from user mode, where sys_exit left
+ * io_ctx at NONE: the pages the fault inserts (its read-around included) are fault misses until
+ * the thread's next system call resets io_ctx. A fault inside a read or write (copying from or
+ * to a file mapping) leaves the call's context alone: nothing would restore it when the fault
+ * ends, and the call's own pages (a write's new pages) must not turn into fault misses.
+ */
+SEC("tp_btf/mm_filemap_fault")
+int BPF_PROG(mm_filemap_fault, struct address_space *mapping, unsigned long index)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct iolens_file_counters *c;
+
+	if (!st)
+		return 0;
+	if (st->io_ctx == IOLENS_CTX_NONE)
+		st->io_ctx = IOLENS_CTX_FAULT;
+	c = mapping_record(task, st, mapping);
+	if (c)
+		IOLENS_ADD(&c->fault_pages, 1);
+	return 0;
+}
+
+/* Fault-around: the range [start, last] (inclusive) filemap_map_pages() tries to map from the
+ * page cache; pages not cached in it are skipped, so this is an upper bound of pages mapped. */
+SEC("tp_btf/mm_filemap_map_pages")
+int BPF_PROG(mm_filemap_map_pages, struct address_space *mapping, unsigned long start,
+	     unsigned long last)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct iolens_file_counters *c;
+
+	if (!st || last < start)
+		return 0;
+	c = mapping_record(task, st, mapping);
+	if (c)
+		IOLENS_ADD(&c->fault_around_pages, last - start + 1);
+	return 0;
+}
+
+/*
+ * The record of the file this thread last dirtied (st->dirty_*), created if need be, or NULL
+ * (none yet, map full: counted). balance_dirty_pages has no file argument: the throttled
+ * thread is the one that just dirtied pages, so its pause is charged to that file.
+ */
+static __always_inline struct iolens_file_counters *
+dirty_record(struct task_struct *task, struct iolens_task_state *st)
+{
+	struct iolens_file_key key = {};
+	int created = 0;
+
+	if (!st->dirty_ino && !st->dirty_dev)
+		return NULL;
+	task_file_key(task, st, st->dirty_dev, st->dirty_ino, st->dirty_gen, &key);
+	return get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+}
+
+/* A folio newly dirtied in the writer's context (write(), a store through a shared mapping).
+ * The mapping argument is nullable (the verifier insists on the test). */
+SEC("tp_btf/writeback_dirty_folio")
+int BPF_PROG(writeback_dirty_folio, struct folio *folio, struct address_space *mapping)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct iolens_file_counters *c;
+	struct inode *host;
+
+	if (!st || !mapping)
+		return 0;
+	host = BPF_CORE_READ(mapping, host);
+	c = file_record(task, st, host);
+	if (!c)
+		return 0;
+	IOLENS_ADD(&c->dirtied_pages, folio_pages(folio));
+	st->dirty_ino = BPF_CORE_READ(host, i_ino);
+	st->dirty_dev = BPF_CORE_READ(host, i_sb, s_dev);
+	st->dirty_gen = BPF_CORE_READ(host, i_generation);
+	/* for the block hooks: a flusher writing these pages back charges this process */
+	remember_dirtier(st->dirty_dev, st->dirty_ino, task->tgid, st->pstart_ns);
+	return 0;
+}
+
+/*
+ * Writer throttling. TP_PROTO (6.18): (wb, dtc, dirty_ratelimit, task_ratelimit, pages_dirtied,
+ * period, pause, start_time); pause and period are jiffies. A pause > 0 is the sleep that
+ * follows at once (io_schedule_timeout(pause)); pause <= 0 is traced without sleeping (the
+ * classic format's `pause` field is the same value in ms, `paused` the time since start_time).
+ */
+SEC("tp_btf/balance_dirty_pages")
+int BPF_PROG(balance_dirty_pages, struct bdi_writeback *wb, struct dirty_throttle_control *dtc,
+	     unsigned long dirty_ratelimit, unsigned long task_ratelimit,
+	     unsigned long pages_dirtied, unsigned long period, long pause,
+	     unsigned long start_time)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct iolens_file_counters *c;
+	__u64 hz = CONFIG_HZ > 0 ? CONFIG_HZ : IOLENS_DEFAULT_HZ;
+
+	if (!st || pause <= 0)
+		return 0;
+	c = dirty_record(task, st);
+	if (!c)
+		return 0;
+	IOLENS_ADD(&c->throttle_ns, (__u64)pause * 1000000000ULL / hz);
+	IOLENS_ADD(&c->throttles, 1);
+	return 0;
+}
+
+/* A wait for a folio under writeback (fsync, rewriting a page being written). */
+SEC("tp_btf/folio_wait_writeback")
+int BPF_PROG(folio_wait_writeback, struct folio *folio, struct address_space *mapping)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st = io_task_state(task);
+	struct iolens_file_counters *c;
+
+	if (!st)
+		return 0;
+	c = mapping_record(task, st, mapping);
+	if (c)
+		IOLENS_ADD(&c->wb_waits, 1);
+	return 0;
+}

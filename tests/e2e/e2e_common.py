@@ -20,6 +20,12 @@ SKIP = 77
 # access). docs/counters.md: max_byte_read/max_byte_written are "exported as Darshan does: 0 when
 # no byte was read". Only these counters get this translation.
 NONE_COUNTERS = ("max_byte_read", "max_byte_written")
+
+# Counters of the page-cache, fault and writeback tracepoints (ABI 7, bpf/iolens_cache.bpf.h):
+# not derived from the system calls, so a per-call trace's replay has none of them.
+CACHE_COUNTERS = ("cache_read_pages", "cache_miss_pages", "ra_sync", "ra_async",
+                  "prefetch_pages", "fault_pages", "fault_around_pages", "fault_miss_pages",
+                  "dirtied_pages", "throttle_ns", "throttles", "wb_waits")
 NONE_JSON_VALUE = 0
 
 
@@ -91,9 +97,10 @@ class Run:
 
 
 def run_iolens(iolens, cmd, json_path=None, extra=(), timeout=300, cwd=None, stdin=None,
-               on_start=None, env=None):
+               on_start=None, env=None, pass_fds=()):
     """Runs `iolens run [--json json_path] EXTRA -- CMD`. `on_start(popen)` is called once the
-    process is started (e.g. to send it a signal). Kills the whole run on timeout."""
+    process is started (e.g. to send it a signal). `pass_fds`: descriptors the command inherits
+    (open before tracing starts). Kills the whole run on timeout."""
     import time
     argv = [iolens, "run"]
     if json_path is not None:
@@ -102,7 +109,7 @@ def run_iolens(iolens, cmd, json_path=None, extra=(), timeout=300, cwd=None, std
     t0 = time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=stdin if stdin is not None else subprocess.DEVNULL, cwd=cwd,
-                         env=env, start_new_session=True)
+                         env=env, start_new_session=True, pass_fds=pass_fds)
     if on_start:
         on_start(p)
     try:
