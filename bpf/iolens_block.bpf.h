@@ -373,5 +373,3 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned
 	bpf_map_delete_elem(&rq_inflight, &k);
 	return 0;
 }
-
-#include "iolens_temp_dirtier.bpf.h" /* TEMP: drop at merge */
