@@ -52,16 +52,17 @@ std::string read_paths(const core::RunSnapshot& run, std::vector<const core::Fil
     out += fmt("writes through the page cache: %s dirtied, throttled %s times for %s\n",
                human_bytes(all.dirtied_pages * 4096).c_str(), human_count(all.throttles).c_str(),
                human_duration(all.throttle_ns).c_str());
-  std::sort(files.begin(), files.end(), [](const auto* a, const auto* b) {
-    const auto x = a->counters.bytes_read + a->counters.fault_pages * 4096;
-    const auto y = b->counters.bytes_read + b->counters.fault_pages * 4096;
-    return x > y;
-  });
+  // Files by bytes moved below the system calls' view: read, faulted in, dirtied.
+  auto moved = [](const core::FileCounters& c) {
+    return c.bytes_read + (c.fault_pages + c.dirtied_pages) * 4096;
+  };
+  std::sort(files.begin(), files.end(),
+            [&](const auto* a, const auto* b) { return moved(a->counters) > moved(b->counters); });
   out += fmt("%10s %10s %10s %10s %7s %10s %7s %8s  %s\n", "SYSCALL", "IO_URING", "DIRECT",
              "FAULTED", "HIT", "DIRTIED", "THROTTLE", "PID", "PATH");
   for (std::size_t i = 0; i < files.size() && i < opts.top_files; ++i) {
     const auto& c = files[i]->counters;
-    if (!core::below_syscalls(c) && c.bytes_read == 0) break;
+    if (moved(c) == 0) break;
     const core::ReadCoverage r = core::read_coverage(c);
     out += fmt("%10s %10s %10s %10s %7s %10s %7s %8u  %s\n", human_bytes(r.syscall_bytes).c_str(),
                human_bytes(r.uring_bytes).c_str(), human_bytes(r.direct_bytes).c_str(),

@@ -330,4 +330,17 @@ TEST(Coverage, JsonPerFileAndRunAndTextOnlyWhenSeen) {
   EXPECT_NE(t.find("not attached: fault (tracepoint mm_filemap_fault is not in this kernel)"),
             std::string::npos)
       << t;
+
+  // A checkpoint only written through the page cache is listed, ahead of smaller reads.
+  core::FileSnapshot ck;
+  ck.path = "/ckpt/model.pt";
+  ck.pid = 10;
+  ck.counters.dirtied_pages = 8192;
+  ck.counters.bytes_written = 32 << 20;
+  s.files.push_back(ck);
+  s.processes[0].totals.dirtied_pages = 8192;
+  const std::string t2 = exporters::run_summary(s);
+  EXPECT_NE(t2.find("writes through the page cache: 32.0 MiB dirtied"), std::string::npos) << t2;
+  const auto rows = t2.find("how bytes were read");
+  EXPECT_LT(t2.find("/ckpt/model.pt", rows), t2.find("/data/x.npy", rows)) << t2;
 }
