@@ -106,8 +106,10 @@ int BPF_PROG(mm_filemap_get_pages, struct address_space *mapping, unsigned long 
 		return 0;
 	ino = BPF_CORE_READ(host, i_ino);
 	dev = BPF_CORE_READ(host, i_sb, s_dev);
-	same = st->gp_enter && st->gp_enter == st->enter_ns && st->gp_dev == dev &&
-	       st->gp_ino == ino && st->gp_last == last_index && index > st->gp_first;
+	/* enter_ns is 0 outside the hooked system calls (io_uring_enter, io-wq workers, iolensd
+	 * with its syscall hooks detached): there the file and range alone tell a later batch. */
+	same = st->gp_enter == st->enter_ns && st->gp_dev == dev && st->gp_ino == ino &&
+	       st->gp_last == last_index && index > st->gp_first;
 	st->gp_ino = ino;
 	st->gp_dev = dev;
 	st->gp_first = index;
