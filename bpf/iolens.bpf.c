@@ -36,6 +36,7 @@ __u32 scan_report_all = 0;
 #define AT_EMPTY_PATH 0x1000
 #define AT_REMOVEDIR 0x200
 #define MAP_ANONYMOUS 0x20
+#define PROT_EXEC 0x4
 #define F_DUPFD 0
 #define F_DUPFD_CLOEXEC 1030
 #define MAX_ERRNO 4095
@@ -592,12 +593,14 @@ static __always_inline void on_open(struct call_ctx *cx, long fd, int is_dup)
 		iolens_account_open(c, is_dup, cx->t0, cx->t1);
 }
 
-static __always_inline void on_meta(struct call_ctx *cx, long fd, int op)
+static __always_inline struct iolens_file_counters *on_meta(struct call_ctx *cx, long fd,
+							      int op)
 {
 	struct iolens_file_counters *c = fd_record(cx, fd, 0, NULL);
 
 	if (c)
 		iolens_account_meta(c, op, cx->t0, cx->t1);
+	return c;
 }
 
 /* new_encode_dev() as seen in struct stat, back to the kernel's dev_t. */
@@ -1407,8 +1410,14 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 			on_meta(&cx, regs->di, IOLENS_META_TRUNCATE);
 		break;
 	case IOLENS_NR_mmap:
-		if ((unsigned long)ret < (unsigned long)-MAX_ERRNO && !(regs->r10 & MAP_ANONYMOUS))
-			on_meta(&cx, (int)regs->r8, IOLENS_META_MMAP);
+		if ((unsigned long)ret < (unsigned long)-MAX_ERRNO && !(regs->r10 & MAP_ANONYMOUS)) {
+			struct iolens_file_counters *c = on_meta(&cx, (int)regs->r8, IOLENS_META_MMAP);
+
+			/* prot (third argument): marks program text, whose faults a forked child
+			 * does not inherit a record for (iolens_cache.bpf.h inherited_record) */
+			if (c && (regs->dx & PROT_EXEC))
+				c->map_flags |= IOLENS_MAPPED_EXEC;
+		}
 		break;
 	case IOLENS_NR_stat:
 	case IOLENS_NR_lstat:

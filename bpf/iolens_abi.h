@@ -171,8 +171,13 @@ struct iolens_file_counters {
 	__u32 named;         /* the file's name was sent for this record (a record that a
 			      * page-cache or io_uring hook created has no struct file to name
 			      * it from: the next system call on it sends the name) */
-	__u32 pad2;
+	__u32 map_flags;     /* IOLENS_MAPPED_*: how the process mmap()ed this file */
 };
+
+/* iolens_file_counters::map_flags. A file the process mapped executable (ld.so mapping a
+ * library's text) gives its forked children no record of their own when they fault on it
+ * (bpf/iolens_cache.bpf.h inherited_record). */
+#define IOLENS_MAPPED_EXEC 0x1
 
 /*
  * Per-thread state, in BPF task-local storage. Its presence on a task is the tracing filter:

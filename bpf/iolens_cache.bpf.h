@@ -53,8 +53,8 @@ static __always_inline void task_file_key(struct task_struct *task, struct iolen
  * descriptor inherited from outside the traced tree has no record yet). Elsewhere (faults,
  * fault-around, prefetch, stores through a mapping) only a record the process already has counts:
  * otherwise every process would get records for its program and libraries (execve reads and
- * maps them; a forked child faults on its parent's mappings). A forked worker faulting on a file
- * its parent mapped is therefore not counted (docs/counters.md).
+ * maps them; a forked child faults on its parent's mappings). The one exception is a real fault
+ * of a forked child on a data file its parent mapped (inherited_record).
  */
 static __always_inline struct iolens_file_counters *
 file_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode)
@@ -184,6 +184,49 @@ int BPF_PROG(page_cache_async_ra, struct inode *inode, unsigned long index,
 }
 
 /*
+ * For a fault (mm_filemap_fault) on a file the process has no record of: a new record when the
+ * parent process (real_parent, the process that forked it) mapped the file itself through a
+ * traced mmap() and never executable, else NULL. This is a DataLoader worker reading the dataset
+ * its parent memmapped (np.load(mmap_mode='r'), np.memmap) before forking it. Libraries are kept
+ * out by PROT_EXEC: ld.so maps each library's text executable, so the parent's record of it has
+ * IOLENS_MAPPED_EXEC (a library's data segment alone is not executable, hence the flag on the
+ * record rather than on one mapping); the program and ld.so are mapped by execve, not mmap(), so
+ * the parent has no mmaps of them. Only mm_filemap_fault creates such a record: fault-around
+ * (mm_filemap_map_pages) maps cached pages of the parent's mappings, library text included,
+ * all the time. The child's later fault-around and fault misses count into the record as usual.
+ * Only the direct parent counts: a grandchild of the process that mapped the file has no record.
+ * The name was sent with the parent's record (names are per file, not per process): the new
+ * record is as named as the parent's.
+ */
+static __always_inline struct iolens_file_counters *
+inherited_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode)
+{
+	struct iolens_file_key key = {};
+	struct iolens_file_counters *pc, *c;
+	struct task_struct *parent;
+	int created = 0;
+
+	if (!inode || st->io_ctx == IOLENS_CTX_READ || st->io_ctx == IOLENS_CTX_WRITE)
+		return NULL;
+	parent = BPF_CORE_READ(task, real_parent);
+	if (!parent)
+		return NULL;
+	task_file_key(task, st, BPF_CORE_READ(inode, i_sb, s_dev), BPF_CORE_READ(inode, i_ino),
+		      BPF_CORE_READ(inode, i_generation), &key);
+	key.tgid = BPF_CORE_READ(parent, tgid);
+	key.pstart_ns = leader_start(parent);
+	pc = bpf_map_lookup_elem(&files, &key);
+	if (!pc || !pc->mmaps || (pc->map_flags & IOLENS_MAPPED_EXEC))
+		return NULL;
+	key.tgid = task->tgid;
+	key.pstart_ns = st->pstart_ns;
+	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	if (c && created)
+		c->named = pc->named;
+	return c;
+}
+
+/*
  * A file-backed fault entering filemap_fault(). Faults come from user mode, where sys_exit left
  * io_ctx at NONE: the pages the fault inserts (its read-around included) are fault misses until
  * the thread's next system call resets io_ctx. A fault inside a read or write (copying from or
@@ -202,6 +245,8 @@ int BPF_PROG(mm_filemap_fault, struct address_space *mapping, unsigned long inde
 	if (st->io_ctx == IOLENS_CTX_NONE)
 		st->io_ctx = IOLENS_CTX_FAULT;
 	c = mapping_record(task, st, mapping);
+	if (!c && mapping)
+		c = inherited_record(task, st, BPF_CORE_READ(mapping, host));
 	if (c)
 		IOLENS_ADD(&c->fault_pages, 1);
 	return 0;

@@ -26,6 +26,7 @@ static_assert(offsetof(iolens_file_counters, wb_waits) == 108 * 8);
 static_assert(offsetof(iolens_file_counters, last_byte_read) == 109 * 8);
 static_assert(offsetof(iolens_file_counters, open_fds) == 115 * 8);
 static_assert(offsetof(iolens_file_counters, named) == 116 * 8);
+static_assert(offsetof(iolens_file_counters, map_flags) == 116 * 8 + 4);
 static_assert(sizeof(iolens_file_counters) == 117 * 8);
 static_assert(offsetof(iolens_task_state, close_dev) == 24);
 static_assert(offsetof(iolens_task_state, close_gen) == 32);

@@ -44,6 +44,23 @@ elif mode == "mmap_random":
     m.close()
     os.close(fd)
     print(s)
+elif mode == "mmap_fork":
+    # a DataLoader-style worker: the parent maps the file, a forked child reads it by faults
+    path, first, step, count = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    fd = os.open(path, os.O_RDONLY)
+    m = mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ)
+    m.madvise(mmap.MADV_RANDOM)
+    pid = os.fork()
+    if pid == 0:
+        s = 0
+        for i in range(count):
+            s += m[(first + i * step) * 4096]
+        os._exit(0 if s >= 0 else 1)
+    print(os.getpid(), pid)
+    _, status = os.waitpid(pid, 0)
+    m.close()
+    os.close(fd)
+    sys.exit(os.waitstatus_to_exitcode(status))
 elif mode == "mmap_seq":
     import numpy as np
     a = np.memmap(sys.argv[2], dtype=np.uint8, mode="r")
@@ -295,6 +312,40 @@ def test_mmap(a, ck):
              (c.get("fault_pages", 0) + c.get("fault_around_pages", 0), pages))
 
 
+def test_mmap_fork(a, ck):
+    """A forked child faulting on a file its parent mapped (a DataLoader worker over a memmapped
+    dataset): the child gets a record of its own at its first real fault."""
+    pages, first, step, k = 1024, 3, 48, 12
+    path = os.path.join(a.tmp, "mmap-fork.bin")
+    make_file(path, pages * PAGE)
+    before = cached_pages(path)
+    run, doc = traced(a, ck, "mmap_fork", ["mmap_fork", path, first, step, k])
+    recs = {f.get("pid"): f["counters"] for f in doc["files"] if f.get("path") == path}
+    procs = [p for p in doc["processes"] if p.get("ppid") == run.pid]
+    if not ck.check(len(procs) == 1, "mmap_fork: expected one process under iolens, got %d" %
+                    len(procs)):
+        return
+    parent = procs[0]["pid"]
+    children = [p["pid"] for p in doc["processes"] if p.get("ppid") == parent]
+    if not ck.check(len(children) == 1 and sorted(recs) == sorted([parent] + children),
+                    "mmap_fork: records of %s by pids %s, parent %d, children %s" %
+                    (path, sorted(recs), parent, children)):
+        return
+    pc, cc = recs[parent], recs[children[0]]
+    E.log("mmap_fork parent: %s" % E.brief(pc))
+    E.log("mmap_fork child: %s" % E.brief(cc))
+    ck.check(pc.get("mmaps", 0) >= 1, "mmap_fork parent: mmaps %r" % pc.get("mmaps"))
+    ck.eq("mmap_fork parent fault_pages", 0, pc.get("fault_pages"))
+    ck.eq("mmap_fork parent fault_miss_pages", 0, pc.get("fault_miss_pages"))
+    # the child inherits the mapping (MADV_RANDOM included) but not the page tables: as in
+    # mmap_random, each touched page faults into filemap_fault once and inserts itself
+    ck.eq("mmap_fork child mmaps", 0, cc.get("mmaps"))
+    ck.eq("mmap_fork child fault_pages", k, cc.get("fault_pages"))
+    ck.eq("mmap_fork child fault_miss_pages", k - before, cc.get("fault_miss_pages"))
+    ck.eq("mmap_fork child fault_around_pages", k * fault_around_pages_per_fault(),
+          cc.get("fault_around_pages"))
+
+
 def test_prefetch(a, ck):
     """fadvise(WILLNEED) by the traced process: its insertions are prefetches."""
     pages = 256
@@ -364,6 +415,7 @@ def main():
     a.tmp = E.disk_tempdir("pagecache")
     test_read(a, ck)
     test_mmap(a, ck)
+    test_mmap_fork(a, ck)
     test_prefetch(a, ck)
     test_write(a, ck)
     test_copy_from_mapping(a, ck)

@@ -84,6 +84,7 @@ TEST_F(AbiBtf, FileCountersEveryField) {
   EXPECT_FIELD(l, iolens_file_counters, uring_other);
   EXPECT_FIELD(l, iolens_file_counters, wb_waits);
   EXPECT_FIELD(l, iolens_file_counters, named);
+  EXPECT_FIELD(l, iolens_file_counters, map_flags);
 }
 
 TEST_F(AbiBtf, TaskStateAndEvents) {
