@@ -62,6 +62,11 @@ def log(msg):
     print("[bench %s] %s" % (time.strftime("%H:%M:%S"), msg), file=sys.stderr, flush=True)
 
 
+# Extra options of every `iolens run` (--iolens-arg), e.g. --disable-program=NAME to measure
+# what one optional program costs.
+RUN_ARGS = []
+
+
 def run_ok(argv, **kw):
     return subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, **kw)
@@ -259,7 +264,7 @@ class BackgroundIolens:
         self.proc = None
 
     def start(self):
-        self.proc = subprocess.Popen([self.iolens, "run", "-q", "--", "sleep", "600"],
+        self.proc = subprocess.Popen([self.iolens, "run", "-q"] + RUN_ARGS + ["--", "sleep", "600"],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
         # iolens attaches before it releases the command: once the child has exec'd sleep,
@@ -442,8 +447,8 @@ class Runner:
             return []
         json_opt = ["--json", self.json] if self.with_json else []
         if mode == "traced":
-            return [self.iolens, "run", "-q"] + json_opt + ["--"]
-        return [self.iolens, "run", "-q", "--trace", self.trace] + json_opt + [
+            return [self.iolens, "run", "-q"] + RUN_ARGS + json_opt + ["--"]
+        return [self.iolens, "run", "-q", "--trace", self.trace] + RUN_ARGS + json_opt + [
             "--trace-ring-size", ring or self.ring, "--"]
 
     def after(self, mode, what):
@@ -740,12 +745,16 @@ def main():
                     "report run counts and average ns per iolens program (untimed diagnostic)")
     ap.add_argument("--variants", action="store_true",
                     help="also measure minimal BPF variants outside the tree (needs clang, libbpf)")
+    ap.add_argument("--iolens-arg", action="append", default=[],
+                    help="extra option of every `iolens run` (repeatable), e.g. "
+                         "--iolens-arg=--disable-program=mm_filemap_get_pages")
     ap.add_argument("--trace", action="store_true",
                     help="add the mode traced+trace (iolens run --trace) to the traced case: "
                     "what trace mode costs, its records, losses and file size per loop")
     ap.add_argument("--trace-ring-size", default="16M",
                     help="--trace-ring-size for traced+trace (default 16M, iolens' default)")
     a = ap.parse_args()
+    RUN_ARGS.extend(a.iolens_arg)
     try:
         parse_size(a.trace_ring_size)
     except ValueError as e:
