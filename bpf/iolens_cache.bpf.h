@@ -61,12 +61,18 @@ file_record(struct task_struct *task, struct iolens_task_state *st, struct inode
 {
 	struct iolens_file_key key = {};
 
+	int created = 0;
+
 	if (!inode)
 		return NULL;
-	if (st->io_ctx == IOLENS_CTX_READ || st->io_ctx == IOLENS_CTX_WRITE)
-		return inode_record(task, st, inode, NULL);
-	task_file_key(task, st, BPF_CORE_READ(inode, i_sb, s_dev), BPF_CORE_READ(inode, i_ino),
-		      BPF_CORE_READ(inode, i_generation), &key);
+	/* Direct loads through the tracepoint's BTF pointers (no helper calls: these hooks run on
+	 * every buffered read of a traced process, where bpf_probe_read_kernel cost ~300 ns). */
+	task_file_key(task, st, inode->i_sb->s_dev, inode->i_ino, inode->i_generation, &key);
+	if (st->io_ctx == IOLENS_CTX_READ || st->io_ctx == IOLENS_CTX_WRITE) {
+		if (!S_ISREG(inode->i_mode))
+			return NULL;
+		return get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	}
 	return bpf_map_lookup_elem(&files, &key);
 }
 
@@ -77,7 +83,7 @@ mapping_record(struct task_struct *task, struct iolens_task_state *st,
 {
 	if (!mapping)
 		return NULL;
-	return file_record(task, st, BPF_CORE_READ(mapping, host));
+	return file_record(task, st, mapping->host);
 }
 
 /*
@@ -101,11 +107,11 @@ int BPF_PROG(mm_filemap_get_pages, struct address_space *mapping, unsigned long 
 
 	if (!st)
 		return 0;
-	host = BPF_CORE_READ(mapping, host);
+	host = mapping->host;
 	if (!host)
 		return 0;
-	ino = BPF_CORE_READ(host, i_ino);
-	dev = BPF_CORE_READ(host, i_sb, s_dev);
+	ino = host->i_ino;
+	dev = host->i_sb->s_dev;
 	/* enter_ns is 0 outside the hooked system calls (io_uring_enter, io-wq workers, iolensd
 	 * with its syscall hooks detached): there the file and range alone tell a later batch. */
 	same = st->gp_enter == st->enter_ns && st->gp_dev == dev && st->gp_ino == ino &&
@@ -117,7 +123,7 @@ int BPF_PROG(mm_filemap_get_pages, struct address_space *mapping, unsigned long 
 	st->gp_enter = st->enter_ns;
 	if (same || last_index < index)
 		return 0;
-	c = mapping_record(task, st, mapping);
+	c = file_record(task, st, host);
 	if (c)
 		IOLENS_ADD(&c->cache_read_pages, last_index - index + 1);
 	return 0;
@@ -141,7 +147,7 @@ int BPF_PROG(mm_filemap_add_to_page_cache, struct folio *folio)
 	what = st->io_ctx;
 	if (what == IOLENS_CTX_WRITE)
 		return 0;
-	c = mapping_record(task, st, BPF_CORE_READ(folio, mapping));
+	c = mapping_record(task, st, folio->mapping);
 	if (!c)
 		return 0;
 	if (what == IOLENS_CTX_READ)
@@ -299,7 +305,7 @@ int BPF_PROG(writeback_dirty_folio, struct folio *folio, struct address_space *m
 
 	if (!st || !mapping)
 		return 0;
-	host = BPF_CORE_READ(mapping, host);
+	host = mapping->host;
 	c = file_record(task, st, host);
 	if (!c)
 		return 0;
