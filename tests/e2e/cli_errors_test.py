@@ -7,6 +7,8 @@
   3. `run --json /nonexistent-dir/x.json -- touch MARKER` (and with --darshan, --trace): non-zero,
      names the path, and the command never ran (MARKER absent): outputs are checked BEFORE
      starting the command.
+  3c. --disable-program of a core or unknown program: exit 1, one line, the command never runs;
+      a disabled optional program is said in the summary;
   3b. bad --trace-ring-size / --trace-max-size: exit 2, one line, the command never runs;
      `convert` of a missing file: exit 1, one line naming it.
   4. as an unprivileged user (setpriv to 65534): non-zero, stderr mentions root or CAP_BPF; the
@@ -344,6 +346,27 @@ def case_capture_usage(ck, iolens, tmp):
     ck.check(not os.path.exists(out), "iolens capture without a daemon left %s behind" % out)
 
 
+def case_bad_disable_program(ck, iolens, tmp):
+    """--disable-program of a core or unknown program: exit 1 before the command runs, one line
+    naming it (and, for an unknown one, the optional programs there are); a known optional one
+    is left out and said in the summary."""
+    marker = os.path.join(tmp, "marker-disable")
+    for bad, why in (("sys_exit", "core program"), ("no_such_prog", "no optional program")):
+        rc, out, err = simple(iolens, ["run", "--disable-program", bad, "--", "touch", marker])
+        lines = nonempty_lines(err)
+        E.log("[3c] --disable-program %s: rc %d, stderr %r" % (bad, rc, err[:300]))
+        ck.eq("--disable-program %s exit code" % bad, 1, rc)
+        ck.check(len(lines) == 1 and bad in lines[0] and why in lines[0],
+                 "--disable-program %s: not one line saying %r: %r" % (bad, why, lines))
+        ck.check(not os.path.exists(marker), "--disable-program %s: the command ran" % bad)
+        if bad == "no_such_prog":
+            ck.check(b"mm_filemap_get_pages" in err, "unknown program: optional ones not listed")
+    rc, out, err = simple(iolens, ["run", "--disable-program", "mm_filemap_fault", "--", "true"])
+    ck.eq("--disable-program mm_filemap_fault exit code", 0, rc)
+    ck.check(b"not attached: mm_filemap_fault (disabled by configuration)" in err,
+             "a disabled program is not said in the summary: %r" % err[-400:])
+
+
 def main():
     args = E.parse_args()
     E.require_root()
@@ -354,6 +377,7 @@ def main():
     case_no_command(ck, args.iolens)
     case_bad_json(ck, args.iolens, tmp)
     case_bad_trace_options(ck, args.iolens, tmp)
+    case_bad_disable_program(ck, args.iolens, tmp)
     case_unprivileged(ck, args.iolens, tmp)
     case_bad_btf(ck, args.iolens)
     case_exit_status(ck, args.iolens, tmp)
