@@ -17,7 +17,7 @@ SCHEMA = "iolens.run/1"
 SKIP = 77
 
 # Under `sudo ctest`, iolens would run the traced commands as the user who ran sudo and create
-# its files as that user (docs/run-json.md, "Under sudo"), in the tests' root-owned directories.
+# its files as that user (docs/run-json.md, "Output files and sudo"), in the tests' root-owned directories.
 # The tests run as root, as if logged in as root; run_security_test.py sets these itself.
 SUDO_VARS = ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND")
 for _var in SUDO_VARS:

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """e2e: `iolens run` (and `convert -o`, `capture -o`) as root must not be a way to write through
 a symbolic link, clobber a file, or run a command as root for a user who was only given sudo
-for iolens (issue 21, item 5; docs/run-json.md "Output files" and "Under sudo").
+for iolens (issue 21, item 5; docs/run-json.md "Output files and sudo").
 
   1. a symlink planted at the --json, --darshan or --trace path, pointing at a victim file (and
      a dangling one, pointing where a file would be created): exit 2, one line naming the path,
