@@ -42,6 +42,11 @@ import tempfile
 import threading
 import time
 
+# `sudo run_bench.py`: the traced runs must run as the untraced ones do (as root), not as the
+# user who ran sudo, which is what `iolens run` does under sudo without --keep-root.
+for _var in ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND"):
+    os.environ.pop(_var, None)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TORCH_JOB = os.path.join(REPO, "tests", "workloads", "torch_job.py")

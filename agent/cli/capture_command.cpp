@@ -15,6 +15,8 @@
 #include <utility>
 #include <nlohmann/json.hpp>
 
+#include "cli/invoker.hpp"
+#include "cli/output_file.hpp"
 #include "control/format.hpp"
 #include "exporters/units.hpp"
 #include "jobs/units.hpp"
@@ -72,6 +74,9 @@ CLI::App* add_capture_command(CLI::App& app, CaptureOptions& o) {
       ->capture_default_str();
   cmd->add_option("-o,--output", o.output, "The trace file to write (docs/trace-format.md)")
       ->required();
+  cmd->add_flag("--force", o.force,
+                "Replace the output file if it exists (a regular file only: a symbolic link or "
+                "any other kind of file is never followed or written)");
   cmd->add_option("--socket", o.socket, "iolensd's control socket")->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "No progress and no summary");
   return cmd;
@@ -102,18 +107,33 @@ int run_capture(const CaptureOptions& o) {
   if (!o.cgroup.empty()) req["cgroup"] = o.cgroup;
   if (o.pid) req["pid"] = o.pid;
 
-  // Opened here, with the user's own permissions; the daemon writes through its copy.
-  const int fd = open(o.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    say("cannot write " + o.output + ": " + std::strerror(errno));
-    return 1;
+  // Opened here, with the user's own permissions (under sudo: those of the user who ran it);
+  // the daemon writes through its copy.
+  std::optional<Invoker> invoker;
+  if (Status s = find_invoker(invoker); !s) {
+    say(s.message);
+    return 2;
+  }
+  int fd = -1;
+  bool created = false;
+  {
+    OutputError e;
+    fd = open_output_as(invoker, o.output, o.force, created, e);
+    if (fd < 0) {
+      say(output_error_line(o.output, e));
+      return e.refused ? 2 : 1;
+    }
   }
   std::string error;
   const auto started = control::request(o.socket, req, error, 5000, fd);
+  struct stat file_st {};
+  const bool empty = fstat(fd, &file_st) == 0 && file_st.st_size == 0;
   close(fd);
   if (!started) {
-    struct stat st {};
-    if (stat(o.output.c_str(), &st) == 0 && st.st_size == 0) unlink(o.output.c_str());
+    if (created && empty) {
+      FileAccessAs as(invoker);
+      unlink(o.output.c_str());
+    }
     say(error);
     return 1;
   }

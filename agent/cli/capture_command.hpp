@@ -24,6 +24,7 @@ struct CaptureOptions {
   std::string output;  // -o FILE
   std::string socket = control::kDefaultSocketPath;
   bool quiet = false;
+  bool force = false;  // replace an existing (regular) output file
 };
 
 /// Adds the `capture` subcommand; its options land in `opts`.
@@ -34,7 +35,9 @@ CLI::App* add_capture_command(CLI::App& app, CaptureOptions& opts);
 uint64_t parse_cli_size(const std::string& text, std::string& error);
 
 /// 0 when the capture ended as asked (duration, Ctrl-C, job end, size limit); 1 when the daemon
-/// could not be asked or the capture failed; 2 for a bad command line.
+/// could not be asked or the capture failed; 2 for a bad command line or a refused output (it
+/// exists without --force, or is a symbolic link or not a regular file: cli/output_file.hpp).
+/// Under sudo the output is created as the invoking user.
 int run_capture(const CaptureOptions& opts);
 
 }  // namespace iolens::cli

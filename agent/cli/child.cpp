@@ -2,6 +2,7 @@
 #include "cli/child.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -13,6 +14,16 @@
 
 namespace iolens::cli {
 namespace {
+
+// What the child writes on the error pipe before it gives up: which step failed, and errno.
+enum ChildStage : int { kExec = 0, kDropPrivileges = 1 };
+
+void child_fail(int fd, ChildStage stage, int code) {
+  const int msg[2] = {stage, errno};
+  ssize_t w = write(fd, msg, sizeof(msg));
+  (void)w;
+  _exit(code);
+}
 
 bool is_executable_file(const std::string& p) {
   struct stat st {};
@@ -50,7 +61,8 @@ Status resolve_command(const std::string& name, std::string& path_out) {
   return Status::Error("command not found: '" + name + "' (not in PATH)", ENOENT);
 }
 
-Status SuspendedChild::spawn(const std::vector<std::string>& argv) {
+Status SuspendedChild::spawn(const std::vector<std::string>& argv,
+                             const std::optional<Invoker>& as) {
   int err[2];
   if (pipe2(err, O_CLOEXEC) != 0) return Status::Error("pipe: " + std::string(std::strerror(errno)), errno);
   std::vector<char*> args;
@@ -67,12 +79,14 @@ Status SuspendedChild::spawn(const std::vector<std::string>& argv) {
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec. Signals iolens handles are reset by exec.
     close(err[0]);
+    // Before the stop, so that a failure is known before tracing starts. Groups first: after
+    // setuid there is no privilege left to change them.
+    if (as && (setgroups(as->groups.size(), as->groups.data()) != 0 || setgid(as->gid) != 0 ||
+               setuid(as->uid) != 0 || getuid() != as->uid || geteuid() != as->uid))
+      child_fail(err[1], kDropPrivileges, 126);
     raise(SIGSTOP);
     execvp(args[0], args.data());
-    const int e = errno;
-    ssize_t w = write(err[1], &e, sizeof(e));
-    (void)w;
-    _exit(127);
+    child_fail(err[1], kExec, 127);
   }
   close(err[1]);
   pid_ = pid;
@@ -84,6 +98,12 @@ Status SuspendedChild::spawn(const std::vector<std::string>& argv) {
   } while (r < 0 && errno == EINTR);
   if (r != pid || !WIFSTOPPED(status)) {
     pid_ = -1;
+    int msg[2] = {0, 0};
+    if (as && r == pid && read(err_fd_, msg, sizeof(msg)) == static_cast<ssize_t>(sizeof(msg)) &&
+        msg[0] == kDropPrivileges)
+      return Status::Error("cannot run the command as uid " + std::to_string(as->uid) + " gid " +
+                               std::to_string(as->gid) + ": " + std::strerror(msg[1]),
+                           msg[1]);
     return Status::Error("the command's process did not start", ECHILD);
   }
   return Status::Ok();
@@ -92,14 +112,15 @@ Status SuspendedChild::spawn(const std::vector<std::string>& argv) {
 Status SuspendedChild::release() {
   released_ = true;
   if (kill(pid_, SIGCONT) != 0) return Status::Error("cannot release the command", errno);
-  int e = 0;
+  int msg[2] = {0, 0};
   ssize_t n;
   do {
-    n = read(err_fd_, &e, sizeof(e));
+    n = read(err_fd_, msg, sizeof(msg));
   } while (n < 0 && errno == EINTR);
   close(err_fd_);
   err_fd_ = -1;
-  if (n == static_cast<ssize_t>(sizeof(e))) {
+  if (n == static_cast<ssize_t>(sizeof(msg))) {
+    const int e = msg[1];
     int status;
     waitpid(pid_, &status, 0);
     pid_ = -1;

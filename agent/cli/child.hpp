@@ -6,9 +6,11 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cli/invoker.hpp"
 #include "loader/status.hpp"
 
 namespace iolens::cli {
@@ -18,8 +20,10 @@ Status resolve_command(const std::string& name, std::string& path_out);
 
 class SuspendedChild {
  public:
-  /// Forks a child that stops itself, waits until it is stopped, and returns.
-  Status spawn(const std::vector<std::string>& argv);
+  /// Forks a child that stops itself, waits until it is stopped, and returns. With `as`, the
+  /// child first becomes that user (supplementary groups, gid, uid: all of real, effective and
+  /// saved, so it cannot come back to root); an error if it cannot (then it never runs).
+  Status spawn(const std::vector<std::string>& argv, const std::optional<Invoker>& as = {});
   /// Lets the child exec. Fails (and reaps the child) if the exec failed.
   Status release();
   pid_t pid() const { return pid_; }
@@ -29,7 +33,7 @@ class SuspendedChild {
  private:
   pid_t pid_ = -1;
   bool released_ = false;
-  int err_fd_ = -1;  // parent's end: the child writes errno here if exec fails (CLOEXEC)
+  int err_fd_ = -1;  // parent's end: the child writes {stage, errno} here on failure (CLOEXEC)
 };
 
 }  // namespace iolens::cli

@@ -4,11 +4,15 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
+#include "cli/invoker.hpp"
+#include "cli/output_file.hpp"
 #include "exporters/darshan_log.hpp"
 #include "exporters/json_report.hpp"
 #include "exporters/trace_jsonl.hpp"
@@ -39,6 +43,9 @@ CLI::App* add_convert_command(CLI::App& app, ConvertOptions& o) {
       ->check(CLI::IsMember({"perfetto", "chrome", "jsonl", "darshan", "json"}));
   cmd->add_option("-o,--output", o.output, "Where to write it (- for stdout)")
       ->capture_default_str();
+  cmd->add_flag("--force", o.force,
+                "Replace the output file if it exists (a regular file only: a symbolic link or "
+                "any other kind of file is never followed or written)");
   cmd->add_flag("--partial", o.partial,
                 "Convert what precedes the damage of a truncated or corrupted file (the error is "
                 "still shown)");
@@ -50,7 +57,43 @@ int run_convert(const ConvertOptions& o) {
     say("a Darshan log is binary: give -o FILE");
     return 2;
   }
-  trace::ReadResult r = trace::read_trace_file(o.input);
+  // The output is created before the work, so that a refused one costs nothing, and removed
+  // again if there is nothing to write into it.
+  // Under sudo, both files are opened as the user who ran sudo: convert needs no privilege,
+  // and must not lend root's to read or write a file that user could not.
+  std::optional<Invoker> invoker;
+  if (Status s = find_invoker(invoker); !s) {
+    say(s.message);
+    return 2;
+  }
+  int out_fd = -1;
+  bool created = false;
+  if (o.output != "-") {
+    OutputError e;
+    out_fd = open_output_as(invoker, o.output, o.force, created, e);
+    if (out_fd < 0) {
+      say(output_error_line(o.output, e));
+      return e.refused ? 2 : 1;
+    }
+  }
+  struct OutputGuard {
+    int fd;
+    bool remove;
+    const std::string& path;
+    ~OutputGuard() {
+      if (fd >= 0) close(fd);
+      if (remove) unlink(path.c_str());
+    }
+  } guard{out_fd, created, o.output};
+  trace::ReadResult r;
+  {
+    FileAccessAs as(invoker);
+    if (!as.status()) {
+      say(as.status().message);
+      return 1;
+    }
+    r = trace::read_trace_file(o.input);
+  }
   if (!r.status) {
     if (r.problem == trace::ReadProblem::io || r.problem == trace::ReadProblem::foreign ||
         r.problem == trace::ReadProblem::too_new || !o.partial) {
@@ -76,7 +119,7 @@ int run_convert(const ConvertOptions& o) {
       out << exporters::dump_json(exporters::run_to_json(snap, IOLENS_VERSION));
     } else {
       exporters::DarshanJobInfo info = exporters::darshan_job_of_trace(t);
-      info.uid = static_cast<int64_t>(getuid());
+      info.uid = static_cast<int64_t>(invoker ? invoker->uid : getuid());
       out << exporters::darshan_log(snap, info, exporters::dxt_of_trace(t, snap));
     }
   }
@@ -90,13 +133,15 @@ int run_convert(const ConvertOptions& o) {
     }
     return 0;
   }
-  std::ofstream f(o.output, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  f.close();
-  if (!f) {
-    say("cannot write " + o.output);
+  const bool written = write_all(out_fd, bytes);
+  const int write_errno = errno;
+  const int closed = close(out_fd);
+  guard.fd = -1;
+  if (!written || closed != 0) {
+    say("cannot write " + o.output + ": " + std::strerror(written ? errno : write_errno));
     return 1;
   }
+  guard.remove = false;
   return 0;
 }
 

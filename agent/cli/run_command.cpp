@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +22,8 @@
 
 #include "capture/trace_session.hpp"
 #include "cli/child.hpp"
+#include "cli/invoker.hpp"
+#include "cli/output_file.hpp"
 #include "core/events.hpp"
 #include "core/recorder.hpp"
 #include "exporters/darshan_log.hpp"
@@ -73,18 +76,76 @@ std::optional<std::string> realpath_of(const std::string& p) {
   return std::string(buf);
 }
 
-bool write_all(int fd, const std::string& text) {
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
+void error_line(const std::string& msg) { std::fprintf(stderr, "iolens: %s\n", msg.c_str()); }
+
+/// One output file of the run; no path: not asked for.
+struct Output {
+  const char* option;
+  const std::string& path;
+  int fd = -1;
+  bool created = false;
+};
+
+/// Every output asked for is checked (lstat) before any is created or emptied, then opened (see
+/// cli/output_file.hpp), as the invoking user under sudo. On any refusal or error one line says
+/// why, what was created is removed again, and false comes back: the command must not run.
+bool open_outputs(const std::vector<Output*>& outputs, bool force,
+                  const std::optional<Invoker>& invoker) {
+  FileAccessAs as(invoker);
+  if (!as.status()) {
+    error_line(as.status().message);
+    return false;
+  }
+  // (dev, ino) of each output that exists: two options naming one file are refused before
+  // --force empties it.
+  std::vector<std::pair<const Output*, struct stat>> existing;
+  const auto same_file = [&](const Output& o, const struct stat& st) {
+    for (const auto& [other, ost] : existing)
+      if (other != &o && ost.st_dev == st.st_dev && ost.st_ino == st.st_ino) {
+        error_line(std::string(o.option) + " " + o.path + ": the same file as " + other->option +
+                   " " + other->path);
+        return true;
+      }
+    return false;
+  };
+  for (const Output* o : outputs) {
+    if (o->path.empty()) continue;
+    if (const OutputError e = check_output(o->path, force); !e.message.empty()) {
+      error_line(output_error_line(o->option + (" " + o->path), e));
+      return false;
+    }
+    struct stat st {};
+    if (lstat(o->path.c_str(), &st) != 0) continue;
+    if (same_file(*o, st)) return false;
+    existing.emplace_back(o, st);
+  }
+  existing.clear();
+  const auto give_up = [&] {
+    for (Output* o : outputs) {
+      if (o->fd < 0) continue;
+      close(o->fd);
+      o->fd = -1;
+      if (o->created) unlink(o->path.c_str());
+    }
+    return false;
+  };
+  for (Output* out : outputs) {
+    Output& o = *out;
+    if (o.path.empty()) continue;
+    OutputError e;
+    o.fd = open_output(o.path, force, o.created, e);
+    struct stat st {};
+    // A file this run just created or opened, under another spelling of its name?
+    if ((o.fd >= 0 ? fstat(o.fd, &st) : lstat(o.path.c_str(), &st)) == 0 && same_file(o, st))
+      return give_up();
+    if (o.fd < 0) {
+      error_line(output_error_line(o.option + (" " + o.path), e));
+      return give_up();
+    }
+    existing.emplace_back(&o, st);
   }
   return true;
 }
-
-void error_line(const std::string& msg) { std::fprintf(stderr, "iolens: %s\n", msg.c_str()); }
 
 /// Everything the kernel counted as lost, under the names docs/counters.md uses.
 void record_kernel_stats(core::Recorder& rec, const loader::KernelStats& st) {
@@ -130,35 +191,21 @@ int run_traced(const RunOptions& opts) {
     error_line(s.message);
     return 127;
   }
-  // Open the JSON output first: a bad path must fail before the job runs, not after.
-  // O_CLOEXEC: the traced command must not inherit it.
-  int json_fd = -1;
-  if (!opts.json_path.empty()) {
-    json_fd = open(opts.json_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (json_fd < 0) {
-      error_line("cannot write --json " + opts.json_path + ": " + std::strerror(errno));
+  std::optional<Invoker> invoker;
+  if (!opts.keep_root) {
+    if (Status s = find_invoker(invoker); !s) {
+      error_line(s.message + " (--keep-root runs the command as root)");
       return 2;
     }
   }
-  int darshan_fd = -1;
-  if (!opts.darshan_path.empty()) {
-    darshan_fd = open(opts.darshan_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (darshan_fd < 0) {
-      error_line("cannot write --darshan " + opts.darshan_path + ": " + std::strerror(errno));
-      if (json_fd >= 0) close(json_fd);
-      return 2;
-    }
-  }
-  int trace_fd = -1;
-  if (!opts.trace_path.empty()) {
-    trace_fd = open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (trace_fd < 0) {
-      error_line("cannot write --trace " + opts.trace_path + ": " + std::strerror(errno));
-      if (json_fd >= 0) close(json_fd);
-      if (darshan_fd >= 0) close(darshan_fd);
-      return 2;
-    }
-  }
+  // Open the outputs first: a bad path must fail before the job runs, not after.
+  Output json{"--json", opts.json_path}, darshan{"--darshan", opts.darshan_path},
+      trace_out{"--trace", opts.trace_path};
+  std::vector<Output*> outputs{&json, &darshan, &trace_out};
+  if (!open_outputs(outputs, opts.force, invoker)) return 2;
+  int& json_fd = json.fd;
+  int& darshan_fd = darshan.fd;
+  int& trace_fd = trace_out.fd;
   struct FdCloser {
     int& fd;
     ~FdCloser() {
@@ -181,7 +228,7 @@ int run_traced(const RunOptions& opts) {
 
   install_forwarding();
   SuspendedChild child;
-  if (Status s = child.spawn(opts.command); !s) {
+  if (Status s = child.spawn(opts.command, invoker); !s) {
     error_line(s.message);
     return 1;
   }
@@ -325,6 +372,8 @@ int run_traced(const RunOptions& opts) {
   drain();  // the first pass may have learnt of exits; the second moves their records out
   record_kernel_stats(rec, loader->stats());
   std::string trace_note;  // said after the summary
+  int trace_read_fd = -1;  // the trace file, open for reading, for the Darshan log's DXT
+  FdCloser trace_read_closer{trace_read_fd};
   if (trace) {
     drain_trace(end_mono, false);
     trace::Losses losses;
@@ -332,6 +381,11 @@ int run_traced(const RunOptions& opts) {
     losses.ring_full = loader->stat(IOLENS_STAT_TRACE_LOST);
     rec.set_lost("trace_records", losses.ring_full);
     const Status ts = trace->finish(rec, losses, end_mono);
+    // The Darshan log's DXT reads the trace back: through this descriptor's file, never again
+    // through the path (which may name something else by now).
+    if (ts && darshan_fd >= 0)
+      trace_read_fd = open(("/proc/self/fd/" + std::to_string(trace_fd)).c_str(),
+                           O_RDONLY | O_CLOEXEC);
     if (!ts || close(trace_fd) != 0) {
       trace_fd = -1;
       error_line("writing --trace " + opts.trace_path + " failed: " +
@@ -366,14 +420,18 @@ int run_traced(const RunOptions& opts) {
   }
   if (darshan_fd >= 0) {
     exporters::DarshanJobInfo info;
-    info.uid = static_cast<int64_t>(getuid());
+    info.uid = static_cast<int64_t>(invoker ? invoker->uid : getuid());
     info.jobid = child_pid;
     info.mounts = exporters::read_mounts("/proc/self/mounts");
     std::string log;
     if (!opts.trace_path.empty()) {
       // With --trace, the log also has DXT_POSIX: every read and write, from the trace file
       // just written (read back whole: the file is the one copy of the records).
-      const trace::ReadResult tr = trace::read_trace_file(opts.trace_path);
+      trace::ReadResult tr;
+      if (trace_read_fd >= 0)
+        tr = trace::read_trace_fd(trace_read_fd);
+      else
+        tr.status = Status::Error("it could not be opened again");
       if (tr.status) {
         log = exporters::darshan_log(snap, info, exporters::dxt_of_trace(tr.trace, snap));
       } else {

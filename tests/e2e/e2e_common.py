@@ -16,6 +16,13 @@ import tempfile
 SCHEMA = "iolens.run/1"
 SKIP = 77
 
+# Under `sudo ctest`, iolens would run the traced commands as the user who ran sudo and create
+# its files as that user (docs/run-json.md, "Output files and sudo"), in the tests' root-owned directories.
+# The tests run as root, as if logged in as root; run_security_test.py sets these itself.
+SUDO_VARS = ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND")
+for _var in SUDO_VARS:
+    os.environ.pop(_var, None)
+
 # Counters whose "none yet" value the workloads write as -1 (the kernel record's value before any
 # access). docs/counters.md: max_byte_read/max_byte_written are "exported as Darshan does: 0 when
 # no byte was read". Only these counters get this translation.
