@@ -111,7 +111,12 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const jobs::MetricsConfig& c
     s->exposer_ = std::make_unique<prometheus::Exposer>(options);
   } catch (const std::exception& e) {
     error = "metrics.listen " + cfg.listen + ": cannot serve there (" + e.what() +
-            (cfg.tls_cert_file.empty() ? "" : "; or the TLS certificate/key was refused") + ")";
+            (cfg.tls_cert_file.empty() ? "" : "; or the TLS certificate/key was refused") +
+            // Debian 12's civetweb is built without IPv6: any [v6] address fails this way.
+            (cfg.listen.starts_with("[") ? "; or this build's civetweb has no IPv6 (Debian 12's "
+                                           "has not): use an IPv4 address"
+                                         : "") +
+            ")";
     return nullptr;
   }
   s->exposer_->RegisterCollectable(s->collector_);
