@@ -413,6 +413,13 @@ std::string prometheus_label_value(std::string_view raw) {
   std::string out;
   out.reserve(raw.size());
   for (std::size_t i = 0; i < raw.size();) {
+    if (raw[i] == '\\') {
+      // Doubled, so that a name holding the text "\xff" and one holding the byte 0xff get
+      // different label values.
+      out += "\\\\";
+      ++i;
+      continue;
+    }
     const std::size_t n = utf8_sequence(raw, i);
     if (n == 0) {
       char buf[5];

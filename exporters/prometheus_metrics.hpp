@@ -13,10 +13,12 @@
 
 namespace iolens::exporters {
 
-/// A label value the text format can carry: valid UTF-8 is kept as it is, every other byte
-/// becomes the four characters "\xNN" (a file name may hold any byte but '/' and NUL; one
-/// invalid byte would make Prometheus reject the whole scrape). Escaping of '\\', '"' and
-/// newlines is the serializer's job.
+/// A label value the text format can carry, reversibly: valid UTF-8 is kept as it is but for
+/// a backslash, which is doubled (\ -> \\); every other byte becomes the four characters \xNN
+/// (a file name may hold any byte but '/' and NUL; one invalid byte would make Prometheus
+/// reject the whole scrape). Read left to right, \\ is always a backslash and \xNN always a
+/// byte (docs/metrics.md#conventions). The text format's own escaping of backslash, '"' and
+/// newline is applied on top of this by the serializer.
 std::string prometheus_label_value(std::string_view raw);
 
 /// Every family of docs/metrics.md for `s`, in a fixed order. `last_scrape_s`: how long the

@@ -10,6 +10,7 @@
 #include "cli/convert_command.hpp"
 #include "cli/query_command.hpp"
 #include "cli/run_command.hpp"
+#include "control/log_escape.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"iolens: how a job really uses storage, seen from the kernel (eBPF)"};
@@ -102,7 +103,8 @@ int main(int argc, char** argv) {
   }
   // Logs go to stderr: stdout belongs to the traced command.
   spdlog::set_default_logger(spdlog::stderr_color_mt("iolens"));
-  spdlog::set_pattern("iolens: %l: %v");
+  // Escaped: the traced command's file names and comm can hold terminal escapes.
+  spdlog::set_formatter(iolens::control::escaping_formatter("iolens: %l: %v"));
   spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::warn);
   run.loader.verbose = verbose;
   return iolens::cli::run_traced(run);

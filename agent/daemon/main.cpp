@@ -9,6 +9,7 @@
 #include <iostream>
 #include <optional>
 
+#include "control/log_escape.hpp"
 #include "daemon/daemon.hpp"
 #include "jobs/config.hpp"
 
@@ -103,9 +104,10 @@ int main(int argc, char** argv) {
   opts.hooks_idle_s = static_cast<uint32_t>(hooks_idle_s.value_or(c.hooks_idle_s));
   opts.pod_log_dir = pod_log_dir;
 
-  // Logs on stderr: journald (or the caller) adds the timestamps it wants.
+  // Logs on stderr: journald (or the caller) adds the timestamps it wants. Every message is
+  // escaped: cgroup names, comm and paths are chosen by local users (control/log_escape.hpp).
   auto logger = spdlog::stderr_logger_st("iolensd");
-  logger->set_pattern("iolensd: %l: %v");
+  logger->set_formatter(iolens::control::escaping_formatter("iolensd: %l: %v"));
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   return iolens::daemon::run_daemon(opts);

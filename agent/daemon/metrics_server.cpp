@@ -47,6 +47,19 @@ struct MetricsServer::Collector : prometheus::Collectable {
   }
 };
 
+std::vector<std::string> civetweb_options(const jobs::MetricsConfig& cfg) {
+  // Any local user can connect to a loopback port. civetweb gives each connection one of
+  // num_threads workers until its request is read and answered, and waits request_timeout_ms
+  // (default 30 s) for a request that trickles in, and as long for each write to a client that
+  // does not read: with 2 threads, two trickling connections blocked every scrape ~30 s.
+  // Hence more threads, a short timeout for the whole request header, and no keep-alive (an
+  // idle kept-alive connection would hold a worker too). docs/metrics.md#slow-clients.
+  return {"listening_ports",    cfg.listen,
+          "num_threads",        std::to_string(cfg.threads),
+          "request_timeout_ms", std::to_string(cfg.request_timeout_ms),
+          "enable_keep_alive",  "no"};
+}
+
 bool constant_time_equal(const std::string& given, const std::string& expected) {
   if (expected.empty()) return false;
   // Every byte of `given` is compared (against `expected` repeated), so the time says nothing
@@ -84,7 +97,7 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const jobs::MetricsConfig& c
   std::string password;
   if (!cfg.username.empty() && !read_password_file(cfg.password_file, password, error))
     return nullptr;
-  std::vector<std::string> options{"listening_ports", cfg.listen, "num_threads", "2"};
+  std::vector<std::string> options = civetweb_options(cfg);
   if (!cfg.tls_cert_file.empty()) {
     // Debian 12's civetweb 1.15 loads OpenSSL at run time by the 1.1 names; OpenSSL 3 has no
     // SSL_get_peer_certificate, the pointer stays null and the first HTTPS request crashes the
@@ -98,7 +111,12 @@ std::unique_ptr<MetricsServer> MetricsServer::start(const jobs::MetricsConfig& c
     s->exposer_ = std::make_unique<prometheus::Exposer>(options);
   } catch (const std::exception& e) {
     error = "metrics.listen " + cfg.listen + ": cannot serve there (" + e.what() +
-            (cfg.tls_cert_file.empty() ? "" : "; or the TLS certificate/key was refused") + ")";
+            (cfg.tls_cert_file.empty() ? "" : "; or the TLS certificate/key was refused") +
+            // Debian 12's civetweb is built without IPv6: any [v6] address fails this way.
+            (cfg.listen.starts_with("[") ? "; or this build's civetweb has no IPv6 (Debian 12's "
+                                           "has not): use an IPv4 address"
+                                         : "") +
+            ")";
     return nullptr;
   }
   s->exposer_->RegisterCollectable(s->collector_);

@@ -42,6 +42,9 @@ class MetricsServer {
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
 
+/// The civetweb options the server is started with (listen address, threads, timeouts).
+std::vector<std::string> civetweb_options(const jobs::MetricsConfig& cfg);
+
 /// Whether `given` equals `expected` (never when `expected` is empty), in a time that depends
 /// on the length of `given` only.
 bool constant_time_equal(const std::string& given, const std::string& expected);

@@ -35,14 +35,16 @@ constexpr std::array<std::string_view, 18> kTopKeys{
 // such as 'ture' must not silently mean false, and 'no' is not a boolean in YAML 1.2).
 constexpr std::array<std::string_view, 3> kTrue{"true", "True", "TRUE"};
 constexpr std::array<std::string_view, 3> kFalse{"false", "False", "FALSE"};
-constexpr std::array<std::string_view, 7> kMetricsKeys{"listen",  "node",       "top_files",
-                                                       "max_jobs", "classes",   "basic_auth",
-                                                       "tls"};
+constexpr std::array<std::string_view, 9> kMetricsKeys{
+    "listen", "node", "top_files", "max_jobs",        "classes",
+    "basic_auth", "tls", "threads", "request_timeout"};
 constexpr std::array<std::string_view, 2> kClassKeys{"name", "prefixes"};
 constexpr std::array<std::string_view, 2> kAuthKeys{"username", "password_file"};
 constexpr std::array<std::string_view, 1> kTlsKeys{"cert_file"};
 constexpr std::size_t kMaxClasses = 32;
 constexpr std::size_t kMaxTopFiles = 1000;
+constexpr uint64_t kMaxMetricsThreads = 256;
+constexpr uint64_t kMaxMetricsRequestTimeoutMs = 60000;
 constexpr std::array<std::string_view, 2> kHookModes{"on-demand", "always"};
 constexpr std::array<std::string_view, 5> kLimitKeys{"max_files_per_job", "max_records",
                                                      "kernel_file_records", "ring_size",
@@ -546,6 +548,19 @@ class ConfigParser {
         uint64_t n = m.max_jobs;
         check_.positive(e, path, 1000000, n);
         m.max_jobs = static_cast<uint32_t>(n);
+      } else if (e.key == "threads") {
+        uint64_t n = m.threads;
+        check_.positive(e, path, kMaxMetricsThreads, n);
+        m.threads = static_cast<uint32_t>(n);
+      } else if (e.key == "request_timeout") {
+        if (const auto ms = check_.duration_ms(e, path, false)) {
+          if (*ms > kMaxMetricsRequestTimeoutMs)
+            check_.error(e.mark, path,
+                         "at most 60s: a slow client holds a server thread that long, got " +
+                             quoted(e.value.Scalar()));
+          else
+            m.request_timeout_ms = static_cast<uint32_t>(*ms);
+        }
       } else if (e.key == "classes") {
         classes(e, path, m.classes);
       } else if (e.key == "basic_auth") {

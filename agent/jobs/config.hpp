@@ -73,6 +73,12 @@ struct MetricsConfig {
   std::string username;         ///< basic auth when non-empty
   std::string password_file;    ///< its password, first line
   std::string tls_cert_file;    ///< HTTPS with this PEM (certificate and key) when non-empty
+  /// Server threads: each client connection holds one until its request is answered or timed
+  /// out, so this many slow clients at once are needed to delay a scrape.
+  uint32_t threads = 8;
+  /// A client must send its whole request (and take the answer) within this; then it is
+  /// dropped (civetweb's default is 30 s).
+  uint32_t request_timeout_ms = 5000;
 };
 
 struct Config {

@@ -58,10 +58,17 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   }
   if (level == LIBBPF_WARN && g_load_warnings)
     g_load_warnings->push_back(line);
-  else if (level == LIBBPF_WARN)
-    spdlog::warn("libbpf: {}", line);
   else
-    spdlog::debug("libbpf: {}", line);
+    // One log line per line: the log escapes newlines (verifier logs are many lines).
+    for (std::size_t at = 0; at <= line.size();) {
+      std::size_t end = line.find('\n', at);
+      if (end == std::string::npos) end = line.size();
+      if (level == LIBBPF_WARN)
+        spdlog::warn("libbpf: {}", line.substr(at, end - at));
+      else
+        spdlog::debug("libbpf: {}", line.substr(at, end - at));
+      at = end + 1;
+    }
   return n;
 }
 

@@ -27,8 +27,9 @@ Checked through Prometheus's HTTP API (values must converge within 30 s):
   - a rate() is a finite value >= 0; iolens_job_info names the job (kind, cgroup, node);
   - iolens_build_info, iolens_map_fill_ratio (in [0, 1]) exist; iolens_lost_total all 0.
 Hostile names: /metrics parses with a strict text-format parser (UTF-8, only \\\\ \\" \\n
-escapes, no duplicate series); the hostile file is a top file whose path label reads `\\xff` for
-the byte 0xff; `up` is 1 and the target's lastError is empty.
+escapes, no duplicate series); the hostile file is a top file whose path label reads `\\\\` for
+its backslash and `\\xff` for the byte 0xff, and gives back the file's exact name; `up` is 1
+and the target's lastError is empty.
 Dashboard (--dashboard): every panel's every `expr`, with the template variables filled in, is
 an instant query that succeeds and returns something for job A; a `job_id` variable exists.
 Cardinality: job B (P/metrics/many) runs `job_workload many` on 100,000 files: at most K + 1 = 6
@@ -139,8 +140,29 @@ int main(int argc, char **argv)
 
 # The fields of the hostile name: a double quote, a backslash, a newline, a byte 0xff.
 HOSTILE_NAME = b'a"b\\c\nd\xff.bin'
-# ... as the `path` label's value must read once unescaped (docs/metrics.md): 0xff as `\xff`.
-HOSTILE_LABEL = 'a"b\\c\nd\\xff.bin'
+# ... as the `path` label's value must read once unescaped (docs/metrics.md#conventions): the
+# backslash doubled, 0xff as `\xff`.
+HOSTILE_LABEL = 'a"b\\\\c\nd\\xff.bin'
+
+
+def name_of_label(value):
+    """The file name's bytes back from a label value, by docs/metrics.md#conventions: two
+    backslashes are one, backslash-x-NN is the byte NN."""
+    out, i = bytearray(), 0
+    while i < len(value):
+        if value.startswith("\\\\", i):
+            out += b"\\"
+            i += 2
+        elif value.startswith("\\x", i):
+            out.append(int(value[i + 2:i + 4], 16))
+            i += 4
+        else:
+            out += value[i].encode()
+            i += 1
+    return bytes(out)
+
+
+assert name_of_label(HOSTILE_LABEL) == HOSTILE_NAME
 
 
 # --- the text exposition format -----------------------------------------------------------------

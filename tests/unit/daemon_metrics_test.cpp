@@ -295,6 +295,21 @@ TEST(MetricsServer, ServesThePublishedSnapshotOnAnEphemeralPort) {
   EXPECT_NE(error.find("cannot serve there"), std::string::npos) << error;
 }
 
+// Any local user can connect: civetweb must not keep the defaults that let two slow clients
+// hold every scrape ~30 s (2 threads, 30 s request timeout; docs/metrics.md#slow-clients).
+TEST(MetricsServer, CivetwebOptionsBoundSlowClients) {
+  jobs::MetricsConfig cfg;
+  const std::vector<std::string> defaults = daemon::civetweb_options(cfg);
+  EXPECT_EQ(defaults, (std::vector<std::string>{"listening_ports", "127.0.0.1:9464", "num_threads",
+                                                "8", "request_timeout_ms", "5000",
+                                                "enable_keep_alive", "no"}));
+  cfg.threads = 3;
+  cfg.request_timeout_ms = 1500;
+  const std::vector<std::string> set = daemon::civetweb_options(cfg);
+  EXPECT_EQ(set[3], "3");
+  EXPECT_EQ(set[5], "1500");
+}
+
 TEST(MetricsServer, BasicAuth) {
   const std::string pw = temp_file("s3cret\n", 0600);
   jobs::MetricsConfig cfg;

@@ -815,10 +815,14 @@ TEST(JobsConfig, MetricsDefaultsAndEveryKey) {
   EXPECT_EQ(d.metrics.listen, "127.0.0.1:9464");
   EXPECT_EQ(d.metrics.top_files, 0u);
   EXPECT_EQ(d.metrics.max_jobs, 1000u);
+  EXPECT_EQ(d.metrics.threads, 8u);
+  EXPECT_EQ(d.metrics.request_timeout_ms, 5000u);
   ASSERT_EQ(d.metrics.classes.size(), 2u);
   EXPECT_EQ(d.metrics.classes[0].name, "python");
   const Config c = parsed(kJobs + R"(metrics:
   listen: "[::1]:0"
+  threads: 16
+  request_timeout: 1500ms
   node: gpu-17
   top_files: 20
   max_jobs: 50
@@ -830,6 +834,8 @@ TEST(JobsConfig, MetricsDefaultsAndEveryKey) {
   tls: {cert_file: /etc/iolens/metrics.pem}
 )");
   EXPECT_EQ(c.metrics.listen, "[::1]:0");
+  EXPECT_EQ(c.metrics.threads, 16u);
+  EXPECT_EQ(c.metrics.request_timeout_ms, 1500u);
   EXPECT_EQ(c.metrics.node, "gpu-17");
   EXPECT_EQ(c.metrics.top_files, 20u);
   EXPECT_EQ(c.metrics.max_jobs, 50u);
@@ -865,6 +871,15 @@ TEST(JobsConfig, MetricsErrors) {
             "t.yaml:3:11: metrics.basic_auth: needs a username (without ':') and a password_file "
             "(an absolute path)");
   EXPECT_EQ(error_of(kJobs + "metrics: {tls: {}}\n"), "t.yaml:3:11: metrics.tls: needs cert_file");
+  EXPECT_EQ(error_of(kJobs + "metrics: {threads: 0}\n"),
+            "t.yaml:3:11: metrics.threads: expected a positive integer, got '0'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {threads: 1000}\n"),
+            "t.yaml:3:11: metrics.threads: expected a positive integer at most 256, got '1000'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {request_timeout: 0}\n"),
+            "t.yaml:3:11: metrics.request_timeout: expected a positive duration, got '0'");
+  EXPECT_EQ(error_of(kJobs + "metrics: {request_timeout: 2m}\n"),
+            "t.yaml:3:11: metrics.request_timeout: at most 60s: a slow client holds a server "
+            "thread that long, got '2m'");
   EXPECT_EQ(error_of(kJobs + "metrics: {lisen: x}\n"),
             "t.yaml:3:11: metrics: unknown key 'lisen' (did you mean 'listen'?)");
 }

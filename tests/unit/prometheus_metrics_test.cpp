@@ -3,7 +3,9 @@
 // and every family rendered is documented in docs/metrics.md (and every documented one exists).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -154,9 +156,10 @@ TEST(PrometheusText, LatencyMetadataAndDaemonSeries) {
 TEST(PrometheusText, HostileLabelValuesAreEscapedAndValidUtf8) {
   const auto s = known_snapshot();
   const std::string text = text_of(s, {"iolens_job_top_file_io_bytes"});
-  // '"' -> \", '\' -> \\, newline -> \n, the byte 0xff -> the four characters \xff (written
-  // with its backslash escaped).
-  EXPECT_NE(text.find("path=\"/d/a\\\"b\\\\c\\nd\\\\xff\",op=\"read\"} 65586\n"), std::string::npos)
+  // The label value: '\' doubled, the byte 0xff as the four characters \xff; then the text
+  // format's escapes: '"' -> \", each '\' -> \\, newline -> \n.
+  EXPECT_NE(text.find("path=\"/d/a\\\"b\\\\\\\\c\\nd\\\\xff\",op=\"read\"} 65586\n"),
+            std::string::npos)
       << text;
   EXPECT_NE(text.find("path=\"<other>\",op=\"read\"} 65536\n"), std::string::npos) << text;
   for (unsigned char c : text) EXPECT_LT(c, 0x80);  // this page is ASCII: trivially UTF-8
@@ -174,6 +177,52 @@ TEST(PrometheusText, LabelValueSanitizer) {
   EXPECT_EQ(prometheus_label_value("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
   EXPECT_EQ(prometheus_label_value("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // > U+10FFFF
   EXPECT_EQ(prometheus_label_value(std::string("a\0b", 3)), std::string("a\0b", 3));
+  EXPECT_EQ(prometheus_label_value("a\\b"), "a\\\\b");  // a backslash is doubled
+}
+
+// docs/metrics.md#conventions read back: "\\" is a backslash, "\xNN" the byte NN, anything
+// else itself. nullopt for a value the rule cannot have produced.
+std::optional<std::string> label_value_bytes(const std::string& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != '\\') {
+      out += v[i];
+    } else if (i + 1 < v.size() && v[i + 1] == '\\') {
+      out += '\\';
+      ++i;
+    } else if (i + 3 < v.size() && v[i + 1] == 'x' &&
+               std::isxdigit(static_cast<unsigned char>(v[i + 2])) &&
+               std::isxdigit(static_cast<unsigned char>(v[i + 3]))) {
+      out += static_cast<char>(std::stoi(v.substr(i + 2, 2), nullptr, 16));
+      i += 3;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return out;
+}
+
+TEST(PrometheusText, LabelValuesOfALiteralEscapeAndOfAByteDiffer) {
+  using exporters::prometheus_label_value;
+  // A name holding the text \x41 (or \xff) and names holding the bytes they would stand for.
+  const std::vector<std::string> names{"/d/\\x41", "/d/A",      "/d/\\xff", "/d/\xff",
+                                       "/d/\\\xff", "/d/\\\\xff", "/d/\\",   "/d/\\\\",
+                                       "caf\xc3\xa9", "\xc3\xa9\xc3"};
+  std::set<std::string> values;
+  for (const std::string& n : names) {
+    const std::string v = prometheus_label_value(n);
+    values.insert(v);
+    EXPECT_EQ(label_value_bytes(v), n) << "not reversible: " << v;
+  }
+  EXPECT_EQ(values.size(), names.size()) << "two names share a label value";
+  EXPECT_EQ(prometheus_label_value("/d/\\x41"), "/d/\\\\x41");
+  EXPECT_EQ(prometheus_label_value("/d/\xff"), "/d/\\xff");
+  // Every single byte and every pair: the value reads back to the name.
+  for (int a = 0; a < 256; ++a)
+    for (int b = 0; b < 256; ++b) {
+      const std::string n{static_cast<char>(a), static_cast<char>(b)};
+      ASSERT_EQ(label_value_bytes(prometheus_label_value(n)), n) << a << " " << b;
+    }
 }
 
 TEST(PrometheusText, EveryFamilyIsDocumentedAndEveryDocumentedOneExists) {
