@@ -282,3 +282,44 @@ TEST_F(WriterTest, ThousandsOfCollidingNamesInOneSecondAllGetTheirOwnFile) {
   EXPECT_EQ(names(), (std::vector<std::string>{"20261122T031500Z_cgroup_j_.1000.darshan",
                                                "20261122T031500Z_cgroup_j_.1000.json"}));
 }
+
+// Issue 21: root writes records; a directory someone else controls is refused, never chmodded.
+TEST_F(WriterTest, RefusesAnOutputDirectoryOthersControl) {
+  fs::create_directory(dir_ + "/real");
+  chmod((dir_ + "/real").c_str(), 0755);
+  fs::create_directory_symlink(dir_ + "/real", dir_ + "/link");
+  JobWriter via_link(dir_ + "/link", 0, 0);
+  const auto s = via_link.prepare();
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.message.find(dir_ + "/link"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("symbolic link"), std::string::npos) << s.message;
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/real").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u) << "the link's target was chmodded";
+  const JobWritten w = via_link.write("20261122T031500Z_x.json", {{"a", 1}});
+  EXPECT_FALSE(w.record.ok);
+  EXPECT_EQ(via_link.failed(), 1u);
+  EXPECT_TRUE(fs::is_empty(dir_ + "/real"));
+  fs::create_directory(dir_ + "/open");
+  chmod((dir_ + "/open").c_str(), 01777);
+  JobWriter open_dir(dir_ + "/open", 0, 0);
+  const auto o = open_dir.prepare();
+  EXPECT_FALSE(o.ok);
+  EXPECT_NE(o.message.find("group- or world-writable"), std::string::npos) << o.message;
+}
+
+// A stale temporary that is a hard link to someone's file: removed, never written through.
+TEST_F(WriterTest, AStaleTemporaryIsNeverWrittenThrough) {
+  const std::string victim = dir_ + "/victim";
+  std::ofstream(victim) << "precious";
+  ASSERT_EQ(link(victim.c_str(), (dir_ + "/.tmp-20261122T031500Z_x.json").c_str()), 0);
+  ASSERT_EQ(symlink(victim.c_str(), (dir_ + "/.tmp-20261122T031500Z_x.darshan").c_str()), 0);
+  JobWriter w(dir_, 0, 0);
+  const std::string log = "log";
+  const JobWritten r = w.write("20261122T031500Z_x.json", {{"a", 1}}, &log);
+  EXPECT_TRUE(r.record.ok) << r.record.message;
+  EXPECT_TRUE(r.darshan.ok) << r.darshan.message;
+  std::string content;
+  std::getline(std::ifstream(victim), content);
+  EXPECT_EQ(content, "precious");
+}
