@@ -33,7 +33,8 @@ struct RotationResult {
 /// touched.
 RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64_t max_age_s,
                               int64_t now_wall_s, const std::string& keep = "");
-/// The same in the directory `dir_fd` (never following a link in it).
+/// The same in the directory `dir_fd` (never following a link in it). With neither limit the
+/// directory is not even listed (an empty result, kept_bytes 0).
 RotationResult rotate_records(int dir_fd, uint64_t max_bytes, uint64_t max_age_s,
                               int64_t now_wall_s, const std::string& keep = "");
 

@@ -71,8 +71,10 @@ def restart_on(ck, d, what, data, n_aside):
     st = D.wait_for("iolensd to answer status", d._status_or_exit, 30)
     if st is None or d.proc.poll() is not None:
         rc = d.proc.poll()
-        ck.fail("%s: iolensd did not start (exit %r%s); log tail:\n%s" %
+        hwm = vm_hwm_kb(d.proc.pid) if rc is None else None
+        ck.fail("%s: iolensd did not start (exit %r%s%s); log tail:\n%s" %
                 (what, rc, ", killed by signal %d" % -rc if rc is not None and rc < 0 else "",
+                 ", still not answering with VmHWM %d kB" % hwm if hwm else "",
                  "\n".join(d.log().splitlines()[-8:])))
         if d.proc.poll() is None:
             d.kill9()
