@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 
 namespace iolens::core {
@@ -25,5 +26,8 @@ int open_private_dir(const std::string& path, mode_t mode, bool force_mode, cons
 /// O_EXCL|O_NOFOLLOW: a stale file, symbolic link or hard link at that name is never written
 /// through. Returns the descriptor (O_WRONLY, close-on-exec) or -1 with errno set.
 int create_fresh(int dir_fd, const std::string& name, mode_t mode);
+
+/// The whole of `name` in `dir_fd`, opened with O_NOFOLLOW; nullopt if it cannot be opened.
+std::optional<std::string> read_file_at(int dir_fd, const std::string& name);
 
 }  // namespace iolens::core

@@ -104,23 +104,6 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
           {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]}};
 }
 
-/// A file of the state directory, read through its descriptor and never through a link;
-/// nullopt if it cannot be opened.
-std::optional<std::string> read_file_at(int dir_fd, const char* name) {
-  const int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return out;
-}
-
 constexpr const char* kStateName = "state.cbor";
 constexpr const char* kStateTmpName = "state.cbor.tmp";
 constexpr const char* kMarkerName = "pressure-drain";
@@ -687,7 +670,7 @@ void Daemon::resume() {
     return;
   }
   nlohmann::json lost = nlohmann::json::object();
-  const auto text = read_file_at(state_dir_fd_, kStateName);
+  const auto text = core::read_file_at(state_dir_fd_, kStateName);
   nlohmann::json st;
   std::string error;
   // decode_state checks every field this function reads, and JobTable::load the table's; the
@@ -1273,7 +1256,9 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
     if (Job* job = table_->find(id)) return table_->job_json(*job, IOLENS_VERSION);
     for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
       if (it->first != id) continue;
-      if (auto text = read_file(it->second.path)) {
+      // Through the output directory's descriptor, never following a link left at the name.
+      const std::string& path = it->second.path;
+      if (auto text = core::read_file_at(writer_->dir_fd(), path.substr(path.rfind('/') + 1))) {
         auto j = nlohmann::json::parse(*text, nullptr, false);
         if (!j.is_discarded()) return j;
       }

@@ -72,6 +72,8 @@ class JobWriter {
   uint64_t darshan_written() const { return darshan_written_; }
   uint64_t darshan_failed() const { return darshan_failed_; }
   const std::string& dir() const { return dir_; }
+  /// The directory's descriptor once prepare() succeeded, -1 before.
+  int dir_fd() const { return dir_fd_; }
 
  private:
   std::string dir_;
