@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "control/server.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -15,6 +16,7 @@
 
 #include "control/fd_message.hpp"
 #include "control/unique_fd.hpp"
+#include "core/private_dir.hpp"
 
 namespace iolens::control {
 namespace {
@@ -32,36 +34,13 @@ bool unix_address(const std::string& path, sockaddr_un& addr) {
   return true;
 }
 
-/// mkdir -p with mode 0755 for the directories it creates; existing ones are left as they are
-/// (an administrator may have chosen their mode).
-bool make_parent_dirs(const std::string& path, std::string& error) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return true;
-  const std::string parent = path.substr(0, slash);
-  for (size_t pos = 1; pos <= parent.size(); ++pos) {
-    if (pos != parent.size() && parent[pos] != '/') continue;
-    const std::string dir = parent.substr(0, pos);
-    if (mkdir(dir.c_str(), 0755) == 0) {
-      chmod(dir.c_str(), 0755);  // mkdir applied the umask
-    } else if (errno != EEXIST) {
-      error = errno_text("cannot create directory " + dir);
-      return false;
-    }
-  }
-  struct stat st {};
-  if (stat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    error = parent + " is not a directory";
-    return false;
-  }
-  return true;
-}
-
 /// Clears the way for bind(): nothing there, or a socket left by a daemon that died (nobody
 /// accepts on it). A live socket or any other file is an error: replacing it would cut off a
 /// running daemon or destroy someone's file.
-bool remove_stale_socket(const std::string& path, const sockaddr_un& addr, std::string& error) {
+bool remove_stale_socket(int dir_fd, const std::string& name, const std::string& path,
+                         const sockaddr_un& addr, std::string& error) {
   struct stat st {};
-  if (lstat(path.c_str(), &st) != 0) {
+  if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno == ENOENT) return true;
     error = errno_text("cannot inspect " + path);
     return false;
@@ -81,7 +60,7 @@ bool remove_stale_socket(const std::string& path, const sockaddr_un& addr, std::
     error = "another process is listening on " + path + " (another iolensd?)";
     return false;
   }
-  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+  if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
     error = errno_text("cannot remove stale socket " + path);
     return false;
   }
@@ -188,8 +167,16 @@ int poll_timeout_ms(Clock::time_point now, Clock::time_point deadline) {
 
 }  // namespace
 
-Server::Server(int fd, std::string path, dev_t dev, ino_t ino, std::optional<gid_t> group)
-    : fd_(fd), path_(std::move(path)), dev_(dev), ino_(ino), euid_(geteuid()), group_(group) {}
+Server::Server(int fd, int dir_fd, std::string path, dev_t dev, ino_t ino,
+               std::optional<gid_t> group)
+    : fd_(fd),
+      dir_fd_(dir_fd),
+      path_(std::move(path)),
+      name_(path_.substr(path_.rfind('/') + 1)),
+      dev_(dev),
+      ino_(ino),
+      euid_(geteuid()),
+      group_(group) {}
 
 std::unique_ptr<Server> Server::listen(const std::string& path, std::optional<gid_t> group,
                                        std::string& error) {
@@ -199,44 +186,75 @@ std::unique_ptr<Server> Server::listen(const std::string& path, std::optional<gi
             " bytes long: '" + path + "'";
     return nullptr;
   }
-  if (!make_parent_dirs(path, error) || !remove_stale_socket(path, addr, error)) return nullptr;
+  // The socket's directory: checked (a real directory of the daemon's user, writable by nobody
+  // else) and used through its descriptor, so nobody can swap the socket's file for a link
+  // between the bind and the chown (docs/control.md#who-may-connect).
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash + 1 == path.size()) {
+    error = "control socket path must be absolute and name a file: '" + path + "'";
+    return nullptr;
+  }
+  const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = path.substr(slash + 1);
+  UniqueFd dir_fd(core::open_private_dir(dir, 0755, false, "control socket directory", error));
+  if (dir_fd.get() < 0 || !remove_stale_socket(dir_fd.get(), name, path, addr, error))
+    return nullptr;
 
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (fd.get() < 0) {
     error = errno_text("socket");
     return nullptr;
   }
-  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+  // Bound inside the checked directory (through its descriptor in /proc when that path fits),
+  // and born 0660: bind(2) applies the umask, so no chmod by path follows. The daemon is still
+  // single-threaded here; the umask is restored at once.
+  sockaddr_un at_dir{};
+  if (!unix_address("/proc/self/fd/" + std::to_string(dir_fd.get()) + "/" + name, at_dir))
+    at_dir = addr;
+  const mode_t old_umask = umask(0117);
+  int rc = bind(fd.get(), reinterpret_cast<const sockaddr*>(&at_dir), sizeof(at_dir));
+  if (rc != 0 && errno == ENOENT && std::strcmp(at_dir.sun_path, addr.sun_path) != 0)
+    rc = bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));  // no /proc
+  umask(old_umask);
+  if (rc != 0) {
     error = errno_text("cannot bind control socket " + path);
     return nullptr;
   }
-  // From here on the file is ours: remove it on every failure. Mode and group are set before
-  // listen(), so no client can connect while the file is still open to everyone.
+  // From here on the file is ours: remove it on every failure. The group is set before
+  // listen(), so no client can connect while the file is still open to another group.
   auto fail = [&](const std::string& what) {
     error = errno_text(what);
-    unlink(path.c_str());
+    unlinkat(dir_fd.get(), name.c_str(), 0);
     return nullptr;
   };
-  if (chmod(path.c_str(), 0660) != 0) return fail("cannot chmod 0660 " + path);
-  if (group && chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
+  if (group && fchownat(dir_fd.get(), name.c_str(), static_cast<uid_t>(-1), *group,
+                        AT_SYMLINK_NOFOLLOW) != 0) {
     const int e = errno;  // group_name() may change errno
-    const std::string name = group_name(*group);
+    const std::string gname = group_name(*group);
     errno = e;
-    return fail("cannot give " + path + " to group " + name +
+    return fail("cannot give " + path + " to group " + gname +
                 " (the daemon needs CAP_CHOWN or to be a member of that group)");
   }
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return fail("cannot stat " + path);
+  if (fstatat(dir_fd.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return fail("cannot stat " + path);
+  if (!S_ISSOCK(st.st_mode)) {
+    errno = EEXIST;
+    return fail(path + " is not the socket just bound");
+  }
   if (::listen(fd.get(), 128) != 0) return fail("cannot listen on " + path);
-  return std::unique_ptr<Server>(new Server(fd.release(), path, st.st_dev, st.st_ino, group));
+  const int dfd = dir_fd.release();
+  return std::unique_ptr<Server>(new Server(fd.release(), dfd, path, st.st_dev, st.st_ino, group));
 }
 
 Server::~Server() {
   close(fd_);
   struct stat st {};
-  if (lstat(path_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
-    unlink(path_.c_str());
+  if (fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev_ &&
+      st.st_ino == ino_) {
+    unlinkat(dir_fd_, name_.c_str(), 0);
   }
+  close(dir_fd_);
 }
 
 bool Server::allowed(int conn_fd, const Peer& peer) const {

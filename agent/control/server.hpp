@@ -42,9 +42,12 @@ class Server {
   /// Whether a peer may ask. The default: peer_allowed() with the daemon's euid and `group`.
   using AccessRule = std::function<bool(const Peer&)>;
 
-  /// Creates the parent directory (0755) if missing, removes a stale socket file (only if it is
-  /// a socket nobody listens on; anything else at the path is an error), binds, chmod 0660,
-  /// chgrp `group` when given, listens. nullptr and `error` on failure.
+  /// Creates the parent directory (0755) if missing and refuses one that is a symbolic link, not
+  /// owned by the daemon's user or writable by others (core::open_private_dir); removes a stale
+  /// socket file (only if it is a socket nobody listens on; anything else at the path is an
+  /// error); binds inside that directory with mode 0660 (umask), chgrp `group` when given
+  /// (through the directory's descriptor, never following a link), listens. nullptr and
+  /// `error` on failure.
   static std::unique_ptr<Server> listen(const std::string& path, std::optional<gid_t> group,
                                         std::string& error);
 
@@ -68,11 +71,13 @@ class Server {
   Server& operator=(const Server&) = delete;
 
  private:
-  Server(int fd, std::string path, dev_t dev, ino_t ino, std::optional<gid_t> group);
+  Server(int fd, int dir_fd, std::string path, dev_t dev, ino_t ino, std::optional<gid_t> group);
   bool allowed(int conn_fd, const Peer& peer) const;
 
   int fd_;
+  int dir_fd_;  // the socket's checked directory
   std::string path_;
+  std::string name_;  // the socket's name in dir_fd_
   dev_t dev_;  // the socket file we created, to unlink only that one
   ino_t ino_;
   uid_t euid_;

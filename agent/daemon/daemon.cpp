@@ -17,7 +17,6 @@
 #include <cstring>
 #include <deque>
 #include <set>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -26,15 +25,16 @@
 #include <variant>
 
 #include <spdlog/spdlog.h>
-#include <zlib.h>
 
 #include "control/peer.hpp"
 #include "control/server.hpp"
+#include "core/private_dir.hpp"
 #include "daemon/capture.hpp"
 #include "core/events.hpp"
 #include "daemon/job_metrics.hpp"
 #include "daemon/job_table.hpp"
 #include "daemon/job_writer.hpp"
+#include "daemon/state_file.hpp"
 #include "daemon/metrics_server.hpp"
 #include "exporters/darshan_log.hpp"
 #include "iolens_abi.h"
@@ -104,7 +104,11 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
           {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]}};
 }
 
-constexpr char kStateMagic[8] = {'I', 'O', 'L', 'S', 'T', 'A', 'T', '1'};
+constexpr const char* kStateName = "state.cbor";
+constexpr const char* kStateTmpName = "state.cbor.tmp";
+constexpr const char* kMarkerName = "pressure-drain";
+constexpr const char* kCorruptPrefix = "state.cbor.corrupt-";
+constexpr std::size_t kCorruptKept = 3;  // unusable state files kept for inspection
 
 class Daemon {
  public:
@@ -140,6 +144,11 @@ class Daemon {
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
   void resume();
+  /// A fresh, empty job table (at start, and in place of one a bad state half loaded).
+  void new_table();
+  /// Renames an unusable state.cbor to state.cbor.corrupt-<time> (kept for inspection, the
+  /// newest kCorruptKept) and logs it; returns the new name ("" if it could not be moved).
+  std::string move_state_aside(const std::string& why);
   nlohmann::json handle(const nlohmann::json& req, control::RequestContext& ctx);
   nlohmann::json start_capture(const nlohmann::json& req, control::RequestContext& ctx);
   /// Feeds the running capture and ends it when its time, size or job is up.
@@ -158,6 +167,7 @@ class Daemon {
   std::unique_ptr<JobWriter> writer_;
   int sigfd_ = -1;
   int state_lock_ = -1;  // flock'd for the daemon's lifetime
+  int state_dir_fd_ = -1;  // the checked state directory: its files are opened through it
   int64_t start_mono_ = 0;
   int64_t start_wall_ = 0;
   int64_t mono_to_wall_ = 0;
@@ -195,8 +205,10 @@ class Daemon {
   uint64_t last_checkpoint_pos_ = 0;
   static constexpr int64_t kCheckpointEvery = 5'000'000'000;  // ns
   nlohmann::json restart_ = nlohmann::json::object();
+  // Jobs the first scan found live after a restart: their start preceded this daemon, even
+  // when an unusable state left them a start of now (annotate_restart).
+  std::set<std::string> found_at_start_;
   std::string state_path() const { return cfg_.state_dir + "/state.cbor"; }
-  std::string marker_path() const { return cfg_.state_dir + "/pressure-drain"; }
   struct Closed {
     nlohmann::json summary;
     std::string path;
@@ -268,14 +280,24 @@ bool Daemon::setup() {
   }
   {
     // One daemon per state directory: a second one would overwrite the first one's state.
-    std::error_code ec;
-    std::filesystem::create_directories(cfg_.state_dir, ec);
-    if (ec) {
-      spdlog::error("cannot create state directory {}: {}", cfg_.state_dir, ec.message());
+    // Checked, then used only through its descriptor: no file of it is ever followed through a
+    // link (docs/daemon-config.md#the-daemons-directories).
+    std::string error;
+    state_dir_fd_ = core::open_private_dir(cfg_.state_dir, 0700, true, "state directory", error);
+    if (state_dir_fd_ < 0) {
+      spdlog::error("{}", error);
       return false;
     }
-    chmod(cfg_.state_dir.c_str(), 0700);
-    state_lock_ = open((cfg_.state_dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    state_lock_ = openat(state_dir_fd_, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat lock_st {};
+    if (state_lock_ < 0 && errno == ELOOP) {
+      spdlog::error("{}/lock is a symbolic link: refusing to open it (remove it)", cfg_.state_dir);
+      return false;
+    }
+    if (state_lock_ >= 0 && (fstat(state_lock_, &lock_st) != 0 || !S_ISREG(lock_st.st_mode))) {
+      spdlog::error("{}/lock is not a regular file: refusing it (remove it)", cfg_.state_dir);
+      return false;
+    }
     if (state_lock_ < 0 || flock(state_lock_, LOCK_EX | LOCK_NB) != 0) {
       spdlog::error("state directory {} is in use by another running iolensd ({})",
                     cfg_.state_dir, std::strerror(errno));
@@ -340,9 +362,7 @@ bool Daemon::setup() {
   start_mono_ = clock_ns(CLOCK_MONOTONIC);
   start_wall_ = clock_ns(CLOCK_REALTIME);
   mono_to_wall_ = start_wall_ - start_mono_;
-  table_ = std::make_unique<JobTable>(*sel_, cfg_.limits, mono_to_wall_);
-  if (metrics_) table_->set_file_classes(cfg_.metrics.classes);
-  table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
+  new_table();
   resume();
   const int64_t in_map = loader_->map_entries("files");
   created_baseline_ = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) -
@@ -354,6 +374,12 @@ bool Daemon::setup() {
   sigfd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   signal(SIGPIPE, SIG_IGN);
   return true;
+}
+
+void Daemon::new_table() {
+  table_ = std::make_unique<JobTable>(*sel_, cfg_.limits, mono_to_wall_);
+  if (metrics_) table_->set_file_classes(cfg_.metrics.classes);
+  table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
 }
 
 std::optional<std::string> Daemon::resolve_cgroup(uint64_t id) {
@@ -491,7 +517,8 @@ void Daemon::drain() {
   const bool pressure = (loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - created_baseline_ -
                          removed_records_) * 2 > max;
   if (pressure && !pressure_marked_) {
-    if (FILE* f = std::fopen(marker_path().c_str(), "w")) std::fclose(f);
+    // Created afresh, never through a link left at its name.
+    if (const int fd = core::create_fresh(state_dir_fd_, kMarkerName, 0600); fd >= 0) close(fd);
     pressure_marked_ = true;
   }
   uint64_t moved = 0;
@@ -587,22 +614,17 @@ void Daemon::checkpoint(bool force) {
   nlohmann::json bases = nlohmann::json::object();
   for (const auto& [id, b] : job_loss_base_) bases[id] = b;
   st["job_loss_base"] = bases;
-  const std::vector<uint8_t> raw = nlohmann::json::to_cbor(st);
-  // Compressed: the counters are mostly zeros (about 20x smaller, docs/daemon.md#restart-without-loss).
-  std::vector<uint8_t> bytes(16 + compressBound(raw.size()));
-  std::memcpy(bytes.data(), kStateMagic, 8);
-  const uint64_t raw_len = raw.size();
-  std::memcpy(bytes.data() + 8, &raw_len, 8);
-  uLongf zlen = bytes.size() - 16;
-  if (compress2(bytes.data() + 16, &zlen, raw.data(), raw.size(), 1) != Z_OK) {
+  const std::optional<std::vector<uint8_t>> encoded = encode_state(st);
+  if (!encoded) {
     ++checkpoint_failures_;
     spdlog::error("cannot compress the state");
     return;
   }
-  bytes.resize(16 + zlen);
-  const std::string tmp = state_path() + ".tmp";
+  const std::vector<uint8_t>& bytes = *encoded;
   bool ok = false;
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Created afresh (a file or link left at the temporary's name is removed, never written
+  // through), then renamed over state.cbor, all inside the checked state directory.
+  const int fd = core::create_fresh(state_dir_fd_, kStateTmpName, 0600);
   if (fd >= 0) {
     size_t off = 0;
     while (off < bytes.size()) {
@@ -613,7 +635,7 @@ void Daemon::checkpoint(bool force) {
     }
     ok = off == bytes.size() && fsync(fd) == 0;
     close(fd);
-    ok = ok && rename(tmp.c_str(), state_path().c_str()) == 0;
+    ok = ok && renameat(state_dir_fd_, kStateTmpName, state_dir_fd_, kStateName) == 0;
   }
   if (!ok) {
     // Without a saved state, deleting the records would risk them: keep them in the kernel.
@@ -624,7 +646,7 @@ void Daemon::checkpoint(bool force) {
   ++checkpoints_;
   state_dirty_ = false;
   if (pressure_marked_) {
-    std::remove(marker_path().c_str());
+    unlinkat(state_dir_fd_, kMarkerName, 0);
     pressure_marked_ = false;
   }
   last_checkpoint_mono_ = t0;
@@ -643,81 +665,114 @@ void Daemon::resume() {
   restart_["at_ns"] = clock_ns(CLOCK_REALTIME);
   if (!pins.discarded.empty()) restart_["discarded"] = pins.discarded;
   if (!pins.resumed) {
-    std::remove(state_path().c_str());  // it described kernel state that no longer exists
-    std::remove(marker_path().c_str());
+    unlinkat(state_dir_fd_, kStateName, 0);  // it described kernel state that no longer exists
+    unlinkat(state_dir_fd_, kMarkerName, 0);
     return;
   }
   nlohmann::json lost = nlohmann::json::object();
-  const auto text = read_file(state_path());
-  nlohmann::json st = nlohmann::json(nlohmann::json::value_t::discarded);
-  if (text && text->size() >= 16 && std::memcmp(text->data(), kStateMagic, 8) == 0) {
-    uint64_t raw_len = 0;
-    std::memcpy(&raw_len, text->data() + 8, 8);
-    if (raw_len <= (uint64_t{4} << 30)) {
-      std::vector<uint8_t> raw(raw_len);
-      uLongf got = raw_len;
-      if (uncompress(raw.data(), &got, reinterpret_cast<const Bytef*>(text->data() + 16),
-                     text->size() - 16) == Z_OK && got == raw_len)
-        st = nlohmann::json::from_cbor(raw, true, false);
-    }
-  }
+  const auto text = core::read_file_at(state_dir_fd_, kStateName);
+  nlohmann::json st;
   std::string error;
-  if (!text) {
-    restart_["state"] = "none: the previous daemon saved no state";
-  } else if (st.is_discarded()) {
-    restart_["state"] = "corrupt: " + state_path() + " is not a saved state";
-  } else if (st.value("pins_created_wall_ns", uint64_t{0}) != pins.created_wall_ns) {
-    restart_["state"] = "stale: saved for other kernel maps";
-  } else if (!table_->load(st.at("table"), error)) {
-    restart_["state"] = "unreadable: " + error;
-  } else {
-    restart_["state"] = "loaded";
-    restart_["saved_wall_ns"] = st.value("saved_wall_ns", int64_t{0});
-    if (auto it = st.find("job_loss_base"); it != st.end() && it->is_object())
-      for (auto b = it->begin(); b != it->end(); ++b)
-        job_loss_base_[b.key()] = b.value().get<loader::KernelStats>();
-    // Records the previous daemon held as final but had not deleted yet.
-    auto keys = [](const nlohmann::json& j) {
-      std::vector<iolens_file_key> v;
-      if (!j.is_binary()) return v;
-      const auto& b = j.get_binary();
-      v.resize(b.size() / sizeof(iolens_file_key));
-      std::memcpy(v.data(), b.data(), v.size() * sizeof(iolens_file_key));
-      return v;
-    };
-    loader_->delete_files(keys(st.at("pending_files")));
-    loader_->delete_others(keys(st.at("pending_others")));
-    // Replay what the previous daemon consumed after it saved.
-    const uint64_t pos = st.value("ring_pos", uint64_t{0});
-    const uint64_t replay = loader_->ring_consumer_pos() - pos;
-    if (Status s = loader_->rewind_ring(pos); s) {
-      restart_["replayed_bytes"] = replay;
+  // decode_state checks every field this function reads, and JobTable::load the table's; the
+  // catch is defence in depth: nothing in a file may keep the daemon from starting.
+  try {
+    if (!text) {
+      restart_["state"] = "none: the previous daemon saved no state";
+    } else if (!decode_state(*text, st, error)) {
+      restart_["state"] = "corrupt: " + state_path() + " is not a usable saved state (" + error +
+                          ")" + move_state_aside(error);
+    } else if (st["pins_created_wall_ns"].get<uint64_t>() != pins.created_wall_ns) {
+      restart_["state"] = "stale: saved for other kernel maps";
+    } else if (!table_->load(st.at("table"), error)) {
+      restart_["state"] = "corrupt: " + state_path() + " holds an unreadable job table (" + error +
+                          ")" + move_state_aside(error);
     } else {
-      restart_["replay"] = s.message;
-      lost["events_not_replayed"] = replay;
+      restart_["state"] = "loaded";
+      restart_["saved_wall_ns"] = st["saved_wall_ns"].get<int64_t>();
+      for (auto b = st["job_loss_base"].begin(); b != st["job_loss_base"].end(); ++b)
+        job_loss_base_[b.key()] = b.value().get<loader::KernelStats>();
+      // Records the previous daemon held as final but had not deleted yet.
+      auto keys = [](const nlohmann::json& j) {
+        std::vector<iolens_file_key> v;
+        const auto& b = j.get_binary();
+        v.resize(b.size() / sizeof(iolens_file_key));
+        std::memcpy(v.data(), b.data(), v.size() * sizeof(iolens_file_key));
+        return v;
+      };
+      loader_->delete_files(keys(st.at("pending_files")));
+      loader_->delete_others(keys(st.at("pending_others")));
+      // Replay what the previous daemon consumed after it saved.
+      const uint64_t pos = st["ring_pos"].get<uint64_t>();
+      const uint64_t replay = loader_->ring_consumer_pos() - pos;
+      if (Status s = loader_->rewind_ring(pos); s) {
+        restart_["replayed_bytes"] = replay;
+      } else {
+        restart_["replay"] = s.message;
+        lost["events_not_replayed"] = replay;
+      }
+      // Kernel drops while no daemon read the ring (it filled up): counted by the kernel.
+      const nlohmann::json now = kernel_losses(loader_->stats());
+      const nlohmann::json& before = st["kernel_lost"];
+      for (auto v = now.begin(); v != now.end(); ++v) {
+        const uint64_t was = before.value(v.key(), uint64_t{0});
+        const uint64_t d = v.value().get<uint64_t>() - was;
+        if (d) lost[v.key()] = d;
+      }
     }
-    // Kernel drops while no daemon read the ring (it filled up): counted by the kernel.
-    const nlohmann::json now = kernel_losses(loader_->stats());
-    const auto before = st.find("kernel_lost");
-    for (auto v = now.begin(); v != now.end(); ++v) {
-      uint64_t was = 0;
-      if (before != st.end() && before->is_object() && before->contains(v.key()))
-        was = (*before)[v.key()].get<uint64_t>();
-      const uint64_t d = v.value().get<uint64_t>() - was;
-      if (d) lost[v.key()] = d;
-    }
+  } catch (const std::exception& e) {
+    // Whatever was taken from the file is dropped: the jobs continue as after a corrupt state.
+    new_table();
+    job_loss_base_.clear();
+    lost = nlohmann::json::object();
+    restart_.erase("saved_wall_ns");
+    restart_.erase("replayed_bytes");
+    restart_["state"] = "corrupt: " + state_path() + " could not be used (" + e.what() + ")" +
+                        move_state_aside(e.what());
   }
-  if (access(marker_path().c_str(), F_OK) == 0) {
+  struct stat marker {};
+  if (fstatat(state_dir_fd_, kMarkerName, &marker, AT_SYMLINK_NOFOLLOW) == 0) {
     lost["interrupted_pressure_drain"] = 1;
     restart_["pressure_drain"] =
         "the previous daemon died while moving idle records out of the full kernel map; the "
         "counts those records gained since the state saved before it are lost";
-    std::remove(marker_path().c_str());
+    unlinkat(state_dir_fd_, kMarkerName, 0);
   }
   restart_["lost"] = lost;
   // Processes the saved state does not know (it was older, or absent) are relearned here.
   if (Status s = loader_->scan_tasks(true); !s) spdlog::warn("{}", s.message);
   spdlog::info("resumed: state {}, {}", restart_.value("state", "?"), restart_.dump());
+}
+
+std::string Daemon::move_state_aside(const std::string& why) {
+  const std::string name = kCorruptPrefix + std::to_string(clock_ns(CLOCK_REALTIME) / 1000000000);
+  if (renameat(state_dir_fd_, kStateName, state_dir_fd_, name.c_str()) != 0) {
+    const int e = errno;
+    spdlog::error("state file {} is unusable ({}) and cannot be moved aside: {}; starting "
+                  "without it", state_path(), why, std::strerror(e));
+    unlinkat(state_dir_fd_, kStateName, 0);
+    return "";
+  }
+  spdlog::error("state file {} is unusable ({}): moved to {}/{} for inspection; starting without "
+                "it (jobs it held are marked lost.restart_state_unusable)",
+                state_path(), why, cfg_.state_dir, name);
+  // The newest few are kept: a state that goes bad at every start must not fill the disk.
+  std::vector<std::string> kept;
+  const int list_fd = fcntl(state_dir_fd_, F_DUPFD_CLOEXEC, 0);
+  if (DIR* d = list_fd >= 0 ? fdopendir(list_fd) : nullptr) {
+    while (const dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, kCorruptPrefix, std::strlen(kCorruptPrefix)) == 0)
+        kept.emplace_back(e->d_name);
+    closedir(d);
+  } else if (list_fd >= 0) {
+    close(list_fd);
+  }
+  // Same-length decimal seconds sort as times; a shorter (older) name sorts by length first.
+  std::sort(kept.begin(), kept.end(), [](const std::string& x, const std::string& y) {
+    return x.size() != y.size() ? x.size() < y.size() : x < y;
+  });
+  for (std::size_t i = 0; i + kCorruptKept < kept.size(); ++i)
+    unlinkat(state_dir_fd_, kept[i].c_str(), 0);
+  return "; moved to " + name;
 }
 
 /// Cgroup events can be dropped (the ring full): what they would have said is checked against
@@ -755,7 +810,9 @@ void Daemon::reconcile() {
 /// A job that was live when this daemon took over from a dead one says how that went: what
 /// the restart could not recover is counted in its `lost` (docs/daemon.md#restart-without-loss).
 void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
-  if (!restart_.value("resumed", false) || job.start_ns >= start_wall_) return;
+  if (!restart_.value("resumed", false) ||
+      (job.start_ns >= start_wall_ && !found_at_start_.count(job.identity.id)))
+    return;
   record["restart"] = restart_;
   if (restart_.value("state", "") != "loaded") record["lost"]["restart_state_unusable"] = 1;
   if (auto it = restart_.find("lost"); it != restart_.end())
@@ -788,6 +845,7 @@ void Daemon::write_closed() {
     const std::string path = write_job(*job, snap, record);
     if (!path.empty()) spdlog::info("job {} closed: {}", id, path);
     table_->take(id);
+    found_at_start_.erase(id);  // a later job of that id starts after this daemon
     nlohmann::json summary = record["job"];  // built once, with the record
     closed_.push_back({id, Closed{summary, path}});
     while (closed_.size() > 256) closed_.pop_front();
@@ -1198,7 +1256,9 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
     if (Job* job = table_->find(id)) return table_->job_json(*job, IOLENS_VERSION);
     for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
       if (it->first != id) continue;
-      if (auto text = read_file(it->second.path)) {
+      // Through the output directory's descriptor, never following a link left at the name.
+      const std::string& path = it->second.path;
+      if (auto text = core::read_file_at(writer_->dir_fd(), path.substr(path.rfind('/') + 1))) {
         auto j = nlohmann::json::parse(*text, nullptr, false);
         if (!j.is_discarded()) return j;
       }
@@ -1226,12 +1286,14 @@ void Daemon::stop_clean() {
     if (!path.empty()) spdlog::info("job {} written at stop (still running): {}", id, path);
   }
   loader_->unpin_all();
-  std::remove(state_path().c_str());  // it described kernel state that is gone now
+  unlinkat(state_dir_fd_, kStateName, 0);  // it described kernel state that is gone now
 }
 
 int Daemon::run() {
   if (!setup()) return 1;
   initial_scan();
+  if (restart_.value("resumed", false))
+    for (const auto& [id, job] : table_->jobs()) found_at_start_.insert(id);
   publish_metrics(true);
   spdlog::info("iolensd {} started: cgroup root {}, watching {}, {} job(s) found", IOLENS_VERSION,
                mount_, fmt::join(sel_->watch_roots(), ", "), table_->jobs().size());

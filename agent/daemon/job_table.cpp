@@ -603,12 +603,14 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
     const auto& st = j.at("stats");
     TableStats stats{st.at(0).get<uint64_t>(), st.at(1).get<uint64_t>(), st.at(2).get<uint64_t>(),
                      st.at(3).get<uint64_t>(), st.at(4).get<uint64_t>()};
+    // Read before anything is replaced: a bad field leaves the table as it was.
+    const int64_t mono_to_wall = j.at("mono_to_wall_ns").get<int64_t>();
     cgroups_ = std::move(cgroups);
     jobs_ = std::move(jobs);
     proc_job_ = std::move(proc_job);
     unattributed_ = std::move(unattributed);
     stats_ = stats;
-    mono_to_wall_ = j.at("mono_to_wall_ns").get<int64_t>();
+    mono_to_wall_ = mono_to_wall;
     return true;
   } catch (const std::exception& e) {
     error = std::string("malformed state: ") + e.what();

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/job_writer.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -9,14 +11,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <string_view>
 
+#include "core/private_dir.hpp"
 #include "exporters/json_report.hpp"
 
 namespace iolens::daemon {
-namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kJson = ".json", kDarshan = ".darshan";
@@ -43,24 +44,38 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
-/// `bytes` as `dir/name`, through `dir/.tmp-name`, fsync(2) and rename(2).
-Status write_atomically(const std::string& dir, const std::string& name, const std::string& bytes) {
-  const std::string tmp = dir + "/.tmp-" + name;
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0640);
-  if (fd < 0) return Status::Error("cannot write " + tmp + ": " + std::strerror(errno), errno);
+/// `bytes` as `name` in `dir_fd` (whose path is `dir`, for messages), through `.tmp-name`
+/// (created afresh: a stale file or link there is removed, never written through), fsync(2) and
+/// a rename that never replaces: an existing `name` is left as it is and the error's errno is
+/// EEXIST (the caller takes the next free name).
+Status write_atomically(int dir_fd, const std::string& dir, const std::string& name,
+                        const std::string& bytes) {
+  const std::string tmp = ".tmp-" + name;
+  const int fd = core::create_fresh(dir_fd, tmp, 0640);
+  if (fd < 0) return Status::Error("cannot write " + dir + "/" + tmp + ": " + std::strerror(errno), errno);
   const bool ok = write_all(fd, bytes) && fsync(fd) == 0;
-  const int e = errno;
+  int e = errno;
   close(fd);
-  const std::string final_path = dir + "/" + name;
-  if (!ok || rename(tmp.c_str(), final_path.c_str()) != 0) {
-    const int e2 = ok ? errno : e;
-    unlink(tmp.c_str());
-    return Status::Error("cannot write " + final_path + ": " + std::strerror(e2), e2);
+  if (ok) {
+    if (renameat2(dir_fd, tmp.c_str(), dir_fd, name.c_str(), RENAME_NOREPLACE) == 0)
+      return Status::Ok();
+    e = errno;
+    // Filesystems without RENAME_NOREPLACE: link(2) never replaces either.
+    if ((e == EINVAL || e == ENOSYS) && linkat(dir_fd, tmp.c_str(), dir_fd, name.c_str(), 0) == 0) {
+      unlinkat(dir_fd, tmp.c_str(), 0);
+      return Status::Ok();
+    }
+    if (e == EINVAL || e == ENOSYS) e = errno;
   }
-  return Status::Ok();
+  unlinkat(dir_fd, tmp.c_str(), 0);
+  return Status::Error("cannot write " + dir + "/" + name + ": " + std::strerror(e), e);
 }
 
-bool exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+/// Whether `name` exists in `dir_fd` (a link counts: the name is taken).
+bool exists_at(int dir_fd, const std::string& name) {
+  struct stat st {};
+  return fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
 
 }  // namespace
 
@@ -81,6 +96,16 @@ std::string job_file_name(const std::string& job_id, int64_t start_wall_ns) {
 
 RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64_t max_age_s,
                               int64_t now_wall_s, const std::string& keep) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return {};
+  RotationResult r = rotate_records(fd, max_bytes, max_age_s, now_wall_s, keep);
+  close(fd);
+  return r;
+}
+
+RotationResult rotate_records(int dir_fd, uint64_t max_bytes, uint64_t max_age_s,
+                              int64_t now_wall_s, const std::string& keep) {
+  if (max_bytes == 0 && max_age_s == 0) return {};  // no limit: nothing to list
   // One entry per job: its record and its log, whichever are there.
   struct Job {
     std::vector<std::pair<std::string, uint64_t>> files;  // name, size
@@ -88,18 +113,27 @@ RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64
     int64_t mtime = 0;
   };
   std::map<std::string, Job> by_stem;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
+  // Listed through a duplicate of the descriptor: closedir() closes the one it is given.
+  const int list_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  DIR* d = list_fd >= 0 ? fdopendir(list_fd) : nullptr;
+  if (!d) {
+    if (list_fd >= 0) close(list_fd);
+    return {};
+  }
+  rewinddir(d);
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
     const std::string stem = record_stem(name);
     if (stem.empty()) continue;
     struct stat st {};
-    if (lstat(e.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+      continue;
     Job& job = by_stem[stem];
     job.files.emplace_back(name, static_cast<uint64_t>(st.st_size));
     job.size += static_cast<uint64_t>(st.st_size);
     job.mtime = std::max(job.mtime, static_cast<int64_t>(st.st_mtime));
   }
+  closedir(d);
   std::vector<std::pair<std::string, Job>> jobs(by_stem.begin(), by_stem.end());
   for (auto& [stem, job] : jobs) std::sort(job.files.begin(), job.files.end());
   // Oldest written first (a long job's record, written last, is among the newest), then by
@@ -117,7 +151,7 @@ RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64
     if ((!too_old && !too_big) || (!keep_stem.empty() && stem == keep_stem)) continue;
     bool any = false;
     for (const auto& [name, size] : job.files) {
-      if (unlink((dir + "/" + name).c_str()) != 0) continue;
+      if (unlinkat(dir_fd, name.c_str(), 0) != 0) continue;
       total -= size;
       r.removed.push_back(name);
       any = true;
@@ -131,50 +165,62 @@ RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64
 JobWriter::JobWriter(std::string dir, uint64_t max_bytes, uint64_t max_age_s)
     : dir_(std::move(dir)), max_bytes_(max_bytes), max_age_s_(max_age_s) {}
 
-Status JobWriter::prepare() const {
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) return Status::Error("cannot create output directory " + dir_ + ": " + ec.message());
-  if (!fs::is_directory(dir_, ec))
-    return Status::Error("output directory " + dir_ + " is not a directory");
-  chmod(dir_.c_str(), 0750);
-  if (access(dir_.c_str(), W_OK | X_OK) != 0)
-    return Status::Error("cannot write to output directory " + dir_ + ": " + std::strerror(errno));
+JobWriter::~JobWriter() {
+  if (dir_fd_ >= 0) close(dir_fd_);
+}
+
+Status JobWriter::prepare() {
+  if (dir_fd_ >= 0) return Status::Ok();
+  std::string error;
+  dir_fd_ = core::open_private_dir(dir_, 0750, true, "output directory", error);
+  if (dir_fd_ < 0) return Status::Error(error);
   return Status::Ok();
 }
 
 JobWritten JobWriter::write(const std::string& name, const nlohmann::json& record,
                              const std::string* darshan_log) {
-  // A stem neither a record nor a log has: a job's two files always share theirs.
-  const std::string base = name.ends_with(kJson) ? name.substr(0, name.size() - kJson.size()) : name;
-  std::string stem = base;
-  for (int n = 1; (exists(dir_ + "/" + stem + std::string(kJson)) ||
-                   exists(dir_ + "/" + stem + std::string(kDarshan))) && n < 1000;
-       ++n)
-    stem = base + "." + std::to_string(n);
   JobWritten w;
-  if (darshan_log) {
-    const std::string log_name = stem + std::string(kDarshan);
-    w.darshan = write_atomically(dir_, log_name, *darshan_log);
-    if (w.darshan) {
-      ++darshan_written_;
-      w.darshan_path = dir_ + "/" + log_name;
-    } else {
+  if (Status s = prepare(); !s) {
+    w.record = s;
+    ++failed_;
+    if (darshan_log) {
+      w.darshan = s;
       ++darshan_failed_;
     }
-  }
-  const std::string record_name = stem + std::string(kJson);
-  w.record = write_atomically(dir_, record_name, exporters::dump_json(record) + "\n");
-  if (!w.record) {
-    ++failed_;
     return w;
   }
-  ++written_;
-  w.path = dir_ + "/" + record_name;
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  rotated_ += rotate_records(dir_, max_bytes_, max_age_s_, now.tv_sec, record_name).removed_jobs;
-  return w;
+  // A stem neither a record nor a log has: a job's two files always share theirs. The renames
+  // never replace, so a name taken meanwhile sends the job to the next stem, never over a file.
+  const std::string base = name.ends_with(kJson) ? name.substr(0, name.size() - kJson.size()) : name;
+  const std::string text = exporters::dump_json(record) + "\n";
+  for (uint64_t n = 0;; ++n) {
+    const std::string stem = n == 0 ? base : base + "." + std::to_string(n);
+    const std::string record_name = stem + std::string(kJson);
+    const std::string log_name = stem + std::string(kDarshan);
+    if (exists_at(dir_fd_, record_name) || exists_at(dir_fd_, log_name)) continue;
+    w = JobWritten{};
+    if (darshan_log) {
+      w.darshan = write_atomically(dir_fd_, dir_, log_name, *darshan_log);
+      if (!w.darshan && w.darshan.err == EEXIST && exists_at(dir_fd_, log_name)) continue;
+      if (w.darshan) w.darshan_path = dir_ + "/" + log_name;
+    }
+    w.record = write_atomically(dir_fd_, dir_, record_name, text);
+    if (!w.record && w.record.err == EEXIST && exists_at(dir_fd_, record_name)) {
+      if (!w.darshan_path.empty()) unlinkat(dir_fd_, log_name.c_str(), 0);
+      continue;
+    }
+    if (darshan_log) ++(w.darshan ? darshan_written_ : darshan_failed_);
+    if (!w.record) {
+      ++failed_;
+      return w;
+    }
+    ++written_;
+    w.path = dir_ + "/" + record_name;
+    timespec now{};
+    clock_gettime(CLOCK_REALTIME, &now);
+    rotated_ += rotate_records(dir_fd_, max_bytes_, max_age_s_, now.tv_sec, record_name).removed_jobs;
+    return w;
+  }
 }
 
 }  // namespace iolens::daemon

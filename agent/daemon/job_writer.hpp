@@ -33,6 +33,10 @@ struct RotationResult {
 /// touched.
 RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64_t max_age_s,
                               int64_t now_wall_s, const std::string& keep = "");
+/// The same in the directory `dir_fd` (never following a link in it). With neither limit the
+/// directory is not even listed (an empty result, kept_bytes 0).
+RotationResult rotate_records(int dir_fd, uint64_t max_bytes, uint64_t max_age_s,
+                              int64_t now_wall_s, const std::string& keep = "");
 
 /// What JobWriter::write did with each of a job's files.
 struct JobWritten {
@@ -45,11 +49,18 @@ struct JobWritten {
 class JobWriter {
  public:
   JobWriter(std::string dir, uint64_t max_bytes, uint64_t max_age_s);
-  /// Creates the directory (0750) if missing; an error names the directory and the reason.
-  Status prepare() const;
-  /// Writes `record` as `dir/name` through a temporary file and rename(2), so a reader never
-  /// sees half a record; an existing record (or log) of that name gets a ".N" suffix before
-  /// ".json". With `darshan_log` (a Darshan log's bytes), that log is written first, the same
+  ~JobWriter();
+  JobWriter(const JobWriter&) = delete;
+  JobWriter& operator=(const JobWriter&) = delete;
+  /// Opens the directory (created 0750 if missing, given 0750 otherwise) and keeps its
+  /// descriptor: every file is then written through it. Refuses a symbolic link, a directory
+  /// not owned by the daemon's user or writable by others (core::open_private_dir); an error
+  /// names the directory and the reason. write() calls it when it has not been called.
+  Status prepare();
+  /// Writes `record` as `dir/name` through a temporary file (created afresh: never written
+  /// through a link) and a rename that never replaces, so a reader never sees half a record
+  /// and no record overwrites another; an existing record (or log) of that name gets the
+  /// first free ".N" suffix before ".json" (no upper bound). With `darshan_log` (a Darshan log's bytes), that log is written first, the same
   /// way, as `<stem>.darshan`: when a record appears, its log is there. A log that cannot be
   /// written is counted apart (darshan_failed()) and never keeps the record from being written.
   /// Then rotates.
@@ -61,9 +72,12 @@ class JobWriter {
   uint64_t darshan_written() const { return darshan_written_; }
   uint64_t darshan_failed() const { return darshan_failed_; }
   const std::string& dir() const { return dir_; }
+  /// The directory's descriptor once prepare() succeeded, -1 before.
+  int dir_fd() const { return dir_fd_; }
 
  private:
   std::string dir_;
+  int dir_fd_ = -1;  // dir_, opened by prepare()
   uint64_t max_bytes_, max_age_s_;
   uint64_t written_ = 0, rotated_ = 0, failed_ = 0;
   uint64_t darshan_written_ = 0, darshan_failed_ = 0;

@@ -488,3 +488,36 @@ TEST(ControlServer, DescriptorPassedWithTheRequest) {
   EXPECT_STREQ(buf, "hi");
   close(pipe_fds[0]);
 }
+
+// Issue 21: the socket's directory must be the daemon's own, and the socket is born 0660 in it
+// (no chmod by path that a link swapped in could redirect).
+TEST(ControlServer, RefusesASocketDirectoryOthersControl) {
+  TempDir dir;
+  std::string error;
+  std::filesystem::create_directory(dir / "real");
+  chmod((dir / "real").c_str(), 0755);
+  std::filesystem::create_directory_symlink(dir / "real", dir / "link");
+  EXPECT_EQ(nullptr, Server::listen(dir / "link/ctl.sock", std::nullopt, error));
+  EXPECT_NE(std::string::npos, error.find(dir / "link")) << error;
+  EXPECT_NE(std::string::npos, error.find("symbolic link")) << error;
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "real"));
+  for (mode_t mode : {0777, 01777, 0775}) {
+    std::filesystem::create_directory(dir / "open");
+    chmod((dir / "open").c_str(), mode);
+    EXPECT_EQ(nullptr, Server::listen(dir / "open/ctl.sock", std::nullopt, error)) << mode;
+    EXPECT_NE(std::string::npos, error.find("group- or world-writable")) << error;
+    EXPECT_FALSE(std::filesystem::exists(dir / "open/ctl.sock"));
+    std::filesystem::remove(dir / "open");
+  }
+  // A missing directory is made 0755, whatever the umask; the socket 0660.
+  const mode_t old = umask(077);
+  auto server = must_listen(dir / "made/ctl.sock");
+  umask(old);
+  ASSERT_TRUE(server);
+  struct stat st {};
+  ASSERT_EQ(0, stat((dir / "made").c_str(), &st));
+  EXPECT_EQ(0755u, st.st_mode & 07777);
+  ASSERT_EQ(0, lstat((dir / "made/ctl.sock").c_str(), &st));
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(0660u, st.st_mode & 07777);
+}

@@ -364,3 +364,37 @@ TEST_F(JobTableTest, BlockRecordsLiveReplacedFinalAddedOnceAndSaved) {
   EXPECT_EQ(daemon::job_metrics(*u.jobs().begin()->second, fc, 0).block[0].second.read_bytes,
             8192u);
 }
+
+TEST_F(JobTableTest, AStateOfWrongTypesIsRefusedWithoutThrowingOrTouchingTheTable) {
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  t.on_cgroup(3, kPod, true, 10);
+  t.on_mark(mark(100, 3));
+  const nlohmann::json saved = t.save();
+  auto u = make({kube_rule()});  // empty: any part of `saved` taken would show
+  u.on_cgroup(1, "/kubepods.slice", false, 0);
+  std::string error;
+  const nlohmann::json before = u.save();
+  std::vector<nlohmann::json> bad(12, saved);
+  bad[0] = nlohmann::json::array();
+  bad[1] = "text";
+  bad[2]["format"] = "1";
+  bad[3]["jobs"] = {{{"kind", 5}}};
+  bad[4]["jobs"][0]["start_ns"] = "yesterday";
+  bad[5]["jobs"][0]["recorder"] = "not binary";
+  bad[6]["cgroups"] = {{"x", "/a", "j"}};
+  bad[7]["proc_job"] = {{{1}, "j"}};  // a process key cut short
+  bad[8]["stats"] = {1, 2};
+  // The last field read: a failure there once left the table half replaced.
+  bad[9]["mono_to_wall_ns"] = "x";
+  bad[10].erase("unattributed");
+  bad[11]["jobs"][0]["end_estimated"] = "maybe";
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    SCOPED_TRACE(i);
+    bool ok = true;
+    EXPECT_NO_THROW(ok = u.load(bad[i], error));
+    EXPECT_FALSE(ok);
+    EXPECT_NE(error.find("malformed state"), std::string::npos) << error;
+    EXPECT_EQ(u.save(), before);
+  }
+}

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "daemon/job_writer.hpp"
 
@@ -235,4 +236,90 @@ TEST_F(WriterTest, WriteRotatesPairsAndCountsJobs) {
   EXPECT_EQ(names(), (std::vector<std::string>{"20261102T000000Z_b.darshan", "20261102T000000Z_b.json",
                                                "20261103T000000Z_c.darshan",
                                                "20261103T000000Z_c.json"}));
+}
+
+// Issue 21: 1,001 jobs whose sanitized names collide in the same second (ids that differ only in
+// bytes the sanitizer replaces) once made the 1,001st overwrite the 1,000th record, both counted
+// as written. Every one must get a file of its own, with its own content.
+TEST_F(WriterTest, ThousandsOfCollidingNamesInOneSecondAllGetTheirOwnFile) {
+  // In memory where there is a tmpfs: a thousand fsyncs on a disk take seconds.
+  char shm[] = "/dev/shm/iolens-writer-XXXXXX";
+  if (mkdtemp(shm) != nullptr) {
+    fs::remove_all(dir_);
+    dir_ = shm;
+  }
+  JobWriter w(dir_, 0, 0);
+  const std::string log_bytes = "log";
+  constexpr int kJobs = 1001;
+  std::set<std::string> paths;
+  for (int i = 0; i < kJobs; ++i) {
+    const std::string id = "cgroup/j" + std::string(1, i % 2 ? '/' : ':');
+    const std::string name = job_file_name(id, kStart);
+    ASSERT_EQ(name, "20261122T031500Z_cgroup_j_.json");
+    const JobWritten r = w.write(name, {{"n", i}}, i == kJobs - 1 ? &log_bytes : nullptr);
+    ASSERT_TRUE(r.record.ok) << i << ": " << r.record.message;
+    ASSERT_TRUE(r.darshan.ok) << i << ": " << r.darshan.message;
+    EXPECT_TRUE(paths.insert(r.path).second) << i << ": " << r.path << " given twice";
+  }
+  EXPECT_EQ(w.written(), static_cast<uint64_t>(kJobs));
+  EXPECT_EQ(names().size(), static_cast<size_t>(kJobs) + 1);  // and the last one's log
+  std::set<int> seen;
+  for (const std::string& p : paths) {
+    std::ifstream in(p);
+    nlohmann::json j;
+    in >> j;
+    seen.insert(j.at("n").get<int>());
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kJobs)) << "a record holds another job's content";
+  // The last job's log shares its record's stem, and rotation still sees them as one job.
+  const std::string last = *std::max_element(paths.begin(), paths.end(), [](auto& a, auto& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
+  EXPECT_EQ(last, dir_ + "/20261122T031500Z_cgroup_j_.1000.json");
+  EXPECT_TRUE(fs::exists(dir_ + "/20261122T031500Z_cgroup_j_.1000.darshan"));
+  const RotationResult rot = rotate_records(dir_, 1, 0, 2000000000, "20261122T031500Z_cgroup_j_.1000.json");
+  EXPECT_EQ(rot.removed_jobs, static_cast<uint64_t>(kJobs) - 1);
+  EXPECT_EQ(names(), (std::vector<std::string>{"20261122T031500Z_cgroup_j_.1000.darshan",
+                                               "20261122T031500Z_cgroup_j_.1000.json"}));
+}
+
+// Issue 21: root writes records; a directory someone else controls is refused, never chmodded.
+TEST_F(WriterTest, RefusesAnOutputDirectoryOthersControl) {
+  fs::create_directory(dir_ + "/real");
+  chmod((dir_ + "/real").c_str(), 0755);
+  fs::create_directory_symlink(dir_ + "/real", dir_ + "/link");
+  JobWriter via_link(dir_ + "/link", 0, 0);
+  const auto s = via_link.prepare();
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.message.find(dir_ + "/link"), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("symbolic link"), std::string::npos) << s.message;
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/real").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u) << "the link's target was chmodded";
+  const JobWritten w = via_link.write("20261122T031500Z_x.json", {{"a", 1}});
+  EXPECT_FALSE(w.record.ok);
+  EXPECT_EQ(via_link.failed(), 1u);
+  EXPECT_TRUE(fs::is_empty(dir_ + "/real"));
+  fs::create_directory(dir_ + "/open");
+  chmod((dir_ + "/open").c_str(), 01777);
+  JobWriter open_dir(dir_ + "/open", 0, 0);
+  const auto o = open_dir.prepare();
+  EXPECT_FALSE(o.ok);
+  EXPECT_NE(o.message.find("group- or world-writable"), std::string::npos) << o.message;
+}
+
+// A stale temporary that is a hard link to someone's file: removed, never written through.
+TEST_F(WriterTest, AStaleTemporaryIsNeverWrittenThrough) {
+  const std::string victim = dir_ + "/victim";
+  std::ofstream(victim) << "precious";
+  ASSERT_EQ(link(victim.c_str(), (dir_ + "/.tmp-20261122T031500Z_x.json").c_str()), 0);
+  ASSERT_EQ(symlink(victim.c_str(), (dir_ + "/.tmp-20261122T031500Z_x.darshan").c_str()), 0);
+  JobWriter w(dir_, 0, 0);
+  const std::string log = "log";
+  const JobWritten r = w.write("20261122T031500Z_x.json", {{"a", 1}}, &log);
+  EXPECT_TRUE(r.record.ok) << r.record.message;
+  EXPECT_TRUE(r.darshan.ok) << r.darshan.message;
+  std::string content;
+  std::getline(std::ifstream(victim), content);
+  EXPECT_EQ(content, "precious");
 }

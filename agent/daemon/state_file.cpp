@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/state_file.hpp"
+
+#include <zlib.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstring>
+
+#include "loader/loader.hpp"
+
+namespace iolens::daemon {
+namespace {
+
+constexpr char kMagic[8] = {'I', 'O', 'L', 'S', 'T', 'A', 'T', '1'};
+constexpr std::size_t kHeaderBytes = 16;
+// zlib's deflate expands at most 1032:1 (its technical details); a little slack for the header.
+constexpr uint64_t kMaxRatio = 1032;
+
+/// Inflates `in` into exactly `raw_len` bytes, in steps of at most 1 MiB of output, so that
+/// memory grows with the data actually inflated, never with the length the header claims.
+bool inflate_exact(std::string_view in, uint64_t raw_len, std::vector<uint8_t>& out,
+                   std::string& error) {
+  z_stream zs{};
+  if (inflateInit(&zs) != Z_OK) {
+    error = "zlib: inflateInit failed";
+    return false;
+  }
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  constexpr std::size_t kStep = 1 << 20;
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    if (out.size() == raw_len) {
+      // Full: only the end of the stream may follow.
+      uint8_t probe = 0;
+      zs.next_out = &probe;
+      zs.avail_out = 1;
+      rc = inflate(&zs, Z_NO_FLUSH);
+      if (zs.avail_out == 0) rc = Z_DATA_ERROR;  // more data than the header claims
+      break;
+    }
+    const std::size_t have = out.size();
+    const std::size_t step = static_cast<std::size_t>(std::min<uint64_t>(kStep, raw_len - have));
+    out.resize(have + step);
+    zs.next_out = out.data() + have;
+    zs.avail_out = static_cast<uInt>(step);
+    rc = inflate(&zs, Z_NO_FLUSH);
+    out.resize(have + step - zs.avail_out);
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0) break;  // the input ended early
+  }
+  inflateEnd(&zs);
+  if (rc != Z_STREAM_END) {
+    error = "its compressed data is damaged or truncated (zlib: " +
+            std::string(zs.msg ? zs.msg : rc == Z_DATA_ERROR ? "more data than claimed" : "incomplete") +
+            ")";
+    return false;
+  }
+  if (out.size() != raw_len) {
+    error = "it claims " + std::to_string(raw_len) + " bytes of CBOR and holds " +
+            std::to_string(out.size());
+    return false;
+  }
+  return true;
+}
+
+bool is_unsigned(const nlohmann::json& j) { return j.is_number_unsigned(); }
+
+/// The field `key` of `st`, required, of the kind `ok` accepts.
+template <class Check>
+bool field(const nlohmann::json& st, const char* key, const char* kind, Check ok,
+           std::string& error) {
+  const auto it = st.find(key);
+  if (it == st.end()) {
+    error = std::string("no field '") + key + "'";
+    return false;
+  }
+  if (!ok(*it)) {
+    error = std::string("field '") + key + "' is a " + it->type_name() + ", not " + kind;
+    return false;
+  }
+  return true;
+}
+
+bool unsigned_values(const nlohmann::json& o) {
+  if (!o.is_object()) return false;
+  for (const auto& v : o) if (!v.is_number_unsigned()) return false;
+  return true;
+}
+
+bool kernel_stats(const nlohmann::json& a) {
+  if (!a.is_array() || a.size() != std::tuple_size_v<loader::KernelStats>) return false;
+  for (const auto& v : a) if (!v.is_number_unsigned()) return false;
+  return true;
+}
+
+bool loss_bases(const nlohmann::json& o) {
+  if (!o.is_object()) return false;
+  for (const auto& v : o) if (!kernel_stats(v)) return false;
+  return true;
+}
+
+bool check_fields(const nlohmann::json& st, std::string& error) {
+  if (!st.is_object()) {
+    error = std::string("its CBOR is a ") + st.type_name() + ", not an object";
+    return false;
+  }
+  const auto binary = [](const nlohmann::json& j) { return j.is_binary(); };
+  const auto object = [](const nlohmann::json& j) { return j.is_object(); };
+  const auto integer = [](const nlohmann::json& j) { return j.is_number_integer(); };
+  if (!field(st, "format", "an unsigned integer", is_unsigned, error) ||
+      !field(st, "pins_created_wall_ns", "an unsigned integer", is_unsigned, error) ||
+      !field(st, "ring_pos", "an unsigned integer", is_unsigned, error) ||
+      !field(st, "saved_wall_ns", "an integer", integer, error) ||
+      !field(st, "kernel_lost", "an object of unsigned integers", unsigned_values, error) ||
+      !field(st, "table", "an object", object, error) ||
+      !field(st, "pending_files", "binary", binary, error) ||
+      !field(st, "pending_others", "binary", binary, error) ||
+      !field(st, "job_loss_base", "an object of kernel counter arrays", loss_bases, error))
+    return false;
+  if (st["format"].get<uint64_t>() != 1) {
+    error = "unknown state format " + st["format"].dump();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::vector<uint8_t>> encode_state(const nlohmann::json& state) {
+  const std::vector<uint8_t> raw = nlohmann::json::to_cbor(state);
+  // Compressed: the counters are mostly zeros (about 20x smaller, docs/daemon.md#restart-without-loss).
+  std::vector<uint8_t> bytes(kHeaderBytes + compressBound(raw.size()));
+  std::memcpy(bytes.data(), kMagic, sizeof kMagic);
+  const uint64_t raw_len = raw.size();
+  std::memcpy(bytes.data() + 8, &raw_len, 8);
+  uLongf zlen = bytes.size() - kHeaderBytes;
+  if (compress2(bytes.data() + kHeaderBytes, &zlen, raw.data(), raw.size(), 1) != Z_OK)
+    return std::nullopt;
+  bytes.resize(kHeaderBytes + zlen);
+  return bytes;
+}
+
+bool decode_state(std::string_view bytes, nlohmann::json& state, std::string& error) {
+  try {
+    if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+      error = "no IOLSTAT1 header (" + std::to_string(bytes.size()) + " bytes)";
+      return false;
+    }
+    uint64_t raw_len = 0;
+    std::memcpy(&raw_len, bytes.data() + 8, 8);
+    const uint64_t packed = bytes.size() - kHeaderBytes;
+    if (raw_len > kMaxStateRawBytes || raw_len / kMaxRatio > packed) {
+      error = "it claims " + std::to_string(raw_len) + " bytes of CBOR from " +
+              std::to_string(packed) + " compressed bytes (impossible for zlib, or over " +
+              std::to_string(kMaxStateRawBytes) + ")";
+      return false;
+    }
+    if (packed > UINT32_MAX) {  // zlib's avail_in; no state comes near it
+      error = "it is over 4 GiB";
+      return false;
+    }
+    std::vector<uint8_t> raw;
+    if (!inflate_exact(bytes.substr(kHeaderBytes), raw_len, raw, error)) return false;
+    nlohmann::json st = nlohmann::json::from_cbor(raw, true, false);
+    if (st.is_discarded()) {
+      error = "its data is not valid CBOR";
+      return false;
+    }
+    if (!check_fields(st, error)) return false;
+    state = std::move(st);
+    return true;
+  } catch (const std::exception& e) {  // bad_alloc, or a check above that missed a case
+    error = std::string("cannot decode it: ") + e.what();
+    return false;
+  }
+}
+
+}  // namespace iolens::daemon

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// The daemon's saved state file, state.cbor (docs/state-format.md#the-daemons-state-file):
+/// "IOLSTAT1", the CBOR's length (u64, little-endian), then the CBOR compressed with zlib. The
+/// file is the daemon's own, but read at every start of a root daemon: nothing in it may crash
+/// the daemon or make it allocate more than the file can hold.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace iolens::daemon {
+
+/// The longest CBOR a state file may claim: no node's state comes near it.
+inline constexpr uint64_t kMaxStateRawBytes = uint64_t{4} << 30;
+
+/// `state` (the object Daemon::checkpoint builds) as the file's bytes; nullopt if zlib fails.
+std::optional<std::vector<uint8_t>> encode_state(const nlohmann::json& state);
+
+/// Decodes and checks a state file: its magic; its claimed length against the file's size (zlib
+/// cannot expand more than 1032:1) and kMaxStateRawBytes; the data inflated in bounded steps,
+/// never past the claimed length, which it must fill exactly; the CBOR; and the type of every
+/// top-level field the daemon reads (format 1, unsigned counters and positions, the table an
+/// object, the pending keys binary, each job's loss base an array of the kernel's counters).
+/// The table's own fields are JobTable::load's to check. Never throws: false and `error` say
+/// what is wrong.
+bool decode_state(std::string_view bytes, nlohmann::json& state, std::string& error);
+
+}  // namespace iolens::daemon

@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's state file (issue 21): whatever bytes state.cbor holds, decoding never throws,
+// never allocates more than the file can expand to, and says what is wrong.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstring>
+
+#include "daemon/state_file.hpp"
+#include "loader/loader.hpp"
+
+using iolens::daemon::decode_state;
+using iolens::daemon::encode_state;
+
+namespace {
+
+/// A state with every field the daemon reads, of the right types.
+nlohmann::json good_state() {
+  nlohmann::json st;
+  st["format"] = 1;
+  st["abi"] = 7;
+  st["pins_created_wall_ns"] = uint64_t{1795317300000000000};
+  st["ring_pos"] = uint64_t{4096};
+  st["saved_wall_ns"] = int64_t{1795317301000000000};
+  st["kernel_lost"] = {{"events", 0u}, {"file_records", 3u}};
+  st["table"] = {{"format", 1}};
+  st["pending_files"] = nlohmann::json::binary({});
+  st["pending_others"] = nlohmann::json::binary({1, 2, 3});
+  iolens::loader::KernelStats base{};
+  base[2] = 5;
+  st["job_loss_base"] = {{"cgroup/a", base}};
+  return st;
+}
+
+std::string as_text(const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); }
+
+std::string file_of(const nlohmann::json& st) { return as_text(*encode_state(st)); }
+
+/// The header with `raw_len` and `tail` as its "compressed" data.
+std::string header(uint64_t raw_len, const std::string& tail) {
+  std::string s = "IOLSTAT1";
+  s.append(reinterpret_cast<const char*>(&raw_len), 8);
+  return s + tail;
+}
+
+/// A file whose header and compression are right around a CBOR `raw`.
+std::string wrapped(const std::vector<uint8_t>& raw) {
+  std::vector<uint8_t> z(compressBound(raw.size()));
+  uLongf zlen = z.size();
+  EXPECT_EQ(compress2(z.data(), &zlen, raw.data(), raw.size(), 1), Z_OK);
+  return header(raw.size(), std::string(z.begin(), z.begin() + zlen));
+}
+
+/// Decodes, expecting a refusal whose message holds `words`.
+void refused(const std::string& bytes, const std::string& words) {
+  nlohmann::json st = "untouched";
+  std::string error;
+  bool ok = true;
+  EXPECT_NO_THROW(ok = decode_state(bytes, st, error));
+  EXPECT_FALSE(ok);
+  EXPECT_NE(error.find(words), std::string::npos) << "error: " << error;
+  EXPECT_EQ(st, "untouched");
+}
+
+}  // namespace
+
+TEST(StateFile, RoundTrips) {
+  nlohmann::json st;
+  std::string error;
+  ASSERT_TRUE(decode_state(file_of(good_state()), st, error)) << error;
+  EXPECT_EQ(st, good_state());
+}
+
+TEST(StateFile, AWrongTypeIsAnErrorNotAnException) {
+  // The crash loop of issue 21: a field of the wrong type threw type_error out of resume().
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"pins_created_wall_ns", "x"},
+                                                            {"format", -1},
+                                                            {"ring_pos", 1.5},
+                                                            {"saved_wall_ns", "now"},
+                                                            {"kernel_lost", {{"events", "many"}}},
+                                                            {"table", nlohmann::json::array()},
+                                                            {"pending_files", 3},
+                                                            {"pending_others", "x"},
+                                                            {"job_loss_base", {{"a", {1, 2}}}}}) {
+    SCOPED_TRACE(key);
+    nlohmann::json st = good_state();
+    st[key] = value;
+    refused(file_of(st), "'" + key + "'");
+  }
+  nlohmann::json missing = good_state();
+  missing.erase("table");
+  refused(file_of(missing), "no field 'table'");
+  nlohmann::json other = good_state();
+  other["format"] = 2;
+  refused(file_of(other), "unknown state format 2");
+  refused(file_of(nlohmann::json::array({1, 2})), "not an object");
+  refused(file_of("text"), "not an object");
+}
+
+TEST(StateFile, AHugeClaimedLengthIsRefusedBeforeAnyAllocation) {
+  // 25 bytes claiming 4 GiB: the unfixed daemon allocated (and zeroed) the 4 GiB first.
+  refused(header(uint64_t{4} << 30, std::string("\x78\x9c\0\0\0\0\0\0\0", 9)), "impossible");
+  refused(header(UINT64_MAX, "x"), "impossible");
+  // Within zlib's ratio but more than the data inflates to: memory follows the data.
+  const std::string real = file_of(good_state());
+  refused(header(1032 * (real.size() - 16), real.substr(16)), "holds");
+}
+
+TEST(StateFile, TruncationsAndDamageAreRefused) {
+  const std::string real = file_of(good_state());
+  refused("", "no IOLSTAT1 header");
+  refused("IOLSTAT1", "no IOLSTAT1 header");
+  refused(std::string("XOLSTAT1") + real.substr(8), "no IOLSTAT1 header");
+  for (std::size_t cut = 16; cut < real.size(); cut += 7) {
+    SCOPED_TRACE(cut);
+    nlohmann::json st;
+    std::string error;
+    bool ok = true;
+    EXPECT_NO_THROW(ok = decode_state(real.substr(0, cut), st, error));
+    EXPECT_FALSE(ok);
+    EXPECT_FALSE(error.empty());
+  }
+  // A claimed length shorter than the data: refused, not cut short.
+  uint64_t raw_len = 0;
+  std::memcpy(&raw_len, real.data() + 8, 8);
+  refused(header(raw_len - 1, real.substr(16)), "damaged");
+  // Garbage after the header, and valid zlib around bytes that are not CBOR.
+  refused(header(100, std::string(40, '\xff')), "damaged");
+  refused(wrapped({0xff, 0xff, 0x00}), "not valid CBOR");
+}
