@@ -219,8 +219,11 @@ void Recorder::set_name(FileIdentity id, std::string path, bool canonical, bool 
   if (!canonical && canonicalize_) {
     if (auto real = canonicalize_(path)) path = *real;
   }
-  by_path_[path] = id;
-  names_[id] = Name{std::move(path), canonical, incomplete};
+  index_path(path, id);
+  Name& n = names_[id];
+  name_bytes_ -= n.path.size();
+  name_bytes_ += path.size();
+  n = Name{std::move(path), canonical, incomplete};
 }
 
 Recorder::ForgottenPath* Recorder::forgotten_path(const std::string& path) {
@@ -240,8 +243,8 @@ std::optional<FileIdentity> Recorder::file_by_path(const std::string& path) {
   // record it creates is named by this path (the file's last known name).
   const FileIdentity id = f->id;
   f->id = FileIdentity{};
-  names_.try_emplace(id, Name{path, false, false});
-  by_path_[path] = id;
+  if (names_.try_emplace(id, Name{path, false, false}).second) name_bytes_ += path.size();
+  index_path(path, id);
   return id;
 }
 
@@ -276,11 +279,14 @@ void Recorder::on_path(const PathEvent& p) {
       if (!id) break;
       FileAcc& f = file_acc(key_of(*id, p.proc), pr);
       ++f.rename_sources;
+      name_bytes_ += to.size();
+      name_bytes_ -= f.renamed_to.size();
       f.renamed_to = to;
       ++final_snapshots_;
-      by_path_.erase(from);  // the old name no longer leads to this file, nor to a forgotten one
+      // The old name no longer leads to this file, nor to a forgotten one.
+      if (by_path_.erase(from)) name_bytes_ -= from.size();
       if (ForgottenPath* f = forgotten_path(from)) f->id = FileIdentity{};
-      by_path_[to] = *id;
+      index_path(to, *id);
       break;
     }
     default:
@@ -351,13 +357,19 @@ bool Recorder::referenced(const FileIdentity& id) const {
 void Recorder::forget_names(std::vector<FileIdentity> ids, std::vector<FileIdentity>* forgotten) {
   std::erase_if(ids, [&](const FileIdentity& id) { return referenced(id); });
   if (ids.empty()) return;
-  for (const FileIdentity& id : ids) names_.erase(id);
+  for (const FileIdentity& id : ids) {
+    if (auto n = names_.find(id); n != names_.end()) {
+      name_bytes_ -= n->second.path.size();
+      names_.erase(n);
+    }
+  }
   // Every path that leads to a forgotten file (its name, hard links, rename targets) moves to
   // the hashed index: a later rename or unlink by that path is still attributed.
   std::vector<ForgottenPath> moved;
   for (auto it = by_path_.begin(); it != by_path_.end();) {
     if (std::binary_search(ids.begin(), ids.end(), it->second)) {
       moved.push_back({path_hash(it->first), it->second});
+      name_bytes_ -= it->first.size();
       it = by_path_.erase(it);
     } else {
       ++it;
@@ -386,7 +398,11 @@ void Recorder::forget_names(std::vector<FileIdentity> ids, std::vector<FileIdent
   if (forgotten) forgotten->insert(forgotten->end(), ids.begin(), ids.end());
 }
 
-std::size_t Recorder::name_bytes() const {
+void Recorder::index_path(const std::string& path, const FileIdentity& id) {
+  if (by_path_.insert_or_assign(path, id).second) name_bytes_ += path.size();
+}
+
+std::size_t Recorder::count_name_bytes() const {
   std::size_t n = 0;
   for (const auto& [id, name] : names_) n += name.path.size();
   for (const auto& [path, id] : by_path_) n += path.size();
@@ -398,7 +414,7 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
                               std::size_t max_name_bytes) {
   // Names count in bytes too: 60,000 files with 3.5 KB paths weigh as much as far more files.
   const bool by_bytes = max_name_bytes != SIZE_MAX;
-  std::size_t bytes = by_bytes ? name_bytes() : 0;
+  std::size_t bytes = by_bytes ? name_bytes_ : 0;
   if (files_.size() <= max_file_records && bytes <= max_name_bytes) return 0;
   // The last fold took every candidate and fell short, and no record has left the kernel since
   // (a daemon calls this after every drain): nothing new to fold, spare the O(n log n) pass.
@@ -487,6 +503,7 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
     batches[it->first.proc].emplace_back(id, io_kind(c.last_io_type));
     touched.push_back(id);
     if (by_bytes) bytes -= std::min(bytes, a.renamed_to.size());
+    name_bytes_ -= a.renamed_to.size();
     files_.erase(it);
     ++folded;
     // An estimate of what forget_names will free (its name and its path index entry): exact
@@ -510,7 +527,7 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
   forget_names(std::move(touched), forgotten);
   folded_records_ += folded;
   short_at_.reset();
-  if (files_.size() > target || (by_bytes && name_bytes() > byte_target))
+  if (files_.size() > target || (by_bytes && name_bytes_ > byte_target))
     short_at_ = final_snapshots_;
   return folded;
 }
@@ -561,6 +578,7 @@ std::vector<ProcKey> Recorder::fold_processes_to(std::size_t max_processes,
     if (has_activity(c) || a.rename_sources != 0 || a.unlinks != 0)
       files_of[it->first.proc].emplace_back(it->first.dev, it->first.ino);
     touched.push_back(identity_of(it->first));
+    name_bytes_ -= a.renamed_to.size();
     it = files_.erase(it);
   }
   for (auto it = others_.begin(); it != others_.end();) {

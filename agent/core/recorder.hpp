@@ -128,8 +128,8 @@ class Recorder {
   uint64_t folded_records() const { return folded_records_; }
 
   /// Bytes of the names held: paths of names and of the path index, rename targets. What
-  /// `max_name_bytes` of fold_to bounds (O(n) in the names held).
-  std::size_t name_bytes() const;
+  /// `max_name_bytes` of fold_to bounds (kept up to date: O(1)).
+  std::size_t name_bytes() const { return name_bytes_; }
 
   /// Bounds the processes held (a daemon's job that forks without end). When more than
   /// `max_processes` are held, folds the exited ones whose records are all out of the kernel,
@@ -259,6 +259,10 @@ class Recorder {
   struct Codec;  // save() and load(), in recorder_state.cpp
 
   Proc& proc(const ProcKey& k);
+  /// by_path_[path] = id, counting the path's bytes when it is new.
+  void index_path(const std::string& path, const FileIdentity& id);
+  /// name_bytes() counted from scratch (load()).
+  std::size_t count_name_bytes() const;
   FileAcc& file_acc(const FileKey& k, Proc& p);
   void accumulate(FileAcc& acc, const FileCounters& c, bool removed);
   void on_path(const PathEvent& p);
@@ -284,6 +288,7 @@ class Recorder {
   std::map<std::string, uint64_t> lost_;
   uint64_t folded_records_ = 0;
   FoldedProcs folded_procs_;
+  std::size_t name_bytes_ = 0;  // name_bytes()
   uint64_t final_snapshots_ = 0;          // kernel records that became final (fold candidates)
   std::optional<uint64_t> short_at_;     // final_snapshots_ when fold_to last fell short
 };

@@ -348,6 +348,7 @@ struct Recorder::Codec {
       }
     }
     if (r.remaining() > 0 && !get_folded_procs(r, rec->folded_procs_)) return nullptr;
+    rec->name_bytes_ = rec->count_name_bytes();
     return rec;
   }
 };

@@ -489,6 +489,12 @@ TEST_F(JobTableTest, LongPathsFoldAsManyMoreFilesWould) {
   EXPECT_EQ(rec["job"]["files"], 3000u);
   EXPECT_EQ(rec["job"]["totals"]["bytes_written"], total);
   EXPECT_GT(rec["job"]["folded_files"].get<uint64_t>(), 0u);
+  // The count kept as names come and go is the one a loaded recorder counts from scratch.
+  auto u = make({cgroup_rule("/dl/*")}, limits);
+  std::string error;
+  ASSERT_TRUE(u.load(t.save(), error)) << error;
+  EXPECT_EQ(u.find("cgroup/dl/paths")->rec->name_bytes(), job.rec->name_bytes());
+  EXPECT_GT(job.rec->name_bytes(), 0u);
 }
 
 TEST_F(JobTableTest, TheJobAnswerIsPagedAndThePagesMakeTheRecord) {
