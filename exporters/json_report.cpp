@@ -90,6 +90,12 @@ bool is_valid_utf8(const std::string& s) {
   return true;
 }
 
+json run_coverage_json(const core::RunSnapshot& run) {
+  core::FileCounters all{};
+  for (const auto& p : run.processes) core::add_totals(all, p.totals);
+  return coverage_json(all);
+}
+
 json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   json j;
   j["schema"] = kRunSchema;
@@ -127,6 +133,7 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
       c["unlinks"] = p.folded_unlinks;
       pj["folded"] = {{"files", p.folded_files}, {"counters", std::move(c)}};
     }
+    if (p.folded_processes > 0) pj["folded_processes"] = p.folded_processes;
     procs.push_back(std::move(pj));
   }
   j["processes"] = std::move(procs);
@@ -150,9 +157,7 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
     files.push_back(std::move(fj));
   }
   j["files"] = std::move(files);
-  core::FileCounters all{};
-  for (const auto& p : run.processes) core::add_totals(all, p.totals);
-  j["coverage"] = coverage_json(all);
+  j["coverage"] = run_coverage_json(run);
   j["not_attached"] = run.not_attached;
   j["lost"] = run.lost;
   j["folded_records"] = run.folded_records;

@@ -12,6 +12,9 @@ namespace iolens::exporters {
 inline constexpr const char* kRunSchema = "iolens.run/1";
 
 nlohmann::json run_to_json(const core::RunSnapshot& run, const std::string& version);
+/// The record's `coverage` (over all its processes' totals), as run_to_json writes it: for a
+/// record written in parts (a paged answer), from the whole snapshot.
+nlohmann::json run_coverage_json(const core::RunSnapshot& run);
 
 /// Serialized text. Strings that are not valid UTF-8 (hostile file names) are written with
 /// U+FFFD in their place; records carry the exact bytes in a "*_hex" field beside them.

@@ -177,6 +177,10 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
   auto& folded = b.family("iolens_job_folded_records_total",
                           "File records folded into other-files records to bound memory.",
                           MetricType::Counter);
+  auto& folded_procs = b.family("iolens_job_folded_processes_total",
+                                "Exited processes folded into the job's <other processes> row "
+                                "to bound memory.",
+                                MetricType::Counter);
   auto& start = b.family("iolens_job_start_time_seconds", "When the job started (Unix time).",
                          MetricType::Gauge);
   auto& end = b.family("iolens_job_end_time_seconds",
@@ -291,6 +295,7 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
     gauge(procs, jl, d(j.processes));
     gauge(running, jl, d(j.processes_running));
     counter(folded, jl, d(j.folded_records));
+    counter(folded_procs, jl, d(j.folded_processes));
     gauge(start, jl, j.start_s);
     if (j.end_s) gauge(end, jl, *j.end_s);
     Labels il = plus(plus(jl, "rule", j.rule), "cgroup", j.cgroup);
@@ -378,6 +383,9 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
   counter(b.family("iolens_records_folded_total", "Records folded to bound memory, all jobs.",
                    MetricType::Counter),
           {}, d(h.records_folded_total));
+  counter(b.family("iolens_processes_folded_total",
+                   "Exited processes folded to bound memory, all jobs.", MetricType::Counter),
+          {}, d(h.processes_folded_total));
   gauge(b.family("iolens_unattributed_processes", "Traced processes that belong to no job.",
                  MetricType::Gauge),
         {}, d(h.unattributed_processes));

@@ -56,7 +56,34 @@ int QueryCommands::run() const {
   }
 
   std::string error;
-  const auto result = control::request(socket_path_, request, error);
+  auto result = control::request(socket_path_, request, error);
+  // The daemon answers `job` a page at a time (docs/control.md#job): the rest is fetched and
+  // joined, so the output is the whole record as before.
+  while (result && job_->parsed()) {
+    const nlohmann::json* page = result->contains("page") ? &(*result)["page"] : nullptr;
+    if (!page || !page->is_object() || !page->contains("next") || !(*page)["next"].is_number_unsigned())
+      break;
+    const uint64_t next = (*page)["next"].get<uint64_t>();
+    if (next <= page->value("offset", uint64_t{0})) break;  // no progress: a broken daemon
+    request["offset"] = next;
+    auto more = control::request(socket_path_, request, error);
+    if (!more) {
+      result.reset();
+      break;
+    }
+    for (const char* key : {"processes", "files"}) {
+      auto& into = (*result)[key];
+      const auto& part = (*more)[key];
+      if (!into.is_array() || !part.is_array()) continue;
+      for (const auto& e : part) into.push_back(e);
+    }
+    (*result)["page"] = (*more)["page"];
+  }
+  if (result && job_->parsed() && result->contains("page") && (*result)["page"].is_object() &&
+      (*result)["page"].value("next", nlohmann::json()).is_null()) {
+    // Joined whole: one record, as the daemon writes it (a partial join keeps `page`).
+    result->erase("page");
+  }
   if (!result) {
     // The daemon's text is not ours: escaped so it cannot drive the terminal.
     std::fprintf(stderr, "iolens: %s\n", control::terminal_safe(error).c_str());

@@ -402,8 +402,11 @@ std::string format_status(const json& status) {
         "jobs", number_text(*jobs, "live") + " live, " + number_text(*jobs, "closed") + " closed");
   }
   if (const json* records = field(status, "records"); records != nullptr && records->is_object()) {
-    out += labelled("records", number_text(*records, "files") + " files, " +
-                                   number_text(*records, "folded") + " folded");
+    std::string text =
+        number_text(*records, "files") + " files, " + number_text(*records, "folded") + " folded";
+    if (const auto procs = count_of(*records, "processes_folded"); procs && *procs > 0)
+      text += ", " + human_count(*procs) + " processes folded";
+    out += labelled("records", text);
   }
   if (const json* restart = field(status, "restart"); restart != nullptr && restart->is_object()) {
     const auto resumed = bool_of(*restart, "resumed");
@@ -447,6 +450,8 @@ std::string format_job(const json& result, uint64_t now_ns, std::size_t top_file
   std::string procs = number_text(job, "processes");
   if (const auto live = count_of(job, "live_processes"))
     procs += ", " + human_count(*live) + " live";
+  if (const auto folded = count_of(job, "folded_processes"); folded && *folded > 0)
+    procs += ", " + human_count(*folded) + " folded";
   out += labelled("processes", procs);
   std::string file_count = number_text(job, "files");
   if (const auto folded = count_of(job, "folded_files")) {

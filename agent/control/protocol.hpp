@@ -18,6 +18,12 @@ namespace iolens::control {
 /// bounds what a client can make the daemon hold.
 inline constexpr std::size_t kMaxRequestBytes = 64 * 1024;
 
+/// The `job` request's page (docs/control.md#job): processes and files per answer when the
+/// request gives no `limit`, and the largest `limit` accepted. A file row is about 3 KB of
+/// JSON (its counters), so a page of the default is a few MB at most.
+inline constexpr std::size_t kJobPageDefault = 1000;
+inline constexpr std::size_t kJobPageMax = 10000;
+
 /// Error codes in answers, for clients that act on the kind of failure rather than its text.
 inline constexpr const char* kCodeBadRequest = "bad_request";  // malformed, oversize, unknown cmd
 inline constexpr const char* kCodeDenied = "denied";           // the peer may not ask

@@ -54,6 +54,7 @@ struct JobMetrics {
   uint64_t files = 0;                            // distinct (dev, ino), folded ones included
   uint64_t processes = 0, processes_running = 0;
   uint64_t folded_records = 0;
+  uint64_t folded_processes = 0;                 // exited processes folded (max_processes_per_job)
   double start_s = 0;                            // Unix time
   std::optional<double> end_s;                   // set once the job ended
 };
@@ -96,6 +97,7 @@ struct DaemonHealth {
   uint64_t jobs_live = 0, jobs_closing = 0, jobs_closed_total = 0;
   uint64_t jobs_dropped = 0;  // left off by metrics.max_jobs
   uint64_t file_records = 0, records_folded_total = 0, unattributed_processes = 0;
+  uint64_t processes_folded_total = 0;
   uint64_t records_written = 0, records_failed = 0;
   uint64_t darshan_logs_written = 0, darshan_logs_failed = 0;  // with darshan_logs
   uint64_t state_saves = 0, state_save_failures = 0;

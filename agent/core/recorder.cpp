@@ -219,8 +219,11 @@ void Recorder::set_name(FileIdentity id, std::string path, bool canonical, bool 
   if (!canonical && canonicalize_) {
     if (auto real = canonicalize_(path)) path = *real;
   }
-  by_path_[path] = id;
-  names_[id] = Name{std::move(path), canonical, incomplete};
+  index_path(path, id);
+  Name& n = names_[id];
+  name_bytes_ -= n.path.size();
+  name_bytes_ += path.size();
+  n = Name{std::move(path), canonical, incomplete};
 }
 
 Recorder::ForgottenPath* Recorder::forgotten_path(const std::string& path) {
@@ -240,8 +243,8 @@ std::optional<FileIdentity> Recorder::file_by_path(const std::string& path) {
   // record it creates is named by this path (the file's last known name).
   const FileIdentity id = f->id;
   f->id = FileIdentity{};
-  names_.try_emplace(id, Name{path, false, false});
-  by_path_[path] = id;
+  if (names_.try_emplace(id, Name{path, false, false}).second) name_bytes_ += path.size();
+  index_path(path, id);
   return id;
 }
 
@@ -276,11 +279,14 @@ void Recorder::on_path(const PathEvent& p) {
       if (!id) break;
       FileAcc& f = file_acc(key_of(*id, p.proc), pr);
       ++f.rename_sources;
+      name_bytes_ += to.size();
+      name_bytes_ -= f.renamed_to.size();
       f.renamed_to = to;
       ++final_snapshots_;
-      by_path_.erase(from);  // the old name no longer leads to this file, nor to a forgotten one
+      // The old name no longer leads to this file, nor to a forgotten one.
+      if (by_path_.erase(from)) name_bytes_ -= from.size();
       if (ForgottenPath* f = forgotten_path(from)) f->id = FileIdentity{};
-      by_path_[to] = *id;
+      index_path(to, *id);
       break;
     }
     default:
@@ -351,13 +357,19 @@ bool Recorder::referenced(const FileIdentity& id) const {
 void Recorder::forget_names(std::vector<FileIdentity> ids, std::vector<FileIdentity>* forgotten) {
   std::erase_if(ids, [&](const FileIdentity& id) { return referenced(id); });
   if (ids.empty()) return;
-  for (const FileIdentity& id : ids) names_.erase(id);
+  for (const FileIdentity& id : ids) {
+    if (auto n = names_.find(id); n != names_.end()) {
+      name_bytes_ -= n->second.path.size();
+      names_.erase(n);
+    }
+  }
   // Every path that leads to a forgotten file (its name, hard links, rename targets) moves to
   // the hashed index: a later rename or unlink by that path is still attributed.
   std::vector<ForgottenPath> moved;
   for (auto it = by_path_.begin(); it != by_path_.end();) {
     if (std::binary_search(ids.begin(), ids.end(), it->second)) {
       moved.push_back({path_hash(it->first), it->second});
+      name_bytes_ -= it->first.size();
       it = by_path_.erase(it);
     } else {
       ++it;
@@ -386,12 +398,30 @@ void Recorder::forget_names(std::vector<FileIdentity> ids, std::vector<FileIdent
   if (forgotten) forgotten->insert(forgotten->end(), ids.begin(), ids.end());
 }
 
-std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIdentity>* forgotten) {
-  if (files_.size() <= max_file_records) return 0;
+void Recorder::index_path(const std::string& path, const FileIdentity& id) {
+  if (by_path_.insert_or_assign(path, id).second) name_bytes_ += path.size();
+}
+
+std::size_t Recorder::count_name_bytes() const {
+  std::size_t n = 0;
+  for (const auto& [id, name] : names_) n += name.path.size();
+  for (const auto& [path, id] : by_path_) n += path.size();
+  for (const auto& [k, a] : files_) n += a.renamed_to.size();
+  return n;
+}
+
+std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIdentity>* forgotten,
+                              std::size_t max_name_bytes) {
+  // Names count in bytes too: 60,000 files with 3.5 KB paths weigh as much as far more files.
+  const bool by_bytes = max_name_bytes != SIZE_MAX;
+  std::size_t bytes = by_bytes ? name_bytes_ : 0;
+  if (files_.size() <= max_file_records && bytes <= max_name_bytes) return 0;
   // The last fold took every candidate and fell short, and no record has left the kernel since
   // (a daemon calls this after every drain): nothing new to fold, spare the O(n log n) pass.
   if (short_at_ && *short_at_ == final_snapshots_) return 0;
   const std::size_t target = max_file_records / 10 * 9 + max_file_records % 10 * 9 / 10;
+  const std::size_t byte_target = max_name_bytes / 10 * 9;
+  std::set<FileIdentity> unnamed;  // names counted as gone by the estimate below
   using It = std::map<FileKey, FileAcc>::iterator;
 
   auto stored = [](const FileAcc& a) -> const FileCounters& {
@@ -469,13 +499,21 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
     combine_counters(p.folded->counters, c);
     p.folded->rename_sources += a.rename_sources;
     p.folded->unlinks += a.unlinks;
-    batches[it->first.proc].emplace_back(identity_of(it->first), io_kind(c.last_io_type));
-    touched.push_back(identity_of(it->first));
+    const FileIdentity id = identity_of(it->first);
+    batches[it->first.proc].emplace_back(id, io_kind(c.last_io_type));
+    touched.push_back(id);
+    if (by_bytes) bytes -= std::min(bytes, a.renamed_to.size());
+    name_bytes_ -= a.renamed_to.size();
     files_.erase(it);
     ++folded;
+    // An estimate of what forget_names will free (its name and its path index entry): exact
+    // unless hard links or a rename gave the file other paths.
+    if (by_bytes && !referenced(id) && unnamed.insert(id).second)
+      if (auto n = names_.find(id); n != names_.end())
+        bytes -= std::min(bytes, 2 * n->second.path.size());
   };
   for (const Candidate& c : cands) {
-    if (files_.size() <= target) break;
+    if (files_.size() <= target && bytes <= byte_target) break;
     if (c.stat) fold_one(*c.stat);
     fold_one(c.it);
   }
@@ -489,8 +527,97 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
   forget_names(std::move(touched), forgotten);
   folded_records_ += folded;
   short_at_.reset();
-  if (files_.size() > target) short_at_ = final_snapshots_;
+  if (files_.size() > target || (by_bytes && name_bytes_ > byte_target))
+    short_at_ = final_snapshots_;
   return folded;
+}
+
+std::vector<ProcKey> Recorder::fold_processes_to(std::size_t max_processes,
+                                                 std::vector<FileIdentity>* forgotten) {
+  std::vector<ProcKey> out;
+  if (procs_.size() <= max_processes) return out;
+  const std::size_t target = max_processes / 10 * 9 + max_processes % 10 * 9 / 10;
+  // A record still in the kernel map would be sent again, to a process no longer held.
+  std::set<ProcKey> busy;
+  for (const auto& [k, a] : files_)
+    if (a.has_live) busy.insert(k.proc);
+  for (const auto& [k, a] : others_)
+    if (a.has_live) busy.insert(k.first);
+  std::vector<const Proc*> cands;
+  for (const auto& [k, p] : procs_)
+    if (p.wait_status && !busy.count(k)) cands.push_back(&p);
+  // The earliest exits first: the least likely to get a late record, the least looked at.
+  const std::size_t n = std::min(cands.size(), procs_.size() - target);
+  std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(n), cands.end(),
+                    [](const Proc* a, const Proc* b) {
+                      return std::tie(a->end_ns, a->key) < std::tie(b->end_ns, b->key);
+                    });
+  for (std::size_t i = 0; i < n; ++i) out.push_back(cands[i]->key);
+  if (out.empty()) return out;
+  std::sort(out.begin(), out.end());
+  auto folding = [&](const ProcKey& k) { return std::binary_search(out.begin(), out.end(), k); };
+
+  FoldedProcs& fp = folded_procs_;
+  auto take = [&](const FileCounters& c) {
+    add_totals(fp.totals, c);
+    combine_counters(fp.combined, c);
+  };
+  std::map<ProcKey, std::vector<std::pair<uint32_t, uint64_t>>> files_of;
+  std::vector<FileIdentity> touched;
+  for (auto it = files_.begin(); it != files_.end();) {
+    if (!folding(it->first.proc)) {
+      ++it;
+      continue;
+    }
+    const FileAcc& a = it->second;
+    const FileCounters c = a.total();
+    take(c);
+    fp.rename_sources += a.rename_sources;
+    fp.file_unlinks += a.unlinks;
+    // Counted as snapshot() counts a row: a record without any call is no file of the process.
+    if (has_activity(c) || a.rename_sources != 0 || a.unlinks != 0)
+      files_of[it->first.proc].emplace_back(it->first.dev, it->first.ino);
+    touched.push_back(identity_of(it->first));
+    name_bytes_ -= a.renamed_to.size();
+    it = files_.erase(it);
+  }
+  for (auto it = others_.begin(); it != others_.end();) {
+    if (!folding(it->first.first)) {
+      ++it;
+      continue;
+    }
+    const FileCounters c = it->second.total();
+    auto& o = fp.other_io[it->first.second];
+    o[0] += c.reads;
+    o[1] += c.writes;
+    o[2] += c.bytes_read;
+    o[3] += c.bytes_written;
+    it = others_.erase(it);
+  }
+  for (const ProcKey& k : out) {
+    auto it = procs_.find(k);
+    const Proc& p = it->second;
+    auto& ids = files_of[k];
+    if (p.folded) {
+      take(p.folded->counters);
+      fp.rename_sources += p.folded->rename_sources;
+      fp.file_unlinks += p.folded->unlinks;
+      p.folded->ids.for_each([&](const FileIdentity& id) { ids.emplace_back(id.dev, id.ino); });
+    }
+    std::sort(ids.begin(), ids.end());
+    fp.files += static_cast<uint64_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+    fp.unlinks += p.unlinks;
+    fp.renames += p.renames;
+    if (k.start_ns && (fp.first_start_ns == 0 || k.start_ns < fp.first_start_ns))
+      fp.first_start_ns = k.start_ns;
+    fp.last_end_ns = std::max(fp.last_end_ns, p.end_ns);
+    ++fp.processes;
+    procs_.erase(it);
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  forget_names(std::move(touched), forgotten);
+  return out;
 }
 
 Recorder::Memory Recorder::memory() const {
@@ -685,6 +812,34 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
     o.bytes_read += c.bytes_read;
     o.bytes_written += c.bytes_written;
   }
+
+  if (folded_procs_.processes > 0) {
+    // Last, after the processes in start order: the row of the processes folded away.
+    const FoldedProcs& fp = folded_procs_;
+    ProcessSnapshot ps;
+    ps.comm = "<other processes>";
+    ps.start_ns = fp.first_start_ns ? wall(fp.first_start_ns) : 0;
+    if (fp.last_end_ns) ps.end_ns = wall(fp.last_end_ns);
+    ps.totals = fp.totals;
+    ps.files = fp.files;
+    ps.folded_files = fp.files;
+    FileCounters c = fp.combined;
+    make_relative(c);
+    ps.folded = c;
+    ps.folded_rename_sources = fp.rename_sources;
+    ps.folded_unlinks = fp.file_unlinks;
+    ps.unlinks = fp.unlinks;
+    ps.renames = fp.renames;
+    for (const auto& [kind, v] : fp.other_io) {
+      OtherIo& o = ps.other_io[other_kind_name(kind)];
+      o.reads += v[0];
+      o.writes += v[1];
+      o.bytes_read += v[2];
+      o.bytes_written += v[3];
+    }
+    ps.folded_processes = fp.processes;
+    s.processes.push_back(std::move(ps));
+  }
   return s;
 }
 
@@ -714,6 +869,10 @@ void Recorder::visit_records(const std::function<void(const RecordView&)>& fn) c
     if (!p.folded) continue;
     fn(RecordView{pk, FileIdentity{}, p.folded->counters, nullptr, true});
   }
+  // The folded processes' row, as an "other files" record of process {0, 0}.
+  static const ProcKey kFoldedProcesses{};
+  if (folded_procs_.processes > 0)
+    fn(RecordView{kFoldedProcesses, FileIdentity{}, folded_procs_.combined, nullptr, true});
 }
 
 std::size_t Recorder::distinct_files() const {
@@ -723,7 +882,9 @@ std::size_t Recorder::distinct_files() const {
   for (const auto& [pk, p] : procs_)
     if (p.folded) p.folded->ids.for_each([&](const FileIdentity& id) { ids.emplace_back(id.dev, id.ino); });
   std::sort(ids.begin(), ids.end());
-  return static_cast<std::size_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+  // A folded process's files are counted as its row counts them (not merged with others').
+  return static_cast<std::size_t>(std::unique(ids.begin(), ids.end()) - ids.begin()) +
+         folded_procs_.files;
 }
 
 }  // namespace iolens::core

@@ -119,11 +119,32 @@ class Recorder {
   /// make the kernel send those names again (the kernel sends each file's name only once:
   /// delete `seen_files[(dev, ino)]` when its generation is `gen`). Returns the records folded.
   /// O(n log n) in the records held; docs/counters.md#folded-records.
+  /// `max_name_bytes`: the same for name_bytes(): records are folded until both fit.
   std::size_t fold_to(std::size_t max_file_records,
-                      std::vector<FileIdentity>* forgotten = nullptr);
+                      std::vector<FileIdentity>* forgotten = nullptr,
+                      std::size_t max_name_bytes = SIZE_MAX);
 
   /// File records folded by fold_to so far.
   uint64_t folded_records() const { return folded_records_; }
+
+  /// Bytes of the names held: paths of names and of the path index, rename targets. What
+  /// `max_name_bytes` of fold_to bounds (kept up to date: O(1)).
+  std::size_t name_bytes() const { return name_bytes_; }
+
+  /// Bounds the processes held (a daemon's job that forks without end). When more than
+  /// `max_processes` are held, folds the exited ones whose records are all out of the kernel,
+  /// the earliest exit first, into one "<other processes>" row until at most 9/10 of
+  /// `max_processes` remain (or no such process is left): their file and other records go with
+  /// them, their sums (totals, files, other I/O, unlinks, renames) are kept in that row, so the
+  /// snapshot's totals stay exact. Names no record refers to any more are forgotten as by
+  /// fold_to (appended to `forgotten`). Returns the processes folded, whose keys the caller
+  /// must forget too (a later record of one of them is not theirs any more).
+  std::vector<ProcKey> fold_processes_to(std::size_t max_processes,
+                                         std::vector<FileIdentity>* forgotten = nullptr);
+  /// Processes folded by fold_processes_to so far.
+  uint64_t folded_processes() const { return folded_procs_.processes; }
+  /// Processes held (not folded).
+  std::size_t processes() const { return procs_.size(); }
 
   /// Everything this recorder holds except the canonicalizer (set it again after load()), as a
   /// versioned, checksummed binary blob for the daemon's checkpoint (docs/state-format.md).
@@ -223,9 +244,25 @@ class Recorder {
     std::optional<FileKey> kept;  // when n == 1 and that generation has a kept record
   };
 
+  /// The "<other processes>" row: the sums of the processes fold_processes_to took.
+  struct FoldedProcs {
+    uint64_t processes = 0;
+    FileCounters totals{};                    // add_totals of their records (Fold::Sum fields)
+    FileCounters combined = new_counters();   // combine_counters of their records
+    uint64_t files = 0;                       // their distinct files, summed over processes
+    uint64_t unlinks = 0, renames = 0;        // the processes' own counts
+    uint64_t rename_sources = 0, file_unlinks = 0;  // their records' counts
+    uint64_t first_start_ns = 0, last_end_ns = 0;   // monotonic; 0: none
+    std::map<uint32_t, std::array<uint64_t, 4>> other_io;  // kind -> reads, writes, bytes r/w
+  };
+
   struct Codec;  // save() and load(), in recorder_state.cpp
 
   Proc& proc(const ProcKey& k);
+  /// by_path_[path] = id, counting the path's bytes when it is new.
+  void index_path(const std::string& path, const FileIdentity& id);
+  /// name_bytes() counted from scratch (load()).
+  std::size_t count_name_bytes() const;
   FileAcc& file_acc(const FileKey& k, Proc& p);
   void accumulate(FileAcc& acc, const FileCounters& c, bool removed);
   void on_path(const PathEvent& p);
@@ -250,6 +287,8 @@ class Recorder {
   std::vector<ForgottenPath> forgotten_paths_;  // sorted by hash
   std::map<std::string, uint64_t> lost_;
   uint64_t folded_records_ = 0;
+  FoldedProcs folded_procs_;
+  std::size_t name_bytes_ = 0;  // name_bytes()
   uint64_t final_snapshots_ = 0;          // kernel records that became final (fold candidates)
   std::optional<uint64_t> short_at_;     // final_snapshots_ when fold_to last fell short
 };

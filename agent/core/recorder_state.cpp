@@ -217,6 +217,42 @@ struct Recorder::Codec {
       w.u64(f.hash);
       put(w, f.id);
     }
+    // The folded processes' row, at the end and only when a process was folded: a state
+    // without one is the same bytes as before the row existed (docs/state-format.md).
+    const FoldedProcs& fp = rec.folded_procs_;
+    if (fp.processes == 0) return;
+    w.u64(fp.processes);
+    put(w, fp.totals);
+    put(w, fp.combined);
+    for (uint64_t v : {fp.files, fp.unlinks, fp.renames, fp.rename_sources, fp.file_unlinks,
+                       fp.first_start_ns, fp.last_end_ns})
+      w.u64(v);
+    w.u64(fp.other_io.size());
+    for (const auto& [kind, v] : fp.other_io) {
+      w.u32(kind);
+      for (uint64_t x : v) w.u64(x);
+    }
+  }
+
+  static bool get_folded_procs(Reader& r, FoldedProcs& fp) {
+    if (!(r.u64(fp.processes) && get(r, fp.totals) && get(r, fp.combined))) return false;
+    for (uint64_t* v : {&fp.files, &fp.unlinks, &fp.renames, &fp.rename_sources,
+                        &fp.file_unlinks, &fp.first_start_ns, &fp.last_end_ns})
+      if (!r.u64(*v)) return false;
+    if (fp.processes == 0) return r.fail("a folded processes' row of no process");
+    uint64_t n = 0;
+    if (!r.count(n, 4 + 4 * 8)) return false;
+    std::optional<uint32_t> prev;
+    for (uint64_t i = 0; i < n; ++i) {
+      uint32_t kind = 0;
+      std::array<uint64_t, 4> v{};
+      if (!(r.u32(kind) && r.u64(v[0]) && r.u64(v[1]) && r.u64(v[2]) && r.u64(v[3])))
+        return false;
+      if (prev && !(*prev < kind)) return r.fail("folded other I/O not strictly increasing");
+      prev = kind;
+      fp.other_io.emplace_hint(fp.other_io.end(), kind, v);
+    }
+    return true;
   }
 
   static std::unique_ptr<Recorder> get(Reader& r) {
@@ -311,6 +347,8 @@ struct Recorder::Codec {
         }
       }
     }
+    if (r.remaining() > 0 && !get_folded_procs(r, rec->folded_procs_)) return nullptr;
+    rec->name_bytes_ = rec->count_name_bytes();
     return rec;
   }
 };

@@ -38,6 +38,9 @@ struct ProcessSnapshot {
   std::optional<FileCounters> folded;
   uint64_t folded_files = 0;          // distinct files some of whose counters are in `folded`
   uint64_t folded_rename_sources = 0, folded_unlinks = 0;
+  /// Only on a daemon job's "<other processes>" row (pid 0, Recorder::fold_processes_to): the
+  /// exited processes folded into it to bound memory; everything above sums theirs.
+  uint64_t folded_processes = 0;
 };
 
 struct FileSnapshot {

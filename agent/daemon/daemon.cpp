@@ -820,6 +820,7 @@ void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
 }
 
 void Daemon::write_closed() {
+  bool wrote = false;
   for (const std::string& id : table_->closing()) {
     Job* job = table_->find(id);
     if (!job) continue;
@@ -850,7 +851,12 @@ void Daemon::write_closed() {
     closed_.push_back({id, Closed{summary, path}});
     while (closed_.size() > 256) closed_.pop_front();
     job_loss_base_.erase(id);
-    // Saved at once: a restart must not write this job a second time.
+    wrote = true;
+  }
+  // Saved at once, one save for all the jobs closed in this round (a save costs as much as the
+  // state is big: one per job made closing 100 small jobs beside a big live one take seconds):
+  // a restart must not write these jobs a second time.
+  if (wrote) {
     state_dirty_ = true;
     checkpoint(true);
   }
@@ -930,6 +936,7 @@ core::DaemonHealth Daemon::health() {
   h.jobs_closed_total = ts.jobs_closed;
   h.file_records = table_->file_records();
   h.records_folded_total = ts.folded_records;
+  h.processes_folded_total = ts.folded_processes;
   h.unattributed_processes = ts.unattributed_processes;
   h.records_written = writer_->written();
   h.records_failed = writer_->failed();
@@ -1027,10 +1034,13 @@ nlohmann::json Daemon::status_json() {
   lost["unattributed_records"] = ts.unattributed_records;
   j["lost"] = lost;
   j["unattributed_processes"] = ts.unattributed_processes;
+  j["unattributed_held"] = table_->unattributed_held();  // bounded; exited ones leave
   j["jobs"] = {{"live", table_->active_jobs()},
                {"closed", ts.jobs_closed},
                {"closed_without_event", jobs_closed_by_reconcile_}};
-  j["records"] = {{"files", table_->file_records()}, {"folded", ts.folded_records}};
+  j["records"] = {{"files", table_->file_records()},
+                  {"folded", ts.folded_records},
+                  {"processes_folded", ts.folded_processes}};
   j["drain"] = {{"last_us", last_drain_us_}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
@@ -1253,14 +1263,27 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
   }
   if (cmd == "job") {
     const std::string id = req.value("id", "");
-    if (Job* job = table_->find(id)) return table_->job_json(*job, IOLENS_VERSION);
+    // One page per request (docs/control.md#job): the answer's size, the memory and the time
+    // it takes on the loop are bounded by the page, not by the job.
+    auto count = [&](const char* key, uint64_t dflt) {
+      auto it = req.find(key);
+      if (it == req.end()) return dflt;
+      if (!it->is_number_unsigned())
+        throw control::BadRequest(std::string("'") + key + "' must be a non-negative integer");
+      return it->get<uint64_t>();
+    };
+    const uint64_t offset = count("offset", 0);
+    const uint64_t limit = count("limit", control::kJobPageDefault);
+    if (limit == 0 || limit > control::kJobPageMax)
+      throw control::BadRequest("'limit' must be from 1 to " +
+                                std::to_string(control::kJobPageMax));
+    if (Job* job = table_->find(id)) return table_->job_page(*job, IOLENS_VERSION, offset, limit);
     for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
       if (it->first != id) continue;
       // Through the output directory's descriptor, never following a link left at the name.
       const std::string& path = it->second.path;
       if (auto text = core::read_file_at(writer_->dir_fd(), path.substr(path.rfind('/') + 1))) {
-        auto j = nlohmann::json::parse(*text, nullptr, false);
-        if (!j.is_discarded()) return j;
+        if (auto j = record_page(*text, offset, limit)) return *j;
       }
       throw std::runtime_error("job " + id + " has ended and its record " + it->second.path +
                                " cannot be read (rotated away?)");

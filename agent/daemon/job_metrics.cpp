@@ -88,7 +88,8 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
   m.cgroup = job.identity.job_cgroup;
   for (const auto& [k, v] : job.identity.labels)
     (series_label(m.kind, k) ? m.labels : m.info_labels)[k] = v;
-  m.processes = job.procs.size();
+  m.processes = job.procs.size() + job.rec->folded_processes();
+  m.folded_processes = job.rec->folded_processes();
   m.processes_running = job.live.size();
   m.start_s = static_cast<double>(job.start_ns) / 1e9;
   if (job.end_ns) m.end_s = static_cast<double>(*job.end_ns) / 1e9;

@@ -13,6 +13,10 @@
 namespace iolens::daemon {
 namespace {
 
+std::size_t event_bytes(const core::PathEvent& e) {
+  return e.walk.size() + e.str1.size() + e.walk2.size() + e.str2.size() + e.comm.size();
+}
+
 bool under(const std::string& path, const std::string& root) {
   return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
                           (root == "/" || path[root.size()] == '/'));
@@ -42,14 +46,35 @@ void JobTable::set_file_classes(std::vector<jobs::FileClass> classes) {
   classes_ = std::move(classes);
 }
 
-std::size_t JobTable::fold_job(Job& job, std::size_t limit,
+std::size_t JobTable::fold_job(Job& job, std::size_t limit, std::size_t byte_limit,
                                std::vector<core::FileIdentity>* forgotten) {
-  // fold_to works only past its limit: the class sums are taken only then.
-  if (!classes_ || job.rec->file_records() <= limit) return job.rec->fold_to(limit, forgotten);
+  core::Recorder& rec = *job.rec;
+  const std::size_t max_procs = limits_.max_processes_per_job;
+  // Both folds work only past their limits: the class sums are taken only then.
+  if (rec.file_records() <= limit && rec.processes() <= max_procs &&
+      (byte_limit == SIZE_MAX || rec.name_bytes() <= byte_limit))
+    return 0;
+  auto fold = [&] {
+    const std::size_t n = rec.fold_to(limit, forgotten, byte_limit);
+    const std::vector<core::ProcKey> gone = rec.fold_processes_to(max_procs, forgotten);
+    // A folded process leaves every per-process map: that is what bounds them. A record of it
+    // that still came (none should: only exited processes whose records are all final fold)
+    // is counted as unattributed.
+    for (const core::ProcKey& p : gone) {
+      job.procs.erase(p);
+      job.live.erase(p);
+      job.proc_labels.erase(p);
+      job.block_live.erase(p);
+      proc_job_.erase(p);
+    }
+    stats_.folded_processes += gone.size();
+    return n;
+  };
+  if (!classes_) return fold();
   const FileClassifier fc(*classes_);
-  const RecordSums before = record_sums(*job.rec, fc);
-  const std::size_t folded = job.rec->fold_to(limit, forgotten);
-  const RecordSums after = record_sums(*job.rec, fc);
+  const RecordSums before = record_sums(rec, fc);
+  const std::size_t folded = fold();
+  const RecordSums after = record_sums(rec, fc);
   auto moved = [](const core::ClassTotals& b, const core::ClassTotals& a) {
     core::ClassTotals m;
     m.bytes_read = b.bytes_read - a.bytes_read;
@@ -177,7 +202,7 @@ bool JobTable::on_mark(const core::MarkEvent& m) {
   if (proc_job_.count(m.proc)) return true;           // moved within the selection
   Job* job = job_of_cgroup(m.cgroup_id);
   if (!job) {
-    if (unattributed_.insert(m.proc).second) ++stats_.unattributed_processes;
+    note_unattributed(m.proc);
     return false;
   }
   attribute(*job, m.proc, m.parent, m.comm, m.cgroup_id, m.ts_ns);
@@ -206,7 +231,7 @@ void JobTable::on_event(const core::Event& ev) {
       job = job_of_cgroup(f->cgroup_id);
     if (!job && pj != proc_job_.end()) job = find(pj->second);
     if (!job) {
-      if (unattributed_.insert(f->proc).second) ++stats_.unattributed_processes;
+      note_unattributed(f->proc);
       return;
     }
     attribute(*job, f->proc, f->parent, f->comm, f->cgroup_id, f->ts_ns);
@@ -217,10 +242,19 @@ void JobTable::on_event(const core::Event& ev) {
   const auto* path = std::get_if<core::PathEvent>(&ev);
   if (path) {
     p = path->proc;
-    if (path->op == IOLENS_PATH_FILE) names_[{path->dev, path->ino, path->gen}] = *path;
+    if (path->op == IOLENS_PATH_FILE) {
+      core::PathEvent& slot = names_[{path->dev, path->ino, path->gen}];
+      names_bytes_ -= std::min(names_bytes_, event_bytes(slot));
+      slot = *path;
+      names_bytes_ += event_bytes(slot);
+    }
   }
   auto it = proc_job_.find(p);
-  if (it == proc_job_.end()) return;
+  if (it == proc_job_.end()) {
+    // Counted once when it came; an exited one need not be remembered any more.
+    if (std::holds_alternative<core::ExitEvent>(ev)) unattributed_.erase(p);
+    return;
+  }
   Job* job = find(it->second);
   if (!job) return;
   job->rec->on_event(ev);
@@ -232,6 +266,23 @@ void JobTable::on_event(const core::Event& ev) {
       job->end_ns = wall(x->ts_ns);
     }
   }
+}
+
+void JobTable::note_unattributed(const core::ProcKey& p) {
+  if (!unattributed_.insert(p).second) return;
+  ++stats_.unattributed_processes;
+  if (unattributed_.size() <= kMaxUnattributed) return;
+  // Exits can be missed (a process no longer traced sends none): past the bound the earliest
+  // started go, down to 9/10 of it. One of them marked again would be counted again.
+  std::vector<core::ProcKey> by_age(unattributed_.begin(), unattributed_.end());
+  const std::size_t drop = by_age.size() - kMaxUnattributed / 10 * 9;
+  auto older = [](const core::ProcKey& a, const core::ProcKey& b) {
+    return std::tie(a.start_ns, a.pid) < std::tie(b.start_ns, b.pid);
+  };
+  std::nth_element(by_age.begin(), by_age.begin() + static_cast<std::ptrdiff_t>(drop),
+                   by_age.end(), older);
+  for (std::size_t i = 0; i < drop; ++i) unattributed_.erase(by_age[i]);
+  stats_.unattributed_forgotten += drop;
 }
 
 void JobTable::give_name(Job& job, const iolens_file_key& key) {
@@ -299,7 +350,8 @@ std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten)
   if (!forgotten) forgotten = &mine;
   const std::size_t before = forgotten->size();
   std::size_t folded = 0;
-  for (auto& [id, job] : jobs_) folded += fold_job(*job, limits_.max_files_per_job, forgotten);
+  for (auto& [id, job] : jobs_)
+    folded += fold_job(*job, limits_.max_files_per_job, limits_.max_path_bytes_per_job, forgotten);
   // Over the node-wide budget: shrink the biggest jobs first, each to its share.
   std::size_t total = file_records();
   if (total > limits_.max_records && !jobs_.empty()) {
@@ -313,17 +365,39 @@ std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten)
       if (total <= limits_.max_records) break;
       const std::size_t before = job->rec->file_records();
       if (before <= share) continue;
-      folded += fold_job(*job, share, forgotten);
+      folded += fold_job(*job, share, limits_.max_path_bytes_per_job, forgotten);
       total -= before - job->rec->file_records();
+    }
+  }
+  // The same for the bytes of names over all jobs (long paths weigh as more files would).
+  if (!jobs_.empty()) {
+    std::vector<std::pair<std::size_t, Job*>> by_bytes;
+    std::size_t total_bytes = 0;
+    for (auto& [id, job] : jobs_) {
+      by_bytes.emplace_back(job->rec->name_bytes(), job.get());
+      total_bytes += by_bytes.back().first;
+    }
+    if (total_bytes > limits_.max_path_bytes) {
+      std::sort(by_bytes.begin(), by_bytes.end(),
+                [](const auto& a, const auto& b) { return a.first > b.first; });
+      const std::size_t share = std::max<std::size_t>(1, limits_.max_path_bytes / by_bytes.size());
+      for (auto& [bytes, job] : by_bytes) {
+        if (total_bytes <= limits_.max_path_bytes) break;
+        if (bytes <= share) continue;
+        folded += fold_job(*job, limits_.max_files_per_job, share, forgotten);
+        total_bytes -= bytes - std::min(bytes, job->rec->name_bytes());
+      }
     }
   }
   stats_.folded_records += folded;
   // The node-wide name copies are bounded too: evicted ones are forgotten by the kernel as well,
   // so it sends a file's name again when the file is next used.
-  if (names_.size() > limits_.max_records) {
-    while (names_.size() > limits_.max_records * 9 / 10) {
+  if (names_.size() > limits_.max_records || names_bytes_ > limits_.max_path_bytes) {
+    while (!names_.empty() && (names_.size() > limits_.max_records * 9 / 10 ||
+                               names_bytes_ > limits_.max_path_bytes / 10 * 9)) {
       const auto& [dev, ino, gen] = names_.begin()->first;
       forgotten->push_back(core::FileIdentity{ino, dev, gen});
+      names_bytes_ -= std::min(names_bytes_, event_bytes(names_.begin()->second));
       names_.erase(names_.begin());
     }
   }
@@ -334,7 +408,10 @@ std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten)
     const auto& f = (*forgotten)[i];
     const std::tuple<uint32_t, uint64_t, uint32_t> id{f.dev, f.ino, f.gen};
     for (auto& [jid, job] : jobs_) job->named.erase(id);
-    names_.erase(id);
+    if (auto n = names_.find(id); n != names_.end()) {
+      names_bytes_ -= std::min(names_bytes_, event_bytes(n->second));
+      names_.erase(n);
+    }
   }
   return folded;
 }
@@ -395,8 +472,9 @@ nlohmann::json JobTable::summary_of(const Job& job, const core::RunSnapshot& sna
   j["end_ns"] = job.end_ns ? nlohmann::json(*job.end_ns) : nlohmann::json(nullptr);
   if (job.end_estimated) j["end_estimated"] = true;
   if (job.start_estimated) j["start_estimated"] = true;
-  j["processes"] = job.procs.size();
+  j["processes"] = job.procs.size() + job.rec->folded_processes();  // folded ones included
   j["live_processes"] = job.live.size();
+  j["folded_processes"] = job.rec->folded_processes();
   core::FileCounters t{};
   uint64_t files = 0;
   for (const auto& p : snap.processes) {
@@ -433,17 +511,80 @@ nlohmann::json JobTable::job_json(const Job& job, const core::RunSnapshot& snap,
   j.erase("exit_code");
   if (!job.end_ns) j["end_ns"] = nullptr;
   j["job"] = summary_of(job, snap);  // the same snapshot: a big job's is costly
-  // Per-process labels below the job: the container or Slurm step each process ran in.
-  for (auto& p : j["processes"]) {
-    const core::ProcKey key{p.value("pid", 0u), 0};
-    for (const auto& [pk, labels] : job.proc_labels) {
-      if (pk.pid == key.pid) {
-        p["labels"] = labels;
-        break;
-      }
-    }
-  }
+  add_proc_labels(job, j);
   return j;
+}
+
+void JobTable::add_proc_labels(const Job& job, nlohmann::json& j) {
+  // Per-process labels below the job: the container or Slurm step each process ran in. By pid
+  // (the record's processes carry no start time on the monotonic clock); one map, not a scan
+  // of the labels per process.
+  std::map<uint32_t, const std::map<std::string, std::string>*> by_pid;
+  for (const auto& [pk, labels] : job.proc_labels) by_pid.try_emplace(pk.pid, &labels);
+  if (by_pid.empty()) return;
+  for (auto& p : j["processes"]) {
+    auto it = by_pid.find(p.value("pid", 0u));
+    if (it != by_pid.end() && p.value("folded_processes", 0u) == 0) p["labels"] = *it->second;
+  }
+}
+
+nlohmann::json JobTable::job_page(const Job& job, const std::string& version, std::size_t offset,
+                                  std::size_t limit) const {
+  core::RunSnapshot snap = job_snapshot(job);
+  nlohmann::json summary = summary_of(job, snap);  // from the whole snapshot
+  nlohmann::json coverage = exporters::run_coverage_json(snap);
+  const std::size_t procs = snap.processes.size(), files = snap.files.size();
+  auto slice = [&](auto& v) {
+    const std::size_t from = std::min(offset, v.size());
+    const std::size_t to = from + std::min(limit, v.size() - from);
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>(to), v.end());
+    v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(from));
+  };
+  slice(snap.processes);
+  slice(snap.files);
+  nlohmann::json j = exporters::run_to_json(snap, version);
+  j["schema"] = "iolens.job/1";
+  j.erase("command");
+  j.erase("exit_code");
+  if (!job.end_ns) j["end_ns"] = nullptr;
+  j["job"] = std::move(summary);
+  j["coverage"] = std::move(coverage);
+  add_proc_labels(job, j);
+  j["page"] = page_json(offset, limit, procs, files);
+  return j;
+}
+
+std::optional<nlohmann::json> record_page(std::string_view text, std::size_t offset,
+                                          std::size_t limit) {
+  using E = nlohmann::json::parse_event_t;
+  std::string key;  // the top-level key whose value is being parsed
+  std::size_t processes = 0, files = 0;
+  auto keep = [&](int depth, E ev, nlohmann::json& parsed) {
+    if (depth == 1 && ev == E::key) {
+      key = parsed.is_string() ? parsed.get<std::string>() : std::string();
+      return true;
+    }
+    if (depth != 2 || ev != E::object_end) return true;  // an element ends at depth 2
+    std::size_t* n = key == "processes" ? &processes : key == "files" ? &files : nullptr;
+    if (!n) return true;
+    const std::size_t i = (*n)++;
+    return i >= offset && i - offset < limit;
+  };
+  nlohmann::json j = nlohmann::json::parse(text, keep, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  j["page"] = page_json(offset, limit, processes, files);
+  return j;
+}
+
+nlohmann::json page_json(std::size_t offset, std::size_t limit, std::size_t processes,
+                         std::size_t files) {
+  const std::size_t end = offset + limit;
+  const bool more = limit > 0 && end > offset && end < std::max(processes, files);
+  return {{"offset", offset},
+          {"limit", limit},
+          {"processes", processes},
+          {"files", files},
+          {"next", more ? nlohmann::json(end) : nlohmann::json(nullptr)}};
 }
 
 exporters::DarshanJobInfo JobTable::darshan_job_info(const Job& job, const core::RunSnapshot& snap,
@@ -526,7 +667,8 @@ nlohmann::json JobTable::save() const {
   auto& un = j["unattributed"] = nlohmann::json::array();
   for (const auto& p : unattributed_) un.push_back(proc_json(p));
   j["stats"] = {stats_.unattributed_processes, stats_.unattributed_records, stats_.unknown_cgroups,
-                stats_.folded_records, stats_.jobs_closed};
+                stats_.folded_records, stats_.jobs_closed, stats_.folded_processes,
+                stats_.unattributed_forgotten};
   return j;
 }
 
@@ -603,6 +745,9 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
     const auto& st = j.at("stats");
     TableStats stats{st.at(0).get<uint64_t>(), st.at(1).get<uint64_t>(), st.at(2).get<uint64_t>(),
                      st.at(3).get<uint64_t>(), st.at(4).get<uint64_t>()};
+    // Absent in older states.
+    if (st.size() > 5) stats.folded_processes = st.at(5).get<uint64_t>();
+    if (st.size() > 6) stats.unattributed_forgotten = st.at(6).get<uint64_t>();
     // Read before anything is replaced: a bad field leaves the table as it was.
     const int64_t mono_to_wall = j.at("mono_to_wall_ns").get<int64_t>();
     cgroups_ = std::move(cgroups);

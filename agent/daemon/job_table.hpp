@@ -13,6 +13,7 @@
 #include <set>
 #include <tuple>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -48,7 +49,7 @@ struct Job {
   /// The real uid of the first of its processes the daemon found alive (/proc/PID/status);
   /// -1 until then (the daemon asks only for the Darshan log's header).
   int64_t uid = -1;
-  std::set<core::ProcKey> procs;   // every process ever attributed
+  std::set<core::ProcKey> procs;   // every process attributed and not folded (rec's)
   std::set<core::ProcKey> live;    // those not yet exited
   std::map<core::ProcKey, std::map<std::string, std::string>> proc_labels;  // container, step...
   std::unique_ptr<core::Recorder> rec;
@@ -73,6 +74,8 @@ struct TableStats {
   uint64_t unattributed_records = 0;    // kernel records of such processes, discarded
   uint64_t unknown_cgroups = 0;         // cgroup ids no event or scan named
   uint64_t folded_records = 0;          // over all jobs, closed ones included
+  uint64_t folded_processes = 0;        // the same for processes (limits.max_processes_per_job)
+  uint64_t unattributed_forgotten = 0;  // unattributed processes dropped from the set, not exited
   uint64_t jobs_closed = 0;
 };
 
@@ -144,8 +147,18 @@ class JobTable {
   /// metadata. Mounts are the caller's (this class does no I/O). docs/darshan-log.md.
   exporters::DarshanJobInfo darshan_job_info(const Job& job, const core::RunSnapshot& snap,
                                              const std::string& node) const;
+  /// One page of a job's record for the `job` request: the record's fields with only
+  /// processes[offset, offset + limit) and files[offset, offset + limit), plus `page`
+  /// {offset, limit, processes, files, next} (docs/control.md#job): the answer's size is
+  /// bounded by `limit`, whatever the job's.
+  nlohmann::json job_page(const Job& job, const std::string& version, std::size_t offset,
+                          std::size_t limit) const;
   /// One line per job for `iolens jobs`.
   nlohmann::json job_summary(const Job& job) const;
+  /// Processes held in the unattributed set (bounded, kMaxUnattributed).
+  std::size_t unattributed_held() const { return unattributed_.size(); }
+  /// The most processes the unattributed set holds: past it the earliest started are dropped.
+  static constexpr std::size_t kMaxUnattributed = 16384;
 
   const std::map<std::string, std::unique_ptr<Job>>& jobs() const { return jobs_; }
   Job* find(const std::string& id);
@@ -171,6 +184,7 @@ class JobTable {
     std::string job_id;  // non-empty when the cgroup is (in) a job
   };
   nlohmann::json summary_of(const Job& job, const core::RunSnapshot& snap) const;
+  static void add_proc_labels(const Job& job, nlohmann::json& record);
   Job& open_job(const jobs::Identity& id, const std::string& rule, int64_t start_ns);
   Job* job_of_cgroup(uint64_t cgroup_id);
   void attribute(Job& job, const core::ProcKey& p, const core::ProcKey& parent,
@@ -189,10 +203,24 @@ class JobTable {
   /// The last name event of each file seen on the node, by (dev, ino, generation): given to a
   /// job whose process uses a file another job's process named first.
   std::map<std::tuple<uint32_t, uint64_t, uint32_t>, core::PathEvent> names_;
+  std::size_t names_bytes_ = 0;  // their strings' bytes, bounded by limits.max_path_bytes
   void give_name(Job& job, const iolens_file_key& key);
-  std::size_t fold_job(Job& job, std::size_t limit, std::vector<core::FileIdentity>* forgotten);
+  std::size_t fold_job(Job& job, std::size_t limit, std::size_t byte_limit,
+                       std::vector<core::FileIdentity>* forgotten);
+  void note_unattributed(const core::ProcKey& p);
   std::optional<std::vector<jobs::FileClass>> classes_;
 };
+
+/// The `page` object of a paged `job` answer: the totals, and `next` (the next offset, null
+/// when this page reached the end of both lists).
+nlohmann::json page_json(std::size_t offset, std::size_t limit, std::size_t processes,
+                         std::size_t files);
+
+/// One page of a written record (`text`, iolens.job/1) as job_page() pages a live job's: the
+/// elements of `processes` and `files` outside [offset, offset + limit) are dropped while
+/// parsing, so only the page is ever held as JSON. nullopt when `text` is no JSON object.
+std::optional<nlohmann::json> record_page(std::string_view text, std::size_t offset,
+                                          std::size_t limit);
 
 /// Labels of a process's own cgroup below its job (container id, Slurm step...).
 std::map<std::string, std::string> sub_labels(const jobs::Selector& sel, const std::string& path);

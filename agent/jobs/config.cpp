@@ -46,9 +46,9 @@ constexpr std::size_t kMaxTopFiles = 1000;
 constexpr uint64_t kMaxMetricsThreads = 256;
 constexpr uint64_t kMaxMetricsRequestTimeoutMs = 60000;
 constexpr std::array<std::string_view, 2> kHookModes{"on-demand", "always"};
-constexpr std::array<std::string_view, 5> kLimitKeys{"max_files_per_job", "max_records",
-                                                     "kernel_file_records", "ring_size",
-                                                     "trace_ring_size"};
+constexpr std::array<std::string_view, 8> kLimitKeys{
+    "max_files_per_job", "max_records",     "max_processes_per_job", "max_path_bytes_per_job",
+    "max_path_bytes",    "kernel_file_records", "ring_size",         "trace_ring_size"};
 constexpr std::array<std::string_view, 2> kRotationKeys{"max_size", "max_age"};
 constexpr std::array<std::string_view, 6> kRuleKeys{"name",    "kubernetes", "slurm",
                                                     "systemd", "cgroup",     "process"};
@@ -703,6 +703,12 @@ class ConfigParser {
         check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_files_per_job);
       } else if (e.key == "max_records") {
         check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_records);
+      } else if (e.key == "max_processes_per_job") {
+        check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_processes_per_job);
+      } else if (e.key == "max_path_bytes_per_job") {
+        path_bytes(e, path, l.max_path_bytes_per_job);
+      } else if (e.key == "max_path_bytes") {
+        path_bytes(e, path, l.max_path_bytes);
       } else if (e.key == "kernel_file_records") {
         uint64_t n = l.kernel_file_records;
         check_.positive(e, path, std::numeric_limits<uint32_t>::max(), n);
@@ -712,6 +718,17 @@ class ConfigParser {
       } else if (e.key == "trace_ring_size") {
         ring_size(e, path, l.trace_ring_bytes);
       }
+    }
+  }
+
+  /// A budget of name bytes: a size of at least 64KiB (a few of the longest paths, 4KiB each).
+  void path_bytes(const Entry& e, const std::string& path, uint64_t& out) {
+    uint64_t n = out;
+    check_.size(e, path, n);
+    if (n < (64u << 10)) {
+      check_.error(e.mark, path, "expected a size of at least 64KiB, got " + std::to_string(n));
+    } else {
+      out = n;
     }
   }
 

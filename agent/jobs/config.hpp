@@ -37,6 +37,14 @@ struct Rule {
 struct Limits {
   uint64_t max_files_per_job = 50000;
   uint64_t max_records = 1000000;
+  /// Processes kept per job (`max_processes_per_job`): past it the oldest exited ones are folded
+  /// into the job's "<other processes>" row, their counts kept (docs/daemon.md#bounded-memory).
+  uint64_t max_processes_per_job = 10000;
+  /// Bytes of file names (paths, rename targets) kept per job and for all jobs: records are
+  /// folded until the names fit, as they are past max_files_per_job / max_records, so long
+  /// paths fold like more files would (`max_path_bytes_per_job`, `max_path_bytes`).
+  uint64_t max_path_bytes_per_job = 64ull << 20;
+  uint64_t max_path_bytes = 512ull << 20;
   uint32_t kernel_file_records = 65536;
   /// The kernel's ring buffer for names and process/cgroup events (`ring_size`). A burst of new
   /// files faster than the daemon reads them fills it; drops are counted (lost.events).

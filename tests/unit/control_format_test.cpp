@@ -277,3 +277,15 @@ TEST(ControlFormat, ManyProcessesAreCut) {
   EXPECT_EQ(std::string::npos, text.find("files\n")) << text;
   EXPECT_NE(std::string::npos, text.find("\n... 5 more processes (--json lists all)\n")) << text;
 }
+
+TEST(ControlFormat, FoldedProcessesAreSaid) {
+  json result = {{"job", job_entry("j", "live")}};
+  result["job"]["processes"] = 20001;
+  result["job"]["live_processes"] = 1;
+  result["job"]["folded_processes"] = 19901;
+  const std::string text = format_job(result, kStart);
+  EXPECT_NE(std::string::npos, text.find("processes      20,001, 1 live, 19,901 folded\n")) << text;
+  const json status = {{"records", {{"files", 5}, {"folded", 0}, {"processes_folded", 19901}}}};
+  EXPECT_NE(std::string::npos, format_status(status).find("0 folded, 19,901 processes folded"))
+      << format_status(status);
+}

@@ -398,3 +398,172 @@ TEST_F(JobTableTest, AStateOfWrongTypesIsRefusedWithoutThrowingOrTouchingTheTabl
     EXPECT_EQ(u.save(), before);
   }
 }
+
+// ---- bounded memory against a hostile job (issue 21): processes, name bytes, answers ----
+
+namespace {
+
+/// The kernel key of file `ino` of process `p`.
+iolens_file_key key_of(const core::ProcKey& p, uint64_t ino) {
+  iolens_file_key k = key(0, ino);
+  k.tgid = p.pid;
+  k.pstart_ns = p.start_ns;
+  return k;
+}
+
+}  // namespace
+
+TEST_F(JobTableTest, AForkStormKeepsAtMostTheBoundOfProcessesAndExactTotals) {
+  // A job running /bin/true in a loop: 20,000 short processes, each writing a file and exiting,
+  // with a drain (enforce_limits) every 500 of them.
+  jobs::Limits limits;
+  limits.max_processes_per_job = 100;
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/big", true, 0);
+  t.on_mark(mark(500, 2));
+  const core::ProcKey shell{500, 5000};
+  constexpr uint32_t kChildren = 20000;
+  uint64_t total = 0, other_bytes = 0;
+  const auto& job = *t.find("cgroup/dl/big");
+  for (uint32_t i = 0; i < kChildren; ++i) {
+    const core::ProcKey child{1000 + i, 100000 + i * 10ull};
+    t.on_event(core::ForkEvent{child, shell, child.start_ns, "true", 2});
+    t.on_file(key_of(child, 1 + i % 50), written(i + 1), true);
+    total += i + 1;
+    iolens_file_key pipe = key_of(child, 001);  // a pipe (S_IFIFO >> 12): other I/O
+    core::FileCounters c = written(3);
+    t.on_other(pipe, c, true);
+    other_bytes += 3;
+    t.on_event(core::ExitEvent{child, child.start_ns + 5, 0});
+    if (i % 500 == 499) {
+      t.enforce_limits();
+      // The shell (alive) and at most the bound: every per-process map stays bounded.
+      ASSERT_LE(job.procs.size(), 100u) << i;
+      ASSERT_LE(job.rec->processes(), 100u) << i;
+      ASSERT_LE(job.rec->memory().file_records, 100u) << i;
+      ASSERT_LE(t.save()["proc_job"].size(), 100u) << i;
+    }
+  }
+  auto rec = t.job_json(job, "test");
+  EXPECT_LE(rec["processes"].size(), 101u);  // the kept ones and the "<other processes>" row
+  EXPECT_EQ(rec["job"]["processes"], kChildren + 1);
+  EXPECT_EQ(rec["job"]["live_processes"], 1u);
+  EXPECT_EQ(rec["job"]["folded_processes"].get<uint64_t>(), kChildren + 1 - job.procs.size());
+  EXPECT_EQ(t.stats().folded_processes, kChildren + 1 - job.procs.size());
+  EXPECT_EQ(rec["job"]["totals"]["bytes_written"], total);
+  EXPECT_EQ(rec["job"]["totals"]["writes"], kChildren);
+  EXPECT_EQ(rec["job"]["files"], kChildren);  // one file each
+  uint64_t rows_bytes = 0, rows_pipe = 0, folded_row = 0;
+  for (const auto& p : rec["processes"]) {
+    rows_bytes += p["counters"]["bytes_written"].get<uint64_t>();
+    if (p["other_io"].contains("pipe")) rows_pipe += p["other_io"]["pipe"]["bytes_written"].get<uint64_t>();
+    if (p.contains("folded_processes")) {
+      EXPECT_EQ(p["comm"], "<other processes>");
+      folded_row += p["folded_processes"].get<uint64_t>();
+    }
+  }
+  EXPECT_EQ(rows_bytes, total);
+  EXPECT_EQ(rows_pipe, other_bytes);
+  EXPECT_EQ(folded_row, rec["job"]["folded_processes"].get<uint64_t>());
+  // The folded row survives a restart.
+  auto u = make({cgroup_rule("/dl/*")}, limits);
+  std::string error;
+  ASSERT_TRUE(u.load(t.save(), error)) << error;
+  EXPECT_EQ(u.job_json(*u.find("cgroup/dl/big"), "test"), rec);
+}
+
+TEST_F(JobTableTest, TheUnattributedSetShrinksAndIsBounded) {
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  // 10,000 short processes directly in the root, in no job: counted, then gone with their exit.
+  for (uint32_t i = 0; i < 10000; ++i) {
+    const auto m = mark(2000 + i, 1);
+    EXPECT_FALSE(t.on_mark(m));
+    t.on_event(core::ExitEvent{m.proc, 99, 0});
+  }
+  EXPECT_EQ(t.stats().unattributed_processes, 10000u);
+  EXPECT_EQ(t.save()["unattributed"].size(), 0u);
+  // Their exits missed (no longer traced): the set stays bounded all the same (16,384).
+  for (uint32_t i = 0; i < 40000; ++i) t.on_mark(mark(100000 + i, 1));
+  EXPECT_EQ(t.stats().unattributed_processes, 50000u);
+  EXPECT_LE(t.save()["unattributed"].size(), 16384u);
+  EXPECT_GT(t.save()["unattributed"].size(), 0u);
+}
+
+TEST_F(JobTableTest, LongPathsFoldAsManyMoreFilesWould) {
+  // 3,000 files whose paths are 3.5 KB each: 10 MB of names, far under max_files_per_job.
+  jobs::Limits limits;
+  limits.max_path_bytes_per_job = 1u << 20;
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/paths", true, 0);
+  t.on_mark(mark(600, 2));
+  std::string dirs;
+  for (int d = 0; d < 14; ++d) dirs += std::string(249, static_cast<char>('a' + d)) + '\0';
+  uint64_t total = 0;
+  for (uint64_t i = 1; i <= 3000; ++i) {
+    core::PathEvent name;
+    name.proc = {600, 6000};
+    name.op = IOLENS_PATH_FILE;
+    name.dev = 7;
+    name.ino = i;
+    name.gen = 1;
+    name.walk = "f" + std::to_string(i) + '\0' + dirs;
+    t.on_event(name);
+    t.on_file(key(600, i), written(i), true);
+    total += i;
+    if (i % 300 == 0) t.enforce_limits();
+  }
+  t.enforce_limits();
+  const auto& job = *t.find("cgroup/dl/paths");
+  EXPECT_LE(job.rec->name_bytes(), 1u << 20);
+  EXPECT_LT(job.rec->file_records(), 3000u);
+  auto rec = t.job_json(job, "test");
+  EXPECT_EQ(rec["job"]["files"], 3000u);
+  EXPECT_EQ(rec["job"]["totals"]["bytes_written"], total);
+  EXPECT_GT(rec["job"]["folded_files"].get<uint64_t>(), 0u);
+  // The count kept as names come and go is the one a loaded recorder counts from scratch.
+  auto u = make({cgroup_rule("/dl/*")}, limits);
+  std::string error;
+  ASSERT_TRUE(u.load(t.save(), error)) << error;
+  EXPECT_EQ(u.find("cgroup/dl/paths")->rec->name_bytes(), job.rec->name_bytes());
+  EXPECT_GT(job.rec->name_bytes(), 0u);
+}
+
+TEST_F(JobTableTest, TheJobAnswerIsPagedAndThePagesMakeTheRecord) {
+  auto t = make({cgroup_rule("/dl/*")});
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/many", true, 0);
+  t.on_mark(mark(700, 2));
+  for (uint64_t i = 1; i <= 2500; ++i) t.on_file(key(700, i), written(i), false);
+  const auto& job = *t.find("cgroup/dl/many");
+  const nlohmann::json whole = t.job_json(job, "v");
+  ASSERT_EQ(whole["files"].size(), 2500u);
+  const std::string text = whole.dump();
+  for (bool written_record : {false, true}) {
+    nlohmann::json joined;
+    uint64_t offset = 0;
+    int pages = 0;
+    for (;;) {
+      nlohmann::json page = written_record ? *daemon::record_page(text, offset, 1000)
+                                           : t.job_page(job, "v", offset, 1000);
+      ++pages;
+      EXPECT_LE(page["files"].size(), 1000u);
+      EXPECT_EQ(page["page"]["files"], 2500u);
+      EXPECT_EQ(page["page"]["processes"], 1u);
+      EXPECT_EQ(page["job"], whole["job"]);
+      if (joined.is_null()) {
+        joined = page;
+      } else {
+        for (const auto& f : page["files"]) joined["files"].push_back(f);
+      }
+      if (page["page"]["next"].is_null()) break;
+      offset = page["page"]["next"].get<uint64_t>();
+    }
+    EXPECT_EQ(pages, 3);
+    joined.erase("page");
+    EXPECT_EQ(joined, whole) << written_record;
+  }
+  EXPECT_FALSE(daemon::record_page("not json", 0, 10));
+}

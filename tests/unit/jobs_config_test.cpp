@@ -470,6 +470,26 @@ TEST(JobsConfig, RingSizes) {
             "4294967296");
 }
 
+TEST(JobsConfig, ProcessAndPathByteLimits) {
+  const Config d = parsed(kJobs);
+  EXPECT_EQ(d.limits.max_processes_per_job, 10000u);
+  EXPECT_EQ(d.limits.max_path_bytes_per_job, 64u << 20);
+  EXPECT_EQ(d.limits.max_path_bytes, 512u << 20);
+  const Config c = parsed(kJobs + "limits:\n  max_processes_per_job: 200\n"
+                                  "  max_path_bytes_per_job: 1MiB\n  max_path_bytes: 64KiB\n");
+  EXPECT_EQ(c.limits.max_processes_per_job, 200u);
+  EXPECT_EQ(c.limits.max_path_bytes_per_job, 1u << 20);
+  EXPECT_EQ(c.limits.max_path_bytes, 64u << 10);
+  EXPECT_EQ(error_of(kJobs + "limits:\n  max_processes_per_job: 0\n"),
+            "t.yaml:4:3: limits.max_processes_per_job: expected a positive integer, got '0'");
+  EXPECT_EQ(error_of(kJobs + "limits:\n  max_path_bytes_per_job: 1KiB\n"),
+            "t.yaml:4:3: limits.max_path_bytes_per_job: expected a size of at least 64KiB, got "
+            "1024");
+  EXPECT_EQ(error_of(kJobs + "limits:\n  max_path_bytes: lots\n").rfind(
+                "t.yaml:4:3: limits.max_path_bytes: expected a size", 0),
+            0u);
+}
+
 TEST(JobsConfig, DisabledPrograms) {
   EXPECT_TRUE(parsed(kJobs).disabled_programs.empty());
   EXPECT_EQ(parsed(kJobs + "disabled_programs: [block_rq_issue, fault]\n").disabled_programs,

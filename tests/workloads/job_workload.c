@@ -26,6 +26,12 @@
  *       write() of SIZE bytes; then reopens each and reads it with one read() of SIZE bytes; then
  *       unlinks them (and rmdirs the directories). Prints the manifest with the totals.
  *
+ *   job_workload forks DIR NPROCS SIZE
+ *       The fork storm of a job running a short command in a loop: forks NPROCS children one
+ *       after the other; each creates DIR/cNNNNNN, writes SIZE bytes to it with one write(),
+ *       closes it and exits 0; the parent waits for each before the next. The manifest's totals
+ *       are the children's (the parent itself does no file I/O), plus "processes": NPROCS.
+ *
  * Stdout must be a pipe (so the manifest itself is not file I/O); stdin a pipe or /dev/null.
  * Manifest (one JSON line): {"pid": P, "files": [{"path", "opens", "closes", "reads", "writes",
  * "bytes_read", "bytes_written"}...], "totals": {same keys, "unlinks"}}. Every tally comes from
@@ -41,6 +47,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "workload_util.h"
@@ -353,6 +360,59 @@ static int do_many(int argc, char **argv)
 	return fflush(stdout) == 0 ? 0 : 2;
 }
 
+static int do_forks(int argc, char **argv)
+{
+	static char buf[1 << 16];
+	char dir[PATH_MAX], p[PATH_MAX + 64];
+	struct tally t = {0};
+	int64_t nprocs, size;
+
+	if (argc != 5) {
+		fprintf(stderr, "usage: %s forks DIR NPROCS SIZE\n", argv[0]);
+		return 2;
+	}
+	if (!realpath(argv[2], dir))
+		die("realpath %s", argv[2]);
+	nprocs = parse_count(argv[3]);
+	size = parse_count(argv[4]);
+	if (size > (int64_t)sizeof(buf)) {
+		errno = EINVAL;
+		die("SIZE at most %zu", sizeof(buf));
+	}
+	memset(buf, 'x', sizeof(buf));
+	fflush(stdout);  /* nothing buffered may be written twice by a child */
+	for (int64_t i = 0; i < nprocs; i++) {
+		pid_t pid;
+		int status;
+
+		snprintf(p, sizeof(p), "%s/c%06lld", dir, (long long)i);
+		pid = fork();
+		if (pid < 0)
+			die("fork");
+		if (pid == 0) {
+			int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+			if (fd < 0 || write(fd, buf, (size_t)size) != size || close(fd) != 0)
+				_exit(3);
+			_exit(0);
+		}
+		if (waitpid(pid, &status, 0) != pid)
+			die("waitpid");
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			errno = EIO;
+			die("child %lld failed on %s", (long long)i, p);
+		}
+		t.opens++;
+		t.writes++;
+		t.bytes_written += size;
+		t.closes++;
+	}
+	printf("{\"pid\": %d, \"files\": [], \"totals\": {", (int)getpid());
+	print_tally(stdout, &t);
+	printf(", \"processes\": %lld}}\n", (long long)nprocs);
+	return fflush(stdout) == 0 ? 0 : 2;
+}
+
 int main(int argc, char **argv)
 {
 	wl_name = "job_workload";
@@ -362,6 +422,8 @@ int main(int argc, char **argv)
 		return do_burst(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "many"))
 		return do_many(argc, argv);
-	fprintf(stderr, "usage: %s io|burst|many ...\n", argv[0]);
+	if (argc >= 2 && !strcmp(argv[1], "forks"))
+		return do_forks(argc, argv);
+	fprintf(stderr, "usage: %s io|burst|many|forks ...\n", argv[0]);
 	return 2;
 }
