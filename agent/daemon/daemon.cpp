@@ -123,6 +123,7 @@ class Daemon {
   void selection_stored(const SelectionChange& c);
   /// Retries the pending entries after cgroups went away (their entries freed slots).
   void retry_selection();
+  void log_unexcluded(int64_t now, bool force = false);
   /// Trace entries that were missing while the job ran, over its cgroup: its lost.untraced_cgroups.
   uint64_t untraced_cgroups_of(const Job& job) const;
   void drain();
@@ -187,6 +188,7 @@ class Daemon {
   uint64_t unexcluded_cgroups_ = 0;  // excluded cgroups whose exclusion could not be stored
   uint64_t unexcluded_logged_ = 0;
   int64_t unexcluded_log_mono_ = 0;
+  std::string unexcluded_last_;  // the last one that failed, and why
   struct TraceGap {
     std::string path;  // the watched root that had no trace entry
     int64_t from_wall = 0;
@@ -419,18 +421,24 @@ void Daemon::selection_failed(const SelectionChange& c, const Status& s) {
                   "(lost.untraced_cgroups)", c.path, s.message);
     return;
   }
+  ++unexcluded_cgroups_;
+  unexcluded_last_ = c.path + ": " + s.message;
+  log_unexcluded(now);
+}
+
+void Daemon::log_unexcluded(int64_t now, bool force) {
   // A user who can create cgroups makes as many of these as he likes: one line at most every
   // 10 s, with the count since the last one.
-  ++unexcluded_cgroups_;
-  if (unexcluded_log_mono_ == 0 || now - unexcluded_log_mono_ >= 10'000'000'000LL) {
-    spdlog::warn("{} excluded cgroup(s) without a kernel exclusion ({} in all, {} waiting), "
-                 "the last {}: {}; their processes are traced until the daemon finds them in no "
-                 "job (lost.unexcluded_cgroups, unattributed_processes)",
-                 unexcluded_cgroups_ - unexcluded_logged_, unexcluded_cgroups_,
-                 sel_pending_.size(), c.path, s.message);
-    unexcluded_logged_ = unexcluded_cgroups_;
-    unexcluded_log_mono_ = now;
-  }
+  if (unexcluded_cgroups_ == unexcluded_logged_) return;
+  if (!force && unexcluded_log_mono_ != 0 && now - unexcluded_log_mono_ < 10'000'000'000LL)
+    return;
+  spdlog::warn("{} excluded cgroup(s) without a kernel exclusion ({} in all, {} waiting), the "
+               "last {}; their processes are traced until the daemon finds them in no job "
+               "(lost.unexcluded_cgroups, unattributed_processes)",
+               unexcluded_cgroups_ - unexcluded_logged_, unexcluded_cgroups_, sel_pending_.size(),
+               unexcluded_last_);
+  unexcluded_logged_ = unexcluded_cgroups_;
+  unexcluded_log_mono_ = now;
 }
 
 void Daemon::selection_stored(const SelectionChange& c) {
@@ -442,6 +450,7 @@ void Daemon::selection_stored(const SelectionChange& c) {
 }
 
 void Daemon::retry_selection() {
+  log_unexcluded(clock_ns(CLOCK_MONOTONIC));  // the failures the last line did not tell
   if (!sel_retry_) return;
   sel_retry_ = false;
   bool excl_full = false;
@@ -1343,6 +1352,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
 }
 
 void Daemon::stop_clean() {
+  log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
   end_capture(CaptureEnd::DaemonStop);
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
