@@ -100,15 +100,29 @@ struct {
 /*
  * Job selection (daemon mode), filled by the agent: cgroup v2 id -> enum iolens_cgroup_action.
  * A task is selected when the nearest of its cgroup and that cgroup's ancestors with an entry
- * says TRACE. Consulted only when a task forks, execs or moves, never per syscall: the decision
- * is kept in the task's storage.
+ * in either map says TRACE. Consulted only when a task forks, execs or moves, never per
+ * syscall: the decision is kept in the task's storage.
+ *
+ * Two maps so that no number of excluded cgroups can take a job's slot: cgroup_sel holds only
+ * TRACE entries (the watched roots: as many as the configuration names, preallocated so an
+ * update cannot fail for memory), cgroup_excl only EXCLUDE entries (one per excluded cgroup
+ * directly below a traced one: users who may create cgroups there can fill it; sized by the
+ * loader, memory follows use). The agent keeps a cgroup in at most one of them.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, IOLENS_CGROUP_TRACE_MAX);
 	__type(key, __u64);
 	__type(value, __u32);
 } cgroup_sel SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u32);
+} cgroup_excl SEC(".maps");
 
 /* Written and read by the agent only (see struct iolens_pin_meta). */
 struct {
@@ -768,11 +782,12 @@ static __always_inline int cgroup_selected(struct cgroup *cg)
 {
 	for (int i = 0; i < CGROUP_MAX_WALK && cg; i++) {
 		__u64 id = cgroup_id_of(cg);
-		__u32 *act = bpf_map_lookup_elem(&cgroup_sel, &id);
 		struct cgroup_subsys_state *parent;
 
-		if (act)
-			return *act == IOLENS_CGROUP_TRACE;
+		if (bpf_map_lookup_elem(&cgroup_sel, &id))
+			return 1;
+		if (bpf_map_lookup_elem(&cgroup_excl, &id))
+			return 0;
 		parent = BPF_CORE_READ(cg, self.parent);
 		if (!parent)
 			return 0;
@@ -869,6 +884,7 @@ int BPF_PROG(cgroup_rmdir, struct cgroup *cgrp, const char *path)
 	/* Ids are never reused; an entry of a removed cgroup would only take a slot. */
 	id = cgroup_id_of(cgrp);
 	bpf_map_delete_elem(&cgroup_sel, &id);
+	bpf_map_delete_elem(&cgroup_excl, &id);
 	send_cgroup(cgrp, path, IOLENS_CGROUP_RMDIR);
 	return 0;
 }

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 7
+#define IOLENS_ABI_VERSION 8
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -301,11 +301,20 @@ struct iolens_mark_event {
 	char comm[IOLENS_COMM_LEN];
 };
 
-/* Values of the cgroup selection map: the nearest ancestor (or self) with an entry decides. */
+/*
+ * Values of the cgroup selection maps: the nearest ancestor (or self) with an entry decides.
+ * ABI 8: TRACE entries live in `cgroup_sel`, EXCLUDE entries in their own map `cgroup_excl`, so
+ * that excluded cgroups (which users with a delegated subtree can create by the thousand) can
+ * never take the slot of a traced one.
+ */
 enum iolens_cgroup_action {
-	IOLENS_CGROUP_TRACE = 1,   /* trace every task at or below this cgroup */
-	IOLENS_CGROUP_EXCLUDE = 2, /* trace none at or below it (a non-job subtree of a traced one) */
+	IOLENS_CGROUP_TRACE = 1,   /* trace every task at or below this cgroup (cgroup_sel) */
+	IOLENS_CGROUP_EXCLUDE = 2, /* trace none at or below it (a non-job subtree of a traced one;
+				    * cgroup_excl) */
 };
+
+/* Entries of `cgroup_sel`: the watched roots of the configuration (iolensd refuses more). */
+#define IOLENS_CGROUP_TRACE_MAX 1024
 
 /*
  * Daemon mode keeps its maps pinned in bpffs so a restarted daemon continues them. This record,
@@ -320,7 +329,7 @@ struct iolens_pin_meta {
 	__u64 created_wall_ns; /* CLOCK_REALTIME ns when the maps were created */
 	__u64 mono_to_wall_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC then (signed, stored as u64) */
 	__u32 trace_ring_bytes; /* size of the `trace` ring (pinned too: ABI 6) */
-	__u32 pad;
+	__u32 cgroup_excl_max;  /* entries of the `cgroup_excl` map (ABI 8) */
 };
 
 /* What an IOLENS_EV_PATH event names. */

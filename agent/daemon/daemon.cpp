@@ -122,6 +122,14 @@ class Daemon {
   void on_cgroup_event(const core::CgroupEvent& c);
   void on_mark_event(const core::MarkEvent& m);
   void apply(const std::vector<SelectionChange>& changes);
+  /// A selection entry the kernel maps did not take: counted once, logged, retried later.
+  void selection_failed(const SelectionChange& c, const Status& s);
+  void selection_stored(const SelectionChange& c);
+  /// Retries the pending entries after cgroups went away (their entries freed slots).
+  void retry_selection();
+  void log_unexcluded(int64_t now, bool force = false);
+  /// Trace entries that were missing while the job ran, over its cgroup: its lost.untraced_cgroups.
+  uint64_t untraced_cgroups_of(const Job& job) const;
   void drain();
   void write_closed();
   /// Writes a job's record and, with darshan_logs, its Darshan log from the same snapshot
@@ -182,6 +190,22 @@ class Daemon {
   uint64_t created_baseline_ = 0;    // FILE_RECORDS_CREATED minus the entries at start
   uint64_t last_drain_us_ = 0;
   std::map<std::string, loader::KernelStats> job_loss_base_;
+  // Job selection entries the kernel maps could not take (docs/daemon.md#job-selection), by
+  // cgroup id: retried when cgroups go away, forgotten when theirs does. Each counted once.
+  std::map<uint64_t, SelectionChange> sel_pending_;
+  bool sel_retry_ = false;
+  uint64_t untraced_cgroups_ = 0;    // watched roots whose trace entry could not be stored
+  uint64_t unexcluded_cgroups_ = 0;  // excluded cgroups whose exclusion could not be stored
+  uint64_t unexcluded_logged_ = 0;
+  int64_t unexcluded_log_mono_ = 0;
+  std::string unexcluded_last_;  // the last one that failed, and why
+  struct TraceGap {
+    std::string path;  // the watched root that had no trace entry
+    int64_t from_wall = 0;
+    int64_t to_wall = 0;  // 0: still missing
+  };
+  std::deque<TraceGap> trace_gaps_;  // bounded (kMaxTraceGaps)
+  static constexpr std::size_t kMaxTraceGaps = 4096;
   // Restart without loss (docs/daemon.md#restart-without-loss): records of exited processes leave the
   // kernel only after a saved state holds them.
   std::vector<iolens_file_key> pending_files_, pending_others_;
@@ -272,6 +296,11 @@ bool Daemon::setup() {
     spdlog::error("bad job rule: {}", e.what());
     return false;
   }
+  if (sel_->watch_roots().size() > IOLENS_CGROUP_TRACE_MAX) {
+    spdlog::error("the rules watch {} cgroup roots; the kernel's selection map holds {}",
+                  sel_->watch_roots().size(), IOLENS_CGROUP_TRACE_MAX);
+    return false;
+  }
   writer_ = std::make_unique<JobWriter>(cfg_.output_dir, cfg_.rotation.max_bytes,
                                         cfg_.rotation.max_age_s);
   if (Status s = writer_->prepare(); !s) {
@@ -344,6 +373,7 @@ bool Daemon::setup() {
   lo.select_jobs = true;
   lo.pin_dir = cfg_.pin_dir;
   lo.max_file_records = cfg_.limits.kernel_file_records;
+  lo.max_cgroup_exclusions = cfg_.limits.kernel_cgroup_exclusions;
   lo.ring_bytes = cfg_.limits.ring_bytes;
   lo.trace_ring_bytes = cfg_.limits.trace_ring_bytes;
   lo.disabled_programs = cfg_.disabled_programs;
@@ -397,19 +427,111 @@ void Daemon::apply(const std::vector<SelectionChange>& changes) {
   for (const auto& c : changes) {
     Status s = c.action ? loader_->select_cgroup(c.cgroup_id, c.action)
                         : loader_->unselect_cgroup(c.cgroup_id);
-    if (!s) spdlog::warn("{}", s.message);
+    if (!s && c.action) selection_failed(c, s);
+    else if (!s) spdlog::warn("{}", s.message);
+    else if (c.action) selection_stored(c);
     spdlog::debug("cgroup {} ({}): {}", c.path, c.cgroup_id,
                   c.action == IOLENS_CGROUP_TRACE ? "trace" : c.action ? "exclude" : "removed");
     scan_needed_ = true;  // tasks already in it must be (un)marked
   }
 }
 
+void Daemon::selection_failed(const SelectionChange& c, const Status& s) {
+  if (!sel_pending_.try_emplace(c.cgroup_id, c).second) return;  // counted when it first failed
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  if (c.action == IOLENS_CGROUP_TRACE) {
+    ++untraced_cgroups_;
+    if (trace_gaps_.size() >= kMaxTraceGaps) trace_gaps_.pop_front();
+    trace_gaps_.push_back({c.path, clock_ns(CLOCK_REALTIME), 0});
+    spdlog::error("watched root {}: {}; jobs below it run untraced until it can be stored "
+                  "(lost.untraced_cgroups)", c.path, s.message);
+    return;
+  }
+  ++unexcluded_cgroups_;
+  unexcluded_last_ = c.path + ": " + s.message;
+  log_unexcluded(now);
+}
+
+void Daemon::log_unexcluded(int64_t now, bool force) {
+  // A user who can create cgroups makes as many of these as he likes: one line at most every
+  // 10 s, with the count since the last one.
+  if (unexcluded_cgroups_ == unexcluded_logged_) return;
+  if (!force && unexcluded_log_mono_ != 0 && now - unexcluded_log_mono_ < 10'000'000'000LL)
+    return;
+  spdlog::warn("{} excluded cgroup(s) without a kernel exclusion ({} in all, {} waiting), the "
+               "last {}; their processes are traced until the daemon finds them in no job "
+               "(lost.unexcluded_cgroups, unattributed_processes)",
+               unexcluded_cgroups_ - unexcluded_logged_, unexcluded_cgroups_, sel_pending_.size(),
+               unexcluded_last_);
+  unexcluded_logged_ = unexcluded_cgroups_;
+  unexcluded_log_mono_ = now;
+}
+
+void Daemon::selection_stored(const SelectionChange& c) {
+  if (!sel_pending_.erase(c.cgroup_id)) return;
+  if (c.action != IOLENS_CGROUP_TRACE) return;
+  for (TraceGap& g : trace_gaps_)
+    if (g.path == c.path && g.to_wall == 0) g.to_wall = clock_ns(CLOCK_REALTIME);
+  spdlog::info("watched root {} is traced again", c.path);
+}
+
+void Daemon::retry_selection() {
+  log_unexcluded(clock_ns(CLOCK_MONOTONIC));  // the failures the last line did not tell
+  if (!sel_retry_) return;
+  sel_retry_ = false;
+  bool excl_full = false;
+  for (auto it = sel_pending_.begin(); it != sel_pending_.end();) {
+    const SelectionChange c = it->second;
+    ++it;  // c may leave sel_pending_ below
+    // Its removal event may have been dropped: a dead cgroup's entry would hold a slot forever.
+    if (inode_of(mount_ + (c.path == "/" ? "" : c.path)) != c.cgroup_id) {
+      sel_pending_.erase(c.cgroup_id);
+      continue;
+    }
+    if (excl_full && c.action == IOLENS_CGROUP_EXCLUDE) continue;
+    if (Status s = loader_->select_cgroup(c.cgroup_id, c.action); !s) {
+      excl_full = excl_full || (s.err == E2BIG && c.action == IOLENS_CGROUP_EXCLUDE);
+      continue;
+    }
+    selection_stored(c);
+    scan_needed_ = true;  // tasks already there must be (un)marked
+  }
+}
+
+uint64_t Daemon::untraced_cgroups_of(const Job& job) const {
+  if (job.cgroup_id == 0) return 0;  // a process rule's job: selected by comm, not by cgroup
+  const std::string& cg = job.identity.job_cgroup;
+  uint64_t n = 0;
+  for (const TraceGap& g : trace_gaps_) {
+    const bool covers = cg == g.path || g.path == "/" ||
+                        (cg.size() > g.path.size() && cg.compare(0, g.path.size(), g.path) == 0 &&
+                         cg[g.path.size()] == '/');
+    const bool overlaps = (g.to_wall == 0 || g.to_wall > job.start_ns) &&
+                          (!job.end_ns || g.from_wall < *job.end_ns);
+    if (covers && overlaps) ++n;
+  }
+  return n;
+}
+
 void Daemon::initial_scan() {
+  std::vector<SelectionChange> wanted;
   for (const auto& root : sel_->watch_roots()) {
     walk_cgroups(mount_, root, [&](uint64_t id, const std::string& rel) {
-      apply(table_->on_cgroup(id, rel, false, static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC))));
+      auto changes = table_->on_cgroup(id, rel, false, static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC)));
+      apply(changes);
+      wanted.insert(wanted.end(), changes.begin(), changes.end());
     });
   }
+  // A resumed daemon's maps may hold entries this scan did not ask for: a cgroup removed while
+  // no program watched, or a root of an older configuration. They would decide for tasks.
+  std::set<uint64_t> keep;
+  for (const auto& c : wanted) keep.insert(c.cgroup_id);
+  const loader::Loader::SelectionEntries had = loader_->selection_entries();
+  std::size_t pruned = 0;
+  for (const auto* ids : {&had.traced, &had.excluded})
+    for (uint64_t id : *ids)
+      if (!keep.count(id) && loader_->unselect_cgroup(id)) ++pruned;
+  if (pruned) spdlog::info("removed {} stale cgroup selection entries", pruned);
   for (const auto& comm : sel_->process_comms())
     if (Status s = loader_->select_comm(comm); !s) spdlog::warn("{}", s.message);
   scan_needed_ = true;
@@ -422,6 +544,12 @@ void Daemon::on_cgroup_event(const core::CgroupEvent& c) {
   } else {
     table_->on_cgroup_removed(c.id, c.ts_ns);
     drain_soon_ = true;
+    // Its entry, if it had one, is gone (the kernel's rmdir program): room for a pending one.
+    if (auto it = sel_pending_.find(c.id); it != sel_pending_.end()) {
+      selection_stored(it->second);  // a root that is gone no longer leaves its jobs untraced
+      sel_pending_.erase(c.id);
+    }
+    sel_retry_ = !sel_pending_.empty();
   }
 }
 
@@ -842,6 +970,7 @@ void Daemon::write_closed() {
     nlohmann::json record = table_->job_json(*job, snap, IOLENS_VERSION);
     record["lost"] = kernel_losses(delta);
     record["lost"]["decode_errors"] = 0;
+    record["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
     annotate_restart(*job, record);
     const std::string path = write_job(*job, snap, record);
     if (!path.empty()) spdlog::info("job {} closed: {}", id, path);
@@ -915,6 +1044,8 @@ core::DaemonHealth Daemon::health() {
   const TableStats& ts = table_->stats();
   h.lost["decode_errors"] = decode_errors_;
   h.lost["unattributed_records"] = ts.unattributed_records;
+  h.lost["untraced_cgroups"] = untraced_cgroups_;
+  h.lost["unexcluded_cgroups"] = unexcluded_cgroups_;
   // Captures' losses (node-wide, not a job's counters): records the trace ring had no room for,
   // and children trace mode PIDS could not follow.
   h.lost["trace_records"] = st[IOLENS_STAT_TRACE_LOST];
@@ -924,7 +1055,10 @@ core::DaemonHealth Daemon::health() {
   // one syscall per entry); the selection map is small enough to count.
   const uint64_t in_map = st[IOLENS_STAT_FILE_RECORDS_CREATED] - created_baseline_ - removed_records_;
   h.maps.push_back({"files", static_cast<int64_t>(in_map), loader_->max_file_records()});
-  h.maps.push_back({"cgroup_sel", loader_->map_entries("cgroup_sel"), 16384});
+  const loader::Loader::SelectionEntries sel = loader_->selection_entries();
+  h.maps.push_back({"cgroup_sel", static_cast<int64_t>(sel.traced.size()), IOLENS_CGROUP_TRACE_MAX});
+  h.maps.push_back({"cgroup_excl", static_cast<int64_t>(sel.excluded.size()),
+                    loader_->max_cgroup_exclusions()});
   h.drain = drain_hist_;
   for (const auto& p : loader_->programs())
     h.programs.push_back({p.name, p.attached, !p.attached && !p.error.empty()});
@@ -1024,14 +1158,21 @@ nlohmann::json Daemon::status_json() {
                      {"error", p.error},
                      {"state", p.attached ? "attached" : p.error.empty() ? "detached" : "failed"}});
   j["programs"] = progs;
+  const loader::Loader::SelectionEntries sel = loader_->selection_entries();
   j["maps"] = nlohmann::json::array(
       {{{"name", "files"}, {"entries", loader_->map_entries("files")},
         {"max", loader_->max_file_records()}},
-       {{"name", "cgroup_sel"}, {"entries", loader_->map_entries("cgroup_sel")}, {"max", 16384}}});
+       {{"name", "cgroup_sel"}, {"entries", sel.traced.size()}, {"max", IOLENS_CGROUP_TRACE_MAX}},
+       {{"name", "cgroup_excl"}, {"entries", sel.excluded.size()},
+        {"max", loader_->max_cgroup_exclusions()}}});
   nlohmann::json lost = kernel_losses(loader_->stats());
   const TableStats& ts = table_->stats();
   lost["decode_errors"] = decode_errors_;
   lost["unattributed_records"] = ts.unattributed_records;
+  lost["untraced_cgroups"] = untraced_cgroups_;
+  lost["unexcluded_cgroups"] = unexcluded_cgroups_;
+  // Selection entries waiting for room in their kernel map (retried as cgroups go away).
+  j["selection_pending"] = sel_pending_.size();
   j["lost"] = lost;
   j["unattributed_processes"] = ts.unattributed_processes;
   j["unattributed_held"] = table_->unattributed_held();  // bounded; exited ones leave
@@ -1294,6 +1435,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
 }
 
 void Daemon::stop_clean() {
+  log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
   end_capture(CaptureEnd::DaemonStop);
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
@@ -1304,6 +1446,7 @@ void Daemon::stop_clean() {
     nlohmann::json record = table_->job_json(*job, snap, IOLENS_VERSION);
     record["job"]["state"] = "interrupted";
     record["lost"] = kernel_losses(loader_->stats());
+    record["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
     annotate_restart(*job, record);
     const std::string path = write_job(*job, snap, record);
     if (!path.empty()) spdlog::info("job {} written at stop (still running): {}", id, path);
@@ -1329,6 +1472,7 @@ int Daemon::run() {
     }
     loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
     reconcile();
+    retry_selection();
     service_capture(clock_ns(CLOCK_MONOTONIC));
     note_new_jobs();
     learn_uids();

@@ -22,6 +22,11 @@ bool under(const std::string& path, const std::string& root) {
                           (root == "/" || path[root.size()] == '/'));
 }
 
+std::string parent_of(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+}
+
 std::string state_name(JobState s) {
   switch (s) {
     case JobState::Live: return "live";
@@ -97,6 +102,15 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit, std::size_t byte_lim
 
 core::ClockBase JobTable::clock() const { return core::ClockBase{0, mono_to_wall_}; }
 
+bool JobTable::parent_excluded(const std::string& path) const {
+  if (path == "/") return false;
+  const std::string parent = parent_of(path);
+  if (selector_.classify(parent).verdict != jobs::Verdict::Excluded) return false;
+  for (const auto& root : selector_.watch_roots())
+    if (under(parent, root)) return true;  // the parent has its entry, or its own parent
+  return false;
+}
+
 std::vector<SelectionChange> JobTable::on_cgroup(uint64_t id, const std::string& path,
                                                  bool created, uint64_t ts_mono) {
   std::vector<SelectionChange> out;
@@ -124,9 +138,13 @@ std::vector<SelectionChange> JobTable::on_cgroup(uint64_t id, const std::string&
       break;
     case jobs::Verdict::Excluded: {
       // Only a cgroup inside a traced root needs an entry: elsewhere nothing is traced anyway.
+      // And only the top of an excluded subtree: below it the kernel finds the parent's entry
+      // (the nearest decides), so a user who may create cgroups in an excluded subtree (a
+      // delegated systemd user slice) cannot fill the exclusion map from there.
       bool in_root = false;
       for (const auto& root : selector_.watch_roots()) in_root = in_root || under(path, root);
-      if (in_root && out.empty()) out.push_back({id, IOLENS_CGROUP_EXCLUDE, path});
+      if (in_root && out.empty() && !parent_excluded(path))
+        out.push_back({id, IOLENS_CGROUP_EXCLUDE, path});
       break;
     }
   }

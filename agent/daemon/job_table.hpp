@@ -95,7 +95,8 @@ class JobTable {
 
   /// A cgroup that exists (found by a scan, `created` = false) or was just created. Returns the
   /// selection changes it needs: a watched root gets TRACE, an excluded cgroup under a root
-  /// gets EXCLUDE (so its tasks are not traced), a job cgroup opens its job.
+  /// whose parent is not excluded gets EXCLUDE (so its tasks are not traced; deeper excluded
+  /// cgroups are covered by that entry), a job cgroup opens its job.
   std::vector<SelectionChange> on_cgroup(uint64_t id, const std::string& path, bool created,
                                          uint64_t ts_mono);
   /// A cgroup was removed: its job, if it is a job's own cgroup, starts closing.
@@ -185,6 +186,9 @@ class JobTable {
   };
   nlohmann::json summary_of(const Job& job, const core::RunSnapshot& snap) const;
   static void add_proc_labels(const Job& job, nlohmann::json& record);
+  /// Whether the parent of `path` is an excluded cgroup inside a traced root: its entry (or
+  /// its own parent's) already excludes `path`.
+  bool parent_excluded(const std::string& path) const;
   Job& open_job(const jobs::Identity& id, const std::string& rule, int64_t start_ns);
   Job* job_of_cgroup(uint64_t cgroup_id);
   void attribute(Job& job, const core::ProcKey& p, const core::ProcKey& parent,

@@ -46,6 +46,10 @@ struct Limits {
   uint64_t max_path_bytes_per_job = 64ull << 20;
   uint64_t max_path_bytes = 512ull << 20;
   uint32_t kernel_file_records = 65536;
+  /// Entries of the kernel's cgroup exclusion map: excluded cgroups directly below a traced
+  /// one (docs/daemon.md#job-selection). Users who may create cgroups there can fill it; its
+  /// fill never takes a job's entry, and what does not fit is counted (unexcluded_cgroups).
+  uint32_t kernel_cgroup_exclusions = 65536;
   /// The kernel's ring buffer for names and process/cgroup events (`ring_size`). A burst of new
   /// files faster than the daemon reads them fills it; drops are counted (lost.events).
   uint32_t ring_bytes = 16u << 20;

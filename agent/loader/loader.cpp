@@ -225,9 +225,9 @@ struct Loader::Impl {
   /// be the ones this agent controls and drains.
   std::vector<bpf_map*> persistent_maps() const {
     auto& m = skel->maps;
-    return {m.task_state, m.files,        m.others,     m.seen_files, m.cgroup_sel, m.comm_sel,
-            m.events,     m.stats,        m.meta,       m.trace,      m.trace_cgroup,
-            m.trace_pids, m.data_trace,   m.blocks};
+    return {m.task_state, m.files,        m.others,     m.seen_files, m.cgroup_sel, m.cgroup_excl,
+            m.comm_sel,   m.events,       m.stats,      m.meta,       m.trace,
+            m.trace_cgroup, m.trace_pids, m.data_trace, m.blocks};
   }
 };
 
@@ -296,6 +296,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   }
   bpf_map__set_max_entries(skel->maps.files, opts.max_file_records);
   bpf_map__set_max_entries(skel->maps.others, opts.max_other_records);
+  bpf_map__set_max_entries(skel->maps.cgroup_excl, opts.max_cgroup_exclusions);
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
   bpf_map__set_max_entries(skel->maps.trace, opts.trace_ring_bytes);
   skel->rodata->select_jobs = opts.select_jobs ? 1 : 0;
@@ -342,6 +343,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       size_changed("others", old.others_max, opts.max_other_records);
       size_changed("ring", old.ring_bytes, opts.ring_bytes);
       size_changed("trace ring", old.trace_ring_bytes, opts.trace_ring_bytes);
+      size_changed("cgroup exclusions", old.cgroup_excl_max, opts.max_cgroup_exclusions);
       if (!readable) {
         pins.discarded = "pins without a readable meta map";
       } else if (old.abi_version != IOLENS_ABI_VERSION || info.value_size != sizeof(old)) {
@@ -434,7 +436,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                          static_cast<uint64_t>(wall),
                          static_cast<uint64_t>(wall - clock_ns(CLOCK_MONOTONIC)),
                          opts.trace_ring_bytes,
-                         0};
+                         opts.max_cgroup_exclusions};
     const __u32 zero = 0;
     bpf_map_update_elem(bpf_map__fd(skel->maps.meta), &zero, &meta, BPF_ANY);
     pins.mono_to_wall_ns = static_cast<int64_t>(meta.mono_to_wall_ns);
@@ -457,6 +459,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   };
   auto loader = std::unique_ptr<Loader>(new Loader(std::move(impl)));
   loader->max_file_records_ = opts.max_file_records;
+  loader->max_cgroup_exclusions_ = opts.max_cgroup_exclusions;
   loader->pin_state_ = pins;
   loader->pin_dir_ = opts.pin_dir;
   // Attach one by one so that each failure is named. Lifecycle and job programs are required;
@@ -592,17 +595,33 @@ void Loader::unpin_all() {
 }
 
 Status Loader::select_cgroup(uint64_t id, uint32_t action) {
-  if (bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.cgroup_sel), &id, &action, BPF_ANY)) {
+  const bool trace = action == IOLENS_CGROUP_TRACE;
+  if (!trace && action != IOLENS_CGROUP_EXCLUDE)
+    return Status::Error("cannot select cgroup " + std::to_string(id) + ": unknown action " +
+                             std::to_string(action), EINVAL);
+  const auto& m = impl_->skel->maps;
+  const int fd = bpf_map__fd(trace ? m.cgroup_sel : m.cgroup_excl);
+  if (bpf_map_update_elem(fd, &id, &action, BPF_ANY)) {
     const int e = errno;
-    return Status::Error("cannot select cgroup " + std::to_string(id) + ": " + errno_text(e), e);
+    std::string msg = "cannot " + std::string(trace ? "trace" : "exclude") + " cgroup " +
+                      std::to_string(id) + ": " + errno_text(e);
+    if (e == E2BIG)
+      msg += trace ? " (more traced cgroups than " + std::to_string(IOLENS_CGROUP_TRACE_MAX) + ")"
+                   : " (the exclusion map's " + std::to_string(max_cgroup_exclusions_) +
+                         " entries are taken: limits.kernel_cgroup_exclusions)";
+    return Status::Error(msg, e);
   }
+  // At most one entry per cgroup: a stale one in the other map would decide first.
+  bpf_map_delete_elem(bpf_map__fd(trace ? m.cgroup_excl : m.cgroup_sel), &id);
   return Status::Ok();
 }
 
 Status Loader::unselect_cgroup(uint64_t id) {
-  if (bpf_map_delete_elem(bpf_map__fd(impl_->skel->maps.cgroup_sel), &id) && errno != ENOENT) {
-    const int e = errno;
-    return Status::Error("cannot unselect cgroup " + std::to_string(id) + ": " + errno_text(e), e);
+  for (bpf_map* map : {impl_->skel->maps.cgroup_sel, impl_->skel->maps.cgroup_excl}) {
+    if (bpf_map_delete_elem(bpf_map__fd(map), &id) && errno != ENOENT) {
+      const int e = errno;
+      return Status::Error("cannot unselect cgroup " + std::to_string(id) + ": " + errno_text(e), e);
+    }
   }
   return Status::Ok();
 }
@@ -966,6 +985,16 @@ void Loader::forget_names(const std::vector<NameId>& ids) {
       bpf_map_update_elem(fd, &k, &v, BPF_EXIST);
     }
   }
+}
+
+Loader::SelectionEntries Loader::selection_entries() const {
+  SelectionEntries out;
+  std::vector<uint32_t> values;
+  bool batch_ok = batch_ok_;  // counted every second for the metrics: batches, not a key a call
+  read_map(bpf_map__fd(impl_->skel->maps.cgroup_sel), out.traced, values, batch_ok);
+  values.clear();
+  read_map(bpf_map__fd(impl_->skel->maps.cgroup_excl), out.excluded, values, batch_ok);
+  return out;
 }
 
 void Loader::delete_others(const std::vector<iolens_file_key>& keys) {

@@ -24,6 +24,9 @@ struct Options {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   uint32_t max_file_records = 65536;   // kernel map size; more are drained/folded, not lost
   uint32_t max_other_records = 8192;
+  /// Entries of the cgroup exclusion map (daemon mode): excluded cgroups directly below a
+  /// traced one. Traced cgroups have their own map (IOLENS_CGROUP_TRACE_MAX entries).
+  uint32_t max_cgroup_exclusions = 65536;
   uint32_t ring_bytes = 8u << 20;
   /// Size of the trace-mode ring (one 88-byte record per traced call, see set_trace_mode):
   /// a power of two, at least a page. Allocated whole at load, used only in trace mode.
@@ -73,9 +76,17 @@ class Loader {
 
   /// Daemon mode. Tasks at or below cgroup `id` are traced (TRACE) or not (EXCLUDE); the
   /// nearest entry decides. Takes effect for tasks that fork, exec or move from now on; call
-  /// scan_tasks() to apply it to the tasks already there.
+  /// scan_tasks() to apply it to the tasks already there. TRACE entries go to `cgroup_sel`,
+  /// EXCLUDE ones to `cgroup_excl` (the cgroup's entry in the other map is removed): a full
+  /// exclusion map fails with E2BIG and never takes a traced cgroup's slot.
   Status select_cgroup(uint64_t id, uint32_t action);
   Status unselect_cgroup(uint64_t id);
+  /// The cgroup ids of the selection maps now (TRACE, EXCLUDE), in one batch per syscall.
+  struct SelectionEntries {
+    std::vector<uint64_t> traced, excluded;
+  };
+  SelectionEntries selection_entries() const;
+  uint32_t max_cgroup_exclusions() const { return max_cgroup_exclusions_; }
   /// Processes that exec a program with this comm are traced wherever they run.
   Status select_comm(const std::string& comm);
   /// Runs the task iterator: marks every task now in a selected cgroup, unmarks cgroup-selected
@@ -197,6 +208,7 @@ class Loader {
   PinState pin_state_;
   std::string pin_dir_;
   uint32_t max_file_records_ = 0;
+  uint32_t max_cgroup_exclusions_ = 0;
   bool batch_ok_ = true;  // cleared when the kernel refuses batched map reads
 };
 

@@ -3,6 +3,7 @@
 // by the task iterator), by comm at exec, never outside; cgroups are named when created; pinned
 // maps and links survive the agent. Each test builds its own cgroups and knows what its children
 // did.
+#include <bpf/bpf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/sched.h>
@@ -13,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -227,6 +229,104 @@ TEST_F(SelectTest, ExcludedSubtreeIsNotTraced) {
   EXPECT_TRUE(s.written.empty());
 }
 
+// issue 21, blinding: users who may create cgroups below a traced one make excluded cgroups by
+// the thousand. With one selection map for both kinds, 16,384 exclusions filled it and a
+// watched root made later got no entry: its jobs ran untraced. Exclusions have their own map
+// now: however full, a traced cgroup's entry is stored and its tasks are traced exactly.
+TEST_F(SelectTest, FullExclusionMapNeverTakesATracedCgroupsSlot) {
+  load();
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  // Ids of no cgroup (cgroup ids are inode numbers, far below 2^40): exclusions until refused.
+  const uint64_t fake = uint64_t{1} << 40;
+  uint64_t stored = 0;
+  iolens::Status refused;
+  while (stored < (uint64_t{1} << 22)) {
+    refused = loader_->select_cgroup(fake + stored, IOLENS_CGROUP_EXCLUDE);
+    if (!refused) break;
+    ++stored;
+  }
+  ASSERT_FALSE(refused.ok) << "the exclusion map took " << stored << " entries, never full";
+  EXPECT_EQ(refused.err, E2BIG) << refused.message;
+  EXPECT_GT(stored, 16384u) << "fewer exclusions than the old shared map held";
+  EXPECT_EQ(stored, loader_->max_cgroup_exclusions());
+  // A watched root that appears now (a new slice, slurmstepd's scope after a restart).
+  ASSERT_EQ(mkdir(cg("/root").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(cg("/root/job").c_str(), 0755), 0);
+  iolens::Status traced = loader_->select_cgroup(cg_id("/root"), IOLENS_CGROUP_TRACE);
+  ASSERT_TRUE(traced.ok) << traced.message;
+  // An excluded cgroup made after the map filled: its exclusion cannot be stored, so its tasks
+  // are traced (the documented fallback: the daemon counts it and finds them in no job).
+  ASSERT_EQ(mkdir(cg("/root/unexcluded").c_str(), 0755), 0);
+  EXPECT_EQ(loader_->select_cgroup(cg_id("/root/unexcluded"), IOLENS_CGROUP_EXCLUDE).err, E2BIG);
+  const std::string job_procs = cg("/root/job/cgroup.procs");
+  const std::string unex_procs = cg("/root/unexcluded/cgroup.procs");
+  const std::string job_file = path("job.bin"), unex_file = path("unexcluded.bin");
+  Child job = spawn([&] {
+    write_text(job_procs, "0");
+    write_bytes(job_file, 54321);
+  });
+  Child unex = spawn([&] {
+    write_text(unex_procs, "0");
+    write_bytes(unex_file, 12);
+  });
+  finish(job);
+  finish(unex);
+  Seen s = collect();
+  const MarkEvent* m = mark_of(s, job.pid);
+  ASSERT_NE(m, nullptr) << "the job's process was not traced";
+  EXPECT_EQ(m->cgroup_id, cg_id("/root/job"));
+  EXPECT_EQ((s.written[{static_cast<uint32_t>(job.pid), job_file}]), 54321u);
+  EXPECT_NE(mark_of(s, unex.pid), nullptr);
+  // A freed slot takes the exclusion; the entry goes with its cgroup (the rmdir program).
+  ASSERT_TRUE(loader_->unselect_cgroup(fake).ok);
+  ASSERT_TRUE(loader_->select_cgroup(cg_id("/root/unexcluded"), IOLENS_CGROUP_EXCLUDE).ok);
+  const uint64_t unex_id = cg_id("/root/unexcluded"), root_id = cg_id("/root");
+  auto entries = loader_->selection_entries();
+  EXPECT_EQ(entries.excluded.size(), stored);
+  EXPECT_EQ(std::count(entries.excluded.begin(), entries.excluded.end(), unex_id), 1);
+  EXPECT_EQ(entries.traced, std::vector<uint64_t>{root_id});
+  ASSERT_EQ(rmdir(cg("/root/unexcluded").c_str()), 0);
+  ASSERT_EQ(rmdir(cg("/root/job").c_str()), 0);
+  ASSERT_EQ(rmdir(cg("/root").c_str()), 0);
+  entries = loader_->selection_entries();
+  EXPECT_EQ(entries.excluded.size(), stored - 1);
+  EXPECT_EQ(std::count(entries.excluded.begin(), entries.excluded.end(), unex_id), 0);
+  EXPECT_TRUE(entries.traced.empty());
+}
+
+// Nearest entry decides across the two maps: an exclusion below a traced cgroup, and a traced
+// cgroup below an excluded one.
+TEST_F(SelectTest, NearestEntryDecidesAcrossTraceAndExclusionMaps) {
+  load();
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  for (const char* d : {"/ex", "/ex/deep", "/ex/in", "/ex/in/deep"})
+    ASSERT_EQ(mkdir(cg(d).c_str(), 0755), 0) << d;
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->select_cgroup(cg_id("/ex"), IOLENS_CGROUP_EXCLUDE).ok);
+  ASSERT_TRUE(loader_->select_cgroup(cg_id("/ex/in"), IOLENS_CGROUP_TRACE).ok);
+  // One entry per cgroup: selecting it the other way moves it.
+  ASSERT_TRUE(loader_->select_cgroup(cg_id("/ex/deep"), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->select_cgroup(cg_id("/ex/deep"), IOLENS_CGROUP_EXCLUDE).ok);
+  auto entries = loader_->selection_entries();
+  EXPECT_EQ(entries.traced.size(), 2u);
+  EXPECT_EQ(entries.excluded.size(), 2u);
+  const std::string out_procs = cg("/ex/deep/cgroup.procs"), in_procs = cg("/ex/in/deep/cgroup.procs");
+  Child out = spawn([&] {
+    write_text(out_procs, "0");
+    write_bytes(path("out.bin"), 10);
+  });
+  Child in = spawn([&] {
+    write_text(in_procs, "0");
+    write_bytes(path("in.bin"), 20);
+  });
+  finish(out);
+  finish(in);
+  Seen s = collect();
+  EXPECT_EQ(mark_of(s, out.pid), nullptr);
+  EXPECT_NE(mark_of(s, in.pid), nullptr);
+  EXPECT_EQ((s.written[{static_cast<uint32_t>(in.pid), path("in.bin")}]), 20u);
+}
+
 TEST_F(SelectTest, TaskIteratorMarksTasksAlreadyThere) {
   load();
   ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
@@ -335,6 +435,50 @@ TEST_F(SelectTest, PinnedStateOutlivesTheAgent) {
   ASSERT_NE(m, nullptr) << "the mark consumed before the restart was not replayed";
   EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), before}]), 100u);
   EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), during}]), 200u);
+  loader_->unpin_all();
+  loader_.reset();
+  EXPECT_FALSE(fs::exists(opts_.pin_dir));
+}
+
+// What daemon mode pins is ABI: the exclusion map's size is in the pin meta, and pins of ABI 7,
+// whose one selection map held exclusions too, are not reused.
+TEST_F(SelectTest, PinsOfAnotherExclusionSizeOrOfAbi7AreDiscarded) {
+  opts_.pin_dir = "/sys/fs/bpf/iolens-test-" + std::to_string(getpid()) + "-excl";
+  opts_.max_cgroup_exclusions = 4096;
+  load();
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_EXCLUDE).ok);
+  loader_.reset();
+  opts_.max_cgroup_exclusions = 8192;
+  load();
+  EXPECT_FALSE(loader_->pin_state().resumed);
+  EXPECT_EQ(loader_->pin_state().discarded, "map sizes changed (cgroup exclusions 4096 -> 8192)");
+  EXPECT_TRUE(loader_->selection_entries().excluded.empty());
+  loader_->unpin_all();
+  loader_.reset();
+
+  // An ABI 7 agent's pins: its 40-byte meta and a cgroup_sel holding an exclusion.
+  ASSERT_EQ(mkdir(opts_.pin_dir.c_str(), 0700), 0) << std::strerror(errno);
+  const int meta = bpf_map_create(BPF_MAP_TYPE_ARRAY, "meta", 4, 40, 1, nullptr);
+  ASSERT_GE(meta, 0) << std::strerror(errno);
+  uint32_t v7[10] = {7, 65536, 8192, 16u << 20, 0, 0, 0, 0, 16u << 20, 0};
+  const uint32_t zero = 0;
+  ASSERT_EQ(bpf_map_update_elem(meta, &zero, v7, BPF_ANY), 0);
+  ASSERT_EQ(bpf_obj_pin(meta, (opts_.pin_dir + "/meta").c_str()), 0) << std::strerror(errno);
+  close(meta);
+  const int sel = bpf_map_create(BPF_MAP_TYPE_HASH, "cgroup_sel", 8, 4, 16384, nullptr);
+  ASSERT_GE(sel, 0) << std::strerror(errno);
+  const uint64_t id = cg_id();
+  const uint32_t exclude = IOLENS_CGROUP_EXCLUDE;
+  ASSERT_EQ(bpf_map_update_elem(sel, &id, &exclude, BPF_ANY), 0);
+  ASSERT_EQ(bpf_obj_pin(sel, (opts_.pin_dir + "/cgroup_sel").c_str()), 0) << std::strerror(errno);
+  close(sel);
+  load();
+  EXPECT_FALSE(loader_->pin_state().resumed);
+  EXPECT_EQ(loader_->pin_state().discarded,
+            "made for ABI 7, this agent has " + std::to_string(IOLENS_ABI_VERSION));
+  const auto entries = loader_->selection_entries();
+  EXPECT_TRUE(entries.traced.empty());
+  EXPECT_TRUE(entries.excluded.empty());
   loader_->unpin_all();
   loader_.reset();
   EXPECT_FALSE(fs::exists(opts_.pin_dir));

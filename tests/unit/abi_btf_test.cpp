@@ -149,7 +149,7 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   EXPECT_FIELD(pm, iolens_pin_meta, created_wall_ns);
   EXPECT_FIELD(pm, iolens_pin_meta, mono_to_wall_ns);
   EXPECT_FIELD(pm, iolens_pin_meta, trace_ring_bytes);
-  EXPECT_FIELD(pm, iolens_pin_meta, pad);
+  EXPECT_FIELD(pm, iolens_pin_meta, cgroup_excl_max);
 }
 
 TEST_F(AbiBtf, TraceRecordEveryField) {

@@ -76,6 +76,29 @@ TEST_F(JobTableTest, RootsAreTracedJobsOpenAtCreationSiblingsExcluded) {
   EXPECT_EQ(t.active_jobs(), 1u);
 }
 
+// issue 21, blinding: a user who may create cgroups in an excluded subtree (a delegated user
+// slice) must not be able to fill the kernel's exclusion map from there. Only the top of an
+// excluded subtree gets an entry; the kernel's nearest-ancestor rule covers the rest.
+TEST_F(JobTableTest, OnlyTheTopOfAnExcludedSubtreeGetsAnExclusion) {
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  auto top = t.on_cgroup(2, "/kubepods.slice/user.slice", true, 1);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0].action, static_cast<uint32_t>(IOLENS_CGROUP_EXCLUDE));
+  for (uint64_t i = 0; i < 100; ++i) {
+    const std::string p = "/kubepods.slice/user.slice/u" + std::to_string(i);
+    EXPECT_TRUE(t.on_cgroup(10 + i, p, true, 2).empty()) << p;
+    EXPECT_TRUE(t.on_cgroup(1000 + i, p + "/deeper", true, 2).empty()) << p;
+  }
+  // Outside every root nothing is traced: no entry either.
+  EXPECT_TRUE(t.on_cgroup(5000, "/system.slice", true, 3).empty());
+  EXPECT_TRUE(t.on_cgroup(5001, "/system.slice/a.service", true, 3).empty());
+  // A job in a container below the root is still traced through the root's entry.
+  EXPECT_TRUE(t.on_cgroup(3, "/kubepods.slice/kubepods-burstable.slice", true, 4).empty());
+  EXPECT_TRUE(t.on_cgroup(4, kPod, true, 5).empty());
+  EXPECT_EQ(t.jobs().size(), 1u);
+}
+
 TEST_F(JobTableTest, ProcessesOfNestedCgroupsBelongToTheJobWithTheirContainer) {
   auto t = make({kube_rule()});
   t.on_cgroup(1, "/kubepods.slice", false, 0);

@@ -127,6 +127,7 @@ TEST(JobsConfig, Defaults) {
   EXPECT_EQ(c.limits.max_files_per_job, 50000u);
   EXPECT_EQ(c.limits.max_records, 1000000u);
   EXPECT_EQ(c.limits.kernel_file_records, 65536u);
+  EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 65536u);
   EXPECT_EQ(c.rotation.max_bytes, 1ull << 30);
   EXPECT_EQ(c.rotation.max_age_s, 30ull * 86400);
   ASSERT_EQ(c.rules.size(), 1u);
@@ -150,6 +151,7 @@ limits:
   max_files_per_job: 1000
   max_records: 200000
   kernel_file_records: 131072
+  kernel_cgroup_exclusions: 4096
 rotation:
   max_size: 512MiB
   max_age: 12h
@@ -191,6 +193,7 @@ jobs:
   EXPECT_EQ(c.limits.max_files_per_job, 1000u);
   EXPECT_EQ(c.limits.max_records, 200000u);
   EXPECT_EQ(c.limits.kernel_file_records, 131072u);
+  EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 4096u);
   EXPECT_EQ(c.rotation.max_bytes, 512ull << 20);
   EXPECT_EQ(c.rotation.max_age_s, 12u * 3600);
   EXPECT_EQ(c.grace_s, 90u);
