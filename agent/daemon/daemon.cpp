@@ -146,8 +146,8 @@ class Daemon {
   void service_capture(int64_t now);
   void end_capture(CaptureEnd why);
   /// Once the window has ended: the capture is over when its output is done with (all written,
-  /// failed, or given up). Logs the end.
-  void settle_capture();
+  /// failed, or, with `give_up`, abandoned as it is). Logs the end.
+  void settle_capture(bool give_up = false);
   /// At a stop: the window ends and the writer gets at most kCaptureStopWait to finish.
   void end_capture_for_stop();
   nlohmann::json status_json();
@@ -1189,44 +1189,37 @@ void Daemon::end_capture(CaptureEnd why) {
   settle_capture();
 }
 
-void Daemon::settle_capture() {
+void Daemon::settle_capture(bool give_up) {
   if (!capture_ || !capture_->running() || capture_->window_open()) return;
   Capture& c = *capture_;
   c.out_state = c.output->check();
-  if (!c.out_state.done && c.out_state.error.ok) return;  // still writing, and not stalled
-  if (!c.out_state.error.ok) {
-    // Stalled or failed: what is still queued never reaches the file.
+  const bool failed = !c.out_state.error.ok;
+  if (!c.out_state.done && !failed && !give_up) return;  // still writing, and not stalled
+  if (failed || !c.out_state.done) {
+    // Stalled, failed or given up: what is still queued never reaches the file.
     if (c.out_state.stalled) c.end = CaptureEnd::OutputStalled;
-    else if (c.end != CaptureEnd::OutputStalled) c.end = CaptureEnd::WriteError;
-    c.error = c.out_state.error.message;
+    else if (failed && c.end != CaptureEnd::OutputStalled) c.end = CaptureEnd::WriteError;
+    c.error = failed ? c.out_state.error.message
+                     : "the output did not take its last " + std::to_string(c.out_state.queued) +
+                           " bytes within " + std::to_string(kCaptureStopWait.count()) +
+                           " ms of the stop (abandoned)";
     c.unwritten = c.out_state.queued;
     c.output->abandon();
   }
   c.settled = true;
-  spdlog::info("capture {} of job {} ended ({}): {} records, {} bytes written, {} lost (ring "
-               "full), {} dropped (size limit), {} bytes never written{}{}",
+  spdlog::info("capture {} of job {} ended ({}): {} records encoded, {} of their {} bytes "
+               "written ({} never written), {} lost (ring full), {} dropped (size limit){}{}",
                c.id, c.job_id, capture_end_name(c.end), c.session->ops_written(),
-               c.out_state.written, c.ring_full, c.session->ops_dropped(), c.unwritten,
-               c.error.empty() ? "" : ": ", c.error);
+               c.out_state.written, c.session->bytes_written(), c.unwritten, c.ring_full,
+               c.session->ops_dropped(), c.error.empty() ? "" : ": ", c.error);
 }
 
 void Daemon::end_capture_for_stop() {
   end_capture(CaptureEnd::DaemonStop);
   if (!capture_ || !capture_->running()) return;
   // Bounded: a reader that does not read (or a stuck file system) cannot hold up the stop.
-  if (!capture_->output->wait(kCaptureStopWait)) {
-    capture_->output->abandon();
-    capture_->out_state = capture_->output->check();
-    capture_->error = "the output took " + std::to_string(capture_->out_state.written) +
-                      " bytes but not the last " + std::to_string(capture_->out_state.queued) +
-                      " within " + std::to_string(kCaptureStopWait.count()) +
-                      " ms of the stop (abandoned)";
-    capture_->unwritten = capture_->out_state.queued;
-    capture_->settled = true;
-    spdlog::warn("capture {} of job {}: {}", capture_->id, capture_->job_id, capture_->error);
-    return;
-  }
-  settle_capture();
+  capture_->output->wait(kCaptureStopWait);
+  settle_capture(true);
 }
 
 nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext& ctx) {

@@ -18,6 +18,8 @@ shell loop of `dd` (thousands of small writes a second).
      and the capture keeps running; capture_status stays readable by it. Ctrl-C of nobody's own
      `iolens capture` stops it (ended by "stopped", exit 0). Root may stop anyone's: a third
      capture, by nobody, is stopped by root's capture_stop.
+  3. Stop. SIGTERM while a capture's pipe is full: iolensd exits (code 0) after waiting a
+     bounded time for the writer, and logs that the output was abandoned.
 """
 import grp
 import json
@@ -216,11 +218,32 @@ def main():
     stall(ck, d, job_id, work)
     ownership(ck, d, job_id, gid)
 
+    stop_while_stalled(ck, d, job_id)
     job.kill()
     job.wait()
-    rc, _ = d.stop()
-    ck.eq("iolensd exit code", 0, rc)
     ck.finish()
+
+
+def stop_while_stalled(ck, d, job_id):
+    """SIGTERM while a capture's pipe is full: the stop waits for the writer a bounded time
+    (kCaptureStopWait, 5 s), then abandons it; before the fix the stop blocked in write(2)."""
+    r, w = os.pipe()
+    D.Cleanup.register("close the second stalled pipe", lambda: [os.close(x) for x in (r, w)])
+    a = D.control(d.socket, {"cmd": "capture", "job": job_id, "duration_ms": 120000},
+                  timeout=CLIENT_TIMEOUT_S, fds=[w])
+    if not ck.check(a.get("ok"), "capture into a pipe refused: %r" % a):
+        return
+    cap_id = a["result"]["id"]
+    # Full once the writer has some bytes waiting it cannot get out.
+    D.wait_for("the pipe full", lambda: (capture_state(d) or {}).get("output", {}).get(
+        "queued_bytes", 0) > 0, 10)
+    rc, secs = d.stop(timeout=60)
+    D.log("iolensd stopped %.1f s after SIGTERM with a full capture pipe" % secs)
+    ck.eq("iolensd exit code (SIGTERM, capture pipe full)", 0, rc)
+    logged = [x for x in d.log().splitlines() if "capture %d" % cap_id in x and
+              "abandoned" in x]
+    ck.check(logged, "iolensd's log does not say capture %d's output was abandoned at the "
+             "stop:\n%s" % (cap_id, d.log()[-2000:]))
 
 
 if __name__ == "__main__":
