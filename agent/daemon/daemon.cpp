@@ -1207,11 +1207,12 @@ void Daemon::settle_capture(bool give_up) {
     c.output->abandon();
   }
   c.settled = true;
-  spdlog::info("capture {} of job {} ended ({}): {} records encoded, {} of their {} bytes "
-               "written ({} never written), {} lost (ring full), {} dropped (size limit){}{}",
-               c.id, c.job_id, capture_end_name(c.end), c.session->ops_written(),
-               c.out_state.written, c.session->bytes_written(), c.unwritten, c.ring_full,
-               c.session->ops_dropped(), c.error.empty() ? "" : ": ", c.error);
+  spdlog::log(c.error.empty() ? spdlog::level::info : spdlog::level::warn,
+              "capture {} of job {} ended ({}): {} records encoded, {} of their {} bytes "
+              "written ({} never written), {} lost (ring full), {} dropped (size limit){}{}",
+              c.id, c.job_id, capture_end_name(c.end), c.session->ops_written(),
+              c.out_state.written, c.session->bytes_written(), c.unwritten, c.ring_full,
+              c.session->ops_dropped(), c.error.empty() ? "" : ": ", c.error);
 }
 
 void Daemon::end_capture_for_stop() {
