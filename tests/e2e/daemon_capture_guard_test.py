@@ -18,7 +18,10 @@ shell loop of `dd` (thousands of small writes a second).
      and the capture keeps running; capture_status stays readable by it. Ctrl-C of nobody's own
      `iolens capture` stops it (ended by "stopped", exit 0). Root may stop anyone's: a third
      capture, by nobody, is stopped by root's capture_stop.
-  3. Stop. SIGTERM while a capture's pipe is full (the test fills it before passing it, so not
+  3. FUSE. The same with a regular file on a FUSE file system whose server (fuse_stall.py,
+     run by the test) never answers a write: the capture ends "output stalled" while the
+     daemon's writer thread is still inside write(2); status is answered throughout.
+  4. Stop. SIGTERM while a capture's pipe is full (the test fills it before passing it, so not
      even the header gets out): iolensd exits (code 0) after waiting a bounded time for the
      writer, and logs that the output was abandoned. Before the fix the capture request itself
      went unanswered and the stop never ended (killed after 30 s).
@@ -34,6 +37,7 @@ import time
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
 import e2e_common as E  # noqa: E402
+import fuse_stall  # noqa: E402
 
 # What `iolens` gives one request (agent/cli/capture_command.cpp, agent/control/client.cpp).
 CLIENT_TIMEOUT_S = 5.0
@@ -220,10 +224,58 @@ def main():
     stall(ck, d, job_id, work)
     ownership(ck, d, job_id, gid)
 
+    fuse_write_stall(ck, d, job_id)
     stop_while_stalled(ck, d, job_id)
     job.kill()
     job.wait()
     ck.finish()
+
+
+def fuse_write_stall(ck, d, job_id):
+    """A regular file on a FUSE file system whose server never answers a write (fuse_stall):
+    the writer thread hangs in write(2), the loop goes on, the capture ends 'output stalled';
+    once the server goes away the thread ends too. Skipped where FUSE cannot be mounted."""
+    if not os.path.exists("/dev/fuse"):
+        D.log("SKIP the FUSE part: no /dev/fuse")
+        return
+    mnt = D.tempdir("capture-fuse")
+    try:
+        fs = fuse_stall.StallFs(mnt)
+    except (OSError, subprocess.CalledProcessError) as e:
+        D.log("SKIP the FUSE part: cannot mount a FUSE file system: %s" % e)
+        return
+    D.Cleanup.register("stop the FUSE server", fs.stop)
+    fd = os.open(fs.path(), os.O_WRONLY)
+    try:
+        a = D.control(d.socket, {"cmd": "capture", "job": job_id, "duration_ms": 120000},
+                      timeout=CLIENT_TIMEOUT_S, fds=[fd])
+    except (OSError, ValueError) as e:
+        a = {"error": "no answer within %.0f s: %s" % (CLIENT_TIMEOUT_S, e)}
+    os.close(fd)
+    if not ck.check(a.get("ok"), "capture into a FUSE file that takes no write: %r" % a):
+        fs.stop()  # frees the daemon
+        return
+    cap_id = a["result"]["id"]
+    t0 = time.monotonic()
+    ended = None
+    while time.monotonic() - t0 < 60 and not ended:
+        try:
+            cs = capture_state(d)
+        except (OSError, ValueError) as e:
+            ck.fail("capture_status not answered within %.0f s while the FUSE write hangs: %s"
+                    % (CLIENT_TIMEOUT_S, e))
+            fs.stop()
+            return
+        if cs and cs.get("state") != "running":
+            ended = cs
+        time.sleep(0.5)
+    ck.check(fs.held, "the FUSE server saw no write: the test proves nothing")
+    if ck.check(ended, "the capture into a FUSE file that takes no write did not end"):
+        ck.eq("FUSE capture id", cap_id, ended.get("id"))
+        ck.eq("FUSE capture reason", "output stalled", ended.get("reason"))
+        ck.eq("FUSE capture state", "failed", ended.get("state"))
+    fs.stop()  # the write fails now; the abandoned thread closes the file and ends
+    ck.check(d.status() is not None, "status after the FUSE server went away")
 
 
 def stop_while_stalled(ck, d, job_id):
