@@ -6,17 +6,34 @@
 
 namespace iolens::capture {
 
-std::unique_ptr<TraceSession> TraceSession::open_fd(int fd, const trace::Meta& meta,
-                                                    const SessionOptions& options,
-                                                    Status& error) {
+template <typename Open>
+std::unique_ptr<TraceSession> TraceSession::make(const trace::Meta& meta,
+                                                 const SessionOptions& options, Status& error,
+                                                 Open open) {
   std::unique_ptr<TraceSession> s(new TraceSession());
   s->options_ = options;
   s->window_start_ns_ = meta.window_start_ns;
-  if (Status st = s->writer_.open_fd(fd, meta, options.writer); !st) {
+  if (Status st = open(s->writer_); !st) {
     error = st;
     return nullptr;
   }
   return s;
+}
+
+std::unique_ptr<TraceSession> TraceSession::open_fd(int fd, const trace::Meta& meta,
+                                                    const SessionOptions& options,
+                                                    Status& error) {
+  return make(meta, options, error,
+              [&](trace::TraceWriter& w) { return w.open_fd(fd, meta, options.writer); });
+}
+
+std::unique_ptr<TraceSession> TraceSession::open_sink(trace::TraceWriter::Sink sink,
+                                                      const trace::Meta& meta,
+                                                      const SessionOptions& options,
+                                                      Status& error) {
+  return make(meta, options, error, [&](trace::TraceWriter& w) {
+    return w.open_sink(std::move(sink), meta, options.writer);
+  });
 }
 
 Status TraceSession::keep(Status s) {

@@ -29,6 +29,11 @@ class TraceSession {
   /// a client); the descriptor is not closed here. nullptr and `error` on failure.
   static std::unique_ptr<TraceSession> open_fd(int fd, const trace::Meta& meta,
                                                const SessionOptions& options, Status& error);
+  /// The same into `sink` (trace::TraceWriter::open_sink): iolensd queues the bytes for a
+  /// writer thread (capture/async_output.hpp).
+  static std::unique_ptr<TraceSession> open_sink(trace::TraceWriter::Sink sink,
+                                                 const trace::Meta& meta,
+                                                 const SessionOptions& options, Status& error);
 
   /// Records of the kernel's trace ring, in ring order. Those of calls that started before the
   /// window or ended after it (close_window) are left out: a capture starts and stops on a
@@ -61,6 +66,11 @@ class TraceSession {
 
  private:
   TraceSession() = default;
+  /// A session whose writer `open` opens (on a descriptor or a sink).
+  template <typename Open>
+  static std::unique_ptr<TraceSession> make(const trace::Meta& meta,
+                                            const SessionOptions& options, Status& error,
+                                            Open open);
   Status keep(Status s);
 
   trace::TraceWriter writer_;

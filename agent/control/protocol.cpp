@@ -47,6 +47,8 @@ std::string answer_line(std::string_view request_line, const Handler& handler) {
     return ok_line(handler(request));
   } catch (const BadRequest& e) {
     return error_line(kCodeBadRequest, short_text(e.what()));
+  } catch (const Denied& e) {
+    return error_line(kCodeDenied, e.what());
   } catch (const std::exception& e) {
     return error_line(kCodeFailed, e.what());
   } catch (...) {

@@ -39,6 +39,12 @@ struct BadRequest : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Thrown by a handler for a request this peer may not make, though the socket admitted it
+/// (e.g. stopping another user's capture): the answer's code is "denied".
+struct Denied : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 /// One answer line, newline included. Strings that are not valid UTF-8 are sent with U+FFFD in
 /// their place instead of failing the whole answer.
 std::string ok_line(const nlohmann::json& result);

@@ -58,24 +58,32 @@ const char* capture_end_name(CaptureEnd e) {
     case CaptureEnd::SizeLimit: return "size limit";
     case CaptureEnd::WriteError: return "write error";
     case CaptureEnd::DaemonStop: return "iolensd stopping";
+    case CaptureEnd::OutputStalled: return "output stalled";
   }
   return "";
 }
 
+bool capture_stop_allowed(uid_t owner, uid_t peer, uid_t daemon_euid) {
+  return peer == owner || peer == 0 || peer == daemon_euid;
+}
+
 nlohmann::json Capture::status(int64_t now) const {
-  const int64_t until = running() ? now : end_mono_ns;
+  const int64_t until = window_open() ? now : end_mono_ns;
   nlohmann::json j = {
       {"id", id},
       {"job", job_id},
       {"target", target},
-      {"state", running() ? "running" : (end == CaptureEnd::WriteError ? "failed" : "done")},
+      {"uid", uid},
+      {"state", running() ? "running" : (error.empty() ? "done" : "failed")},
       {"records", session ? session->ops_written() : 0},
-      {"bytes", session ? session->bytes_written() : 0},
+      {"bytes", out_state.written},
+      {"output", {{"queued_bytes", out_state.queued}, {"unwritten_bytes", unwritten}}},
       {"produced", produced},
       {"lost", {{"ring_full", ring_full}, {"size_limit", session ? session->ops_dropped() : 0}}},
       {"elapsed_s", static_cast<double>(std::max<int64_t>(0, until - start_mono_ns)) / 1e9},
       {"remaining_s",
-       running() ? static_cast<double>(std::max<int64_t>(0, deadline_mono_ns - now)) / 1e9 : 0.0},
+       window_open() ? static_cast<double>(std::max<int64_t>(0, deadline_mono_ns - now)) / 1e9
+                     : 0.0},
   };
   if (!running()) j["reason"] = capture_end_name(end);
   if (!error.empty()) j["error"] = error;

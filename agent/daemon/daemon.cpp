@@ -162,6 +162,11 @@ class Daemon {
   /// Feeds the running capture and ends it when its time, size or job is up.
   void service_capture(int64_t now);
   void end_capture(CaptureEnd why);
+  /// Once the window has ended: the capture is over when its output is done with (all written,
+  /// failed, or, with `give_up`, abandoned as it is). Logs the end.
+  void settle_capture(bool give_up = false);
+  /// At a stop: the window ends and the writer gets at most kCaptureStopWait to finish.
+  void end_capture_for_stop();
   nlohmann::json status_json();
   std::optional<std::string> resolve_cgroup(uint64_t id);
 
@@ -1205,17 +1210,17 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   const CaptureRequest r = parse_capture_request(req);
   const int64_t now = clock_ns(CLOCK_MONOTONIC);
   if (capture_ && capture_->running())
-    throw std::runtime_error("a capture is running already (id " + std::to_string(capture_->id) +
-                             ", job " + capture_->job_id + ", " +
-                             std::to_string((capture_->deadline_mono_ns - now) / 1000000000) +
-                             " s left): one at a time");
+    throw std::runtime_error(
+        "a capture is running already (id " + std::to_string(capture_->id) + ", job " +
+        capture_->job_id + ", uid " + std::to_string(capture_->uid) + ", " +
+        std::to_string(std::max<int64_t>(0, capture_->deadline_mono_ns - now) / 1000000000) +
+        " s left): one at a time");
   if (ctx.passed_fd.get() < 0)
     throw control::BadRequest("a capture needs the output file's descriptor with the request "
                               "(iolens capture -o FILE sends it)");
-  struct stat out_st {};
+  // Nothing here may wait on the file: its file system may be a FUSE server the client runs.
   const int fl = fcntl(ctx.passed_fd.get(), F_GETFL);
-  if (fstat(ctx.passed_fd.get(), &out_st) != 0 || fl < 0 ||
-      !(S_ISREG(out_st.st_mode) || S_ISFIFO(out_st.st_mode)) ||
+  if (fl < 0 || capture::output_kind(ctx.passed_fd.get()) == capture::OutputKind::Other ||
       ((fl & O_ACCMODE) != O_WRONLY && (fl & O_ACCMODE) != O_RDWR))
     throw std::runtime_error("the output must be a regular file or a pipe open for writing");
 
@@ -1303,7 +1308,15 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   capture::SessionOptions so;
   so.max_bytes = r.max_bytes;
   Status err;
-  auto session = capture::TraceSession::open_fd(ctx.passed_fd.get(), meta, so, err);
+  // The loop only encodes and queues; the output's own thread writes (capture/async_output).
+  auto output = capture::AsyncOutput::start(ctx.passed_fd.release(), {}, err);
+  if (!output) {
+    tracing_off();
+    throw std::runtime_error("cannot write the trace: " + err.message);
+  }
+  capture::AsyncOutput* out = output.get();
+  auto session = capture::TraceSession::open_sink(
+      [out](std::string_view bytes) { return out->push(bytes); }, meta, so, err);
   if (!session) {
     tracing_off();
     throw std::runtime_error("cannot write the trace: " + err.message);
@@ -1312,7 +1325,8 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   c->id = next_capture_id_++;
   c->job_id = job->identity.id;
   c->target = target;
-  c->out = std::move(ctx.passed_fd);
+  c->uid = ctx.peer.uid;
+  c->output = std::move(output);
   c->session = std::move(session);
   c->start_mono_ns = start;
   c->deadline_mono_ns = start + static_cast<int64_t>(r.duration_ms) * 1000000LL;
@@ -1320,20 +1334,26 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   c->lost0 = lost0;
   c->last_sync_mono_ns = now;
   capture_ = std::move(c);
-  spdlog::info("capture {} of job {} ({}) started for {} ms", capture_->id, capture_->job_id,
-               target, r.duration_ms);
+  spdlog::info("capture {} of job {} ({}) started for {} ms by uid {}", capture_->id,
+               capture_->job_id, target, r.duration_ms, capture_->uid);
   return capture_->status(now);
 }
 
 void Daemon::service_capture(int64_t now) {
   if (!capture_ || !capture_->running()) return;
   Capture& c = *capture_;
+  if (!c.window_open()) {
+    settle_capture();
+    return;
+  }
   std::vector<iolens_trace_record> batch;
   loader_->consume_trace([&](const iolens_trace_record& r) { batch.push_back(r); });
   c.session->on_ops(batch);
+  c.out_state = c.output->check();
   Job* job = table_->find(c.job_id);
   CaptureEnd why = CaptureEnd::None;
-  if (!c.session->error()) why = CaptureEnd::WriteError;
+  if (c.out_state.stalled) why = CaptureEnd::OutputStalled;
+  else if (!c.session->error()) why = CaptureEnd::WriteError;
   else if (c.stop_requested) why = CaptureEnd::Stopped;
   else if (!job || job->state != JobState::Live) why = CaptureEnd::JobEnded;
   else if (c.session->size_limit_reached()) why = CaptureEnd::SizeLimit;
@@ -1351,7 +1371,7 @@ void Daemon::service_capture(int64_t now) {
 }
 
 void Daemon::end_capture(CaptureEnd why) {
-  if (!capture_ || !capture_->running()) return;
+  if (!capture_ || !capture_->window_open()) return;
   Capture& c = *capture_;
   // The window ends before the kernel stops: every call that ended inside it is in the ring.
   const int64_t now = clock_ns(CLOCK_MONOTONIC);
@@ -1370,16 +1390,46 @@ void Daemon::end_capture(CaptureEnd why) {
   Job* job = table_->find(c.job_id);
   core::Recorder empty(0, 0);
   const Status st = c.session->finish(job ? *job->rec : empty, losses, static_cast<uint64_t>(now));
-  if (why != CaptureEnd::WriteError && !st) why = CaptureEnd::WriteError;
+  if (!st && why != CaptureEnd::OutputStalled) why = CaptureEnd::WriteError;
   if (!st) c.error = st.message;
   c.end = why;
   c.end_mono_ns = now;
-  c.out.reset();
-  spdlog::info("capture {} of job {} ended ({}): {} records, {} bytes, {} lost (ring full), {} "
-               "dropped (size limit){}{}",
-               c.id, c.job_id, capture_end_name(why), c.session->ops_written(),
-               c.session->bytes_written(), c.ring_full, c.session->ops_dropped(),
-               c.error.empty() ? "" : ": ", c.error);
+  c.output->close();  // the writer syncs and closes the file once the queue is out
+  settle_capture();
+}
+
+void Daemon::settle_capture(bool give_up) {
+  if (!capture_ || !capture_->running() || capture_->window_open()) return;
+  Capture& c = *capture_;
+  c.out_state = c.output->check();
+  const bool failed = !c.out_state.error.ok;
+  if (!c.out_state.done && !failed && !give_up) return;  // still writing, and not stalled
+  if (failed || !c.out_state.done) {
+    // Stalled, failed or given up: what is still queued never reaches the file.
+    if (c.out_state.stalled) c.end = CaptureEnd::OutputStalled;
+    else if (failed && c.end != CaptureEnd::OutputStalled) c.end = CaptureEnd::WriteError;
+    c.error = failed ? c.out_state.error.message
+                     : "the output did not take its last " + std::to_string(c.out_state.queued) +
+                           " bytes within " + std::to_string(kCaptureStopWait.count()) +
+                           " ms of the stop (abandoned)";
+    c.unwritten = c.out_state.queued;
+    c.output->abandon();
+  }
+  c.settled = true;
+  spdlog::log(c.error.empty() ? spdlog::level::info : spdlog::level::warn,
+              "capture {} of job {} ended ({}): {} records encoded, {} of their {} bytes "
+              "written ({} never written), {} lost (ring full), {} dropped (size limit){}{}",
+              c.id, c.job_id, capture_end_name(c.end), c.session->ops_written(),
+              c.out_state.written, c.session->bytes_written(), c.unwritten, c.ring_full,
+              c.session->ops_dropped(), c.error.empty() ? "" : ": ", c.error);
+}
+
+void Daemon::end_capture_for_stop() {
+  end_capture(CaptureEnd::DaemonStop);
+  if (!capture_ || !capture_->running()) return;
+  // Bounded: a reader that does not read (or a stuck file system) cannot hold up the stop.
+  capture_->output->wait(kCaptureStopWait);
+  settle_capture(true);
 }
 
 nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext& ctx) {
@@ -1390,10 +1440,16 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
     const int64_t now = clock_ns(CLOCK_MONOTONIC);
     if (!capture_ || (req.contains("id") && req["id"] != capture_->id))
       throw std::runtime_error("no such capture (only the last one is kept)");
-    if (cmd == "capture_stop" && capture_->running()) {
+    // Anyone the socket admits may watch a capture; only its owner (or root) may end it.
+    if (cmd == "capture_stop" && !capture_stop_allowed(capture_->uid, ctx.peer.uid, geteuid()))
+      throw control::Denied("capture " + std::to_string(capture_->id) + " was started by uid " +
+                            std::to_string(capture_->uid) + ": only that user or root may stop "
+                            "it (uid " + std::to_string(ctx.peer.uid) + " asked)");
+    if (cmd == "capture_stop" && capture_->window_open()) {
       capture_->stop_requested = true;
       service_capture(now);
     }
+    if (capture_->running()) capture_->out_state = capture_->output->check();
     return capture_->status(now);
   }
   if (cmd == "jobs") {
@@ -1436,7 +1492,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
 
 void Daemon::stop_clean() {
   log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
-  end_capture(CaptureEnd::DaemonStop);
+  end_capture_for_stop();
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
   write_closed();
@@ -1487,7 +1543,7 @@ int Daemon::run() {
       publish_metrics();
     }
     // The trace ring wakes us once half full (and is drained every round anyway).
-    const bool capturing = capture_ && capture_->running();
+    const bool capturing = capture_ && capture_->window_open();
     pollfd fds[4] = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},
                      {sigfd_, POLLIN, 0}, {capturing ? loader_->trace_fd() : -1, POLLIN, 0}};
     // Short naps while the map fills fast; otherwise the ring wakes us for what matters.
@@ -1513,7 +1569,7 @@ int Daemon::run() {
           // Hand-over (an upgrade): save everything, leave the programs counting for the next
           // daemon, which continues the same jobs.
           spdlog::info("SIGUSR2: saving state and leaving the kernel programs to the next iolensd");
-          end_capture(CaptureEnd::DaemonStop);  // a capture does not survive the hand-over
+          end_capture_for_stop();  // a capture does not survive the hand-over
           drain();
           state_dirty_ = true;
           checkpoint(true);

@@ -790,6 +790,7 @@ class Parser {
 
 struct TraceWriter::Impl {
   int fd = -1;
+  Sink sink;  // open_sink(): instead of fd
   bool own_fd = false;
   bool regular = false;
   bool finished = false;
@@ -819,10 +820,15 @@ struct TraceWriter::Impl {
   Status usable() const {
     if (!error.ok) return error;
     if (finished) return Status::Error("trace writer: " + name + " already finished");
-    if (fd < 0) return Status::Error("trace writer: not open");
+    if (fd < 0 && !sink) return Status::Error("trace writer: not open");
     return Status::Ok();
   }
   Status write(const void* p, std::size_t n) {
+    if (sink) {
+      if (Status s = sink(std::string_view(static_cast<const char*>(p), n)); !s) return fail(s);
+      bytes += n;
+      return Status::Ok();
+    }
     int err = 0;
     if (!write_all(fd, static_cast<const uint8_t*>(p), n, err))
       return fail(Status::Error("cannot write trace file " + name + ": " + std::strerror(err), err));
@@ -946,6 +952,16 @@ Status TraceWriter::open_fd(int fd, const Meta& meta, const WriterOptions& optio
   impl_->fd = fd;
   impl_->regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   impl_->name = "descriptor " + std::to_string(fd);
+  return impl_->start(meta, options);
+}
+
+Status TraceWriter::open_sink(Sink sink, const Meta& meta, const WriterOptions& options) {
+  if (impl_->fd >= 0 || impl_->sink)
+    return Status::Error("trace writer: already open on " + impl_->name);
+  if (!sink) return impl_->fail(Status::Error("trace writer: no sink", EINVAL));
+  if (Status s = Impl::check(options); !s) return impl_->fail(s);
+  impl_->sink = std::move(sink);
+  impl_->name = "the capture's output";
   return impl_->start(meta, options);
 }
 

@@ -8,9 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "loader/status.hpp"
 #include "trace/trace.hpp"
@@ -51,6 +53,12 @@ class TraceWriter {
   Status open(const std::string& path, const Meta& meta, const WriterOptions& options = {});
   /// The same on a descriptor open for writing and blocking (a pipe, stdout); not closed here.
   Status open_fd(int fd, const Meta& meta, const WriterOptions& options = {});
+  /// Where open_sink() hands each complete piece of the file (header, blocks) in order; an
+  /// error it returns is the writer's first error.
+  using Sink = std::function<Status(std::string_view bytes)>;
+  /// The same into `sink` (e.g. a queue another thread writes out: iolensd's captures). No
+  /// fsync: finish() hands the trailer over, and the sink's owner syncs.
+  Status open_sink(Sink sink, const Meta& meta, const WriterOptions& options = {});
 
   /// Buffers ops; every `ops_per_block` ops an OPS block is written (after the names buffered
   /// so far, so that a cut file names the ops it holds).

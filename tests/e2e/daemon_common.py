@@ -309,15 +309,20 @@ def read_json_line(ck, p, what, timeout=30):
 CONTROL_TIMEOUT_S = 30.0
 
 
-def control(sock, req, timeout=CONTROL_TIMEOUT_S):
+def control(sock, req, timeout=CONTROL_TIMEOUT_S, fds=()):
     """One request over the control socket (docs/control.md): returns the decoded answer
     ({"ok": true, "result": ...} or {"ok": false, "code", "error"}); raises OSError if the
-    socket does not answer."""
+    socket does not answer. `fds`: descriptors sent with it (SCM_RIGHTS), as `iolens capture`
+    sends its output file."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         s.connect(sock)
-        s.sendall((json.dumps(req) + "\n").encode())
+        line = (json.dumps(req) + "\n").encode()
+        if fds:
+            socket.send_fds(s, [line], list(fds))
+        else:
+            s.sendall(line)
         data = b""
         while b"\n" not in data:
             chunk = s.recv(1 << 20)

@@ -18,6 +18,7 @@ json handler(const json& req) {
   if (cmd == "job") return {{"id", req.at("id")}};  // json::out_of_range when "id" is missing
   if (cmd == "fail") throw std::runtime_error("no job x");
   if (cmd == "alien") throw 42;
+  if (cmd == "mine") throw Denied("capture 3 was started by uid 1000");
   if (cmd == "bytes") return {{"path", std::string("/data/\xff\xfe.npy")}};
   throw BadRequest("unknown command: " + cmd);
 }
@@ -53,6 +54,7 @@ TEST(ControlProtocol, HandlerErrorsBecomeAnswers) {
   expect_error(R"({"cmd":"fail"})", kCodeFailed, "no job x");
   expect_error(R"({"cmd":"frob"})", kCodeBadRequest, "unknown command: frob");
   expect_error(R"({"cmd":"alien"})", kCodeFailed, "internal error");
+  expect_error(R"({"cmd":"mine"})", kCodeDenied, "capture 3 was started by uid 1000");
   expect_error(R"({"cmd":"job"})", kCodeFailed, "[json.exception.out_of_range");
 }
 
