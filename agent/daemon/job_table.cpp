@@ -757,12 +757,22 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
       jobs[id] = std::move(job);
     }
     std::map<core::ProcKey, std::string> proc_job;
-    for (const auto& p : j.at("proc_job")) proc_job[proc_of(p.at(0))] = p.at(1).get<std::string>();
+    for (const auto& p : j.at("proc_job")) {
+      const std::string id = p.at(1).get<std::string>();
+      // A process of no loaded job would be followed to a null job at its first fork.
+      if (!jobs.count(id)) throw std::runtime_error("a process of unknown job '" + id + "'");
+      proc_job[proc_of(p.at(0))] = id;
+    }
     std::set<core::ProcKey> unattributed;
     for (const auto& p : j.at("unattributed")) unattributed.insert(proc_of(p));
     const auto& st = j.at("stats");
-    TableStats stats{st.at(0).get<uint64_t>(), st.at(1).get<uint64_t>(), st.at(2).get<uint64_t>(),
-                     st.at(3).get<uint64_t>(), st.at(4).get<uint64_t>()};
+    // By name, in save()'s order (not the struct's: its fields grew in the middle).
+    TableStats stats;
+    stats.unattributed_processes = st.at(0).get<uint64_t>();
+    stats.unattributed_records = st.at(1).get<uint64_t>();
+    stats.unknown_cgroups = st.at(2).get<uint64_t>();
+    stats.folded_records = st.at(3).get<uint64_t>();
+    stats.jobs_closed = st.at(4).get<uint64_t>();
     // Absent in older states.
     if (st.size() > 5) stats.folded_processes = st.at(5).get<uint64_t>();
     if (st.size() > 6) stats.unattributed_forgotten = st.at(6).get<uint64_t>();

@@ -240,6 +240,34 @@ TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {
   EXPECT_EQ(u.jobs().size(), 1u);
 }
 
+TEST_F(JobTableTest, SavedCountsLoadBackFieldByField) {
+  // Each count known from what the test fed: one job closed, one unattributed process with a
+  // discarded record, one unknown cgroup.
+  auto t = make({cgroup_rule("/dl/*")});
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 0);
+  t.on_mark(mark(100, 2));
+  t.on_event(core::ExitEvent{{100, 1000}, 2000, 0});
+  t.on_cgroup_removed(2, 3000);
+  for (const auto& id : t.closing()) t.take(id);
+  t.on_mark(mark(200, 1));  // directly in the root: in no job
+  t.on_file(key(200, 1), written(1), true);
+  t.on_mark(mark(300, 99));  // a cgroup nobody named
+  ASSERT_EQ(t.stats().jobs_closed, 1u);
+  ASSERT_EQ(t.stats().unattributed_processes, 2u);
+  ASSERT_EQ(t.stats().unattributed_records, 1u);
+  ASSERT_EQ(t.stats().unknown_cgroups, 1u);
+  auto u = make({cgroup_rule("/dl/*")});
+  std::string error;
+  ASSERT_TRUE(u.load(t.save(), error)) << error;
+  EXPECT_EQ(u.stats().jobs_closed, 1u);
+  EXPECT_EQ(u.stats().unattributed_processes, 2u);
+  EXPECT_EQ(u.stats().unattributed_records, 1u);
+  EXPECT_EQ(u.stats().unknown_cgroups, 1u);
+  EXPECT_EQ(u.stats().folded_records, 0u);
+  EXPECT_EQ(u.stats().folded_processes, 0u);
+}
+
 TEST_F(JobTableTest, AFileNamedInOneJobIsNamedInTheNext) {
   // The kernel sends a file's name once for the whole node: the second job must get it too.
   auto t = make({cgroup_rule("/dl/*")});
@@ -398,7 +426,7 @@ TEST_F(JobTableTest, AStateOfWrongTypesIsRefusedWithoutThrowingOrTouchingTheTabl
   u.on_cgroup(1, "/kubepods.slice", false, 0);
   std::string error;
   const nlohmann::json before = u.save();
-  std::vector<nlohmann::json> bad(12, saved);
+  std::vector<nlohmann::json> bad(13, saved);
   bad[0] = nlohmann::json::array();
   bad[1] = "text";
   bad[2]["format"] = "1";
@@ -412,6 +440,7 @@ TEST_F(JobTableTest, AStateOfWrongTypesIsRefusedWithoutThrowingOrTouchingTheTabl
   bad[9]["mono_to_wall_ns"] = "x";
   bad[10].erase("unattributed");
   bad[11]["jobs"][0]["end_estimated"] = "maybe";
+  bad[12]["proc_job"][0][1] = "no-such-job";  // would be followed to a null job at its next fork
   for (std::size_t i = 0; i < bad.size(); ++i) {
     SCOPED_TRACE(i);
     bool ok = true;
