@@ -43,7 +43,7 @@ import threading
 import time
 
 # `sudo run_bench.py`: the traced runs must run as the untraced ones do (as root), not as the
-# user who ran sudo, which is what `iolens run` does under sudo without --keep-root.
+# user who ran sudo, which is what `iolens run` does under sudo.
 for _var in ("SUDO_UID", "SUDO_GID", "SUDO_USER", "SUDO_COMMAND"):
     os.environ.pop(_var, None)
 

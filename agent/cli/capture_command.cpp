@@ -128,15 +128,16 @@ int run_capture(const CaptureOptions& o) {
   const auto started = control::request(o.socket, req, error, 5000, fd);
   struct stat file_st {};
   const bool empty = fstat(fd, &file_st) == 0 && file_st.st_size == 0;
-  close(fd);
   if (!started) {
     if (created && empty) {
       FileAccessAs as(invoker);
-      unlink(o.output.c_str());
+      if (as.status()) remove_created_output(fd, o.output);
     }
+    close(fd);
     say(error);
     return 1;
   }
+  close(fd);
   const uint64_t id = u64(*started, "id");
   const std::string job_id = started->value("job", "");
 

@@ -80,11 +80,15 @@ int run_convert(const ConvertOptions& o) {
     int fd;
     bool remove;
     const std::string& path;
+    const std::optional<Invoker>& invoker;
     ~OutputGuard() {
+      if (remove) {
+        FileAccessAs as(invoker);  // never root's right to remove what the user could not
+        if (as.status()) remove_created_output(fd, path);
+      }
       if (fd >= 0) close(fd);
-      if (remove) unlink(path.c_str());
     }
-  } guard{out_fd, created, o.output};
+  } guard{out_fd, created, o.output, invoker};
   trace::ReadResult r;
   {
     FileAccessAs as(invoker);

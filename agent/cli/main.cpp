@@ -40,9 +40,6 @@ int main(int argc, char** argv) {
   cmd->add_flag("--force", run.force,
                 "Replace output files that exist (only regular files: a symbolic link or any "
                 "other kind of file is never followed or written)");
-  cmd->add_flag("--keep-root", run.keep_root,
-                "Under sudo, run the command (and create the output files) as root; without it "
-                "they run as, and belong to, the user who ran sudo (SUDO_UID/SUDO_GID)");
   cmd->add_flag("-q,--quiet", run.quiet, "No summary on stderr");
   cmd->add_option("--top", run.top_files, "Files listed in the summary")->capture_default_str();
   cmd->add_option("--drain-interval-ms", run.drain_interval_ms,

@@ -89,6 +89,21 @@ std::string output_error_line(const std::string& what, const OutputError& error)
   return (error.refused ? "" : "cannot write ") + what + ": " + error.message;
 }
 
+void remove_created_output(int fd, const std::string& path) {
+  struct stat mine {};
+  if (fd < 0 || fstat(fd, &mine) != 0) return;
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return;
+  struct stat there {};
+  if (fstatat(dir_fd, name.c_str(), &there, AT_SYMLINK_NOFOLLOW) == 0 &&
+      there.st_dev == mine.st_dev && there.st_ino == mine.st_ino)
+    unlinkat(dir_fd, name.c_str(), 0);
+  close(dir_fd);
+}
+
 bool write_all(int fd, const std::string& text) {
   size_t off = 0;
   while (off < text.size()) {

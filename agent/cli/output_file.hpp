@@ -36,6 +36,12 @@ int open_output_as(const std::optional<Invoker>& who, const std::string& path, b
 /// The one line that says why the output `what` ("--json FILE", "FILE") was not written.
 std::string output_error_line(const std::string& what, const OutputError& error);
 
+/// Removes the output this run created and still holds open as `fd`, if `path` still names that
+/// very file: the entry is checked and removed through its directory's descriptor, so a
+/// directory or entry swapped since (a link to someone else's file) is left alone. Call it with
+/// the same file access the output was created with (FileAccessAs under sudo).
+void remove_created_output(int fd, const std::string& path);
+
 /// Writes all of `text`, through EINTR and short writes. false with errno on failure.
 bool write_all(int fd, const std::string& text);
 

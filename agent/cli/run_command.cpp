@@ -123,9 +123,9 @@ bool open_outputs(const std::vector<Output*>& outputs, bool force,
   const auto give_up = [&] {
     for (Output* o : outputs) {
       if (o->fd < 0) continue;
+      if (o->created) remove_created_output(o->fd, o->path);
       close(o->fd);
       o->fd = -1;
-      if (o->created) unlink(o->path.c_str());
     }
     return false;
   };
@@ -191,12 +191,13 @@ int run_traced(const RunOptions& opts) {
     error_line(s.message);
     return 127;
   }
+  // Under sudo, the command runs as (and the outputs belong to) the user who ran sudo, with no
+  // option to keep root: sudo sets SUDO_UID itself, so a sudoers rule for iolens can never be
+  // turned into a root shell. A root shell opened by sudo unsets SUDO_* to trace as root.
   std::optional<Invoker> invoker;
-  if (!opts.keep_root) {
-    if (Status s = find_invoker(invoker); !s) {
-      error_line(s.message + " (--keep-root runs the command as root)");
-      return 2;
-    }
+  if (Status s = find_invoker(invoker); !s) {
+    error_line(s.message);
+    return 2;
   }
   // Open the outputs first: a bad path must fail before the job runs, not after.
   Output json{"--json", opts.json_path}, darshan{"--darshan", opts.darshan_path},

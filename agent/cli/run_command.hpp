@@ -18,7 +18,6 @@ struct RunOptions {
   uint64_t trace_max_bytes = 0;  // stop adding operations to the trace at this size; 0 = none
   bool quiet = false;            // no summary on stderr
   bool force = false;            // replace existing (regular) output files
-  bool keep_root = false;        // under sudo: run the command, and create the outputs, as root
   std::size_t top_files = 10;
   uint32_t drain_interval_ms = 1000;
   loader::Options loader;
@@ -27,7 +26,7 @@ struct RunOptions {
 /// Runs the command traced. Returns the exit status for iolens itself: the command's status,
 /// or 1 (iolens could not trace; one line on stderr says why; the command did not run), or 2
 /// (an output refused or not creatable, or a malformed SUDO_UID/SUDO_GID; the command did not
-/// run). Under sudo, unless keep_root, the command runs as the invoking user and the outputs
+/// run). Under sudo the command runs as the invoking user and the outputs
 /// are created as that user (cli/invoker.hpp).
 int run_traced(const RunOptions& opts);
 

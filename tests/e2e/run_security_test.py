@@ -17,7 +17,8 @@ for iolens (issue 21, item 5; docs/run-json.md "Output files and sudo").
      /proc/self/status Uid/Gid/Groups are nobody's, its own I/O (a known number of bytes
      written and read back) is in the JSON record, and the outputs belong to nobody; an output
      in a directory nobody cannot write is refused (created as nobody, not as root). With
-     --keep-root: Uid/Gid 0 and root's outputs. A malformed SUDO_UID/SUDO_GID, or a SUDO_USER
+     the SUDO_* variables unset (a root shell): Uid/Gid 0 and root's outputs; the option that
+     once kept root under sudo (--keep-root: a root shell through a sudoers rule) is refused. A malformed SUDO_UID/SUDO_GID, or a SUDO_USER
      that is not SUDO_UID, is an error (exit 2, command not run), never root.
 """
 import json
@@ -204,14 +205,15 @@ def case_sudo(ck, bin_, tmp):
     want_groups = sorted(set(os.getgrouplist("nobody", gid)))
 
     for keep in (False, True):
-        tag = "keep-root" if keep else "sudo"
+        tag = "root" if keep else "sudo"
         outs = {o: os.path.join(home, tag + "." + o.strip("-")) for o in OUTPUTS}
         data = os.path.join(home, tag + ".data")
-        argv = [bin_, "run", "-q"] + (["--keep-root"] if keep else [])
+        argv = [bin_, "run", "-q"]
         for o, p in outs.items():
             argv += [o, p]
         argv += ["--", "/usr/bin/python3", "-c", WORKLOAD, data, str(NBYTES)]
-        rc, out, err = iolens(argv, env=sudo, cwd=home)
+        # keep: a root shell with no SUDO_* (iolens() adds only the variables it is given).
+        rc, out, err = iolens(argv, env=None if keep else sudo, cwd=home)
         E.log("[4] %s: rc %d, stdout %r, stderr %r" % (tag, rc, out, err[-300:]))
         if not ck.eq("[4] %s: exit code" % tag, 0, rc):
             continue
@@ -237,6 +239,14 @@ def case_sudo(ck, bin_, tmp):
         for k in ("bytes_written", "bytes_read"):
             ck.eq("[4] %s: %s of %s in the JSON record" % (tag, k, data), NBYTES,
                   sum(f["counters"].get(k, 0) for f in recs))
+
+    # No way back to root under sudo: the old --keep-root made `sudo iolens run --keep-root -- sh`
+    # a root shell through a sudoers rule for iolens.
+    marker_kr = os.path.join(tmp, "marker-keep-root")
+    rc, _, err = iolens([bin_, "run", "-q", "--keep-root", "--", "touch", marker_kr], env=sudo,
+                        cwd=home)
+    ck.check(rc != 0, "[4] sudo --keep-root accepted (exit %d)" % rc)
+    ck.check(not os.path.exists(marker_kr), "[4] sudo --keep-root: the command ran")
 
     # Created as nobody: not where nobody may not write.
     closed = os.path.join(tmp, "root-only")
