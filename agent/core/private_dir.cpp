@@ -99,17 +99,22 @@ int create_fresh(int dir_fd, const std::string& name, mode_t mode) {
 }
 
 std::optional<std::string> read_file_at(int dir_fd, const std::string& name) {
-  const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted at the name must not hold the daemon's loop in open or read.
+  const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
+  struct stat st {};
   std::string out;
+  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   char buf[65536];
-  for (;;) {
+  while (ok) {
     const ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    if (n == 0) break;
+    if (n < 0) ok = false;  // a part read is no file: a transient EIO must not pass for its end
+    else out.append(buf, static_cast<size_t>(n));
   }
   close(fd);
+  if (!ok) return std::nullopt;
   return out;
 }
 

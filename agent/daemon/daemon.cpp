@@ -1569,6 +1569,7 @@ int Daemon::run() {
           // Hand-over (an upgrade): save everything, leave the programs counting for the next
           // daemon, which continues the same jobs.
           spdlog::info("SIGUSR2: saving state and leaving the kernel programs to the next iolensd");
+          log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
           end_capture_for_stop();  // a capture does not survive the hand-over
           drain();
           state_dirty_ = true;
