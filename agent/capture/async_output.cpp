@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -19,6 +20,8 @@
 namespace iolens::capture {
 
 using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_writers{0};  // writer threads not ended, abandoned ones included
 
 struct AsyncOutput::Shared {
   OutputLimits limits;
@@ -37,9 +40,12 @@ struct AsyncOutput::Shared {
     if (wake_fd >= 0) ::close(wake_fd);
   }
 
-  /// With `m` held: the writer stops (wakes from poll() if it waits there).
+  /// With `m` held: the writer stops (wakes from poll() if it waits there). The bytes still
+  /// queued will never be written: their memory goes now, not when a writer stuck in a FUSE
+  /// write(2) ends (`queued` keeps their count for the status).
   void request_stop() {
     stop = true;
+    std::deque<std::string>().swap(queue);
     cv.notify_all();
     const uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = ::write(wake_fd, &one, sizeof(one));
@@ -153,8 +159,13 @@ std::unique_ptr<AsyncOutput> AsyncOutput::start(int fd, const OutputLimits& limi
     }
   }
   try {
-    std::thread([s] { s->run(); }).detach();  // the thread holds `s` until it ends
+    ++g_writers;
+    std::thread([s] {
+      s->run();
+      --g_writers;
+    }).detach();  // the thread holds `s` until it ends
   } catch (const std::system_error& e) {
+    --g_writers;
     error = Status::Error(std::string("cannot start the output's writer: ") + e.what(),
                           e.code().value());
     ::close(fd);
@@ -216,6 +227,8 @@ OutputState AsyncOutput::check() {
   st.error = s_->error;
   return st;
 }
+
+int AsyncOutput::writers_alive() { return g_writers.load(); }
 
 bool AsyncOutput::wait(std::chrono::milliseconds timeout) {
   std::unique_lock lk(s_->m);

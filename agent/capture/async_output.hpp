@@ -22,6 +22,9 @@ namespace iolens::capture {
 inline constexpr uint64_t kMaxQueuedOutputBytes = 64ULL << 20;
 /// How long bytes may wait with none taken by the output before it is declared stalled.
 inline constexpr std::chrono::milliseconds kOutputStallTimeout{10000};
+/// Writer threads at most, abandoned ones included: each holds a thread and a descriptor until
+/// its file system answers, so a user who stalls capture after capture cannot pile them up.
+inline constexpr int kMaxOutputWriters = 4;
 
 struct OutputLimits {
   uint64_t max_queued_bytes = kMaxQueuedOutputBytes;
@@ -65,6 +68,10 @@ class AsyncOutput {
   /// Tells the writer to stop: a pipe's writer ends at once, a regular file's after its
   /// current write(2). Bytes still queued are not written.
   void abandon();
+
+  /// Writer threads that have not ended, abandoned ones included (a thread stuck in a FUSE
+  /// write(2) ends only when the kernel gives it back).
+  static int writers_alive();
 
   struct Shared;
 

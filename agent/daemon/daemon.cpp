@@ -1215,6 +1215,11 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
         capture_->job_id + ", uid " + std::to_string(capture_->uid) + ", " +
         std::to_string(std::max<int64_t>(0, capture_->deadline_mono_ns - now) / 1000000000) +
         " s left): one at a time");
+  if (capture::AsyncOutput::writers_alive() >= capture::kMaxOutputWriters)
+    throw std::runtime_error(
+        std::to_string(capture::AsyncOutput::writers_alive()) +
+        " outputs of earlier captures are still not closed (their file system does not answer): "
+        "no new capture until one is (docs/capture.md)");
   if (ctx.passed_fd.get() < 0)
     throw control::BadRequest("a capture needs the output file's descriptor with the request "
                               "(iolens capture -o FILE sends it)");
@@ -1460,8 +1465,8 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
   }
   if (cmd == "job") {
     const std::string id = req.value("id", "");
-    // One page per request (docs/control.md#job): the answer's size, the memory and the time
-    // it takes on the loop are bounded by the page, not by the job.
+    // One page per request (docs/control.md#job): the answer's size and the memory it holds
+    // are bounded by the page; its time on the loop is that of a snapshot of the job.
     auto count = [&](const char* key, uint64_t dflt) {
       auto it = req.find(key);
       if (it == req.end()) return dflt;

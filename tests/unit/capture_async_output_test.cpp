@@ -224,5 +224,27 @@ TEST(AsyncOutput, ATraceSessionThroughTheQueueMakesACompleteFile) {
   EXPECT_EQ(200u, got.trace.ops[0].start_ns);
 }
 
+
+TEST(AsyncOutput, WritersAliveCountsEveryThreadUntilItEnds) {
+  // The daemon refuses a capture while kMaxOutputWriters of them have not ended (abandoned
+  // ones stuck in a FUSE write included): the count must follow the threads exactly.
+  const int base = AsyncOutput::writers_alive();
+  Pipe a, b;
+  Status err;
+  auto x = AsyncOutput::start(a.take_w(), {}, err);
+  ASSERT_TRUE(x) << err.message;
+  auto y = AsyncOutput::start(b.take_w(), {}, err);
+  ASSERT_TRUE(y) << err.message;
+  EXPECT_EQ(base + 2, AsyncOutput::writers_alive());
+  ASSERT_TRUE(x->push(pattern(1 << 20, 'e')));  // more than the pipe holds: x's writer waits
+  x->abandon();
+  ASSERT_TRUE(x->wait(10s));
+  y->close();
+  ASSERT_TRUE(y->wait(10s));
+  for (int i = 0; i < 500 && AsyncOutput::writers_alive() != base; ++i)
+    std::this_thread::sleep_for(10ms);  // the count drops just after done is said
+  EXPECT_EQ(base, AsyncOutput::writers_alive());
+}
+
 }  // namespace
 }  // namespace iolens::capture
