@@ -488,12 +488,14 @@ void Daemon::retry_selection() {
   for (auto it = sel_pending_.begin(); it != sel_pending_.end();) {
     const SelectionChange c = it->second;
     ++it;  // c may leave sel_pending_ below
+    // First: once the map is full, the rest wait without a stat(2) each (an rmdir loop by a
+    // user must not cost a pass over every pending cgroup's path at every round).
+    if (excl_full && c.action == IOLENS_CGROUP_EXCLUDE) continue;
     // Its removal event may have been dropped: a dead cgroup's entry would hold a slot forever.
     if (inode_of(mount_ + (c.path == "/" ? "" : c.path)) != c.cgroup_id) {
       sel_pending_.erase(c.cgroup_id);
       continue;
     }
-    if (excl_full && c.action == IOLENS_CGROUP_EXCLUDE) continue;
     if (Status s = loader_->select_cgroup(c.cgroup_id, c.action); !s) {
       excl_full = excl_full || (s.err == E2BIG && c.action == IOLENS_CGROUP_EXCLUDE);
       continue;
