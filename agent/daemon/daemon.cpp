@@ -1215,6 +1215,8 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
         capture_->job_id + ", uid " + std::to_string(capture_->uid) + ", " +
         std::to_string(std::max<int64_t>(0, capture_->deadline_mono_ns - now) / 1000000000) +
         " s left): one at a time");
+  if (ctx.passed_fd.get() < 0 && !ctx.fd_refusal.empty())
+    throw std::runtime_error(ctx.fd_refusal);  // docs/control.md#limits: a FUSE close stuck
   if (ctx.passed_fd.get() < 0)
     throw control::BadRequest("a capture needs the output file's descriptor with the request "
                               "(iolens capture -o FILE sends it)");
