@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "control/closer.hpp"
 #include "control/fd_message.hpp"
 #include "control/unique_fd.hpp"
 #include "core/private_dir.hpp"
@@ -95,22 +97,49 @@ struct Connection {
   size_t sent = 0;
   bool done = false;
   UniqueFd passed;  // a descriptor sent with the request (SCM_RIGHTS)
+  std::optional<std::size_t> fds_refused_pending;  // read with no descriptors taken: closes then
 };
 
-/// recv() that also takes a descriptor sent with the bytes (at most one: more are closed by the
-/// kernel, MSG_CTRUNC). One that arrives after the first is closed: only one per request.
-ssize_t recv_request_bytes(Connection& c, char* buf, size_t size) {
+/// What the server's recv() needs beyond the connection: where descriptors go, and whether
+/// any may come now.
+struct FdPolicy {
+  Closer& closer;
+  std::size_t& held;  // descriptors connections hold, not yet handed to the closer
+  std::uint64_t& refused;  // messages whose descriptors the kernel discarded (counted)
+};
+
+/// recv() that also takes a descriptor sent with the bytes (at most one: more are discarded by
+/// the kernel, MSG_CTRUNC). One that arrives after the first goes to the closer: only one per
+/// request. When the closer has no room left for every descriptor connections hold plus one,
+/// the bytes are read with no control buffer: the kernel then drops what was passed itself
+/// (fput at the syscall's exit, which never calls ->flush, so no FUSE server is waited for;
+/// docs/control.md#limits), and the request is marked so that a capture can say why.
+ssize_t recv_request_bytes(Connection& c, char* buf, size_t size, FdPolicy& fds) {
   FdMessage m(buf, size);
+  const bool take = fds.closer.room() > fds.held;
+  if (!take) {
+    m.msg.msg_control = nullptr;
+    m.msg.msg_controllen = 0;
+  }
   const ssize_t n = recvmsg(c.fd.get(), &m.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   if (n < 0) return n;
+  if (!take) {
+    c.fds_refused_pending = fds.closer.pending();
+    if (m.msg.msg_flags & MSG_CTRUNC) ++fds.refused;
+    return n;
+  }
   for (cmsghdr* cm = CMSG_FIRSTHDR(&m.msg); cm != nullptr; cm = CMSG_NXTHDR(&m.msg, cm)) {
     if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
         cm->cmsg_len < CMSG_LEN(sizeof(int)))
       continue;
     int fd = -1;
     std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-    UniqueFd got(fd);
-    if (c.passed.get() < 0) c.passed = std::move(got);
+    if (c.passed.get() < 0) {
+      c.passed.reset(fd);
+      ++fds.held;
+    } else {
+      fds.closer.close(fd);
+    }
   }
   return n;
 }
@@ -118,10 +147,11 @@ ssize_t recv_request_bytes(Connection& c, char* buf, size_t size) {
 /// Reads what is there. Sets `line` once a request line is complete (newline, or end of input
 /// after some bytes: `printf '{"cmd":"status"}' | socat` sends no newline), or the answer
 /// itself when the input is oversize. False when the connection should just be closed.
-bool read_request(Connection& c, std::optional<std::string>& line, std::string& early_answer) {
+bool read_request(Connection& c, std::optional<std::string>& line, std::string& early_answer,
+                  FdPolicy& fds) {
   char buf[4096];
   for (;;) {
-    const ssize_t n = recv_request_bytes(c, buf, sizeof(buf));
+    const ssize_t n = recv_request_bytes(c, buf, sizeof(buf), fds);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
     if (n < 0) return false;
@@ -248,6 +278,7 @@ std::unique_ptr<Server> Server::listen(const std::string& path, std::optional<gi
 }
 
 Server::~Server() {
+  log_refusals(true);
   close(fd_);
   struct stat st {};
   if (fstatat(dir_fd_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == dev_ &&
@@ -304,6 +335,13 @@ void Server::serve_pending(const ContextHandler& handler) {
     conns.push_back(std::move(c));
   }
 
+  // Descriptors the handler did not keep go to the closer, never close(2) on this loop.
+  FdPolicy fd_policy{closer_, held_fds_, fds_refused_};
+  auto drop_fd = [&](Connection& c) {
+    if (c.passed.get() < 0) return;
+    --held_fds_;
+    closer_.close(c.passed.release());
+  };
   std::vector<pollfd> fds;
   while (!conns.empty()) {
     const auto now = Clock::now();
@@ -323,15 +361,21 @@ void Server::serve_pending(const ContextHandler& handler) {
       if (ready && !c.writing) {
         std::optional<std::string> line;
         std::string answer;
-        if (!read_request(c, line, answer)) {
+        if (!read_request(c, line, answer, fd_policy)) {
           c.done = true;
           continue;
         }
         if (line) {
           spdlog::debug("control: request from pid {} uid {}", c.peer.pid, c.peer.uid);
-          RequestContext ctx{c.peer, c.passed};
+          const std::string refusal =
+              c.passed.get() < 0 && c.fds_refused_pending
+                  ? "the daemon is not taking descriptors now: " +
+                        std::to_string(*c.fds_refused_pending) +
+                        " closes pending (a file system that does not answer?); try again later"
+                  : std::string();
+          RequestContext ctx{c.peer, c.passed, refusal};
           answer = answer_line(*line, [&](const nlohmann::json& req) { return handler(req, ctx); });
-          c.passed.reset();  // not taken by the handler: closed now, not with the connection
+          drop_fd(c);  // not taken by the handler: to the closer now, not with the connection
         }
         if (!answer.empty()) {
           c.in.clear();
@@ -357,8 +401,26 @@ void Server::serve_pending(const ContextHandler& handler) {
         c.done = true;
       }
     }
-    std::erase_if(conns, [](const Connection& c) { return c.done; });
+    std::erase_if(conns, [&](Connection& c) {
+      if (c.done) drop_fd(c);
+      return c.done;
+    });
   }
+  for (Connection& c : conns) drop_fd(c);
+  log_refusals(false);
+}
+
+void Server::log_refusals(bool final_line) {
+  // Once per 10 s at most: a client that sends descriptors in a loop must not flood the log.
+  const auto now = Clock::now();
+  if (fds_refused_ == 0 || (!final_line && now - refusal_logged_ < std::chrono::seconds(10)))
+    return;
+  fds_refused_total_ += fds_refused_;
+  spdlog::warn("control: not taking descriptors: {} closes pending (a file system that does not "
+               "answer?); {} requests' descriptors discarded by the kernel ({} since start)",
+               closer_.pending(), fds_refused_, fds_refused_total_);
+  fds_refused_ = 0;
+  refusal_logged_ = now;
 }
 
 }  // namespace iolens::control

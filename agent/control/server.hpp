@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// The daemon's end of the control socket: a unix stream socket the daemon polls with the rest of
-/// its work. Answers are computed inline by the daemon's handler; no threads.
+/// its work. Answers are computed inline by the daemon's handler; the only thread is the
+/// Closer's, which closes the descriptors passed with requests and not kept.
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
+#include "control/closer.hpp"
 #include "control/peer.hpp"
 #include "control/protocol.hpp"
 #include "control/unique_fd.hpp"
@@ -30,8 +33,11 @@ inline constexpr std::size_t kMaxConnectionsPerServe = 64;
 struct RequestContext {
   const Peer& peer;
   /// The descriptor the client sent with its request (SCM_RIGHTS), -1 if none. A handler that
-  /// keeps it takes it (release()); otherwise it is closed with the connection.
+  /// keeps it takes it (release()); otherwise the server's Closer closes it, off the loop.
   UniqueFd& passed_fd;
+  /// Why passed_fd is -1 although the client may have sent one, or empty: the server took no
+  /// descriptors while the request came in ("the daemon is not taking descriptors now: ...").
+  const std::string& fd_refusal;
 };
 
 class Server {
@@ -84,6 +90,13 @@ class Server {
   std::optional<gid_t> group_;
   AccessRule access_rule_;
   bool accept_failing_ = false;  // accept() errors (EMFILE) are logged once, not every poll
+  std::size_t held_fds_ = 0;  // descriptors connections hold, not yet given to closer_
+  std::uint64_t fds_refused_ = 0;  // messages whose descriptors were not taken, since the log
+  std::uint64_t fds_refused_total_ = 0;
+  std::chrono::steady_clock::time_point refusal_logged_{};
+  void log_refusals(bool final_line);
+  // Declared last: destroyed first, after ~Server, waiting a bounded time (kCloserStopWait).
+  Closer closer_;
 };
 
 }  // namespace iolens::control

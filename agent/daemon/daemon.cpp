@@ -1222,6 +1222,8 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
         std::to_string(capture::AsyncOutput::writers_alive()) +
         " outputs of earlier captures are still not closed (their file system does not answer): "
         "no new capture until one is (docs/capture.md)");
+  if (ctx.passed_fd.get() < 0 && !ctx.fd_refusal.empty())
+    throw std::runtime_error(ctx.fd_refusal);  // docs/control.md#limits: a FUSE close stuck
   if (ctx.passed_fd.get() < 0)
     throw control::BadRequest("a capture needs the output file's descriptor with the request "
                               "(iolens capture -o FILE sends it)");

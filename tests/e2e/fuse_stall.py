@@ -4,7 +4,8 @@
 Speaks the kernel's FUSE protocol on /dev/fuse directly (standard library only; no libfuse on
 the test machines). The mount holds one regular file, `f`. LOOKUP, GETATTR, OPEN, RELEASE and
 FLUSH and INIT are answered; WRITE and FSYNC are read and never answered (what a user's own
-FUSE server can do to any process that writes to it); everything else gets ENOSYS. The connection is
+FUSE server can do to any process that writes to it), and FLUSH too with `hold_flush` (every
+close(2) of the file then waits); everything else gets ENOSYS. The connection is
 aborted by stop() (unmount, close of the server's end), which fails the requests left waiting.
 """
 import errno
@@ -28,8 +29,9 @@ def _attr(ino, mode):
 
 
 class StallFs:
-    def __init__(self, mountpoint):
+    def __init__(self, mountpoint, hold_flush=False):
         self.mountpoint = mountpoint
+        self.hold = HELD + ((FLUSH,) if hold_flush else ())
         self.fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
         self.held = []  # opcodes read and never answered
         self.mounted = False
@@ -41,6 +43,7 @@ class StallFs:
                         "fd=%d,rootmode=40000,user_id=0,group_id=0" % self.fd, "iolens-stall",
                         mountpoint], check=True, pass_fds=[self.fd])
         self.mounted = True
+        self.conn = os.minor(os.stat(mountpoint).st_dev)  # /sys/fs/fuse/connections/N
 
     def _reply(self, unique, error=0, body=b""):
         try:
@@ -83,7 +86,7 @@ class StallFs:
                 self._reply(unique, 0, struct.pack("<QIi", 1, 0, 0))
             elif op == RELEASE:
                 self._reply(unique)
-            elif op in HELD:
+            elif op in self.hold:
                 self.held.append(op)  # never answered
             elif op in (FORGET, BATCH_FORGET, INTERRUPT, DESTROY):
                 pass  # no reply expected (INTERRUPT: ignored, as a hostile server would)
@@ -93,9 +96,24 @@ class StallFs:
     def path(self):
         return os.path.join(self.mountpoint, "f")
 
+    def abort(self):
+        """Fails every request the server holds, at once: a held FLUSH would otherwise stall
+        even the umount below (a new process closes inherited descriptors, each close a FLUSH)."""
+        if not self.mounted:
+            return
+        ctl = "/sys/fs/fuse/connections"
+        if not os.path.exists(os.path.join(ctl, str(self.conn))):
+            subprocess.run(["mount", "-t", "fusectl", "fusectl", ctl], capture_output=True)
+        try:
+            with open(os.path.join(ctl, str(self.conn), "abort"), "w") as f:
+                f.write("1")
+        except OSError:
+            pass  # no fusectl: the close of the server's end below aborts it
+
     def stop(self):
         """Unmounts and closes the server's end: the kernel aborts the connection, so every
         request still waiting fails (ENOTCONN) and its caller goes on."""
+        self.abort()
         self.stopping = True
         self.thread.join(5)
         self.mounted = False
