@@ -10,6 +10,13 @@
 
 namespace iolens::cli {
 
+/// Whether `iolens run` asks the node's iolensd to count the command (docs/run.md).
+enum class DaemonUse {
+  Auto,     // when one answers and takes it; else iolens loads its own programs
+  Never,    // --local
+  Require,  // --daemon: fail when iolensd cannot count it
+};
+
 struct RunOptions {
   std::vector<std::string> command;
   std::string json_path;         // empty: no JSON
@@ -21,6 +28,11 @@ struct RunOptions {
   std::size_t top_files = 10;
   uint32_t drain_interval_ms = 1000;
   loader::Options loader;
+  DaemonUse daemon = DaemonUse::Auto;
+  std::string socket = "/run/iolens/iolens.sock";  // iolensd's control socket
+  /// The first option given that only iolens's own programs can honour ("--btf", ...), or
+  /// empty: such a run is counted locally.
+  std::string local_only_option;
 };
 
 /// Runs the command traced. Returns the exit status for iolens itself: the command's status,

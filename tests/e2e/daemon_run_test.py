@@ -1,0 +1,287 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: `iolens run` counted by a running iolensd (docs/run.md#through-iolensd).
+
+One daemon with `runs: P/runs` (P = the test's private cgroup prefix) and `socket_group` set to
+a test group. The workload is tests/workloads/job_workload `io` (static: it opens no file but its
+own), which prints what it did: W bytes written to TAG.out, R bytes read of TAG.in.
+
+1. Daemon path, as root (`--daemon`): exit 0; the JSON says `collector.path` "iolensd" with the
+   job id, the summary says "counted by: iolensd"; the record has exactly the workload's process
+   (pid, ppid = iolens) and its two files with exactly the manifest's opens, closes, reads,
+   writes and bytes, and no other file; `lost` all zero. `strace -f -e trace=bpf` of the CLI
+   shows no BPF_PROG_LOAD and no BPF_MAP_CREATE (no bpf() call at all), and the daemon's
+   loaded program count (`bpftool prog show`) did not grow. The run's cgroup is gone after the
+   run, the daemon wrote no record of it (its client got the counts), status.runs.ended is 1.
+2. The same command with `--local`: same counts; `collector.path` "local", `collector.daemon`
+   "--local"; strace shows program loads.
+3. As nobody with the socket's group (no root, no CAP_BPF): the daemon path counts it exactly
+   too (a user without privileges gets `iolens run`).
+4. Fallback: `--socket` of no daemon: the run is counted locally, exactly, with
+   `collector.daemon` saying why; `--daemon` with that socket fails (exit 1, one line) and does
+   not run the command.
+5. Refusal: a `run` request (raw, on the socket) for pid 1, which is not the peer's child, is
+   answered `denied`; one without the pipe descriptor is `bad_request`; a `run_end` of an
+   unknown run is `failed`. Nothing was created in the run root.
+6. Cleanup: a run whose client is killed (SIGKILL) while its command waits: the daemon moves
+   the command back to where it came from, removes the run's cgroup, writes the job's record to
+   its output directory (nothing counted is lost) and counts it in status.runs.abandoned.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True
+import daemon_common as D  # noqa: E402
+import e2e_common as E  # noqa: E402
+
+W, R = 300000, 200000
+
+
+def file_rows(doc, pid):
+    return {f["path"]: f["counters"] for f in doc.get("files", []) if f.get("pid") == pid}
+
+
+def check_counts(ck, what, doc, manifest, ppid=None):
+    """The record has exactly the manifest's process and files."""
+    pid = manifest["pid"]
+    procs = doc.get("processes", [])
+    ck.eq("%s: process pids" % what, [pid], [p.get("pid") for p in procs])
+    if ppid is not None and procs:
+        ck.eq("%s: ppid of the command" % what, ppid, procs[0].get("ppid"))
+    rows = file_rows(doc, pid)
+    ck.eq("%s: files" % what, sorted(f["path"] for f in manifest["files"]), sorted(rows))
+    for f in manifest["files"]:
+        got = rows.get(f["path"], {})
+        for k in ("opens", "closes", "reads", "writes", "bytes_read", "bytes_written"):
+            ck.eq("%s: %s %s" % (what, os.path.basename(f["path"]), k), f[k], got.get(k))
+    E.check_lost_zero(ck, doc)
+    ck.eq("%s: exit_code" % what, 0, doc.get("exit_code"))
+
+
+def run_cli(ck, d, argv, user=None, strace_out=None, socket=None, timeout=60):
+    """iolens run ARGV (as `user`), stdout a pipe (the manifest); returns (rc, stdout, stderr)."""
+    pre = list(user or [])
+    if strace_out:
+        pre += ["strace", "-f", "-qq", "-e", "trace=bpf", "-o", strace_out]
+    argv = pre + [d.iolens_path, "run", "--socket", socket or d.socket] + argv
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       stdin=subprocess.DEVNULL, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def manifest_of(ck, what, out):
+    lines = [x for x in out.splitlines() if x.strip()]
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        ck.fail("%s: no manifest on stdout: %r" % (what, out[-300:]))
+        return None
+
+
+def load(ck, what, path):
+    try:
+        return E.load_json_strict(path)
+    except (OSError, ValueError) as e:
+        ck.fail("%s: no JSON record %s: %s" % (what, path, e))
+        return None
+
+
+def bpf_prog_count():
+    r = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
+    try:
+        return len(json.loads(r.stdout))
+    except ValueError:
+        return None
+
+
+def strace_calls(path):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    return {c: text.count(c) for c in ("BPF_PROG_LOAD", "BPF_MAP_CREATE", "bpf(")}
+
+
+def run_children(cg_abs):
+    try:
+        return sorted(n for n in os.listdir(cg_abs) if n.startswith("run-"))
+    except FileNotFoundError:
+        return []
+
+
+def main():
+    args = D.parse_args()
+    D.require_root()
+    ck = E.Checker("daemon_run")
+    cg = D.Cgroups()
+    cg.mkdir("")
+    runs_rel = cg.rel("runs")
+    runs_abs = cg.abs("runs")
+    # The daemon makes the run root; the tree's cleanup must find it (and any run left).
+    D.Cleanup.register("remove " + runs_abs, lambda: cg.remove_tree("runs"))
+
+    group, gid = D.make_group(ck, "run")
+
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/jobs/*"]}' % cg.prefix,
+                 extra_config="runs: %s\nsocket_group: %s\n" % (runs_rel, group), tag="run",
+                 iolens=args.iolens)
+    st = d.start(ck)
+    ck.eq("status.runs.root", runs_rel, st.get("runs", {}).get("root"))
+    ck.check(os.path.isdir(runs_abs), "run root %s not created" % runs_abs)
+
+    data = D.tempdir("run-data")
+    os.chmod(data, 0o777)  # nobody writes there too
+    for tag in ("a", "b", "c", "f", "k"):
+        with open(os.path.join(data, tag + ".in"), "wb") as f:
+            f.write(os.urandom(R))
+    os.chmod(data, 0o755)
+    nobody_dir = os.path.join(data, "nobody")
+    os.mkdir(nobody_dir)
+    with open(os.path.join(nobody_dir, "c.in"), "wb") as f:
+        f.write(os.urandom(R))
+    os.chown(nobody_dir, 65534, gid)
+    os.chown(os.path.join(nobody_dir, "c.in"), 65534, gid)
+
+    def wl(dirpath, tag, *extra):
+        return ["--", args.workload, "io", dirpath, tag, str(W), str(R)] + list(extra)
+
+    # 1. The daemon path, as root.
+    progs_before = bpf_prog_count()
+    j1 = os.path.join(data, "a.json")
+    trace1 = os.path.join(data, "a.strace")
+    rc, out, err = run_cli(ck, d, ["--daemon", "--json", j1] + wl(data, "a"), strace_out=trace1)
+    ck.eq("daemon path: exit (stderr %r)" % err[-500:], 0, rc)
+    m1 = manifest_of(ck, "daemon path", out)
+    doc1 = load(ck, "daemon path", j1)
+    if m1 and doc1:
+        col = doc1.get("collector", {})
+        ck.eq("daemon path: collector.path", "iolensd", col.get("path"))
+        ck.check(str(col.get("job", "")).startswith("cgroup/" + runs_rel.lstrip("/") + "/run-"),
+                 "daemon path: collector.job %r is not a job of the run root" % col.get("job"))
+        ck.check("counted by: iolensd" in err, "daemon path: summary has no 'counted by: iolensd'")
+        check_counts(ck, "daemon path", doc1, m1)
+    calls = strace_calls(trace1)
+    if ck.check(calls is not None, "no strace output %s" % trace1):
+        ck.eq("daemon path: bpf() calls of iolens (strace)", 0, calls["bpf("])
+    progs_after = bpf_prog_count()
+    if progs_before is not None and progs_after is not None:
+        ck.check(progs_after <= progs_before,
+                 "daemon path: loaded programs grew from %d to %d" % (progs_before, progs_after))
+    ck.eq("daemon path: run cgroups left", [], run_children(runs_abs))
+    st = d.status()
+    ck.eq("status.runs.ended after the daemon-path runs", 1, st["runs"]["ended"])
+    ck.eq("status.runs.live", 0, st["runs"]["live"])
+    ck.eq("records written by the daemon for runs its clients ended", [], d.record_files())
+
+    # 2. The same with --local: the same counts, another collector.
+    j2 = os.path.join(data, "b.json")
+    trace2 = os.path.join(data, "b.strace")
+    rc, out, err = run_cli(ck, d, ["--local", "--json", j2] + wl(data, "b"), strace_out=trace2)
+    ck.eq("--local: exit (stderr %r)" % err[-500:], 0, rc)
+    m2, doc2 = manifest_of(ck, "--local", out), load(ck, "--local", j2)
+    if m2 and doc2:
+        ck.eq("--local: collector", {"path": "local", "daemon": "--local"}, doc2.get("collector"))
+        check_counts(ck, "--local", doc2, m2)
+    calls = strace_calls(trace2)
+    if calls is not None:
+        ck.check(calls["BPF_PROG_LOAD"] > 0, "--local: strace shows no BPF_PROG_LOAD")
+
+    # 3. As nobody, with the socket's group: no privilege needed.
+    j3 = os.path.join(nobody_dir, "c.json")
+    nobody = ["setpriv", "--reuid=65534", "--regid=%d" % gid, "--clear-groups"]
+    rc, out, err = run_cli(ck, d, ["--daemon", "--json", j3] + wl(nobody_dir, "c"), user=nobody)
+    ck.eq("as nobody: exit (stderr %r)" % err[-500:], 0, rc)
+    m3, doc3 = manifest_of(ck, "as nobody", out), load(ck, "as nobody", j3)
+    if m3 and doc3:
+        ck.eq("as nobody: collector.path", "iolensd", doc3.get("collector", {}).get("path"))
+        check_counts(ck, "as nobody", doc3, m3)
+
+    # 4. Fallback: no daemon at that socket.
+    nosock = os.path.join(data, "no.sock")
+    j4 = os.path.join(data, "f.json")
+    rc, out, err = run_cli(ck, d, ["--json", j4] + wl(data, "f"), socket=nosock)
+    ck.eq("fallback: exit (stderr %r)" % err[-500:], 0, rc)
+    m4, doc4 = manifest_of(ck, "fallback", out), load(ck, "fallback", j4)
+    if m4 and doc4:
+        col = doc4.get("collector", {})
+        ck.eq("fallback: collector.path", "local", col.get("path"))
+        ck.check("cannot connect" in col.get("daemon", ""),
+                 "fallback: collector.daemon %r does not say why" % col.get("daemon"))
+        check_counts(ck, "fallback", doc4, m4)
+    rc, out, err = run_cli(ck, d, ["--daemon"] + wl(data, "g"), socket=nosock)
+    ck.eq("--daemon without a daemon: exit", 1, rc)
+    ck.check("--daemon:" in err and "cannot connect" in err,
+             "--daemon without a daemon: stderr %r" % err)
+    ck.check(not os.path.exists(os.path.join(data, "g.out")),
+             "--daemon without a daemon ran the command")
+    j5 = os.path.join(data, "t.json")
+    rc, out, err = run_cli(ck, d, ["--trace", os.path.join(data, "t.trace"), "--json", j5] +
+                           wl(data, "f"))
+    ck.eq("--trace: exit (stderr %r)" % err[-300:], 0, rc)
+    doc5 = load(ck, "--trace", j5)
+    if doc5:
+        ck.eq("--trace: collector", {"path": "local",
+                                     "daemon": "--trace needs iolens's own programs"},
+              doc5.get("collector"))
+
+    # 5. Refusals, on the raw socket.
+    rd, wr = os.pipe()
+    try:
+        a = D.control(d.socket, {"cmd": "run", "pid": 1}, fds=[rd])
+        ck.eq("run of pid 1 (not the peer's child): code", "denied", a.get("code"))
+        ck.check("not a child" in a.get("error", ""), "run of pid 1: error %r" % a.get("error"))
+        a = d.request({"cmd": "run", "pid": os.getpid()})
+        ck.eq("run without the pipe: code", "bad_request", a.get("code"))
+        a = D.control(d.socket, {"cmd": "run_end", "run": 999999}, fds=[rd])
+        ck.eq("run_end of no run: code", "failed", a.get("code"))
+    finally:
+        os.close(rd)
+        os.close(wr)
+    ck.eq("run cgroups after refusals", [], run_children(runs_abs))
+    ck.check(d.status()["runs"]["refused"] >= 1, "status.runs.refused did not count pid 1")
+
+    # 6. The client killed mid-run: the daemon cleans up and keeps the counts.
+    p = subprocess.Popen([d.iolens_path, "run", "--daemon", "--socket", d.socket, "-q"] +
+                         wl(data, "k", "--gate-mid"),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = D.read_json_line(ck, p, "killed client's workload gate")
+    kids = D.wait_for("the killed client's run cgroup", lambda: run_children(runs_abs), 10)
+    wl_pid = line.get("pid") if line else None
+    if line and kids:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        ck.check(D.wait_for("the run cgroup to go", lambda: not run_children(runs_abs), 10),
+                 "run cgroup %s left after its client was killed" % kids)
+        with open("/proc/%d/cgroup" % wl_pid) as f:
+            now_in = f.read()
+        with open("/proc/self/cgroup") as f:
+            mine = f.read()
+        ck.eq("the command's cgroup after its client died (back where it came from)", mine,
+              now_in)
+        rec = D.wait_for("the killed run's record", lambda: d.records(), 15)
+        ck.check(rec, "no job record written for the killed client's run")
+        if rec:
+            doc = list(rec.values())[0]
+            rows = file_rows(doc, wl_pid)
+            got = rows.get(os.path.join(data, "k.out"), {}).get("bytes_written")
+            ck.eq("killed client's run: bytes written before the kill, in the daemon's record",
+                  W, got)
+        ck.eq("status.runs.abandoned", 1, d.status()["runs"]["abandoned"])
+    else:
+        ck.fail("the killed-client case did not start (gate %r, cgroups %r); log:\n%s" %
+                (line, kids, d.log()[-2000:]))
+    p.stdin.close()  # the workload goes on (untraced now) and ends
+    p.stdout.read()
+
+    rc, _ = d.stop()
+    ck.eq("iolensd exit", 0, rc)
+    ck.check(not os.path.exists(runs_abs), "run root %s left after the stop" % runs_abs)
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
