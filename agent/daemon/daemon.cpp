@@ -133,7 +133,9 @@ class Daemon {
   void log_unexcluded(int64_t now, bool force = false);
   /// Trace entries that were missing while the job ran, over its cgroup: its lost.untraced_cgroups.
   uint64_t untraced_cgroups_of(const Job& job) const;
-  void drain();
+  /// `may_save`: false on a client's request path (run_end), which must not wait for a save
+  /// and its fsync; the loop's next drain saves.
+  void drain(bool may_save = true);
   void write_closed();
   /// Writes a job's record and, with darshan_logs, its Darshan log from the same snapshot
   /// (whose end becomes now for a job that has none: Darshan's header needs one).
@@ -658,7 +660,7 @@ loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, 
   return loader::Loader::Disposition::RemoveLive;
 }
 
-void Daemon::drain() {
+void Daemon::drain(bool may_save) {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
   learn_uids();  // processes that arrived with these events, while they are alive
@@ -721,7 +723,7 @@ void Daemon::drain() {
   if (moved) state_dirty_ = true;
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
   // than the drains (a burst of new files); the marker stays until the next save.
-  checkpoint();
+  if (may_save) checkpoint();
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
   drain_hist_.observe(static_cast<double>(last_drain_ - t0) / 1e9);
@@ -1399,8 +1401,9 @@ nlohmann::json Daemon::end_run(const nlohmann::json& req, control::RequestContex
     throw control::BadRequest("run_end needs a memfd passed with the request (SCM_RIGHTS)" +
                               (ctx.fd_refusal.empty() ? std::string() : ": " + ctx.fd_refusal));
   close_run_cgroup(run);
-  drain();
-  drain();  // the first pass may have learnt of exits; the second moves their records out
+  // Not saved here: a save (and its fsync) would make the client wait; the loop saves soon.
+  drain(false);
+  drain(false);  // the first pass may have learnt of exits; the second moves their records out
   Job* job = table_->find(run.job_id);
   if (!job) {
     runs_.erase(it);
