@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "control/client.hpp"
 #include "loader/loader.hpp"
 
 namespace iolens::cli {
@@ -29,7 +30,7 @@ struct RunOptions {
   uint32_t drain_interval_ms = 1000;
   loader::Options loader;
   DaemonUse daemon = DaemonUse::Auto;
-  std::string socket = "/run/iolens/iolens.sock";  // iolensd's control socket
+  std::string socket = control::kDefaultSocketPath;  // iolensd's control socket
   /// The first option given that only iolens's own programs can honour ("--btf", ...), or
   /// empty: such a run is counted locally.
   std::string local_only_option;
