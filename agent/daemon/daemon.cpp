@@ -1391,9 +1391,13 @@ nlohmann::json Daemon::end_run(const nlohmann::json& req, control::RequestContex
   if (it == runs_.end())
     throw std::runtime_error("no run " + id_it->dump() + " in this iolensd (restarted?)");
   Run& run = it->second;
-  if (ctx.peer.uid != 0 && ctx.peer.uid != run.uid && ctx.peer.uid != geteuid())
-    throw control::Denied("run " + std::to_string(run.id) + " is uid " +
-                          std::to_string(run.uid) + "'s");
+  // Only the client that started it ends it: the same process (run ids start again at 1 in a
+  // restarted daemon, so another client's id may name this run), of the same uid.
+  if (ctx.peer.pid != run.client || (ctx.peer.uid != 0 && ctx.peer.uid != run.uid))
+    throw control::Denied("run " + std::to_string(run.id) + " was started by pid " +
+                          std::to_string(run.client) + " uid " + std::to_string(run.uid) +
+                          ", not pid " + std::to_string(ctx.peer.pid) + " uid " +
+                          std::to_string(ctx.peer.uid));
   // The counts go into a memfd the client made: writing it never waits for anyone (a pipe, or
   // a file on a FUSE mount, could stall the loop). Only shmem files answer F_GET_SEALS.
   const int out = ctx.passed_fd.get();
