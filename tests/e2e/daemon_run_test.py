@@ -29,6 +29,9 @@ own), which prints what it did: W bytes written to TAG.out, R bytes read of TAG.
 6. Cleanup: a run whose client is killed (SIGKILL) while its command waits: the daemon moves
    the command back to where it came from, removes the run's cgroup, writes the job's record to
    its output directory (nothing counted is lost) and counts it in status.runs.abandoned.
+7. The daemon killed (SIGKILL) mid-run and restarted: the run's cgroup is an orphan of the new
+   daemon, removed once the command ends, and its record (exact counts) written to the output
+   directory; the client exits 1 saying it has no counts.
 """
 import json
 import os
@@ -131,7 +134,7 @@ def main():
 
     data = D.tempdir("run-data")
     os.chmod(data, 0o777)  # nobody writes there too
-    for tag in ("a", "b", "c", "f", "k"):
+    for tag in ("a", "b", "c", "f", "k", "r"):
         with open(os.path.join(data, tag + ".in"), "wb") as f:
             f.write(os.urandom(R))
     os.chmod(data, 0o755)
@@ -286,6 +289,38 @@ def main():
                 (line, kids, d.log()[-2000:]))
     p.stdin.close()  # the workload goes on (untraced now) and ends
     p.stdout.read()
+
+    # 7. The daemon killed (SIGKILL) during a run and started again: the run's cgroup stays a
+    # job of the new daemon (the pinned programs counted on), which removes it once the command
+    # is gone and writes its record with exact counts; the client says it has no counts.
+    before = set(d.record_files())
+    p = subprocess.Popen([d.iolens_path, "run", "--daemon", "--socket", d.socket, "-q"] +
+                         wl(data, "r", "--gate-mid"),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = D.read_json_line(ck, p, "restart case's workload gate")
+    kids = run_children(runs_abs)
+    d.kill9()
+    d.restart(ck)
+    ck.eq("run cgroups kept by the restarted daemon", kids, run_children(runs_abs))
+    ck.eq("status.runs.orphans after the restart", 1, d.status()["runs"]["orphans"])
+    p.stdin.close()
+    out, err = p.stdout.read(), p.stderr.read()
+    p.wait(timeout=60)
+    m7 = manifest_of(ck, "restart case", out.decode())
+    ck.eq("restart case: iolens exit (no counts from the new daemon)", 1, p.returncode)
+    ck.check(b"could not be had" in err, "restart case: stderr %r" % err[-300:])
+    new = D.wait_for("the restart case's record",
+                     lambda: set(d.record_files()) - before, 15)
+    ck.eq("run cgroups after the orphan's command ended", [], run_children(runs_abs))
+    if ck.check(new, "no record of the run after the daemon's restart") and m7 and line:
+        doc = load(ck, "restart case record", sorted(new)[0])
+        rows = file_rows(doc or {}, m7["pid"])
+        for f in m7["files"]:
+            got = rows.get(f["path"], {})
+            for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
+                ck.eq("restart case: %s %s" % (os.path.basename(f["path"]), k), f[k],
+                      got.get(k))
+    ck.eq("status.runs.orphans at the end", 0, d.status()["runs"]["orphans"])
 
     rc, _ = d.stop()
     ck.eq("iolensd exit", 0, rc)
