@@ -9,7 +9,8 @@ own), which prints what it did: W bytes written to TAG.out, R bytes read of TAG.
 1. Daemon path, as root (`--daemon`): exit 0; the JSON says `collector.path` "iolensd" with the
    job id, the summary says "counted by: iolensd"; the record has exactly the workload's process
    (pid, ppid = iolens) and its two files with exactly the manifest's opens, closes, reads,
-   writes and bytes, and no other file; `lost` all zero. `strace -f -e trace=bpf` of the CLI
+   writes and bytes, and no other file; `lost` all zero; its --darshan log (read by
+   darshan_test.py's independent reader) has one rank and the same counts. `strace -f -e trace=bpf` of the CLI
    shows no bpf() call at all (no program loaded, no map created). (The node's count of loaded
    programs is no proof: other tests load theirs meanwhile.) The run's cgroup is gone after the
    run, the daemon wrote no record of it (its client got the counts). Then 80 runs of `true` in
@@ -41,6 +42,7 @@ import sys
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
+import darshan_test as DT  # noqa: E402  (its independent Darshan log reader)
 import e2e_common as E  # noqa: E402
 
 W, R = 300000, 200000
@@ -150,8 +152,10 @@ def main():
 
     # 1. The daemon path, as root.
     j1 = os.path.join(data, "a.json")
+    dl1 = os.path.join(data, "a.darshan")
     trace1 = os.path.join(data, "a.strace")
-    rc, out, err = run_cli(ck, d, ["--daemon", "--json", j1] + wl(data, "a"), strace_out=trace1)
+    rc, out, err = run_cli(ck, d, ["--daemon", "--json", j1, "--darshan", dl1] + wl(data, "a"),
+                           strace_out=trace1)
     ck.eq("daemon path: exit (stderr %r)" % err[-500:], 0, rc)
     m1 = manifest_of(ck, "daemon path", out)
     doc1 = load(ck, "daemon path", j1)
@@ -162,6 +166,17 @@ def main():
                  "daemon path: collector.job %r is not a job of the run root" % col.get("job"))
         ck.check("counted by: iolensd" in err, "daemon path: summary has no 'counted by: iolensd'")
         check_counts(ck, "daemon path", doc1, m1)
+        # The Darshan log, read by the independent reader: one rank, the manifest's counts.
+        with open(dl1, "rb") as f:
+            log = DT.parse(ck, f.read())
+        ck.eq("daemon path: Darshan nprocs", 1, log["nprocs"])
+        by_path = {log["names"].get(r["id"]): r["c"] for r in log["recs"]}
+        for f in m1["files"]:
+            c = by_path.get(f["path"], {})
+            for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
+                ck.eq("daemon path: Darshan %s POSIX_%s" % (os.path.basename(f["path"]),
+                                                           k.upper()),
+                      f[k], c.get(k.upper()))
     calls = strace_calls(trace1)
     if ck.check(calls is not None, "no strace output %s" % trace1):
         ck.eq("daemon path: bpf() calls of iolens (strace)", 0, calls["bpf("])
