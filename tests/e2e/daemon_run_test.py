@@ -33,6 +33,8 @@ own), which prints what it did: W bytes written to TAG.out, R bytes read of TAG.
 7. The daemon killed (SIGKILL) mid-run and restarted: the run's cgroup is an orphan of the new
    daemon, removed once the command ends, and its record (exact counts) written to the output
    directory; the client exits 1 saying it has no counts.
+8. The daemon stopped (SIGTERM) mid-run: the run's cgroup is removed, its job written as a
+   closed record with what was counted; the client exits 1; no run root is left.
 """
 import json
 import os
@@ -136,7 +138,7 @@ def main():
 
     data = D.tempdir("run-data")
     os.chmod(data, 0o777)  # nobody writes there too
-    for tag in ("a", "b", "c", "f", "k", "r"):
+    for tag in ("a", "b", "c", "f", "k", "r", "s"):
         with open(os.path.join(data, tag + ".in"), "wb") as f:
             f.write(os.urandom(R))
     os.chmod(data, 0o755)
@@ -337,8 +339,28 @@ def main():
                       got.get(k))
     ck.eq("status.runs.orphans at the end", 0, d.status()["runs"]["orphans"])
 
+    # 8. The daemon stopped (SIGTERM) during a run: the run's cgroup goes with it, its job is
+    # written as a closed record with what was counted (the write before the gate); the client
+    # exits 1 saying it has no counts.
+    before = set(d.record_files())
+    p = subprocess.Popen([d.iolens_path, "run", "--daemon", "--socket", d.socket, "-q"] +
+                         wl(data, "s", "--gate-mid"),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = D.read_json_line(ck, p, "stop case's workload gate")
     rc, _ = d.stop()
     ck.eq("iolensd exit", 0, rc)
+    p.stdin.close()
+    out, err = p.stdout.read(), p.stderr.read()
+    p.wait(timeout=60)
+    ck.eq("stop case: iolens exit", 1, p.returncode)
+    ck.check(b"could not be had" in err, "stop case: stderr %r" % err[-300:])
+    new = set(d.record_files()) - before
+    if ck.check(new, "no record of the run the stop ended") and line:
+        doc = load(ck, "stop case record", sorted(new)[0]) or {}
+        ck.eq("stop case: record state", "closed", doc.get("job", {}).get("state"))
+        rows = file_rows(doc, line.get("pid"))
+        ck.eq("stop case: bytes written before the stop",
+              W, rows.get(os.path.join(data, "s.out"), {}).get("bytes_written"))
     ck.check(not os.path.exists(runs_abs), "run root %s left after the stop" % runs_abs)
     ck.finish()
 
