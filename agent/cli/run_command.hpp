@@ -36,11 +36,13 @@ struct RunOptions {
   std::string local_only_option;
 };
 
-/// Runs the command traced. Returns the exit status for iolens itself: the command's status,
-/// or 1 (iolens could not trace; one line on stderr says why; the command did not run), or 2
-/// (an output refused or not creatable, or a malformed SUDO_UID/SUDO_GID; the command did not
-/// run). Under sudo the command runs as the invoking user and the outputs
-/// are created as that user (cli/invoker.hpp).
+/// Runs the command traced: counted by the node's iolensd when it takes it (opts.daemon,
+/// docs/run.md), else by iolens's own programs. Returns the exit status for iolens itself: the
+/// command's status, or 1 (iolens could not trace; one line on stderr says why; the command did
+/// not run; or, on the daemon path, the command ran but its counts could not be had), or 2 (an
+/// output refused or not creatable, or a malformed SUDO_UID/SUDO_GID; the command did not run).
+/// Under sudo the command runs as the invoking user and the outputs are created as that user
+/// (cli/invoker.hpp).
 int run_traced(const RunOptions& opts);
 
 }  // namespace iolens::cli
