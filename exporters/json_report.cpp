@@ -159,6 +159,12 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   j["files"] = std::move(files);
   j["coverage"] = run_coverage_json(run);
   j["not_attached"] = run.not_attached;
+  if (!run.collector.empty()) {
+    json c = {{"path", run.collector}};
+    if (run.collector == "iolensd") c["job"] = run.collector_note;
+    else if (!run.collector_note.empty()) put_string(c, "daemon", run.collector_note);
+    j["collector"] = std::move(c);
+  }
   j["lost"] = run.lost;
   j["folded_records"] = run.folded_records;
 

@@ -230,6 +230,12 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   out += "\nlost:" + (lost.empty() ? std::string(" nothing") : lost) + "\n";
   for (const auto& [prog, why] : run.not_attached)
     out += fmt("not attached: %s (%s): not seen in this run\n", prog.c_str(), why.c_str());
+  if (run.collector == "iolensd")
+    out += "counted by: iolensd (job " + printable(run.collector_note) + ")\n";
+  else if (!run.collector.empty())
+    out += "counted by: iolens's own programs" +
+           (run.collector_note.empty() ? std::string() : " (" + printable(run.collector_note) + ")") +
+           "\n";
   return out;
 }
 

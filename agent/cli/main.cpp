@@ -59,6 +59,16 @@ int main(int argc, char** argv) {
                   "io_uring, writeback, block hooks; repeatable); listed as not attached")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  bool local = false, need_daemon = false;
+  auto* local_flag = cmd->add_flag(
+      "--local", local,
+      "Load iolens's own kernel programs even when the node's iolensd could count the command");
+  cmd->add_flag("--daemon", need_daemon,
+                "Only let the node's iolensd count the command: fail when it cannot (no daemon, "
+                "runs off, an option it cannot honour)")
+      ->excludes(local_flag);
+  cmd->add_option("--socket", run.socket, "iolensd's control socket, for the daemon path")
+      ->capture_default_str();
   cmd->add_flag("-v,--verbose", verbose, "Debug logs, including libbpf's");
   cmd->add_option("command", run.command, "The command to trace, after --")->required();
   cmd->positionals_at_end();
@@ -76,6 +86,12 @@ int main(int argc, char** argv) {
                ? queries.usage_error(app, e)
                : app.exit(e);
   }
+  run.daemon = local ? iolens::cli::DaemonUse::Never
+              : need_daemon ? iolens::cli::DaemonUse::Require
+                            : iolens::cli::DaemonUse::Auto;
+  // What only iolens's own programs can do: the daemon's are loaded already, its own way.
+  for (const char* o : {"--trace", "--btf", "--max-file-records", "--disable-program"})
+    if (run.local_only_option.empty() && cmd->count(o) > 0) run.local_only_option = o;
   if (queries.given()) return queries.run();
   if (capture_cmd->parsed()) return iolens::cli::run_capture(capture);
   if (convert_cmd->parsed()) return iolens::cli::run_convert(convert);

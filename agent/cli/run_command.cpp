@@ -22,6 +22,8 @@
 
 #include "capture/trace_session.hpp"
 #include "cli/child.hpp"
+#include "cli/daemon_run.hpp"
+#include "cli/forwarding.hpp"
 #include "cli/invoker.hpp"
 #include "cli/output_file.hpp"
 #include "core/events.hpp"
@@ -38,26 +40,6 @@
 
 namespace iolens::cli {
 namespace {
-
-volatile sig_atomic_t g_child = -1;
-
-/// Forwards SIGINT/SIGTERM/SIGHUP sent to iolens by a process (kill, systemd, a scheduler) to the
-/// command. Signals from the terminal (si_code SI_KERNEL) already reached the command through
-/// its process group; forwarding them too would deliver them twice.
-void forward_signal(int sig, siginfo_t* info, void*) {
-  if (g_child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(g_child, sig);
-}
-
-void install_forwarding() {
-  // An inherited SIG_IGN for SIGCHLD would make the kernel reap the command itself, and its exit
-  // status would be lost.
-  signal(SIGCHLD, SIG_DFL);
-  struct sigaction sa {};
-  sa.sa_sigaction = forward_signal;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(s, &sa, nullptr);
-}
 
 uint64_t now_ns(clockid_t clk) {
   timespec ts{};
@@ -214,6 +196,19 @@ int run_traced(const RunOptions& opts) {
     }
   } json_closer{json_fd}, darshan_closer{darshan_fd}, trace_closer{trace_fd};
 
+  // Counted by the node's iolensd when one answers: no program to load (cli/daemon_run.hpp).
+  std::string no_daemon;  // why not, for -v and the record
+  if (opts.daemon != DaemonUse::Never) {
+    if (auto code = run_via_daemon(opts, invoker, json_fd, darshan_fd, no_daemon)) return *code;
+    if (opts.daemon == DaemonUse::Require) {
+      error_line("--daemon: " + no_daemon);
+      return 1;
+    }
+    spdlog::debug("not counted by iolensd: {}; loading iolens's own programs", no_daemon);
+  } else {
+    no_daemon = "--local";
+  }
+
   Status st;
   auto loader = loader::Loader::create(opts.loader, st);
   if (!loader) {
@@ -221,11 +216,8 @@ int run_traced(const RunOptions& opts) {
     return 1;
   }
 
-  core::ClockBase clock;
-  clock.start_mono_ns = now_ns(CLOCK_MONOTONIC);
-  clock.mono_to_wall_ns =
-      static_cast<int64_t>(now_ns(CLOCK_REALTIME)) - static_cast<int64_t>(now_ns(CLOCK_MONOTONIC));
-  const int64_t start_wall = static_cast<int64_t>(clock.start_mono_ns) + clock.mono_to_wall_ns;
+  int64_t start_wall = 0;
+  const core::ClockBase clock = run_clock_now(start_wall);
 
   install_forwarding();
   SuspendedChild child;
@@ -281,9 +273,9 @@ int run_traced(const RunOptions& opts) {
       trace->sync(rec);
     }
   };
-  g_child = child.pid();
+  set_forwarded_child(child.pid());
   if (Status s = child.release(); !s) {
-    g_child = -1;
+    set_forwarded_child(-1);
     error_line("cannot run '" + opts.command[0] + "': " + s.message);
     return s.err == ENOENT ? 127 : 126;
   }
@@ -341,7 +333,7 @@ int run_traced(const RunOptions& opts) {
     sigprocmask(SIG_BLOCK, &hold, &old);
     const pid_t r = waitpid(child.pid(), &wait_status, WNOHANG);
     const int wait_errno = errno;
-    if (r == child.pid()) g_child = -1;
+    if (r == child.pid()) set_forwarded_child(-1);
     sigprocmask(SIG_SETMASK, &old, nullptr);
     if (r == child.pid()) {
       reaped = true;
@@ -367,7 +359,7 @@ int run_traced(const RunOptions& opts) {
     // Poll faster while the map is filling, so a burst of new files is drained in time.
     sleep_ms(in_map * 4 > loader->max_file_records() ? 1 : 10);
   }
-  g_child = -1;
+  set_forwarded_child(-1);
   const uint64_t end_mono = now_ns(CLOCK_MONOTONIC);
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
@@ -405,6 +397,8 @@ int run_traced(const RunOptions& opts) {
   core::RunSnapshot snap = rec.snapshot(clock);
   snap.block = run_block_devices(*loader, rec);
   snap.command = opts.command;
+  snap.collector = "local";
+  snap.collector_note = no_daemon;
   for (const auto& p : loader->programs())
     if (!p.attached) snap.not_attached[p.name] = p.error.empty() ? "not attached" : p.error;
   if (reaped)

@@ -408,6 +408,14 @@ std::string format_status(const json& status) {
       text += ", " + human_count(*procs) + " processes folded";
     out += labelled("records", text);
   }
+  // Runs of `iolens run` (docs/run.md): only when the daemon has a run root.
+  if (const json* runs = field(status, "runs"); runs != nullptr && runs->is_object()) {
+    if (const auto root = text_of(*runs, "root"); root && !root->empty())
+      out += labelled("runs", *root + ": " + number_text(*runs, "live") + " live, " +
+                                  number_text(*runs, "ended") + " ended, " +
+                                  number_text(*runs, "abandoned") + " abandoned, " +
+                                  number_text(*runs, "refused") + " refused");
+  }
   if (const json* restart = field(status, "restart"); restart != nullptr && restart->is_object()) {
     const auto resumed = bool_of(*restart, "resumed");
     std::string text = !resumed ? kMissing : *resumed ? "resumed" : "fresh start";

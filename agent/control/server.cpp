@@ -374,7 +374,11 @@ void Server::serve_pending(const ContextHandler& handler) {
                         " closes pending (a file system that does not answer?); try again later"
                   : std::string();
           RequestContext ctx{c.peer, c.passed, refusal};
+          const bool had_fd = c.passed.get() >= 0;
           answer = answer_line(*line, [&](const nlohmann::json& req) { return handler(req, ctx); });
+          // Taken by the handler (a capture's output, a run's pipe): no longer the server's to
+          // count. Counted until then, 64 kept descriptors stopped the server from taking any.
+          if (had_fd && c.passed.get() < 0) --held_fds_;
           drop_fd(c);  // not taken by the handler: to the closer now, not with the connection
         }
         if (!answer.empty()) {

@@ -75,6 +75,12 @@ struct RunSnapshot {
   /// The block layer per device: the run's processes' bios and requests (docs/counters.md
   /// "Block layer (ABI 7)"), by device number. Empty when the block programs did not attach.
   std::vector<BlockDeviceSnapshot> block;
+  /// Which programs counted the run (docs/run-json.md#collector): "local" (iolens loaded its
+  /// own) or "iolensd" (the node's daemon counted it); empty: not a run (a daemon's job).
+  std::string collector;
+  /// With "iolensd": the daemon's job id. With "local": why no daemon was used, if one was
+  /// tried ("no iolensd at /run/iolens/iolens.sock", "--trace needs local programs", ...).
+  std::string collector_note;
 };
 
 }  // namespace iolens::core

@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -34,6 +36,7 @@
 #include "daemon/job_metrics.hpp"
 #include "daemon/job_table.hpp"
 #include "daemon/job_writer.hpp"
+#include "daemon/runs.hpp"
 #include "daemon/state_file.hpp"
 #include "daemon/metrics_server.hpp"
 #include "exporters/darshan_log.hpp"
@@ -130,7 +133,9 @@ class Daemon {
   void log_unexcluded(int64_t now, bool force = false);
   /// Trace entries that were missing while the job ran, over its cgroup: its lost.untraced_cgroups.
   uint64_t untraced_cgroups_of(const Job& job) const;
-  void drain();
+  /// `may_save`: false on a client's request path (run_end), which must not wait for a save
+  /// and its fsync; the loop's next drain saves.
+  void drain(bool may_save = true);
   void write_closed();
   /// Writes a job's record and, with darshan_logs, its Darshan log from the same snapshot
   /// (whose end becomes now for a job that has none: Darshan's header needs one).
@@ -169,6 +174,21 @@ class Daemon {
   void end_capture_for_stop();
   nlohmann::json status_json();
   std::optional<std::string> resolve_cgroup(uint64_t id);
+  // Runs (docs/run.md#through-iolensd): `iolens run` counted by this daemon's programs.
+  /// Opens the run root and removes the empty run cgroups an earlier daemon left (the others
+  /// stay as orphans, ended once empty). False: a configured root that cannot be used.
+  bool setup_runs();
+  nlohmann::json start_run(const nlohmann::json& req, control::RequestContext& ctx);
+  nlohmann::json end_run(const nlohmann::json& req, control::RequestContext& ctx);
+  /// Moves what is left in the run's cgroup back to where the command came from, removes the
+  /// cgroup and closes its job in the table (not yet written: the caller decides).
+  void close_run_cgroup(Run& run);
+  /// Ends the runs whose client is gone (their jobs are then written as any job's) and the
+  /// orphans whose cgroup has emptied.
+  void service_runs();
+  /// The run's job leaves the table as write_closed() would take it, without a record: its
+  /// client has the counts.
+  void take_run_job(const std::string& id);
 
   DaemonOptions opts_;
   jobs::Config cfg_;
@@ -249,6 +269,12 @@ class Daemon {
   FileClassifier classifier_;
   std::string node_;
   std::unique_ptr<Capture> capture_;  // the running capture, or the last one (for its status)
+  std::unique_ptr<RunCgroups> run_cg_;  // null: runs are off (no `runs:`)
+  std::map<uint64_t, Run> runs_;
+  std::vector<std::string> run_orphans_;  // run cgroups an earlier daemon left, still populated
+  uint64_t next_run_ = 1;
+  int64_t orphans_checked_ = 0;
+  uint64_t runs_started_ = 0, runs_ended_ = 0, runs_abandoned_ = 0, runs_refused_ = 0;
   uint64_t next_capture_id_ = 1;
   struct Retained {
     core::JobMetrics metrics;
@@ -397,6 +423,7 @@ bool Daemon::setup() {
   start_mono_ = clock_ns(CLOCK_MONOTONIC);
   start_wall_ = clock_ns(CLOCK_REALTIME);
   mono_to_wall_ = start_wall_ - start_mono_;
+  if (!setup_runs()) return false;
   new_table();
   resume();
   const int64_t in_map = loader_->map_entries("files");
@@ -633,7 +660,7 @@ loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, 
   return loader::Loader::Disposition::RemoveLive;
 }
 
-void Daemon::drain() {
+void Daemon::drain(bool may_save) {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
   learn_uids();  // processes that arrived with these events, while they are alive
@@ -696,7 +723,7 @@ void Daemon::drain() {
   if (moved) state_dirty_ = true;
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
   // than the drains (a burst of new files); the marker stays until the next save.
-  checkpoint();
+  if (may_save) checkpoint();
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
   drain_hist_.observe(static_cast<double>(last_drain_ - t0) / 1e9);
@@ -1205,7 +1232,263 @@ nlohmann::json Daemon::status_json() {
                     {"scrapes", metrics_->scrapes()}, {"jobs_retained", retained_.size()}};
   else
     j["metrics"] = {{"listen", ""}};
+  j["runs"] = {{"root", run_cg_ ? run_cg_->rel() : ""}, {"live", runs_.size()},
+               {"orphans", run_orphans_.size()}, {"started", runs_started_},
+               {"ended", runs_ended_}, {"abandoned", runs_abandoned_},
+               {"refused", runs_refused_}};
   return j;
+}
+
+bool Daemon::setup_runs() {
+  if (cfg_.runs.empty()) return true;
+  std::string error;
+  run_cg_ = RunCgroups::open(mount_, cfg_.runs, error);
+  if (!run_cg_) {
+    spdlog::error("{}", error);
+    return false;
+  }
+  // Runs of an earlier daemon (a crash or a hand-over): nobody will end them. Empty ones go
+  // now; populated ones stay jobs until their processes are gone (service_runs).
+  for (const std::string& name : run_cg_->list()) {
+    if (run_cg_->populated(name).value_or(true)) {
+      run_orphans_.push_back(name);
+      spdlog::info("run cgroup {}/{} left by an earlier iolensd: removed once empty", cfg_.runs,
+                   name);
+    } else if (Status s = run_cg_->remove(name); !s) {
+      spdlog::warn("{}", s.message);
+    }
+  }
+  spdlog::info("runs: iolens run may use {} (a cgroup per run)", cfg_.runs);
+  return true;
+}
+
+nlohmann::json Daemon::start_run(const nlohmann::json& req, control::RequestContext& ctx) {
+  if (!run_cg_)
+    throw std::runtime_error("runs are off in this iolensd (no runs: in its configuration)");
+  const auto pid_it = req.find("pid");
+  if (pid_it == req.end() || !pid_it->is_number_unsigned() || pid_it->get<uint64_t>() == 0 ||
+      pid_it->get<uint64_t>() > static_cast<uint64_t>(INT_MAX))
+    throw control::BadRequest("'pid' must be a process id");
+  const auto pid = static_cast<pid_t>(pid_it->get<uint64_t>());
+  // The client's liveness: the read end of a pipe only the client can write. Its EOF ends the
+  // run, so a killed client leaves no cgroup, job or hooks behind.
+  struct stat st {};
+  if (ctx.passed_fd.get() < 0 || fstat(ctx.passed_fd.get(), &st) != 0 || !S_ISFIFO(st.st_mode))
+    throw control::BadRequest(
+        "a run needs the read end of a pipe passed with the request (SCM_RIGHTS)" +
+        (ctx.fd_refusal.empty() ? std::string() : ": " + ctx.fd_refusal));
+  const std::string proc = "/proc/" + std::to_string(pid);
+  const auto status = read_file(proc + "/status");
+  if (!status) throw std::runtime_error("no process " + std::to_string(pid));
+  if (std::string why = run_pid_refusal(*status, pid, ctx.peer.pid, ctx.peer.uid); !why.empty()) {
+    ++runs_refused_;
+    spdlog::warn("run refused for pid {} uid {}: {}", ctx.peer.pid, ctx.peer.uid, why);
+    throw control::Denied(why);
+  }
+  std::size_t mine = 0;
+  for (const auto& [id, r] : runs_) mine += r.uid == ctx.peer.uid;
+  if (mine >= kMaxRunsPerUid || runs_.size() >= kMaxRuns) {
+    ++runs_refused_;
+    throw std::runtime_error(mine >= kMaxRunsPerUid
+                                 ? "uid " + std::to_string(ctx.peer.uid) + " has " +
+                                       std::to_string(mine) + " runs open (at most " +
+                                       std::to_string(kMaxRunsPerUid) + ")"
+                                 : "this iolensd has " + std::to_string(runs_.size()) +
+                                       " runs open (at most " + std::to_string(kMaxRuns) + ")");
+  }
+  const auto cg_text = read_file(proc + "/cgroup");
+  Run run;
+  run.id = next_run_++;
+  run.name = "run-" + std::to_string(getpid()) + "-" + std::to_string(run.id);
+  run.path = cfg_.runs + "/" + run.name;
+  run.uid = ctx.peer.uid;
+  run.client = ctx.peer.pid;
+  run.root = pid;
+  run.origin = cg_text ? cgroup_v2_path(*cg_text).value_or("/") : "/";
+  if (Status s = run_cg_->make(run.name, run.cgroup_id); !s) throw std::runtime_error(s.message);
+  const auto now = static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC));
+  // The job opens now, not when the mkdir event is read: the command must find it.
+  apply(table_->on_cgroup(run.cgroup_id, run.path, true, now));
+  const jobs::Classification c = sel_->classify(run.path);
+  Job* job = c.identity ? table_->find(c.identity->id) : nullptr;
+  const auto fail = [&](const std::string& why) {
+    // Its mkdir event first, so that it cannot open the job again after the removal.
+    loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+    run_cg_->remove(run.name);
+    table_->on_cgroup_removed(run.cgroup_id, static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC)));
+    if (job) take_run_job(job->identity.id);
+    throw std::runtime_error(why);
+  };
+  if (!job) fail("the run's cgroup " + run.path + " is not a job of this iolensd's rules");
+  run.job_id = job->identity.id;
+  // The same recorder as `iolens run` makes (the command's parent is the client), and its
+  // lexical names resolved as the client would (relative to the client's directory).
+  job->rec = std::make_unique<core::Recorder>(static_cast<uint32_t>(pid),
+                                              static_cast<uint32_t>(ctx.peer.pid));
+  const std::string cwd = "/proc/" + std::to_string(ctx.peer.pid) + "/cwd/";
+  job->rec->set_canonicalizer([cwd](const std::string& p) -> std::optional<std::string> {
+    char buf[PATH_MAX];
+    const std::string full = p.empty() || p[0] != '/' ? cwd + p : p;
+    if (::realpath(full.c_str(), buf) == nullptr) return std::nullopt;
+    return std::string(buf);
+  });
+  if (auto u = status_uid(*status)) job->uid = *u;
+  note_new_jobs();
+  hooks_policy();  // the syscall hooks are attached before the command runs, never after
+  if (!loader_->syscall_hooks()) fail("the syscall hooks could not be attached (see the log)");
+  if (Status s = run_cg_->move(run.name, pid); !s) fail(s.message);
+  // The move marked the command (the cgroup_attach_task program runs in that write); without
+  // that program, the task iterator marks it. Its mark is read now, so the job has it.
+  bool attach_prog = false;
+  for (const auto& p : loader_->programs())
+    if (p.name == "cgroup_attach_task") attach_prog = p.attached;
+  if (!attach_prog)
+    if (Status s = loader_->scan_tasks(); !s) spdlog::warn("{}", s.message);
+  loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+  if (job->procs.empty()) {
+    run_cg_->evacuate(run.name, run.origin);
+    fail("process " + std::to_string(pid) + " was moved into " + run.path +
+         " but the kernel did not mark it traced");
+  }
+  run.alive = control::UniqueFd(ctx.passed_fd.release());
+  ++runs_started_;
+  spdlog::info("run {} for pid {} uid {}: command pid {} in {} (job {})", run.id, run.client,
+               run.uid, pid, run.path, run.job_id);
+  nlohmann::json answer = {{"run", run.id}, {"job", run.job_id}, {"cgroup", run.path}};
+  runs_.emplace(run.id, std::move(run));
+  return answer;
+}
+
+void Daemon::close_run_cgroup(Run& run) {
+  if (const std::size_t left = run_cg_->evacuate(run.name, run.origin))
+    spdlog::info("run {}: {} process(es) still running moved back to {} (not counted further)",
+                 run.id, left, run.origin);
+  if (Status s = run_cg_->remove(run.name); !s) spdlog::warn("run {}: {}", run.id, s.message);
+  // Closed at once, not when the rmdir event is read (a lost event would leave it live).
+  table_->on_cgroup_removed(run.cgroup_id, static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC)));
+  drain_soon_ = true;
+}
+
+void Daemon::take_run_job(const std::string& id) {
+  Job* job = table_->find(id);
+  if (!job) return;
+  if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
+  job->state = JobState::Closed;
+  if (metrics_)
+    retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files),
+                         clock_ns(CLOCK_MONOTONIC) +
+                             static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
+  table_->take(id);
+  job_loss_base_.erase(id);
+  state_dirty_ = true;  // saved with the next checkpoint: a restart must not find it live
+}
+
+nlohmann::json Daemon::end_run(const nlohmann::json& req, control::RequestContext& ctx) {
+  const auto id_it = req.find("run");
+  if (id_it == req.end() || !id_it->is_number_unsigned())
+    throw control::BadRequest("'run' must be a run id");
+  const auto it = runs_.find(id_it->get<uint64_t>());
+  if (it == runs_.end())
+    throw std::runtime_error("no run " + id_it->dump() + " in this iolensd (restarted?)");
+  Run& run = it->second;
+  // Only the client that started it ends it: the same process (run ids start again at 1 in a
+  // restarted daemon, so another client's id may name this run), of the same uid.
+  if (ctx.peer.pid != run.client || (ctx.peer.uid != 0 && ctx.peer.uid != run.uid))
+    throw control::Denied("run " + std::to_string(run.id) + " was started by pid " +
+                          std::to_string(run.client) + " uid " + std::to_string(run.uid) +
+                          ", not pid " + std::to_string(ctx.peer.pid) + " uid " +
+                          std::to_string(ctx.peer.uid));
+  // The counts go into a memfd the client made: writing it never waits for anyone (a pipe, or
+  // a file on a FUSE mount, could stall the loop). Only shmem files answer F_GET_SEALS.
+  const int out = ctx.passed_fd.get();
+  if (out < 0 || fcntl(out, F_GET_SEALS) < 0)
+    throw control::BadRequest("run_end needs a memfd passed with the request (SCM_RIGHTS)" +
+                              (ctx.fd_refusal.empty() ? std::string() : ": " + ctx.fd_refusal));
+  close_run_cgroup(run);
+  // Not saved here: a save (and its fsync) would make the client wait; the loop saves soon.
+  drain(false);
+  drain(false);  // the first pass may have learnt of exits; the second moves their records out
+  Job* job = table_->find(run.job_id);
+  if (!job) {
+    runs_.erase(it);
+    throw std::runtime_error("the run's job " + run.job_id + " was already written");
+  }
+  const std::string blob = job->rec->save();
+  std::size_t done = 0;
+  while (done < blob.size()) {
+    const ssize_t n = pwrite(out, blob.data() + done, blob.size() - done,
+                             static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(n < 0 ? errno : ENOSPC);
+      take_run_job(run.job_id);
+      runs_.erase(it);
+      throw std::runtime_error("cannot write the run's counts to the client's memfd: " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  // Node-wide kernel losses while the run was live (as for any job: docs/counters.md#lost).
+  const loader::KernelStats now = loader_->stats();
+  const loader::KernelStats& base = job_loss_base_[run.job_id];
+  loader::KernelStats delta{};
+  for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] - base[i];
+  nlohmann::json lost = kernel_losses(delta);
+  lost["untraced_cgroups"] = untraced_cgroups_of(*job);
+  nlohmann::json block = nlohmann::json::array();
+  auto add_block = [&](uint32_t dev, const iolens_block_counters& c) {
+    const auto* words = reinterpret_cast<const uint64_t*>(&c);
+    block.push_back({{"dev", dev},
+                     {"counters", std::vector<uint64_t>(words, words + sizeof(c) / 8)}});
+  };
+  for (const auto& [dev, c] : job->block_done) add_block(dev, c);
+  for (const auto& [p, devs] : job->block_live)
+    for (const auto& [dev, c] : devs) add_block(dev, c);
+  nlohmann::json not_attached = nlohmann::json::object();
+  for (const auto& p : loader_->programs())
+    if (!p.attached) not_attached[p.name] = p.error.empty() ? "not attached" : p.error;
+  nlohmann::json answer = {{"run", run.id},
+                           {"job", run.job_id},
+                           {"abi", IOLENS_ABI_VERSION},
+                           {"recorder_bytes", blob.size()},
+                           {"lost", lost},
+                           {"block", block},
+                           {"not_attached", not_attached}};
+  spdlog::info("run {} ended: job {} sent to pid {} ({} bytes)", run.id, run.job_id,
+               ctx.peer.pid, blob.size());
+  take_run_job(run.job_id);
+  runs_.erase(it);
+  ++runs_ended_;
+  return answer;
+}
+
+void Daemon::service_runs() {
+  for (auto it = runs_.begin(); it != runs_.end();) {
+    Run& run = it->second;
+    pollfd p{run.alive.get(), POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0 || p.revents == 0) {
+      ++it;
+      continue;
+    }
+    // The client is gone (its pipe's write end closed): nobody will ask for these counts. The
+    // job is written as any job's, so nothing counted is lost.
+    spdlog::warn("run {}: its client pid {} is gone; ending it (job {} written to {})", run.id,
+                 run.client, run.job_id, cfg_.output_dir);
+    close_run_cgroup(run);
+    ++runs_abandoned_;
+    it = runs_.erase(it);
+  }
+  const int64_t t = clock_ns(CLOCK_MONOTONIC);
+  if (run_orphans_.empty() || t - orphans_checked_ < 1'000'000'000LL) return;
+  orphans_checked_ = t;
+  std::erase_if(run_orphans_, [&](const std::string& name) {
+    if (run_cg_->populated(name).value_or(true)) return false;
+    if (Status s = run_cg_->remove(name); !s) {
+      spdlog::warn("{}", s.message);
+      return false;
+    }
+    drain_soon_ = true;  // its rmdir event closes its job
+    return true;
+  });
 }
 
 nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::RequestContext& ctx) {
@@ -1445,6 +1728,8 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
   const std::string cmd = req.value("cmd", "");
   if (cmd == "status") return status_json();
   if (cmd == "capture") return start_capture(req, ctx);
+  if (cmd == "run") return start_run(req, ctx);
+  if (cmd == "run_end") return end_run(req, ctx);
   if (cmd == "capture_status" || cmd == "capture_stop") {
     const int64_t now = clock_ns(CLOCK_MONOTONIC);
     if (!capture_ || (req.contains("id") && req["id"] != capture_->id))
@@ -1502,6 +1787,10 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
 void Daemon::stop_clean() {
   log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
   end_capture_for_stop();
+  // Runs end with the daemon: their cgroups go, their jobs are written below as closed ones
+  // (their clients' run_end then fails and says so).
+  for (auto& [id, run] : runs_) close_run_cgroup(run);
+  runs_.clear();
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
   write_closed();
@@ -1518,6 +1807,11 @@ void Daemon::stop_clean() {
   }
   loader_->unpin_all();
   unlinkat(state_dir_fd_, kStateName, 0);  // it described kernel state that is gone now
+  if (run_cg_) {
+    const std::string root = mount_ + run_cg_->rel();
+    run_cg_.reset();
+    rmdir(root.c_str());  // only when empty: another daemon's runs or orphans keep it
+  }
 }
 
 int Daemon::run() {
@@ -1539,6 +1833,7 @@ int Daemon::run() {
     reconcile();
     retry_selection();
     service_capture(clock_ns(CLOCK_MONOTONIC));
+    service_runs();
     note_new_jobs();
     learn_uids();
     hooks_policy();
@@ -1553,11 +1848,15 @@ int Daemon::run() {
     }
     // The trace ring wakes us once half full (and is drained every round anyway).
     const bool capturing = capture_ && capture_->window_open();
-    pollfd fds[4] = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},
-                     {sigfd_, POLLIN, 0}, {capturing ? loader_->trace_fd() : -1, POLLIN, 0}};
+    std::vector<pollfd> fds = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},
+                               {sigfd_, POLLIN, 0},
+                               {capturing ? loader_->trace_fd() : -1, POLLIN, 0}};
+    // A run's client that dies wakes us: its run ends at once (service_runs).
+    for (const auto& [id, run] : runs_)
+      if (run.alive.get() >= 0) fds.push_back({run.alive.get(), POLLIN, 0});
     // Short naps while the map fills fast; otherwise the ring wakes us for what matters.
     const int timeout = in_map * 4 > loader_->max_file_records() ? 2 : capturing ? 50 : 100;
-    const int n = poll(fds, 4, timeout);
+    const int n = poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) {
       spdlog::error("poll: {}", std::strerror(errno));
       break;

@@ -25,12 +25,12 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 18> kTopKeys{
+constexpr std::array<std::string_view, 19> kTopKeys{
     "cgroup_root", "output_dir",    "state_dir",      "pin_dir",
     "socket",      "socket_group",  "drain_interval", "drain_interval_ms",
     "log_level",   "limits",        "rotation",       "grace_period",
     "jobs",        "syscall_hooks", "hooks_idle",     "metrics",
-    "darshan_logs", "disabled_programs"};
+    "darshan_logs", "disabled_programs", "runs"};
 // YAML 1.2's core schema booleans (yaml-cpp would also take YAML 1.1's y, yes, on...; a typo
 // such as 'ture' must not silently mean false, and 'no' is not a boolean in YAML 1.2).
 constexpr std::array<std::string_view, 3> kTrue{"true", "True", "TRUE"};
@@ -519,9 +519,24 @@ class ConfigParser {
       } else if (k == "jobs") {
         jobs_mark = e.mark;
         have_rules = jobs(e, c.rules);
+      } else if (k == "runs") {
+        if (auto text = check_.scalar(e, k, "a cgroup path, or \"\" for none")) {
+          if (std::string why = text->empty() ? "" : check_cgroup_subtree(*text); !why.empty())
+            check_.error(e.mark, k, why);
+          else
+            c.runs = *text;
+        }
       }
     }
-    if (!have_rules) check_.error(jobs_mark, "jobs", "no rule; iolensd would trace nothing");
+    if (!have_rules && c.runs.empty())
+      check_.error(jobs_mark, "jobs", "no rule; iolensd would trace nothing");
+    if (!c.runs.empty()) {
+      for (const Rule& r : c.rules)
+        if (r.name == kRunRuleName)
+          check_.error(jobs_mark, "jobs",
+                       std::string("the rule name '") + kRunRuleName + "' is the runs' own (runs:)");
+      c.rules.push_back(run_rule(c.runs));
+    }
   }
 
   void metrics(const Entry& parent, MetricsConfig& m) {
@@ -1023,6 +1038,15 @@ std::string check_listen_address(std::string_view text) {
     if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '.' || ch == ':' || ch == '-'))
       return "expected an IP address or host name, got " + quoted(text);
   return {};
+}
+
+Rule run_rule(const std::string& runs) {
+  Rule r;
+  r.kind = RuleKind::Cgroup;
+  r.name = kRunRuleName;
+  r.roots = {runs};
+  r.globs = {runs + "/run-*"};
+  return r;
 }
 
 std::string_view rule_kind_name(RuleKind kind) {

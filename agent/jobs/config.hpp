@@ -115,8 +115,16 @@ struct Config {
   Limits limits;
   Rotation rotation;
   MetricsConfig metrics;
-  std::vector<Rule> rules;  ///< `jobs:`, in file order
+  std::vector<Rule> rules;  ///< `jobs:`, in file order; then run_rule(runs) when runs is set
+  /// `runs:`: the cgroup (relative to the cgroup root) under which iolensd makes one cgroup per
+  /// `iolens run` that asks it (docs/run.md#through-iolensd); empty: none.
+  std::string runs;
 };
+
+/// The rule name of the runs' jobs (kRunRuleName), and the rule itself: a cgroup rule whose
+/// jobs are `<runs>/run-*`, rooted at `runs`.
+inline constexpr const char* kRunRuleName = "iolens-run";
+Rule run_rule(const std::string& runs);
 
 struct ConfigResult {
   /// Valid settings are applied even when others are in error; use it only when ok().

@@ -26,7 +26,6 @@ shell loop of `dd` (thousands of small writes a second).
      writer, and logs that the output was abandoned. Before the fix the capture request itself
      went unanswered and the stop never ended (killed after 30 s).
 """
-import grp
 import json
 import os
 import signal
@@ -200,12 +199,7 @@ def main():
     args = D.parse_args(workload=False)
     D.require_root()
     ck = E.Checker("daemon_capture_guard")
-    group = "iolens-e2e-cg-%d" % os.getpid()
-    r = subprocess.run(["groupadd", group], capture_output=True, text=True)
-    if r.returncode != 0:
-        ck.fatal("groupadd %s: %s" % (group, r.stderr))
-    D.Cleanup.register("groupdel " + group, lambda: subprocess.run(["groupdel", group]))
-    gid = grp.getgrnam(group).gr_gid
+    group, gid = D.make_group(ck, "cg")
     cg = D.Cgroups()
     work = D.tempdir("capture-guard")
     d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/g/*"]}' % cg.prefix, tag="capguard",

@@ -136,6 +136,17 @@ def wait_for(what, cond, timeout, interval=0.02):
 
 # --- cgroups ------------------------------------------------------------------------------------
 
+def make_group(ck, tag):
+    """A new system group iolens-e2e-<tag>-<pid> (groupadd), deleted at exit; its gid."""
+    import grp
+    group = "iolens-e2e-%s-%d" % (tag, os.getpid())
+    r = subprocess.run(["groupadd", group], capture_output=True, text=True)
+    if r.returncode != 0:
+        ck.fatal("groupadd %s: %s" % (group, r.stderr))
+    Cleanup.register("groupdel " + group, lambda: subprocess.run(["groupdel", group]))
+    return group, grp.getgrnam(group).gr_gid
+
+
 def cgroup2_mount():
     """The cgroup2 mount iolensd's `auto` picks: /sys/fs/cgroup if cgroup2, else
     /sys/fs/cgroup/unified (systemd's hybrid layout), else the first cgroup2 mount."""

@@ -125,6 +125,20 @@ TEST(ControlFormat, StatusLosses) {
   EXPECT_NE(std::string::npos, text.find("restart        fresh start\n")) << text;
 }
 
+TEST(ControlFormat, StatusRuns) {
+  json s = status_sample();
+  // Runs off (root ""), or a daemon without them: no line.
+  s["runs"] = {{"root", ""}, {"live", 0}};
+  EXPECT_EQ(std::string::npos, format_status(s).find("runs")) << format_status(s);
+  s["runs"] = {{"root", "/iolens.runs\x1b[31m"}, {"live", 1},    {"ended", 1200},
+               {"abandoned", 2},                {"refused", 0}};
+  const std::string text = format_status(s);
+  EXPECT_NE(std::string::npos,
+            text.find("runs           /iolens.runs\\x1b[31m: 1 live, 1,200 ended, 2 abandoned, "
+                      "0 refused\n"))
+      << text;
+}
+
 TEST(ControlFormat, StatusWithFieldsMissingOrWrong) {
   EXPECT_EQ("iolensd\n", format_status(json::object()));
   EXPECT_EQ("iolensd\n", format_status(json()));

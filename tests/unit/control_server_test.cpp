@@ -489,6 +489,41 @@ TEST(ControlServer, DescriptorPassedWithTheRequest) {
   close(pipe_fds[0]);
 }
 
+// Descriptors a handler keeps are the handler's: the server takes descriptors after any number
+// of them (it once counted each kept one as held forever, and refused all after 64: the 65th
+// `iolens run` through the daemon got "not taking descriptors now").
+TEST(ControlServer, KeptDescriptorsDoNotStopTheServerTakingMore) {
+  TempDir dir;
+  std::string error;
+  auto server = Server::listen(dir / "ctl.sock", std::nullopt, error);
+  ASSERT_TRUE(server) << error;
+  std::vector<int> kept;
+  std::atomic<bool> stop{false};
+  std::thread serving([&] {
+    while (!stop) {
+      pollfd p{server->fd(), POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      server->serve_pending([&](const json&, RequestContext& ctx) -> json {
+        if (ctx.passed_fd.get() < 0) throw std::runtime_error("no descriptor: " + ctx.fd_refusal);
+        kept.push_back(ctx.passed_fd.release());
+        return json::object();
+      });
+    }
+  });
+  for (int i = 0; i < 200; ++i) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const auto r = request(server->path(), {{"cmd", "keep"}}, error, 5000, fds[0]);
+    close(fds[0]);
+    close(fds[1]);
+    ASSERT_TRUE(r) << "request " << i << ": " << error;
+  }
+  stop = true;
+  serving.join();
+  EXPECT_EQ(kept.size(), 200u);
+  for (int fd : kept) close(fd);
+}
+
 // Issue 21: the socket's directory must be the daemon's own, and the socket is born 0660 in it
 // (no chmod by path that a link swapped in could redirect).
 TEST(ControlServer, RefusesASocketDirectoryOthersControl) {

@@ -906,3 +906,35 @@ TEST(JobsConfig, MetricsErrors) {
   EXPECT_EQ(error_of(kJobs + "metrics: {lisen: x}\n"),
             "t.yaml:3:11: metrics: unknown key 'lisen' (did you mean 'listen'?)");
 }
+
+TEST(JobsConfig, Runs) {
+  // Off by default: no rule added.
+  EXPECT_EQ(parsed(kJobs).runs, "");
+  EXPECT_EQ(parsed(kJobs).rules.size(), 1u);
+  // A run root adds one cgroup rule, rooted there, whose jobs are its run-* children; with it
+  // no other rule is needed.
+  const Config c = parsed("runs: /iolens.runs\n");
+  EXPECT_EQ(c.runs, "/iolens.runs");
+  ASSERT_EQ(c.rules.size(), 1u);
+  EXPECT_EQ(c.rules[0].name, kRunRuleName);
+  EXPECT_EQ(c.rules[0].kind, RuleKind::Cgroup);
+  EXPECT_EQ(c.rules[0].roots, Strings{"/iolens.runs"});
+  EXPECT_EQ(c.rules[0].globs, Strings{"/iolens.runs/run-*"});
+  const Selector sel(c.rules);
+  const Classification job = sel.classify("/iolens.runs/run-12-3");
+  ASSERT_EQ(job.verdict, Verdict::Job);
+  EXPECT_EQ(job.identity->id, "cgroup/iolens.runs/run-12-3");
+  EXPECT_EQ(sel.classify("/iolens.runs").verdict, Verdict::Container);
+  EXPECT_EQ(sel.classify("/iolens.runs/other").verdict, Verdict::Excluded);
+  EXPECT_EQ(parsed("runs: \"\"\n" + kJobs).runs, "");
+  // Errors: not a literal cgroup path; the runs' own rule name taken; nothing to trace.
+  EXPECT_EQ(error_of("runs: iolens.runs\n" + kJobs),
+            "t.yaml:1:1: runs: expected an absolute cgroup path (starting with '/'), got "
+            "'iolens.runs'");
+  EXPECT_EQ(error_of("runs: /\n" + kJobs),
+            "t.yaml:1:1: runs: '/' would make the kernel trace the whole machine");
+  EXPECT_NE(error_of("runs: /r\njobs:\n  - name: iolens-run\n    kubernetes: {}\n")
+                .find("the rule name 'iolens-run' is the runs' own"),
+            std::string::npos);
+  EXPECT_NE(error_of("runs: \"\"\n").find("no rule"), std::string::npos);
+}

@@ -344,3 +344,33 @@ TEST(Coverage, JsonPerFileAndRunAndTextOnlyWhenSeen) {
   const auto rows = t2.find("how bytes were read");
   EXPECT_LT(t2.find("/ckpt/model.pt", rows), t2.find("/data/x.npy", rows)) << t2;
 }
+
+// Which programs counted the run (docs/run-json.md#collector): absent for a daemon's job, a
+// field and a summary line for a run, the daemon path with its job, the local path with why.
+TEST(Reports, CollectorSaysWhichPathTheRunTook) {
+  core::RunSnapshot s = sample();
+  EXPECT_FALSE(exporters::run_to_json(s, "1").contains("collector"));
+  EXPECT_EQ(exporters::run_summary(s, {}).find("counted by"), std::string::npos);
+  s.collector = "iolensd";
+  s.collector_note = "cgroup/iolens.runs/run-7-1";
+  json j = exporters::run_to_json(s, "1");
+  EXPECT_EQ(j["collector"], json({{"path", "iolensd"}, {"job", "cgroup/iolens.runs/run-7-1"}}));
+  EXPECT_NE(exporters::run_summary(s, {}).find(
+                "counted by: iolensd (job cgroup/iolens.runs/run-7-1)\n"),
+            std::string::npos);
+  s.collector = "local";
+  s.collector_note = "cannot connect to iolensd at /x: No such file\x1b[2J";
+  j = exporters::run_to_json(s, "1");
+  EXPECT_EQ(j["collector"]["path"], "local");
+  EXPECT_EQ(j["collector"]["daemon"], "cannot connect to iolensd at /x: No such file\x1b[2J");
+  const std::string text = exporters::run_summary(s, {});
+  EXPECT_NE(text.find("counted by: iolens's own programs (cannot connect to iolensd at /x: No "
+                      "such file\\x1b[2J)\n"),
+            std::string::npos)
+      << text;
+  s.collector_note.clear();
+  j = exporters::run_to_json(s, "1");
+  EXPECT_EQ(j["collector"], json({{"path", "local"}}));
+  EXPECT_NE(exporters::run_summary(s, {}).find("counted by: iolens's own programs\n"),
+            std::string::npos);
+}

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// `iolens run` counted by the node's iolensd (docs/run.md#through-iolensd): no kernel program
+/// is loaded. The command is forked stopped; iolensd moves it into a fresh cgroup under its run
+/// root, where its programs, already loaded, count it; at the command's exit iolensd sends its
+/// recorder back and the summary, --json and --darshan are made from it as for a local run.
+
+#include <optional>
+#include <string>
+
+#include "cli/invoker.hpp"
+#include "cli/run_command.hpp"
+#include "core/recorder.hpp"
+
+namespace iolens::cli {
+
+/// The run's clock base, taken now; `start_wall` gets the run's start (wall clock ns).
+core::ClockBase run_clock_now(int64_t& start_wall);
+
+/// Why these options need iolens's own programs ("--trace needs iolens's own programs"), or "".
+std::string daemon_path_refusal(const RunOptions& opts);
+
+/// Runs the command counted by iolensd at opts.socket. nullopt, with `why`, when iolensd did
+/// not take it (none answers, runs off, refused, an option it cannot honour): nothing of the
+/// command ran and the caller counts it itself. Otherwise the command ran: its exit status, or
+/// 1 when the counts could not be had or written (one line on stderr says why), as run_traced.
+/// `json_fd` and `darshan_fd` (-1: not asked for) are written and closed (set to -1).
+std::optional<int> run_via_daemon(const RunOptions& opts, const std::optional<Invoker>& invoker,
+                                  int& json_fd, int& darshan_fd, std::string& why);
+
+}  // namespace iolens::cli
