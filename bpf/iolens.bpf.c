@@ -16,6 +16,24 @@
 #include <bpf/bpf_core_read.h>
 
 #include "iolens_abi.h"
+
+/* The accounting's buckets as global functions (see iolens_account.h). */
+int size_bucket(__u64 size);
+int lat_bucket(__u64 ns);
+/* barrier_var: the compiler sees the function's range and would drop the bounds checks that
+ * the verifier needs */
+#define IOLENS_SIZE_BUCKET(size)                                                                  \
+	({                                                                                         \
+		__u32 b_ = size_bucket(size);                                                      \
+		barrier_var(b_);                                                                   \
+		b_;                                                                                \
+	})
+#define IOLENS_LAT_BUCKET(ns)                                                                      \
+	({                                                                                         \
+		__u32 b_ = lat_bucket(ns);                                                         \
+		barrier_var(b_);                                                                   \
+		b_;                                                                                \
+	})
 #include "iolens_account.h"
 #include "iolens_syscalls.h"
 
@@ -196,6 +214,16 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+__noinline int size_bucket(__u64 size)
+{
+	return iolens_size_bucket(size);
+}
+
+__noinline int lat_bucket(__u64 ns)
+{
+	return iolens_lat_bucket(ns);
+}
+
 /* A fresh record: max bytes start at -1 ("nothing yet"), everything else at 0. */
 const struct iolens_file_counters new_record = {
 	.max_byte_read = -1,
@@ -230,6 +258,17 @@ static __always_inline struct file *fd_to_file(struct task_struct *task, long fd
 		return NULL;
 	bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
 	return f;
+}
+
+/*
+ * fd_to_file() of the current task as a global function: the load of task->files costs the
+ * verifier ~1.2 ms of searching the kernel's BTF by name each time it walks it (io_task_state),
+ * and every handler needs it. The struct file * comes back as a number (read it with
+ * BPF_CORE_READ).
+ */
+__noinline __u64 current_fd_file(long fd)
+{
+	return (__u64)fd_to_file(bpf_get_current_task_btf(), fd);
 }
 
 /*
@@ -331,18 +370,20 @@ static long walk_step(__u32 i, struct walk_ctx *w)
  * canonical name: "..", symlinks and relative opens are already resolved by the lookup.
  * No locks are taken (a rename racing the walk can give a mixed name); see KERNEL.md 4.2.3.
  * bpf_loop (5.17+) keeps the verifier's work independent of the depth; an open-coded loop of
- * 48 steps, inlined at each call site, exceeded the 1M-instruction limit.
+ * 48 steps, inlined at each call site, exceeded the 1M-instruction limit. A global function
+ * (dentry and vfsmnt as numbers): verified once per program, whatever calls it.
  */
-static __always_inline __u32 walk_path(struct iolens_path_event *ev, __u32 start,
-				       struct dentry *dentry, struct vfsmount *vfsmnt)
+__noinline int walk_path(struct iolens_path_event *ev, __u32 start, __u64 dentry, __u64 vfsmnt)
 {
 	struct walk_ctx w = {
-		.dentry = dentry,
-		.vfsmnt = vfsmnt,
-		.mnt = container_of(vfsmnt, struct mount, mnt),
+		.dentry = (struct dentry *)dentry,
+		.vfsmnt = (struct vfsmount *)vfsmnt,
+		.mnt = container_of((struct vfsmount *)vfsmnt, struct mount, mnt),
 		.off = start,
 	};
 
+	if (!ev)
+		return 0;
 	bpf_loop(PATH_MAX_DEPTH + 8, walk_step, &w, 0);
 	if (!(w.flags & 0x100)) {
 		ev->flags |= IOLENS_PATH_TRUNCATED;
@@ -359,6 +400,8 @@ static __always_inline __u32 read_user_str(struct iolens_path_event *ev, __u32 o
 
 	if (!ustr || off > PATH_OFF_MASK)
 		return 0;
+	/* hides the check above from the compiler, which would drop the mask the verifier needs */
+	barrier_var(off);
 	n = bpf_probe_read_user_str(&ev->data[off & PATH_OFF_MASK], PATH_STR_READ, ustr);
 	if (n <= 0)
 		return 0;
@@ -401,9 +444,10 @@ static __always_inline int path_event_send(struct iolens_path_event *ev)
 	return 0;
 }
 
-/* The directory a relative path argument is resolved against: dirfd's file, or the cwd. */
-static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
-				       struct task_struct *task, long dirfd, const char *ustr)
+/* The directory a relative path argument is resolved against: dirfd's file, or the cwd.
+ * 0: none to walk (an absolute path, a closed dirfd). */
+static __always_inline int base_dir(struct task_struct *task, long dirfd, const char *ustr,
+				    struct dentry **dentry, struct vfsmount **mnt)
 {
 	char first = 0;
 
@@ -414,16 +458,31 @@ static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
 	if ((int)dirfd == AT_FDCWD) {
 		struct fs_struct *fs = BPF_CORE_READ(task, fs);
 
-		return walk_path(ev, off, BPF_CORE_READ(fs, pwd.dentry), BPF_CORE_READ(fs, pwd.mnt));
+		*dentry = BPF_CORE_READ(fs, pwd.dentry);
+		*mnt = BPF_CORE_READ(fs, pwd.mnt);
+		return 1;
 	}
 	{
-		struct file *dir = fd_to_file(task, dirfd);
+		struct file *dir = (struct file *)current_fd_file(dirfd);
 
 		if (!dir)
 			return 0;
-		return walk_path(ev, off, BPF_CORE_READ(dir, f_path.dentry),
-				 BPF_CORE_READ(dir, f_path.mnt));
+		*dentry = BPF_CORE_READ(dir, f_path.dentry);
+		*mnt = BPF_CORE_READ(dir, f_path.mnt);
+		return 1;
 	}
+}
+
+/* Walks the directory of base_dir() (one bpf_loop call site: each is verified on its own). */
+static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
+				       struct task_struct *task, long dirfd, const char *ustr)
+{
+	struct dentry *dentry = NULL;
+	struct vfsmount *mnt = NULL;
+
+	if (!base_dir(task, dirfd, ustr, &dentry, &mnt))
+		return 0;
+	return walk_path(ev, off, (__u64)dentry, (__u64)mnt);
 }
 
 /*
@@ -490,13 +549,22 @@ __noinline int send_name(struct call_ctx *cx, struct name_req *r)
 	ev->dev = r->dev;
 	ev->ino = r->ino;
 	ev->gen = r->gen;
-	if (f) {
-		ev->walk_len = walk_path(ev, 0, BPF_CORE_READ(f, f_path.dentry),
-					 BPF_CORE_READ(f, f_path.mnt));
-	} else {
-		ev->walk_len = walk_base(ev, 0, bpf_get_current_task_btf(), r->dirfd,
-					 (const char *)r->ustr);
-		ev->str1_len = read_user_str(ev, ev->walk_len, (const char *)r->ustr);
+	{
+		struct dentry *dentry = NULL;
+		struct vfsmount *mnt = NULL;
+		int walk = 1;
+
+		if (f) {
+			dentry = BPF_CORE_READ(f, f_path.dentry);
+			mnt = BPF_CORE_READ(f, f_path.mnt);
+		} else {
+			walk = base_dir(bpf_get_current_task_btf(), r->dirfd, (const char *)r->ustr,
+					&dentry, &mnt);
+		}
+		if (walk)
+			ev->walk_len = walk_path(ev, 0, (__u64)dentry, (__u64)mnt);
+		if (!f)
+			ev->str1_len = read_user_str(ev, ev->walk_len, (const char *)r->ustr);
 	}
 	sent = path_event_send(ev) == 0;
 	/* Only a name that reached user space counts as sent: a dropped one is sent again next
@@ -547,7 +615,7 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 {
 	struct iolens_file_key key = { .tgid = cx->tgid, .pstart_ns = cx->pstart };
 	struct iolens_file_counters *c;
-	struct file *f = fd_to_file(bpf_get_current_task_btf(), fd);
+	struct file *f = (struct file *)current_fd_file(fd);
 	__u32 mode;
 	int created = 0;
 
@@ -608,7 +676,13 @@ __noinline int account_rw(struct call_ctx *cx, struct iolens_task_state *st, lon
 	c = fd_record(cx, st, fd, 1, &f);
 	if (!c)
 		return 0;
-	iolens_account_rw(c, is_write, rw_start(f, pos, ret), ret, cx->t0, cx->t1);
+	pos = rw_start(f, pos, ret);
+	/* two copies with a constant is_write: the verifier walks each once, instead of every
+	 * combination of the is_write branches */
+	if (is_write)
+		iolens_account_rw(c, 1, pos, ret, cx->t0, cx->t1);
+	else
+		iolens_account_rw(c, 0, pos, ret, cx->t0, cx->t1);
 	return 0;
 }
 
@@ -1125,7 +1199,7 @@ __noinline int trace_record(struct call_ctx *cx, struct iolens_task_state *st,
 	r->dev = 0;
 	r->gen = 0;
 	if (q->src == TRACE_SRC_FD) {
-		f = fd_to_file(task, q->fd);
+		f = (struct file *)current_fd_file(q->fd);
 		if (f) {
 			file_identity_cached(st, f, &r->dev, &r->ino, &r->gen, &mode);
 			found = 1;
@@ -1397,7 +1471,9 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 		__u32 mode = 0;
 
 		st->close_kind = 0;
+		st->close_name = 0;
 		if (f) {
+			/* also leaves f in st->cache_file, until sys_exit */
 			file_identity_cached(st, f, &st->close_dev, &st->close_ino, &st->close_gen,
 					     &mode);
 			st->close_kind = S_ISREG(mode) ? 1 : 2;
@@ -1408,28 +1484,14 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 				st->close_gen = 0;
 			}
 		}
-		st->cache_file = 0; /* the file is going away */
 		/* A descriptor inherited from outside the traced tree may close without ever having
-		 * been opened here: name its file now, while the struct file is still reachable. */
+		 * been opened here: sys_exit names its file (send_name is not called here, so that
+		 * this program, which every system call of a traced task runs, stays small). */
 		if (st->close_kind == 1) {
 			struct seen_key sk = { .ino = st->close_ino, .dev = st->close_dev };
 			struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
 
-			if (!seen || seen->gen != st->close_gen || !seen->named) {
-				struct call_ctx cx = {
-					.tgid = task->tgid,
-					.pstart = st->pstart_ns ? st->pstart_ns : leader_start(task),
-					.t1 = st->enter_ns,
-				};
-				struct name_req r = {
-					.ino = st->close_ino,
-					.dev = st->close_dev,
-					.gen = st->close_gen,
-					.file = (__u64)f,
-				};
-
-				send_name(&cx, &r);
-			}
+			st->close_name = !seen || seen->gen != st->close_gen || !seen->named;
 		}
 	}
 	return 0;
@@ -1454,6 +1516,13 @@ __noinline int account_close(struct call_ctx *cx, struct iolens_task_state *st)
 	 * this process, the parent's record names it. */
 	if (c)
 		iolens_account_close(c, cx->ret, cx->t0, cx->t1);
+	if (st->close_name && st->cache_file) {
+		struct name_req r = {
+			.ino = key.ino, .dev = key.dev, .gen = key.gen, .file = st->cache_file,
+		};
+
+		send_name(cx, &r);
+	}
 	return 0;
 }
 
@@ -1548,6 +1617,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		if (st->close_kind == 1)
 			account_close(&cx, st);
 		st->close_kind = 0;
+		st->close_name = 0;
+		st->cache_file = 0; /* the file is going away */
 		break;
 	case IOLENS_NR_lseek:
 		if (ret >= 0)
@@ -1680,8 +1751,8 @@ int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct li
 	bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), p->comm);
 	f = BPF_CORE_READ(bprm, file);
 	if (f)
-		ev->walk_len = walk_path(ev, 0, BPF_CORE_READ(f, f_path.dentry),
-					 BPF_CORE_READ(f, f_path.mnt));
+		ev->walk_len = walk_path(ev, 0, (__u64)BPF_CORE_READ(f, f_path.dentry),
+					 (__u64)BPF_CORE_READ(f, f_path.mnt));
 	path_event_send(ev);
 	return 0;
 }
@@ -1732,17 +1803,26 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 
 /*
  * The traced state behind a task that is doing file I/O below the system calls: the thread's
- * own, or its group leader's (io_uring's io-wq workers and SQPOLL threads are threads of the
- * process that no fork event announced). NULL: not traced.
+ * own, or, for io_uring's threads (PF_IO_WORKER: io-wq workers and the SQPOLL thread, which
+ * no fork event announces), its group leader's. NULL: not traced. *own: whether it is the
+ * thread's own.
+ * Each direct load of a pointer field through a trusted pointer costs the verifier searches of
+ * the kernel's BTF by name, ~1.2 ms for every time it walks the load (bench/README.md
+ * "Start-up"): the leader is loaded first, before any branch, so that it is walked once; the
+ * leader's storage is found by the helper (no load of its bpf_storage).
  */
-static __always_inline struct iolens_task_state *
-io_task_state(struct task_struct *task)
+#define PF_IO_WORKER 0x00000010
+
+static __always_inline struct iolens_task_state *io_task_state(struct task_struct *task,
+								int *own)
 {
+	struct task_struct *leader = task->group_leader;
 	struct iolens_task_state *st = traced_state(task);
 
-	if (st)
+	*own = st != NULL;
+	if (st || !(task->flags & PF_IO_WORKER))
 		return st;
-	return traced_state(task->group_leader);
+	return bpf_task_storage_get(&task_state, leader, 0, 0);
 }
 
 /*
