@@ -16,6 +16,24 @@
 #include <bpf/bpf_core_read.h>
 
 #include "iolens_abi.h"
+
+/* The accounting's buckets as global functions (see iolens_account.h). */
+int size_bucket(__u64 size);
+int lat_bucket(__u64 ns);
+/* barrier_var: the compiler sees the function's range and would drop the bounds checks that
+ * the verifier needs */
+#define IOLENS_SIZE_BUCKET(size)                                                                  \
+	({                                                                                         \
+		__u32 b_ = size_bucket(size);                                                      \
+		barrier_var(b_);                                                                   \
+		b_;                                                                                \
+	})
+#define IOLENS_LAT_BUCKET(ns)                                                                      \
+	({                                                                                         \
+		__u32 b_ = lat_bucket(ns);                                                         \
+		barrier_var(b_);                                                                   \
+		b_;                                                                                \
+	})
 #include "iolens_account.h"
 #include "iolens_syscalls.h"
 
@@ -196,6 +214,16 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+__noinline int size_bucket(__u64 size)
+{
+	return iolens_size_bucket(size);
+}
+
+__noinline int lat_bucket(__u64 ns)
+{
+	return iolens_lat_bucket(ns);
+}
+
 /* A fresh record: max bytes start at -1 ("nothing yet"), everything else at 0. */
 const struct iolens_file_counters new_record = {
 	.max_byte_read = -1,
@@ -230,6 +258,17 @@ static __always_inline struct file *fd_to_file(struct task_struct *task, long fd
 		return NULL;
 	bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
 	return f;
+}
+
+/*
+ * fd_to_file() of the current task as a global function: the load of task->files costs the
+ * verifier ~1.2 ms of searching the kernel's BTF by name each time it walks it (io_task_state),
+ * and every handler needs it. The struct file * comes back as a number (read it with
+ * BPF_CORE_READ).
+ */
+__noinline __u64 current_fd_file(long fd)
+{
+	return (__u64)fd_to_file(bpf_get_current_task_btf(), fd);
 }
 
 /*
@@ -331,18 +370,20 @@ static long walk_step(__u32 i, struct walk_ctx *w)
  * canonical name: "..", symlinks and relative opens are already resolved by the lookup.
  * No locks are taken (a rename racing the walk can give a mixed name); see KERNEL.md 4.2.3.
  * bpf_loop (5.17+) keeps the verifier's work independent of the depth; an open-coded loop of
- * 48 steps, inlined at each call site, exceeded the 1M-instruction limit.
+ * 48 steps, inlined at each call site, exceeded the 1M-instruction limit. A global function
+ * (dentry and vfsmnt as numbers): verified once per program, whatever calls it.
  */
-static __always_inline __u32 walk_path(struct iolens_path_event *ev, __u32 start,
-				       struct dentry *dentry, struct vfsmount *vfsmnt)
+__noinline int walk_path(struct iolens_path_event *ev, __u32 start, __u64 dentry, __u64 vfsmnt)
 {
 	struct walk_ctx w = {
-		.dentry = dentry,
-		.vfsmnt = vfsmnt,
-		.mnt = container_of(vfsmnt, struct mount, mnt),
+		.dentry = (struct dentry *)dentry,
+		.vfsmnt = (struct vfsmount *)vfsmnt,
+		.mnt = container_of((struct vfsmount *)vfsmnt, struct mount, mnt),
 		.off = start,
 	};
 
+	if (!ev)
+		return 0;
 	bpf_loop(PATH_MAX_DEPTH + 8, walk_step, &w, 0);
 	if (!(w.flags & 0x100)) {
 		ev->flags |= IOLENS_PATH_TRUNCATED;
@@ -359,6 +400,8 @@ static __always_inline __u32 read_user_str(struct iolens_path_event *ev, __u32 o
 
 	if (!ustr || off > PATH_OFF_MASK)
 		return 0;
+	/* hides the check above from the compiler, which would drop the mask the verifier needs */
+	barrier_var(off);
 	n = bpf_probe_read_user_str(&ev->data[off & PATH_OFF_MASK], PATH_STR_READ, ustr);
 	if (n <= 0)
 		return 0;
@@ -401,9 +444,10 @@ static __always_inline int path_event_send(struct iolens_path_event *ev)
 	return 0;
 }
 
-/* The directory a relative path argument is resolved against: dirfd's file, or the cwd. */
-static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
-				       struct task_struct *task, long dirfd, const char *ustr)
+/* The directory a relative path argument is resolved against: dirfd's file, or the cwd.
+ * 0: none to walk (an absolute path, a closed dirfd). */
+static __always_inline int base_dir(struct task_struct *task, long dirfd, const char *ustr,
+				    struct dentry **dentry, struct vfsmount **mnt)
 {
 	char first = 0;
 
@@ -414,68 +458,120 @@ static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
 	if ((int)dirfd == AT_FDCWD) {
 		struct fs_struct *fs = BPF_CORE_READ(task, fs);
 
-		return walk_path(ev, off, BPF_CORE_READ(fs, pwd.dentry), BPF_CORE_READ(fs, pwd.mnt));
+		*dentry = BPF_CORE_READ(fs, pwd.dentry);
+		*mnt = BPF_CORE_READ(fs, pwd.mnt);
+		return 1;
 	}
 	{
-		struct file *dir = fd_to_file(task, dirfd);
+		struct file *dir = (struct file *)current_fd_file(dirfd);
 
 		if (!dir)
 			return 0;
-		return walk_path(ev, off, BPF_CORE_READ(dir, f_path.dentry),
-				 BPF_CORE_READ(dir, f_path.mnt));
+		*dentry = BPF_CORE_READ(dir, f_path.dentry);
+		*mnt = BPF_CORE_READ(dir, f_path.mnt);
+		return 1;
 	}
 }
 
+/* Walks the directory of base_dir() (one bpf_loop call site: each is verified on its own). */
+static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
+				       struct task_struct *task, long dirfd, const char *ustr)
+{
+	struct dentry *dentry = NULL;
+	struct vfsmount *mnt = NULL;
+
+	if (!base_dir(task, dirfd, ustr, &dentry, &mnt))
+		return 0;
+	return walk_path(ev, off, (__u64)dentry, (__u64)mnt);
+}
+
+/*
+ * What every handler of one call knows: the process, the call's times (t0 at entry, t1 at
+ * exit) and its result. Scalars only: the handlers are global functions, which the verifier checks once each
+ * instead of once per call site and path (sys_exit inlined them all: ~100k verified
+ * instructions, a third of a second per load). A global function takes no kernel pointers; it
+ * gets the task from bpf_get_current_task_btf() and the task's state as a pointer argument.
+ */
 struct call_ctx {
-	struct task_struct *task;
-	struct iolens_task_state *st;
 	__u32 tgid;
+	__u32 pad;
 	__u64 pstart;
 	__u64 t0;
 	__u64 t1;
+	long ret;
 };
 
-/* What names a file: its struct file, or else the arguments of the lookup that found it. */
+/* A call as sys_exit saw it, decoded once for the accounting and trace mode: the number, the
+ * result and the first five argument registers (x86-64: di, si, dx, r10, r8). */
+struct call_args {
+	long id;
+	long ret;
+	__u64 di;
+	__u64 si;
+	__u64 dx;
+	__u64 r10;
+	__u64 r8;
+};
+
+/* What names a file: its struct file, or else the arguments of the lookup that found it.
+ * Kernel and user pointers as numbers (a global function's argument). */
 struct name_req {
 	__u64 ino;
 	__u32 dev;
 	__u32 gen;
 	long dirfd;
-	struct file *f;
-	const char *ustr;
+	__u64 file; /* struct file * */
+	__u64 ustr; /* const char __user * */
 };
 
-/* Send the name of (dev, ino) once, from its struct file (exact) or from a lookup's arguments. */
-static __noinline void send_name(struct call_ctx *cx, struct name_req *r)
+/* Send the name of (dev, ino) once, from its struct file (exact) or from a lookup's arguments.
+ * A global function: verified once, whichever program and call site reach it. */
+__noinline int send_name(struct call_ctx *cx, struct name_req *r)
 {
-	struct seen_key sk = { .ino = r->ino, .dev = r->dev };
-	struct file *f = r->f; /* a local: CO-RE relocations must not start at struct name_req */
-	struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
+	struct seen_key sk = {};
+	struct file *f;
+	struct seen_file *seen;
 	struct iolens_path_event *ev;
 	int sent;
 
+	if (!cx || !r)
+		return 0;
+	sk.ino = r->ino;
+	sk.dev = r->dev;
+	f = (struct file *)r->file;
+	seen = bpf_map_lookup_elem(&seen_files, &sk);
 	if (seen && seen->gen == r->gen && seen->named)
-		return;
+		return 0;
 	ev = path_event_begin(f ? IOLENS_PATH_FILE : IOLENS_PATH_LOOKUP, cx->tgid, cx->pstart,
 			      cx->t1);
 	if (!ev)
-		return;
+		return 0;
 	ev->dev = r->dev;
 	ev->ino = r->ino;
 	ev->gen = r->gen;
-	if (f) {
-		ev->walk_len = walk_path(ev, 0, BPF_CORE_READ(f, f_path.dentry),
-					 BPF_CORE_READ(f, f_path.mnt));
-	} else {
-		ev->walk_len = walk_base(ev, 0, cx->task, r->dirfd, r->ustr);
-		ev->str1_len = read_user_str(ev, ev->walk_len, r->ustr);
+	{
+		struct dentry *dentry = NULL;
+		struct vfsmount *mnt = NULL;
+		int walk = 1;
+
+		if (f) {
+			dentry = BPF_CORE_READ(f, f_path.dentry);
+			mnt = BPF_CORE_READ(f, f_path.mnt);
+		} else {
+			walk = base_dir(bpf_get_current_task_btf(), r->dirfd, (const char *)r->ustr,
+					&dentry, &mnt);
+		}
+		if (walk)
+			ev->walk_len = walk_path(ev, 0, (__u64)dentry, (__u64)mnt);
+		if (!f)
+			ev->str1_len = read_user_str(ev, ev->walk_len, (const char *)r->ustr);
 	}
 	sent = path_event_send(ev) == 0;
 	/* Only a name that reached user space counts as sent: a dropped one is sent again next
 	 * time. A lookup's name is lexical (symlinks in the argument unresolved): it is not
 	 * recorded, so the first open sends the canonical name. */
 	if (!f)
-		return;
+		return 0;
 	if (seen) {
 		seen->gen = r->gen;
 		seen->named = sent;
@@ -484,6 +580,7 @@ static __noinline void send_name(struct call_ctx *cx, struct name_req *r)
 
 		bpf_map_update_elem(&seen_files, &sk, &nv, BPF_ANY);
 	}
+	return 0;
 }
 
 static __always_inline struct iolens_file_counters *get_record(void *map,
@@ -511,18 +608,20 @@ static __always_inline struct iolens_file_counters *get_record(void *map,
  * regular file (pipes, sockets, ttys go to `others`, if want_other). Sends the file's name the
  * first time it is seen.
  */
-static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *cx, long fd,
-							      int want_other, struct file **fout)
+static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *cx,
+							      struct iolens_task_state *st,
+							      long fd, int want_other,
+							      struct file **fout)
 {
 	struct iolens_file_key key = { .tgid = cx->tgid, .pstart_ns = cx->pstart };
 	struct iolens_file_counters *c;
-	struct file *f = fd_to_file(cx->task, fd);
+	struct file *f = (struct file *)current_fd_file(fd);
 	__u32 mode;
 	int created = 0;
 
 	if (!f)
 		return NULL;
-	file_identity_cached(cx->st, f, &key.dev, &key.ino, &key.gen, &mode);
+	file_identity_cached(st, f, &key.dev, &key.ino, &key.gen, &mode);
 	if (fout)
 		*fout = f;
 	if (!S_ISREG(mode)) {
@@ -537,7 +636,9 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 	/* A record a page-cache or io_uring hook created (no struct file there) is named by the
 	 * first system call that reaches it. */
 	if (c && (created || !c->named)) {
-		struct name_req r = { .ino = key.ino, .dev = key.dev, .gen = key.gen, .f = f };
+		struct name_req r = {
+			.ino = key.ino, .dev = key.dev, .gen = key.gen, .file = (__u64)f,
+		};
 
 		send_name(cx, &r);
 		c->named = 1;
@@ -556,18 +657,33 @@ static __always_inline __s64 rw_start(struct file *f, __s64 pos, long done)
 	return BPF_CORE_READ(f, f_pos) - done;
 }
 
+/*
+ * The handlers of sys_exit, one per kind of call: global functions (see struct call_ctx), so
+ * each is verified once. They return 0 (a global function must return a number).
+ */
+
 /* Reads and writes. `pos` is the explicit offset of p* calls, or -1 for the file position. */
-static __always_inline void on_rw(struct call_ctx *cx, long fd, int is_write, __s64 pos, long ret)
+__noinline int account_rw(struct call_ctx *cx, struct iolens_task_state *st, long fd,
+			  int is_write, __s64 pos)
 {
 	struct file *f = NULL;
 	struct iolens_file_counters *c;
+	long ret;
 
-	if (ret < 0)
-		return;
-	c = fd_record(cx, fd, 1, &f);
+	if (!cx || !st || cx->ret < 0)
+		return 0;
+	ret = cx->ret;
+	c = fd_record(cx, st, fd, 1, &f);
 	if (!c)
-		return;
-	iolens_account_rw(c, is_write, rw_start(f, pos, ret), ret, cx->t0, cx->t1);
+		return 0;
+	pos = rw_start(f, pos, ret);
+	/* two copies with a constant is_write: the verifier walks each once, instead of every
+	 * combination of the is_write branches */
+	if (is_write)
+		iolens_account_rw(c, 1, pos, ret, cx->t0, cx->t1);
+	else
+		iolens_account_rw(c, 0, pos, ret, cx->t0, cx->t1);
+	return 0;
 }
 
 /*
@@ -587,34 +703,46 @@ static __always_inline __s64 copy_offset(const void *uptr, long ret)
 
 /* A copy between two descriptors is a read of one and a write of the other (as /proc/PID/io
  * counts it: one syscr and one syscw). */
-static __always_inline void on_copy(struct call_ctx *cx, long in_fd, const void *in_off,
-				    long out_fd, const void *out_off, long ret)
+static __always_inline void on_copy(struct call_ctx *cx, struct iolens_task_state *st,
+				    long in_fd, const void *in_off, long out_fd,
+				    const void *out_off)
 {
-	if (ret < 0)
+	if (cx->ret < 0)
 		return;
-	on_rw(cx, in_fd, 0, copy_offset(in_off, ret), ret);
-	on_rw(cx, out_fd, 1, copy_offset(out_off, ret), ret);
+	account_rw(cx, st, in_fd, 0, copy_offset(in_off, cx->ret));
+	account_rw(cx, st, out_fd, 1, copy_offset(out_off, cx->ret));
 }
 
-static __always_inline void on_open(struct call_ctx *cx, long fd, int is_dup)
+/* A new descriptor `fd` (open, or dup when is_dup). */
+__noinline int account_open(struct call_ctx *cx, struct iolens_task_state *st, long fd,
+			    int is_dup)
 {
 	struct iolens_file_counters *c;
 
-	if (fd < 0)
-		return;
-	c = fd_record(cx, fd, 0, NULL);
+	if (!cx || !st || fd < 0)
+		return 0;
+	c = fd_record(cx, st, fd, 0, NULL);
 	if (c)
 		iolens_account_open(c, is_dup, cx->t0, cx->t1);
+	return 0;
 }
 
-static __always_inline struct iolens_file_counters *on_meta(struct call_ctx *cx, long fd,
-							      int op)
+/* A successful metadata call on a descriptor (enum iolens_meta_op); `exec`: an mmap with
+ * PROT_EXEC, which marks program text (iolens_cache.bpf.h inherited_record). */
+__noinline int account_meta(struct call_ctx *cx, struct iolens_task_state *st, long fd, int op,
+			    int exec)
 {
-	struct iolens_file_counters *c = fd_record(cx, fd, 0, NULL);
+	struct iolens_file_counters *c;
 
-	if (c)
-		iolens_account_meta(c, op, cx->t0, cx->t1);
-	return c;
+	if (!cx || !st)
+		return 0;
+	c = fd_record(cx, st, fd, 0, NULL);
+	if (!c)
+		return 0;
+	iolens_account_meta(c, op, cx->t0, cx->t1);
+	if (exec)
+		c->map_flags |= IOLENS_MAPPED_EXEC;
+	return 0;
 }
 
 /* new_encode_dev() as seen in struct stat, back to the kernel's dev_t. */
@@ -682,28 +810,59 @@ static __always_inline __u32 seen_gen(__u32 dev, __u64 ino)
  * counted too. (On btrfs subvolumes and overlayfs, stat's st_dev differs from the superblock's
  * s_dev: such a path stat lands on a record of its own; docs/counters.md.)
  */
-static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char *ustr,
-				    void *ubuf, int is_statx, long flags)
+/* A successful call of the stat family (stat, lstat, fstat, newfstatat, statx). */
+__noinline int account_stat(struct call_ctx *cx, struct iolens_task_state *st,
+			    struct call_args *a)
 {
-	struct iolens_file_key key = { .tgid = cx->tgid, .pstart_ns = cx->pstart };
+	struct iolens_file_key key = {};
 	struct iolens_file_counters *c;
+	__u64 ustr = 0, ubuf, flags = 0;
+	long dirfd = AT_FDCWD;
 	__u32 mode = 0;
-	int created = 0;
+	int created = 0, is_statx = 0;
 
-	if (stat_on_fd(ustr, flags)) {
-		on_meta(cx, dirfd, IOLENS_META_STAT);
-		return;
+	if (!cx || !st || !a)
+		return 0;
+	switch (a->id) {
+	case IOLENS_NR_stat:
+	case IOLENS_NR_lstat:
+		ustr = a->di;
+		ubuf = a->si;
+		break;
+	case IOLENS_NR_fstat:
+		dirfd = (int)a->di;
+		ubuf = a->si;
+		break;
+	case IOLENS_NR_newfstatat:
+		dirfd = (int)a->di;
+		ustr = a->si;
+		ubuf = a->dx;
+		flags = a->r10;
+		break;
+	case IOLENS_NR_statx:
+		dirfd = (int)a->di;
+		ustr = a->si;
+		ubuf = a->r8;
+		flags = a->dx;
+		is_statx = 1;
+		break;
+	default:
+		return 0;
 	}
-	stat_buf_identity(ubuf, is_statx, &key.dev, &key.ino, &mode);
+	if (stat_on_fd((const char *)ustr, flags))
+		return account_meta(cx, st, dirfd, IOLENS_META_STAT, 0);
+	key.tgid = cx->tgid;
+	key.pstart_ns = cx->pstart;
+	stat_buf_identity((void *)ubuf, is_statx, &key.dev, &key.ino, &mode);
 	if (!S_ISREG(mode))
-		return;
+		return 0;
 	key.gen = seen_gen(key.dev, key.ino);
 	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
 	if (!c)
-		return;
+		return 0;
 	iolens_account_meta(c, IOLENS_META_STAT, cx->t0, cx->t1);
 	if (!created)
-		return;
+		return 0;
 	{
 		struct name_req r = {
 			.ino = key.ino, .dev = key.dev, .gen = key.gen, .dirfd = dirfd, .ustr = ustr,
@@ -711,28 +870,62 @@ static __always_inline void on_stat(struct call_ctx *cx, long dirfd, const char 
 
 		send_name(cx, &r);
 	}
+	return 0;
 }
 
-static __always_inline void on_path_op(struct call_ctx *cx, __u32 op, long dfd1, const char *s1,
-				       long dfd2, const char *s2)
+/* A successful unlink (path s1) or rename (s1 to s2), each path relative to its directory
+ * descriptor. */
+__noinline int account_path_op(struct call_ctx *cx, struct call_args *a)
 {
-	struct iolens_path_event *ev = path_event_begin(op, cx->tgid, cx->pstart, cx->t1);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_path_event *ev;
+	long dfd1 = AT_FDCWD, dfd2 = AT_FDCWD;
+	__u64 s1, s2 = 0;
+	__u32 op = IOLENS_PATH_RENAME;
 	__u32 off;
 
+	if (!cx || !a)
+		return 0;
+	switch (a->id) {
+	case IOLENS_NR_unlink:
+		op = IOLENS_PATH_UNLINK;
+		s1 = a->di;
+		break;
+	case IOLENS_NR_unlinkat:
+		op = IOLENS_PATH_UNLINK;
+		dfd1 = (int)a->di;
+		s1 = a->si;
+		break;
+	case IOLENS_NR_rename:
+		s1 = a->di;
+		s2 = a->si;
+		break;
+	case IOLENS_NR_renameat:
+	case IOLENS_NR_renameat2:
+		dfd1 = (int)a->di;
+		s1 = a->si;
+		dfd2 = (int)a->dx;
+		s2 = a->r10;
+		break;
+	default:
+		return 0;
+	}
+	ev = path_event_begin(op, cx->tgid, cx->pstart, cx->t1);
 	if (!ev)
-		return;
-	ev->walk_len = walk_base(ev, 0, cx->task, dfd1, s1);
-	ev->str1_len = read_user_str(ev, ev->walk_len, s1);
+		return 0;
+	ev->walk_len = walk_base(ev, 0, task, dfd1, (const char *)s1);
+	ev->str1_len = read_user_str(ev, ev->walk_len, (const char *)s1);
 	if (op == IOLENS_PATH_RENAME) {
 		off = ev->walk_len + ev->str1_len;
 		if (off <= PATH_OFF_MASK) {
-			ev->walk2_len = walk_base(ev, off, cx->task, dfd2, s2);
-			ev->str2_len = read_user_str(ev, off + ev->walk2_len, s2);
+			ev->walk2_len = walk_base(ev, off, task, dfd2, (const char *)s2);
+			ev->str2_len = read_user_str(ev, off + ev->walk2_len, (const char *)s2);
 		} else {
 			ev->flags |= IOLENS_PATH_TRUNCATED;
 		}
 	}
 	path_event_send(ev);
+	return 0;
 }
 
 static __always_inline __u64 leader_start(struct task_struct *task)
@@ -965,7 +1158,7 @@ struct trace_req {
 	long fd;     /* TRACE_SRC_FD: the descriptor whose file the record names */
 	__s64 pos;   /* the record's offset (reads/writes: when at_pos) */
 	__s64 arg;   /* the record's arg */
-	void *ubuf;  /* TRACE_SRC_STATBUF: the user's stat or statx buffer */
+	__u64 ubuf;  /* TRACE_SRC_STATBUF: the user's stat or statx buffer */
 	__s32 rfd;   /* the record's fd */
 	__u32 flags; /* IOLENS_TRACE_F_* known from the call */
 	__u16 op;    /* enum iolens_trace_op_kind */
@@ -979,30 +1172,34 @@ struct trace_req {
  * Emits one record. Reserved in the ring first and filled in place (no copy). Submitted without
  * a wakeup: the agent drains on a timer; only once the ring is more than half full does a record
  * wake it (KERNEL.md 4.2.4: a wakeup per record costs ~2 us, paid by the traced thread).
- * Not inlined: it is reached from three call sites and keeps sys_exit's verification small.
+ * A global function: verified once for its three call sites.
  */
-static __noinline void trace_record(struct call_ctx *cx, struct trace_req *q, long nr, long ret)
+__noinline int trace_record(struct call_ctx *cx, struct iolens_task_state *st,
+			    struct trace_req *q, long nr, long ret)
 {
-	struct iolens_task_state *st = cx->st;
-	struct task_struct *task = cx->task; /* a local: CO-RE relocations start at kernel types */
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct iolens_trace_record *r;
 	struct file *f = NULL;
-	__u32 mode = 0, flags = q->flags;
+	__u32 mode = 0, flags;
 	__u64 wake = BPF_RB_NO_WAKEUP;
-	__s64 offset = q->pos;
+	__s64 offset;
 	int found = 0;
 
+	if (!cx || !st || !q)
+		return 0;
+	flags = q->flags;
+	offset = q->pos;
 	stat_inc(IOLENS_STAT_TRACE_RECORDS);
 	r = bpf_ringbuf_reserve(&trace, sizeof(*r), 0);
 	if (!r) {
 		stat_inc(IOLENS_STAT_TRACE_LOST);
-		return;
+		return 0;
 	}
 	r->ino = 0;
 	r->dev = 0;
 	r->gen = 0;
 	if (q->src == TRACE_SRC_FD) {
-		f = fd_to_file(task, q->fd);
+		f = (struct file *)current_fd_file(q->fd);
 		if (f) {
 			file_identity_cached(st, f, &r->dev, &r->ino, &r->gen, &mode);
 			found = 1;
@@ -1021,7 +1218,7 @@ static __noinline void trace_record(struct call_ctx *cx, struct trace_req *q, lo
 		__u32 dev = 0;
 		__u64 ino = 0;
 
-		stat_buf_identity(q->ubuf, q->statx, &dev, &ino, &mode);
+		stat_buf_identity((void *)q->ubuf, q->statx, &dev, &ino, &mode);
 		r->dev = dev;
 		r->ino = ino;
 		r->gen = S_ISREG(mode) ? seen_gen(dev, ino) : 0;
@@ -1058,6 +1255,7 @@ static __noinline void trace_record(struct call_ctx *cx, struct trace_req *q, lo
 	    bpf_ringbuf_query(&trace, BPF_RB_RING_SIZE) / 2)
 		wake = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(r, wake);
+	return 0;
 }
 
 /* Whether the trace mode selects the current task (already known to be traced). */
@@ -1073,9 +1271,9 @@ static __always_inline int trace_selects(__u32 mode, __u32 tgid)
 }
 
 /* A copy is a read of one descriptor and a write of the other, at the same times. */
-static __always_inline void trace_copy(struct call_ctx *cx, long in_fd, const void *in_off,
-				       long out_fd, const void *out_off, __s64 len, long nr,
-				       long ret)
+static __always_inline void trace_copy(struct call_ctx *cx, struct iolens_task_state *st,
+				       long in_fd, const void *in_off, long out_fd,
+				       const void *out_off, __s64 len, long nr, long ret)
 {
 	long done = ret > 0 ? ret : 0;
 	struct trace_req q = {
@@ -1088,26 +1286,30 @@ static __always_inline void trace_copy(struct call_ctx *cx, long in_fd, const vo
 	};
 
 	q.at_pos = q.pos >= 0; /* an offset pointer was given (its value cannot be negative) */
-	trace_record(cx, &q, nr, ret);
+	trace_record(cx, st, &q, nr, ret);
 	q.op = IOLENS_OP_WRITE;
 	q.fd = out_fd;
 	q.rfd = (int)out_fd;
 	q.pos = copy_offset(out_off, done);
 	q.at_pos = q.pos >= 0;
-	trace_record(cx, &q, nr, ret);
+	trace_record(cx, st, &q, nr, ret);
 }
 
 /*
  * Trace mode, from sys_exit of a traced task once the mode is not OFF: every call of the kinds
  * in enum iolens_trace_op_kind gives a record, failed calls too. Runs before the accounting, which
- * forgets what close captured. Not inlined: sys_exit is verified once with it as one call.
+ * forgets what close captured. A global function, like the accounting handlers.
  */
-static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, long id, long ret)
+__noinline int trace_call(struct call_ctx *cx, struct iolens_task_state *st,
+			  struct call_args *a)
 {
 	struct trace_req q = { .fd = -1, .pos = -1, .rfd = -1, .src = TRACE_SRC_FD };
+	long id, ret;
 
-	if (!trace_selects(trace_mode, cx->tgid))
-		return;
+	if (!cx || !st || !a || !trace_selects(trace_mode, cx->tgid))
+		return 0;
+	id = a->id;
+	ret = a->ret;
 	switch (id) {
 	case IOLENS_NR_read:
 	case IOLENS_NR_pread64:
@@ -1125,15 +1327,15 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 		break;
 	case IOLENS_NR_sendfile:
 		/* sendfile(out_fd, in_fd, *offset, count): offset is the input's */
-		trace_copy(cx, (int)regs->si, (const void *)regs->dx, (int)regs->di, NULL,
-			   (__s64)regs->r10, id, ret);
-		return;
+		trace_copy(cx, st, (int)a->si, (const void *)a->dx, (int)a->di, NULL,
+			   (__s64)a->r10, id, ret);
+		return 0;
 	case IOLENS_NR_splice:
 	case IOLENS_NR_copy_file_range:
 		/* (fd_in, *off_in, fd_out, *off_out, len, flags) */
-		trace_copy(cx, (int)regs->di, (const void *)regs->si, (int)regs->dx,
-			   (const void *)regs->r10, (__s64)regs->r8, id, ret);
-		return;
+		trace_copy(cx, st, (int)a->di, (const void *)a->si, (int)a->dx,
+			   (const void *)a->r10, (__s64)a->r8, id, ret);
+		return 0;
 	case IOLENS_NR_open:
 	case IOLENS_NR_openat:
 	case IOLENS_NR_openat2:
@@ -1141,8 +1343,8 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 		q.op = IOLENS_OP_OPEN;
 		break;
 	case IOLENS_NR_fcntl:
-		if (regs->si != F_DUPFD && regs->si != F_DUPFD_CLOEXEC)
-			return;
+		if (a->si != F_DUPFD && a->si != F_DUPFD_CLOEXEC)
+			return 0;
 		/* fall through */
 	case IOLENS_NR_dup:
 	case IOLENS_NR_dup2:
@@ -1156,7 +1358,7 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 	case IOLENS_NR_lseek:
 		q.op = IOLENS_OP_SEEK;
 		q.pos = ret >= 0 ? ret : -1;
-		q.arg = (int)regs->dx;
+		q.arg = (int)a->dx;
 		break;
 	case IOLENS_NR_fsync:
 		q.op = IOLENS_OP_FSYNC;
@@ -1168,8 +1370,8 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 		q.op = IOLENS_OP_TRUNCATE;
 		break;
 	case IOLENS_NR_mmap:
-		if (regs->r10 & MAP_ANONYMOUS)
-			return; /* not file I/O */
+		if (a->r10 & MAP_ANONYMOUS)
+			return 0; /* not file I/O */
 		q.op = IOLENS_OP_MMAP;
 		break;
 	case IOLENS_NR_fstat:
@@ -1179,26 +1381,26 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 	case IOLENS_NR_lstat:
 		q.op = IOLENS_OP_STAT;
 		q.src = TRACE_SRC_STATBUF;
-		q.ubuf = (void *)regs->si;
+		q.ubuf = a->si;
 		break;
 	case IOLENS_NR_newfstatat:
 		q.op = IOLENS_OP_STAT;
-		if (!stat_on_fd((const char *)regs->si, regs->r10)) {
+		if (!stat_on_fd((const char *)a->si, a->r10)) {
 			q.src = TRACE_SRC_STATBUF;
-			q.ubuf = (void *)regs->dx;
+			q.ubuf = a->dx;
 		}
 		break;
 	case IOLENS_NR_statx:
 		q.op = IOLENS_OP_STAT;
-		if (!stat_on_fd((const char *)regs->si, regs->dx)) {
+		if (!stat_on_fd((const char *)a->si, a->dx)) {
 			q.src = TRACE_SRC_STATBUF;
-			q.ubuf = (void *)regs->r8;
+			q.ubuf = a->r8;
 			q.statx = 1;
 		}
 		break;
 	case IOLENS_NR_unlinkat:
-		if (regs->dx & AT_REMOVEDIR)
-			return; /* rmdir */
+		if (a->dx & AT_REMOVEDIR)
+			return 0; /* rmdir */
 		/* fall through */
 	case IOLENS_NR_unlink:
 		q.op = IOLENS_OP_UNLINK;
@@ -1211,20 +1413,20 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 		q.src = TRACE_SRC_NONE;
 		break;
 	default:
-		return;
+		return 0;
 	}
 	if (q.op == IOLENS_OP_READ || q.op == IOLENS_OP_WRITE) {
 		/* read/write(fd, buf, count); the vector calls have no byte count to ask for */
 		if (id == IOLENS_NR_read || id == IOLENS_NR_write || id == IOLENS_NR_pread64 ||
 		    id == IOLENS_NR_pwrite64)
-			q.arg = (__s64)regs->dx;
+			q.arg = (__s64)a->dx;
 		else
 			q.arg = -1;
 		/* p* calls name the offset (r10), as given even if invalid; for preadv2/pwritev2,
 		 * -1 means the file position */
 		if (id != IOLENS_NR_read && id != IOLENS_NR_write && id != IOLENS_NR_readv &&
 		    id != IOLENS_NR_writev) {
-			q.pos = (__s64)regs->r10;
+			q.pos = (__s64)a->r10;
 			q.at_pos = q.pos != -1 ||
 				   (id != IOLENS_NR_preadv2 && id != IOLENS_NR_pwritev2);
 		}
@@ -1236,7 +1438,7 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 			q.fd = ret;
 			q.rfd = (int)ret;
 		} else if (q.op == IOLENS_OP_DUP) {
-			q.fd = (int)regs->di;
+			q.fd = (int)a->di;
 		} else {
 			q.src = TRACE_SRC_NONE;
 		}
@@ -1244,12 +1446,13 @@ static __noinline void trace_call(struct call_ctx *cx, struct pt_regs *regs, lon
 			q.arg = ret >= 0 ? ret : -1;
 	} else if (q.src == TRACE_SRC_FD) {
 		/* every other call on a descriptor has it first; mmap's is its fifth argument */
-		q.fd = id == IOLENS_NR_mmap ? (int)regs->r8 : (int)regs->di;
+		q.fd = id == IOLENS_NR_mmap ? (int)a->r8 : (int)a->di;
 		q.rfd = (int)q.fd;
 	} else if (q.src == TRACE_SRC_CLOSE) {
-		q.rfd = (int)regs->di;
+		q.rfd = (int)a->di;
 	}
-	trace_record(cx, &q, id, ret);
+	trace_record(cx, st, &q, id, ret);
+	return 0;
 }
 
 SEC("tp_btf/sys_enter")
@@ -1268,7 +1471,9 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 		__u32 mode = 0;
 
 		st->close_kind = 0;
+		st->close_name = 0;
 		if (f) {
+			/* also leaves f in st->cache_file, until sys_exit */
 			file_identity_cached(st, f, &st->close_dev, &st->close_ino, &st->close_gen,
 					     &mode);
 			st->close_kind = S_ISREG(mode) ? 1 : 2;
@@ -1279,31 +1484,44 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 				st->close_gen = 0;
 			}
 		}
-		st->cache_file = 0; /* the file is going away */
 		/* A descriptor inherited from outside the traced tree may close without ever having
-		 * been opened here: name its file now, while the struct file is still reachable. */
+		 * been opened here: sys_exit names its file (send_name is not called here, so that
+		 * this program, which every system call of a traced task runs, stays small). */
 		if (st->close_kind == 1) {
 			struct seen_key sk = { .ino = st->close_ino, .dev = st->close_dev };
 			struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
 
-			if (!seen || seen->gen != st->close_gen || !seen->named) {
-				struct call_ctx cx = {
-					.task = task,
-					.st = st,
-					.tgid = task->tgid,
-					.pstart = st->pstart_ns ? st->pstart_ns : leader_start(task),
-					.t1 = st->enter_ns,
-				};
-				struct name_req r = {
-					.ino = st->close_ino,
-					.dev = st->close_dev,
-					.gen = st->close_gen,
-					.f = f,
-				};
-
-				send_name(&cx, &r);
-			}
+			st->close_name = !seen || seen->gen != st->close_gen || !seen->named;
 		}
+	}
+	return 0;
+}
+
+/* A close of a regular file, whose identity sys_enter kept (the descriptor is gone now). */
+__noinline int account_close(struct call_ctx *cx, struct iolens_task_state *st)
+{
+	struct iolens_file_key key = {};
+	struct iolens_file_counters *c;
+	int created = 0;
+
+	if (!cx || !st)
+		return 0;
+	key.ino = st->close_ino;
+	key.dev = st->close_dev;
+	key.tgid = cx->tgid;
+	key.pstart_ns = cx->pstart;
+	key.gen = st->close_gen;
+	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	/* A descriptor inherited from the parent has no record here yet: no name is known from
+	 * this process, the parent's record names it. */
+	if (c)
+		iolens_account_close(c, cx->ret, cx->t0, cx->t1);
+	if (st->close_name && st->cache_file) {
+		struct name_req r = {
+			.ino = key.ino, .dev = key.dev, .gen = key.gen, .file = st->cache_file,
+		};
+
+		send_name(cx, &r);
 	}
 	return 0;
 }
@@ -1313,7 +1531,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct iolens_task_state *st = traced_state(task);
-	struct call_ctx cx;
+	struct call_ctx cx = {};
+	struct call_args a;
 	__u64 now;
 	long id;
 
@@ -1324,8 +1543,6 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (!iolens_syscall_wanted(id))
 		return 0;
 	now = bpf_ktime_get_ns();
-	cx.task = task;
-	cx.st = st;
 	cx.tgid = task->tgid;
 	cx.t0 = st->enter_ns;
 	cx.t1 = now;
@@ -1337,142 +1554,112 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	if (!st->pstart_ns)
 		st->pstart_ns = leader_start(task);
 	cx.pstart = st->pstart_ns;
+	cx.ret = ret;
+	a.id = id;
+	a.ret = ret;
+	a.di = regs->di;
+	a.si = regs->si;
+	a.dx = regs->dx;
+	a.r10 = regs->r10;
+	a.r8 = regs->r8;
 	if (trace_mode != IOLENS_TRACE_OFF)
-		trace_call(&cx, regs, id, ret);
+		trace_call(&cx, st, &a);
 
 	switch (id) {
 	case IOLENS_NR_read:
 	case IOLENS_NR_readv:
-		on_rw(&cx, regs->di, 0, -1, ret);
+		account_rw(&cx, st, a.di, 0, -1);
 		break;
 	case IOLENS_NR_write:
 	case IOLENS_NR_writev:
-		on_rw(&cx, regs->di, 1, -1, ret);
+		account_rw(&cx, st, a.di, 1, -1);
 		break;
 	case IOLENS_NR_pread64:
 	case IOLENS_NR_preadv:
-		on_rw(&cx, regs->di, 0, (__s64)regs->r10, ret);
+		account_rw(&cx, st, a.di, 0, (__s64)a.r10);
 		break;
 	case IOLENS_NR_pwrite64:
 	case IOLENS_NR_pwritev:
-		on_rw(&cx, regs->di, 1, (__s64)regs->r10, ret);
+		account_rw(&cx, st, a.di, 1, (__s64)a.r10);
 		break;
 	case IOLENS_NR_preadv2:
 		/* offset -1 means "at the file position", like readv */
-		on_rw(&cx, regs->di, 0, (__s64)regs->r10 < 0 ? -1 : (__s64)regs->r10, ret);
+		account_rw(&cx, st, a.di, 0, (__s64)a.r10 < 0 ? -1 : (__s64)a.r10);
 		break;
 	case IOLENS_NR_pwritev2:
-		on_rw(&cx, regs->di, 1, (__s64)regs->r10 < 0 ? -1 : (__s64)regs->r10, ret);
+		account_rw(&cx, st, a.di, 1, (__s64)a.r10 < 0 ? -1 : (__s64)a.r10);
 		break;
 	case IOLENS_NR_sendfile:
 		/* sendfile(out_fd, in_fd, *offset, count): offset is the input's */
-		on_copy(&cx, (int)regs->si, (const void *)regs->dx, (int)regs->di, NULL, ret);
+		on_copy(&cx, st, (int)a.si, (const void *)a.dx, (int)a.di, NULL);
 		break;
 	case IOLENS_NR_splice:
 	case IOLENS_NR_copy_file_range:
 		/* (fd_in, *off_in, fd_out, *off_out, len, flags) */
-		on_copy(&cx, (int)regs->di, (const void *)regs->si, (int)regs->dx,
-			(const void *)regs->r10, ret);
+		on_copy(&cx, st, (int)a.di, (const void *)a.si, (int)a.dx, (const void *)a.r10);
 		break;
 	case IOLENS_NR_open:
 	case IOLENS_NR_openat:
 	case IOLENS_NR_openat2:
 	case IOLENS_NR_creat:
-		on_open(&cx, ret, 0);
+		account_open(&cx, st, ret, 0);
 		break;
 	case IOLENS_NR_dup:
 	case IOLENS_NR_dup2:
 	case IOLENS_NR_dup3:
-		on_open(&cx, ret, 1);
+		account_open(&cx, st, ret, 1);
 		break;
 	case IOLENS_NR_fcntl:
-		if (regs->si == F_DUPFD || regs->si == F_DUPFD_CLOEXEC)
-			on_open(&cx, ret, 1);
+		if (a.si == F_DUPFD || a.si == F_DUPFD_CLOEXEC)
+			account_open(&cx, st, ret, 1);
 		break;
 	case IOLENS_NR_close:
-		if (st->close_kind == 1) {
-			struct iolens_file_key key = {
-				.ino = st->close_ino,
-				.dev = st->close_dev,
-				.tgid = cx.tgid,
-				.pstart_ns = cx.pstart,
-				.gen = st->close_gen,
-			};
-			int created = 0;
-			struct iolens_file_counters *c =
-				get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
-
-			/* A descriptor inherited from the parent has no record here yet: no name is
-			 * known from this process, the parent's record names it. */
-			if (c)
-				iolens_account_close(c, ret, cx.t0, cx.t1);
-		}
+		if (st->close_kind == 1)
+			account_close(&cx, st);
 		st->close_kind = 0;
+		st->close_name = 0;
+		st->cache_file = 0; /* the file is going away */
 		break;
 	case IOLENS_NR_lseek:
 		if (ret >= 0)
-			on_meta(&cx, regs->di, IOLENS_META_SEEK);
+			account_meta(&cx, st, a.di, IOLENS_META_SEEK, 0);
 		break;
 	case IOLENS_NR_fsync:
 		if (ret >= 0)
-			on_meta(&cx, regs->di, IOLENS_META_FSYNC);
+			account_meta(&cx, st, a.di, IOLENS_META_FSYNC, 0);
 		break;
 	case IOLENS_NR_fdatasync:
 		if (ret >= 0)
-			on_meta(&cx, regs->di, IOLENS_META_FDSYNC);
+			account_meta(&cx, st, a.di, IOLENS_META_FDSYNC, 0);
 		break;
 	case IOLENS_NR_ftruncate:
 		if (ret == 0)
-			on_meta(&cx, regs->di, IOLENS_META_TRUNCATE);
+			account_meta(&cx, st, a.di, IOLENS_META_TRUNCATE, 0);
 		break;
 	case IOLENS_NR_mmap:
-		if ((unsigned long)ret < (unsigned long)-MAX_ERRNO && !(regs->r10 & MAP_ANONYMOUS)) {
-			struct iolens_file_counters *c = on_meta(&cx, (int)regs->r8, IOLENS_META_MMAP);
-
-			/* prot (third argument): marks program text, whose faults a forked child
-			 * does not inherit a record for (iolens_cache.bpf.h inherited_record) */
-			if (c && (regs->dx & PROT_EXEC))
-				c->map_flags |= IOLENS_MAPPED_EXEC;
-		}
+		/* prot (third argument) PROT_EXEC marks program text, whose faults a forked child
+		 * does not inherit a record for (iolens_cache.bpf.h inherited_record) */
+		if ((unsigned long)ret < (unsigned long)-MAX_ERRNO && !(a.r10 & MAP_ANONYMOUS))
+			account_meta(&cx, st, (int)a.r8, IOLENS_META_MMAP, !!(a.dx & PROT_EXEC));
 		break;
 	case IOLENS_NR_stat:
 	case IOLENS_NR_lstat:
-		if (ret == 0)
-			on_stat(&cx, AT_FDCWD, (const char *)regs->di, (void *)regs->si, 0, 0);
-		break;
 	case IOLENS_NR_fstat:
-		if (ret == 0)
-			on_stat(&cx, (int)regs->di, NULL, (void *)regs->si, 0, 0);
-		break;
 	case IOLENS_NR_newfstatat:
-		if (ret == 0)
-			on_stat(&cx, (int)regs->di, (const char *)regs->si, (void *)regs->dx, 0,
-				regs->r10);
-		break;
 	case IOLENS_NR_statx:
 		if (ret == 0)
-			on_stat(&cx, (int)regs->di, (const char *)regs->si, (void *)regs->r8, 1,
-				regs->dx);
-		break;
-	case IOLENS_NR_unlink:
-		if (ret == 0)
-			on_path_op(&cx, IOLENS_PATH_UNLINK, AT_FDCWD, (const char *)regs->di, 0, NULL);
+			account_stat(&cx, st, &a);
 		break;
 	case IOLENS_NR_unlinkat:
-		if (ret == 0 && !(regs->dx & AT_REMOVEDIR))
-			on_path_op(&cx, IOLENS_PATH_UNLINK, (int)regs->di, (const char *)regs->si, 0,
-				   NULL);
-		break;
+		if (a.dx & AT_REMOVEDIR)
+			break; /* rmdir */
+		/* fall through */
+	case IOLENS_NR_unlink:
 	case IOLENS_NR_rename:
-		if (ret == 0)
-			on_path_op(&cx, IOLENS_PATH_RENAME, AT_FDCWD, (const char *)regs->di, AT_FDCWD,
-				   (const char *)regs->si);
-		break;
 	case IOLENS_NR_renameat:
 	case IOLENS_NR_renameat2:
 		if (ret == 0)
-			on_path_op(&cx, IOLENS_PATH_RENAME, (int)regs->di, (const char *)regs->si,
-				   (int)regs->dx, (const char *)regs->r10);
+			account_path_op(&cx, &a);
 		break;
 	default:
 		break;
@@ -1564,8 +1751,8 @@ int BPF_PROG(sched_process_exec, struct task_struct *p, pid_t old_pid, struct li
 	bpf_probe_read_kernel_str(ev->comm, sizeof(ev->comm), p->comm);
 	f = BPF_CORE_READ(bprm, file);
 	if (f)
-		ev->walk_len = walk_path(ev, 0, BPF_CORE_READ(f, f_path.dentry),
-					 BPF_CORE_READ(f, f_path.mnt));
+		ev->walk_len = walk_path(ev, 0, (__u64)BPF_CORE_READ(f, f_path.dentry),
+					 (__u64)BPF_CORE_READ(f, f_path.mnt));
 	path_event_send(ev);
 	return 0;
 }
@@ -1616,17 +1803,26 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 
 /*
  * The traced state behind a task that is doing file I/O below the system calls: the thread's
- * own, or its group leader's (io_uring's io-wq workers and SQPOLL threads are threads of the
- * process that no fork event announced). NULL: not traced.
+ * own, or, for io_uring's threads (PF_IO_WORKER: io-wq workers and the SQPOLL thread, which
+ * no fork event announces), its group leader's. NULL: not traced. *own: whether it is the
+ * thread's own.
+ * Each direct load of a pointer field through a trusted pointer costs the verifier searches of
+ * the kernel's BTF by name, ~1.2 ms for every time it walks the load (bench/README.md
+ * "Start-up"): the leader is loaded first, before any branch, so that it is walked once; the
+ * leader's storage is found by the helper (no load of its bpf_storage).
  */
-static __always_inline struct iolens_task_state *
-io_task_state(struct task_struct *task)
+#define PF_IO_WORKER 0x00000010
+
+static __always_inline struct iolens_task_state *io_task_state(struct task_struct *task,
+								int *own)
 {
+	struct task_struct *leader = task->group_leader;
 	struct iolens_task_state *st = traced_state(task);
 
-	if (st)
+	*own = st != NULL;
+	if (st || !(task->flags & PF_IO_WORKER))
 		return st;
-	return traced_state(task->group_leader);
+	return bpf_task_storage_get(&task_state, leader, 0, 0);
 }
 
 /*
@@ -1655,13 +1851,13 @@ inode_record(struct task_struct *task, struct iolens_task_state *st, struct inod
 	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
 	if (c && f && !c->named) {
 		struct call_ctx cx = {
-			.task = task,
-			.st = st,
 			.tgid = key.tgid,
 			.pstart = key.pstart_ns,
 			.t1 = bpf_ktime_get_ns(),
 		};
-		struct name_req r = { .ino = key.ino, .dev = key.dev, .gen = key.gen, .f = f };
+		struct name_req r = {
+			.ino = key.ino, .dev = key.dev, .gen = key.gen, .file = (__u64)f,
+		};
 
 		send_name(&cx, &r);
 		c->named = 1;

@@ -212,7 +212,9 @@ struct iolens_task_state {
 	__u32 dirty_dev;
 	__u64 dirty_ino;
 	__u32 dirty_gen;
-	__u32 pad;
+	/* set by sys_enter of a close whose regular file was never named: sys_exit sends its name
+	 * from cache_file (the struct file lives until the close's task work, after sys_exit) */
+	__u32 close_name;
 };
 
 /*

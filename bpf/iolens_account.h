@@ -26,6 +26,18 @@
 
 #define IOLENS_ADD(ptr, val) __sync_fetch_and_add((ptr), (val))
 
+/*
+ * Where iolens_account_rw gets its buckets. The kernel programs make these calls of global
+ * functions, whose result the verifier does not know: it then walks the rest of the accounting
+ * once for all buckets instead of once per bucket value. User space uses the inline functions.
+ */
+#ifndef IOLENS_SIZE_BUCKET
+#define IOLENS_SIZE_BUCKET(size) iolens_size_bucket(size)
+#endif
+#ifndef IOLENS_LAT_BUCKET
+#define IOLENS_LAT_BUCKET(ns) iolens_lat_bucket(ns)
+#endif
+
 /* Darshan's DARSHAN_BUCKET_INC: inclusive upper bounds 100, 1K, 10K, 100K, 1M, 4M, 10M, 100M, 1G. */
 IOLENS_INLINE __u32 iolens_size_bucket(__u64 size)
 {
@@ -164,7 +176,7 @@ IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_writ
 		c->first_io_type = this_type;
 	c->last_io_type = this_type;
 
-	bucket = iolens_size_bucket((__u64)ret);
+	bucket = IOLENS_SIZE_BUCKET((__u64)ret);
 	/* The explicit bound lets the verifier see the index is in range. */
 	if (bucket < IOLENS_NR_SIZE_BUCKETS) {
 		if (is_write)
@@ -178,7 +190,7 @@ IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_writ
 	 * can exceed read_time_ns/write_time_ns). A call whose entry was not seen (t0 == 0) has
 	 * elapsed 0 and lands in the first bucket, so that the buckets always add up to the calls.
 	 */
-	bucket = iolens_lat_bucket(elapsed);
+	bucket = IOLENS_LAT_BUCKET(elapsed);
 	/* Same explicit bound as above, for the verifier. */
 	if (bucket < IOLENS_NR_LAT_BUCKETS) {
 		if (is_write) {

@@ -151,7 +151,9 @@ int BPF_PROG(block_bio_queue, struct bio *bio)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct iolens_block_counters *c;
-	struct iolens_task_state *st;
+	int own;
+	/* first, before any branch: its loads are walked once by the verifier (io_task_state) */
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct bio_owner o = {};
 	struct dirtier *d = NULL;
 	__u64 bio_key = (__u64)bio;
@@ -167,7 +169,6 @@ int BPF_PROG(block_bio_queue, struct bio *bio)
 		o.key.pstart_ns = d->pstart_ns;
 		writeback = 1;
 	} else {
-		st = io_task_state(task);
 		if (!st) {
 			__u32 idx = op == IOLENS_REQ_OP_WRITE;
 

@@ -33,6 +33,20 @@ static __always_inline __u64 folio_pages(struct folio *folio)
 	return 1UL << (BPF_CORE_READ(folio, _flags_1) & 0xff);
 }
 
+/*
+ * The device of `inode` (ino, gen read from it): from the thread's identity cache when the
+ * inode is that of its last system call's file (a read's page-cache events are), else read
+ * through i_sb with bpf_probe_read_kernel. Not a direct load of inode->i_sb: each costs the
+ * verifier ~1.2 ms of searching the kernel's BTF by name, at every walk (io_task_state).
+ */
+static __always_inline __u32 inode_dev(struct iolens_task_state *st, struct inode *inode,
+				       __u64 ino, __u32 gen)
+{
+	if (st->cache_inode == (__u64)inode && st->cache_ino == ino && st->cache_gen == gen)
+		return st->cache_dev;
+	return BPF_CORE_READ(inode, i_sb, s_dev);
+}
+
 /* The (process, file) key of (dev, ino, gen) for the traced task `task`. */
 static __always_inline void task_file_key(struct task_struct *task, struct iolens_task_state *st,
 					  __u32 dev, __u64 ino, __u32 gen,
@@ -60,14 +74,17 @@ static __always_inline struct iolens_file_counters *
 file_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode)
 {
 	struct iolens_file_key key = {};
-
+	__u64 ino;
+	__u32 gen;
 	int created = 0;
 
 	if (!inode)
 		return NULL;
 	/* Direct loads through the tracepoint's BTF pointers (no helper calls: these hooks run on
 	 * every buffered read of a traced process, where bpf_probe_read_kernel cost ~300 ns). */
-	task_file_key(task, st, inode->i_sb->s_dev, inode->i_ino, inode->i_generation, &key);
+	ino = inode->i_ino;
+	gen = inode->i_generation;
+	task_file_key(task, st, inode_dev(st, inode, ino, gen), ino, gen, &key);
 	if (st->io_ctx == IOLENS_CTX_READ || st->io_ctx == IOLENS_CTX_WRITE) {
 		if (!S_ISREG(inode->i_mode))
 			return NULL;
@@ -76,15 +93,11 @@ file_record(struct task_struct *task, struct iolens_task_state *st, struct inode
 	return bpf_map_lookup_elem(&files, &key);
 }
 
-/* The same for a page-cache mapping (NULL mapping: anonymous or swap). */
-static __always_inline struct iolens_file_counters *
-mapping_record(struct task_struct *task, struct iolens_task_state *st,
-	       struct address_space *mapping)
-{
-	if (!mapping)
-		return NULL;
-	return file_record(task, st, mapping->host);
-}
+/*
+ * The programs below load mapping->host (and folio->mapping) first, before io_task_state()
+ * branches: a pointer loaded through a tracepoint's argument costs the verifier ~1.2 ms per
+ * walk (see io_task_state), and one load per event is nothing at run time.
+ */
 
 /*
  * One buffered read's pages asked of the page cache. filemap_read() calls filemap_get_pages()
@@ -98,17 +111,15 @@ int BPF_PROG(mm_filemap_get_pages, struct address_space *mapping, unsigned long 
 	     unsigned long last_index)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	struct inode *host = mapping->host;
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
-	struct inode *host;
 	__u64 ino;
 	__u32 dev;
 	int same;
 
-	if (!st)
-		return 0;
-	host = mapping->host;
-	if (!host)
+	if (!st || !host)
 		return 0;
 	ino = host->i_ino;
 	dev = host->i_sb->s_dev;
@@ -138,7 +149,11 @@ SEC("tp_btf/mm_filemap_add_to_page_cache")
 int BPF_PROG(mm_filemap_add_to_page_cache, struct folio *folio)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	/* NULL mapping (anonymous, swap): the load of host yields NULL (the loads are not
+	 * through a trusted pointer, so the verifier needs no test) */
+	struct inode *host = folio->mapping->host;
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
 	__u32 what;
 
@@ -147,7 +162,7 @@ int BPF_PROG(mm_filemap_add_to_page_cache, struct folio *folio)
 	what = st->io_ctx;
 	if (what == IOLENS_CTX_WRITE)
 		return 0;
-	c = mapping_record(task, st, folio->mapping);
+	c = file_record(task, st, host);
 	if (!c)
 		return 0;
 	if (what == IOLENS_CTX_READ)
@@ -164,7 +179,8 @@ int BPF_PROG(mm_filemap_add_to_page_cache, struct folio *folio)
 static __always_inline int count_ra(struct inode *inode, int async)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
 
 	if (!st)
@@ -243,16 +259,18 @@ SEC("tp_btf/mm_filemap_fault")
 int BPF_PROG(mm_filemap_fault, struct address_space *mapping, unsigned long index)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	struct inode *host = mapping->host;
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
 
 	if (!st)
 		return 0;
 	if (st->io_ctx == IOLENS_CTX_NONE)
 		st->io_ctx = IOLENS_CTX_FAULT;
-	c = mapping_record(task, st, mapping);
-	if (!c && mapping)
-		c = inherited_record(task, st, BPF_CORE_READ(mapping, host));
+	c = file_record(task, st, host);
+	if (!c)
+		c = inherited_record(task, st, host);
 	if (c)
 		IOLENS_ADD(&c->fault_pages, 1);
 	return 0;
@@ -265,12 +283,14 @@ int BPF_PROG(mm_filemap_map_pages, struct address_space *mapping, unsigned long 
 	     unsigned long last)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	struct inode *host = mapping->host;
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
 
 	if (!st || last < start)
 		return 0;
-	c = mapping_record(task, st, mapping);
+	c = file_record(task, st, host);
 	if (c)
 		IOLENS_ADD(&c->fault_around_pages, last - start + 1);
 	return 0;
@@ -299,7 +319,8 @@ SEC("tp_btf/writeback_dirty_folio")
 int BPF_PROG(writeback_dirty_folio, struct folio *folio, struct address_space *mapping)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
 	struct inode *host;
 
@@ -310,9 +331,9 @@ int BPF_PROG(writeback_dirty_folio, struct folio *folio, struct address_space *m
 	if (!c)
 		return 0;
 	IOLENS_ADD(&c->dirtied_pages, folio_pages(folio));
-	st->dirty_ino = BPF_CORE_READ(host, i_ino);
-	st->dirty_dev = BPF_CORE_READ(host, i_sb, s_dev);
-	st->dirty_gen = BPF_CORE_READ(host, i_generation);
+	st->dirty_ino = host->i_ino;
+	st->dirty_gen = host->i_generation;
+	st->dirty_dev = inode_dev(st, host, st->dirty_ino, st->dirty_gen);
 	/* for the block hooks: a flusher writing these pages back charges this process */
 	remember_dirtier(st->dirty_dev, st->dirty_ino, task->tgid, st->pstart_ns);
 	return 0;
@@ -331,7 +352,8 @@ int BPF_PROG(balance_dirty_pages, struct bdi_writeback *wb, struct dirty_throttl
 	     unsigned long start_time)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
 	__u64 hz = CONFIG_HZ > 0 ? CONFIG_HZ : IOLENS_DEFAULT_HZ;
 
@@ -350,12 +372,15 @@ SEC("tp_btf/folio_wait_writeback")
 int BPF_PROG(folio_wait_writeback, struct folio *folio, struct address_space *mapping)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
 
-	if (!st)
+	/* the mapping argument is nullable here (the verifier insists on the test): loaded after
+	 * the state, where one branch of io_task_state() reaches it */
+	if (!st || !mapping)
 		return 0;
-	c = mapping_record(task, st, mapping);
+	c = file_record(task, st, mapping->host);
 	if (c)
 		IOLENS_ADD(&c->wb_waits, 1);
 	return 0;

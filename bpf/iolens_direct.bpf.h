@@ -50,7 +50,8 @@ int BPF_PROG(iomap_dio_rw_begin, struct kiocb *iocb, struct iov_iter *iter, unsi
 	     size_t done_before)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct dio_inflight v = {};
 	struct file *f;
 	__u64 key = (__u64)iocb;
@@ -178,7 +179,8 @@ SEC("tp_btf/io_uring_submit_req")
 int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct iolens_task_state *st = io_task_state(task);
+	int own;
+	struct iolens_task_state *st = io_task_state(task, &own);
 	struct uring_inflight v = {};
 	__u64 key = (__u64)req;
 	int kind;
@@ -198,7 +200,7 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 	/* The request is issued inline right after this, in this thread (io_uring_enter, whose
 	 * sys_exit resets it): page-cache insertions meanwhile serve it (enum iolens_io_ctx).
 	 * Not on state borrowed from the group leader (SQPOLL, io-wq: no sys_exit to reset). */
-	if (traced_state(task) == st)
+	if (own)
 		st->io_ctx = kind == URING_READ ? IOLENS_CTX_READ :
 			     kind == URING_WRITE ? IOLENS_CTX_WRITE : IOLENS_CTX_NONE;
 	if (kind == URING_READ || kind == URING_WRITE) {
@@ -221,7 +223,7 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 
 		/* (file_slot: 5.15+) */
 		if (!bpf_core_field_exists(cl->file_slot) || !BPF_CORE_READ(cl, file_slot)) {
-			f = fd_to_file(task, BPF_CORE_READ(cl, fd));
+			f = (struct file *)current_fd_file(BPF_CORE_READ(cl, fd));
 			if (f) {
 				file_identity_cached(st, f, &v.dev, &v.ino, &v.gen, &mode);
 				v.target_ok = S_ISREG(mode);
@@ -250,7 +252,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	struct file *f;
 	__u64 t1;
 	__s32 res;
-	int kind;
+	int kind, own;
 
 	if (!req)
 		return 0; /* an auxiliary completion (no request): nothing to charge */
@@ -265,7 +267,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	 * completion seen without its submission (in-flight map full, tracing began meanwhile)
 	 * is counted for the current process with zero time.
 	 */
-	st = io_task_state(task);
+	st = io_task_state(task, &own);
 	if (!st)
 		return 0;
 	if (!vp) {
@@ -303,7 +305,8 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	if (kind == URING_OPEN && !v.target_ok)
 		return 0;
 	if (kind == URING_OPEN)
-		f = fd_to_file(task, res); /* the new descriptor, in the process's table */
+		/* the new descriptor, in the process's table */
+		f = (struct file *)current_fd_file(res);
 	else
 		f = BPF_CORE_READ(req, file);
 	if (!f)
@@ -325,7 +328,11 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 			IOLENS_ADD(&c->uring_writes, 1);
 			IOLENS_ADD(&c->uring_bytes_written, (__u64)res);
 		}
-		iolens_account_rw(c, kind == URING_WRITE, v.pos, res, v.t0, t1);
+		/* a constant is_write in each copy (see account_rw) */
+		if (kind == URING_WRITE)
+			iolens_account_rw(c, 1, v.pos, res, v.t0, t1);
+		else
+			iolens_account_rw(c, 0, v.pos, res, v.t0, t1);
 		break;
 	case URING_OPEN:
 		IOLENS_ADD(&c->uring_opens, 1);
