@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "iolens_bpf.skel.h"
+#include "loader/phase_times.hpp"
 #include "loader/preflight.hpp"
 
 namespace iolens::loader {
@@ -239,9 +240,11 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   // as many times as there are extras; a core program's failure ends it.
   std::map<std::string, std::string> left_out;
   for (const auto& name : opts.disabled_programs) left_out[name] = "disabled by configuration";
+  PhaseTimes times;
   for (;;) {
     std::string failed_prog, failed_line;
-    auto loader = create_once(opts, left_out, status, failed_prog, failed_line);
+    auto loader = create_once(opts, left_out, status, failed_prog, failed_line, times);
+    if (loader) loader->start_times_ = times;
     if (loader || failed_prog.empty() || kCorePrograms.count(failed_prog) ||
         left_out.count(failed_prog))
       return loader;
@@ -254,7 +257,7 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
 std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                                             const std::map<std::string, std::string>& left_out,
                                             Status& status, std::string& failed_prog,
-                                            std::string& failed_line) {
+                                            std::string& failed_line, PhaseTimes& times) {
   g_verbose = opts.verbose;
   libbpf_set_print(libbpf_log);
 
@@ -278,6 +281,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     return nullptr;
   }
 
+  times.mark("checks");
   auto impl = std::make_unique<Impl>();
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
   if (opts.btf_path != "/sys/kernel/btf/vmlinux") open_opts.btf_custom_path = opts.btf_path.c_str();
@@ -367,6 +371,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
   }
 
+  times.mark("open");
   // Extras the kernel cannot have (a tracepoint it lacks) or that an earlier try could not load.
   std::vector<std::pair<std::string, std::string>> extras_off;
   {
@@ -403,11 +408,13 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     btf__free(vmlinux);
   }
 
+  times.mark("extras_check");
   std::vector<std::string> warnings;
   g_failed_prog = &failed_prog;
   g_failed_line = &failed_line;
   g_load_warnings = &warnings;
   const int load_err = iolens_bpf__load(skel);
+  times.mark("load");
   g_failed_prog = nullptr;
   g_failed_line = nullptr;
   g_load_warnings = nullptr;
@@ -491,6 +498,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
     for (const auto& [name, why] : extras_off) loader->set_program_state(name, false, why);
   }
+  times.mark("attach");
 
   loader->impl_->ring = new_consumer(skel->maps.events, ring_callback,
                                      &loader->impl_->current_sink, "ring buffer", status);
@@ -522,6 +530,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     const int stale = loader->consume_trace([](const iolens_trace_record&) {});
     if (stale > 0) spdlog::info("discarded {} trace records a previous agent left unread", stale);
   }
+  times.mark("rings");
   status = Status::Ok();
   return loader;
 }
