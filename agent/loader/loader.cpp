@@ -15,8 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <bpf/btf.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
@@ -121,6 +119,7 @@ std::string pin_name(const bpf_map* m) {
   return name;
 }
 
+constexpr const char* kVmlinuxBtf = "/sys/kernel/btf/vmlinux";
 constexpr int kErrNotSupp = 524;  // the kernel's ENOTSUPP, not in user-space errno.h
 constexpr long kBpfFsMagic = 0xcafe4a11;
 
@@ -135,17 +134,11 @@ const std::set<std::string> kCorePrograms = {
     "cgroup_rmdir",       "cgroup_attach_task", "sys_enter",          "sys_exit",
     "scan_tasks"};
 
-/// Why an extra program cannot load on this kernel before trying (a tracepoint the kernel does
-/// not have: readahead and filemap fault events are recent), or "".
-std::string extra_unavailable(const bpf_program* prog, const btf* vmlinux) {
+/// The tracepoint a tp_btf program attaches to, or "" for other programs.
+std::string btf_tracepoint(const bpf_program* prog) {
   const std::string sec = bpf_program__section_name(prog);
   const std::string prefix = "tp_btf/";
-  if (sec.rfind(prefix, 0) != 0) return "";
-  const std::string tp = sec.substr(prefix.size());
-  if (!vmlinux) return "";
-  if (btf__find_by_name_kind(vmlinux, ("btf_trace_" + tp).c_str(), BTF_KIND_TYPEDEF) < 0)
-    return "tracepoint " + tp + " is not in this kernel";
-  return "";
+  return sec.rfind(prefix, 0) == 0 ? sec.substr(prefix.size()) : "";
 }
 
 int64_t clock_ns(clockid_t c) {
@@ -266,9 +259,9 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     return nullptr;
   if (status = check_privileges(); !status) return nullptr;
   if (status = check_btf(opts.btf_path); !status) return nullptr;
-  if (opts.btf_path != "/sys/kernel/btf/vmlinux") {
+  if (opts.btf_path != kVmlinuxBtf) {
     // tp_btf attaches by the running kernel's own BTF; a custom file only helps CO-RE.
-    if (status = check_btf("/sys/kernel/btf/vmlinux"); !status) return nullptr;
+    if (status = check_btf(kVmlinuxBtf); !status) return nullptr;
   }
 
   // Features the programs cannot do without: say which one is missing instead of a verifier dump.
@@ -284,7 +277,8 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   times.mark("checks");
   auto impl = std::make_unique<Impl>();
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
-  if (opts.btf_path != "/sys/kernel/btf/vmlinux") open_opts.btf_custom_path = opts.btf_path.c_str();
+  // The default is libbpf's own choice: naming it would make libbpf read it as a custom file.
+  if (opts.btf_path != kVmlinuxBtf) open_opts.btf_custom_path = opts.btf_path.c_str();
   impl->skel = iolens_bpf__open_opts(&open_opts);
   if (!impl->skel) {
     const int e = errno;
@@ -393,19 +387,32 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
   }
   {
-    btf* vmlinux = btf__load_vmlinux_btf();  // NULL if unreadable: then every extra is tried
+    // Extras on a tracepoint the kernel lacks (readahead and filemap fault events are recent)
+    // are left out before trying: a failed load would load everything again. The kernel's BTF
+    // names its tracepoints; its strings are read, not parsed (libbpf parses it once, in load).
+    std::set<std::string> wanted, present;
     bpf_program* p = nullptr;
+    bpf_object__for_each_program(p, skel->obj) {
+      const std::string name = bpf_program__name(p);
+      const std::string tp = btf_tracepoint(p);
+      if (!kCorePrograms.count(name) && !left_out.count(name) && !tp.empty())
+        wanted.insert("btf_trace_" + tp);
+    }
+    // Unreadable: every extra is tried (libbpf then says what it lacks).
+    if (!wanted.empty() && !btf_strings_present(kVmlinuxBtf, wanted, present))
+      present = wanted;
     bpf_object__for_each_program(p, skel->obj) {
       const std::string name = bpf_program__name(p);
       if (kCorePrograms.count(name)) continue;
       std::string why;
+      const std::string tp = btf_tracepoint(p);
       if (auto it = left_out.find(name); it != left_out.end()) why = it->second;
-      else why = extra_unavailable(p, vmlinux);
+      else if (!tp.empty() && !present.count("btf_trace_" + tp))
+        why = "tracepoint " + tp + " is not in this kernel";
       if (why.empty()) continue;
       bpf_program__set_autoload(p, false);
       extras_off.emplace_back(name, why);
     }
-    btf__free(vmlinux);
   }
 
   times.mark("extras_check");
