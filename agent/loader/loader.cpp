@@ -5,6 +5,7 @@
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -165,6 +166,46 @@ Status ensure_bpffs_dir(const std::string& dir) {
   if (statfs(dir.c_str(), &sfs) != 0 || sfs.f_type != kBpfFsMagic)
     return Status::Error("pin directory " + dir + " is not on a bpf filesystem (mount -t bpf)");
   return Status::Ok();
+}
+
+/// While it lives, large allocations come from a heap range marked MADV_HUGEPAGE. libbpf reads
+/// the kernel's BTF (5-6 MB) into two heap buffers at each load; faulting them in 4 KiB at a time
+/// cost ~100 ms of start-up on a VM where a page fault takes 10-30 us (bench/README.md), a few
+/// 2 MiB faults take ~10 ms. Without transparent huge pages (THP "never") nothing changes.
+class HugePageHeap {
+ public:
+  /// `btf_bytes`: the size of the kernel's BTF.
+  explicit HugePageHeap(std::size_t btf_bytes) : btf_bytes_(btf_bytes) {
+    const std::size_t huge = 2u << 20;
+    const std::size_t bytes = std::max<std::size_t>(3 * btf_bytes, 16u << 20);
+    mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes + huge));  // from the heap, not mmap
+    mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * bytes + huge));  // kept when freed
+    void* p = malloc(bytes);  // grows the heap; freed at once, the range stays in the heap
+    if (!p) return;
+    const auto begin = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
+    const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(huge - 1);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+    free(p);
+  }
+  ~HugePageHeap() {
+    // Where glibc's dynamic thresholds would be after libbpf freed its BTF buffers (a freed
+    // mmapped chunk raises the mmap threshold to its size and the trim threshold to twice it):
+    // the agent's later large buffers (drains, reports) are reused as before.
+    const std::size_t mmap_at = std::max<std::size_t>(btf_bytes_, 128 * 1024);
+    mallopt(M_MMAP_THRESHOLD, static_cast<int>(mmap_at));
+    mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * mmap_at));
+  }
+  HugePageHeap(const HugePageHeap&) = delete;
+  HugePageHeap& operator=(const HugePageHeap&) = delete;
+
+ private:
+  std::size_t btf_bytes_;
+};
+
+/// The size of the kernel's BTF (0 if unknown).
+std::size_t vmlinux_btf_bytes() {
+  struct stat st {};
+  return stat(kVmlinuxBtf, &st) == 0 ? static_cast<std::size_t>(st.st_size) : 0;
 }
 
 void remove_pins(const std::string& dir) {
@@ -420,7 +461,11 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   g_failed_prog = &failed_prog;
   g_failed_line = &failed_line;
   g_load_warnings = &warnings;
-  const int load_err = iolens_bpf__load(skel);
+  int load_err;
+  {
+    HugePageHeap heap(vmlinux_btf_bytes());
+    load_err = iolens_bpf__load(skel);
+  }
   times.mark("load");
   g_failed_prog = nullptr;
   g_failed_line = nullptr;
