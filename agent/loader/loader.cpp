@@ -884,7 +884,9 @@ namespace {
 template <typename Key, typename Value>
 bool read_batched(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
   LIBBPF_OPTS(bpf_map_batch_opts, opts);
-  __u32 batch = 1024;
+  // Small first, then larger: most drains of `iolens run` read a handful of records, and 1024
+  // file records (~1 MB) would be fresh memory (page faults) at every drain.
+  __u32 batch = 64;
   __u32 in = 0, out = 0;  // hash maps' batch token: a bucket index
   bool first = true;
   for (;;) {
@@ -908,6 +910,7 @@ bool read_batched(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
     }
     in = out;
     first = false;
+    batch = std::min<__u32>(batch * 2, 1024);
   }
 }
 
