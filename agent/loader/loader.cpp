@@ -336,6 +336,15 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   bpf_map__set_max_entries(skel->maps.files, opts.max_file_records);
   bpf_map__set_max_entries(skel->maps.others, opts.max_other_records);
   bpf_map__set_max_entries(skel->maps.cgroup_excl, opts.max_cgroup_exclusions);
+  if (!opts.select_jobs) {
+    // Job selection is the daemon's (select_jobs in .rodata turns its code off): its maps are
+    // never written and its programs never attached, so they cost one entry and no load.
+    for (bpf_map* m : {skel->maps.cgroup_sel, skel->maps.cgroup_excl, skel->maps.comm_sel})
+      bpf_map__set_max_entries(m, 1);
+    for (bpf_program* p : {skel->progs.cgroup_mkdir, skel->progs.cgroup_rmdir,
+                           skel->progs.cgroup_attach_task, skel->progs.scan_tasks})
+      bpf_program__set_autoload(p, false);
+  }
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
   bpf_map__set_max_entries(skel->maps.trace, opts.trace_ring_bytes);
   skel->rodata->select_jobs = opts.select_jobs ? 1 : 0;
@@ -701,6 +710,8 @@ Status Loader::select_comm(const std::string& comm) {
 }
 
 Status Loader::scan_tasks(bool report_all) {
+  if (!bpf_program__autoload(impl_->skel->progs.scan_tasks))
+    return Status::Error("the task scan is loaded only with job selection (daemon mode)", EINVAL);
   impl_->skel->bss->scan_report_all = report_all ? 1 : 0;
   bpf_link* link = bpf_program__attach_iter(impl_->skel->progs.scan_tasks, nullptr);
   if (!link) {
