@@ -457,8 +457,9 @@ int run_traced(const RunOptions& opts) {
     run_times.mark("darshan");
   }
   if (json_fd >= 0) {
-    const std::string text = exporters::dump_json(exporters::run_to_json(snap, IOLENS_VERSION));
-    if (!write_all(json_fd, text) || close(json_fd) != 0) {
+    const bool written = exporters::write_run_json(
+        snap, IOLENS_VERSION, [&](std::string_view piece) { return write_all(json_fd, piece); });
+    if (!written || close(json_fd) != 0) {
       json_fd = -1;
       error_line("writing " + opts.json_path + " failed: " + std::strerror(errno));
       return 1;
