@@ -81,6 +81,13 @@ Status btf_strings_present(const std::string& path, const std::set<std::string>&
     return Status::Error(path + " is not a BTF file (bad header)", EINVAL);
   std::size_t longest = 0;
   for (const auto& n : names) longest = std::max(longest, n.size());
+  // What every name starts with ("btf_trace_"): most strings end the search at their first bytes.
+  std::string prefix = names.empty() ? "" : *names.begin();
+  for (const auto& n : names) {
+    std::size_t k = 0;
+    while (k < prefix.size() && k < n.size() && prefix[k] == n[k]) ++k;
+    prefix.resize(k);
+  }
   // The string section, a piece at a time; `cur` holds the string that a piece cut in two.
   const off_t start = static_cast<off_t>(hdr.hdr_len) + hdr.str_off;
   std::vector<char> buf(64 * 1024);
@@ -102,7 +109,8 @@ Status btf_strings_present(const std::string& path, const std::set<std::string>&
         too_long = cur.size() > longest;
       }
       if (!nul) break;
-      if (!too_long && names.count(cur)) found.insert(cur);
+      if (!too_long && cur.compare(0, prefix.size(), prefix) == 0 && names.count(cur))
+        found.insert(cur);
       cur.clear();
       too_long = false;
       p = nul + 1;
