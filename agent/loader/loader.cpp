@@ -23,6 +23,7 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -172,10 +173,12 @@ Status ensure_bpffs_dir(const std::string& dir) {
 /// the kernel's BTF (5-6 MB) into two heap buffers at each load; faulting them in 4 KiB at a time
 /// cost ~100 ms of start-up on a VM where a page fault takes 10-30 us (bench/README.md), a few
 /// 2 MiB faults take ~10 ms. Without transparent huge pages (THP "never") nothing changes.
+/// For `iolens run` only (a short-lived process): it leaves glibc's thresholds fixed, and the
+/// daemon, which loads once, keeps glibc's own dynamic ones.
 class HugePageHeap {
  public:
   /// `btf_bytes`: the size of the kernel's BTF.
-  explicit HugePageHeap(std::size_t btf_bytes) : btf_bytes_(btf_bytes) {
+  explicit HugePageHeap(std::size_t btf_bytes) {
     const std::size_t huge = 2u << 20;
     const std::size_t bytes = std::max<std::size_t>(3 * btf_bytes, 16u << 20);
     mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes + huge));  // from the heap, not mmap
@@ -188,18 +191,14 @@ class HugePageHeap {
     free(p);
   }
   ~HugePageHeap() {
-    // Where glibc's dynamic thresholds would be after libbpf freed its BTF buffers (a freed
-    // mmapped chunk raises the mmap threshold to its size and the trim threshold to twice it):
-    // the agent's later large buffers (drains, reports) are reused as before.
-    const std::size_t mmap_at = std::max<std::size_t>(btf_bytes_, 128 * 1024);
-    mallopt(M_MMAP_THRESHOLD, static_cast<int>(mmap_at));
-    mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * mmap_at));
+    // Where glibc's dynamic thresholds end up (a freed mmapped chunk raises them, to at most
+    // 32 MiB and twice that): the run's later large buffers (drains, the report) reuse the
+    // heap's pages instead of faulting in fresh ones.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
   }
   HugePageHeap(const HugePageHeap&) = delete;
   HugePageHeap& operator=(const HugePageHeap&) = delete;
-
- private:
-  std::size_t btf_bytes_;
 };
 
 /// The size of the kernel's BTF (0 if unknown).
@@ -472,7 +471,8 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   g_load_warnings = &warnings;
   int load_err;
   {
-    HugePageHeap heap(vmlinux_btf_bytes());
+    std::optional<HugePageHeap> heap;
+    if (!opts.select_jobs && opts.pin_dir.empty()) heap.emplace(vmlinux_btf_bytes());
     load_err = iolens_bpf__load(skel);
   }
   times.mark("load");
