@@ -204,7 +204,9 @@ bool write_run_json(const core::RunSnapshot& run, const std::string& version,
     buf.clear();
     return ok;
   };
-  const auto dump = [](const json& v) { return v.dump(1, ' ', false, json::error_handler_t::replace); };
+  const auto dump = [](const json& v) {
+    return v.dump(1, ' ', false, json::error_handler_t::replace);
+  };
   json members = run_head_json(run, version);
   members["processes"] = nullptr;  // placeholders: their place in the key order
   members["files"] = nullptr;

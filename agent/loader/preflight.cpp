@@ -102,7 +102,8 @@ Status btf_strings_present(const std::string& path, const std::set<std::string>&
     }
     done += static_cast<uint32_t>(n);
     for (const char *p = buf.data(), *end = p + n; p < end;) {
-      const auto* nul = static_cast<const char*>(std::memchr(p, '\0', static_cast<std::size_t>(end - p)));
+      const auto left = static_cast<std::size_t>(end - p);
+      const auto* nul = static_cast<const char*>(std::memchr(p, '\0', left));
       const char* stop = nul ? nul : end;
       if (!too_long) {
         cur.append(p, static_cast<std::size_t>(stop - p));
