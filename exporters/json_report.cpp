@@ -96,7 +96,58 @@ json run_coverage_json(const core::RunSnapshot& run) {
   return coverage_json(all);
 }
 
-json run_to_json(const core::RunSnapshot& run, const std::string& version) {
+namespace {
+
+json process_json(const core::ProcessSnapshot& p) {
+  json pj;
+  pj["pid"] = p.pid;
+  pj["ppid"] = p.ppid;
+  pj["start_ns"] = p.start_ns;
+  pj["end_ns"] = p.end_ns ? json(*p.end_ns) : json(nullptr);
+  put_string(pj, "comm", p.comm);
+  put_string(pj, "exe", p.exe);
+  pj["exit_code"] = p.exit_code ? json(*p.exit_code) : json(nullptr);
+  pj["counters"] = process_counters_json(p);
+  json other = json::object();
+  for (const auto& [kind, o] : p.other_io)
+    other[kind] = {{"reads", o.reads},
+                   {"writes", o.writes},
+                   {"bytes_read", o.bytes_read},
+                   {"bytes_written", o.bytes_written}};
+  pj["other_io"] = other;
+  pj["unlinks"] = p.unlinks;
+  pj["renames"] = p.renames;
+  if (p.folded_files > 0 && p.folded) {
+    // The process's "other files" record: its file records folded to bound memory.
+    json c = counters_json(*p.folded);
+    c["rename_sources"] = p.folded_rename_sources;
+    c["unlinks"] = p.folded_unlinks;
+    pj["folded"] = {{"files", p.folded_files}, {"counters", std::move(c)}};
+  }
+  if (p.folded_processes > 0) pj["folded_processes"] = p.folded_processes;
+  return pj;
+}
+
+json file_json(const core::FileSnapshot& f) {
+  json fj;
+  put_string(fj, "path", f.path);
+  if (!f.path_known) fj["path_unknown"] = true;
+  if (f.path_incomplete) fj["path_incomplete"] = true;
+  fj["dev"] = f.dev;
+  fj["ino"] = f.ino;
+  fj["pid"] = f.pid;
+  fj["proc_start_ns"] = f.proc_start_ns;
+  if (!f.renamed_to.empty()) put_string(fj, "renamed_to", f.renamed_to);
+  json c = counters_json(f.counters);
+  c["rename_sources"] = f.rename_sources;
+  c["unlinks"] = f.unlinks;
+  fj["counters"] = std::move(c);
+  fj["coverage"] = coverage_json(f.counters);
+  return fj;
+}
+
+/// Every member of the record but its processes and files (the large ones).
+json run_head_json(const core::RunSnapshot& run, const std::string& version) {
   json j;
   j["schema"] = kRunSchema;
   j["version"] = version;
@@ -105,58 +156,6 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   j["exit_code"] = run.exit_code ? json(*run.exit_code) : json(nullptr);
   j["start_ns"] = run.start_ns;
   j["end_ns"] = run.end_ns;
-
-  json procs = json::array();
-  for (const auto& p : run.processes) {
-    json pj;
-    pj["pid"] = p.pid;
-    pj["ppid"] = p.ppid;
-    pj["start_ns"] = p.start_ns;
-    pj["end_ns"] = p.end_ns ? json(*p.end_ns) : json(nullptr);
-    put_string(pj, "comm", p.comm);
-    put_string(pj, "exe", p.exe);
-    pj["exit_code"] = p.exit_code ? json(*p.exit_code) : json(nullptr);
-    pj["counters"] = process_counters_json(p);
-    json other = json::object();
-    for (const auto& [kind, o] : p.other_io)
-      other[kind] = {{"reads", o.reads},
-                     {"writes", o.writes},
-                     {"bytes_read", o.bytes_read},
-                     {"bytes_written", o.bytes_written}};
-    pj["other_io"] = other;
-    pj["unlinks"] = p.unlinks;
-    pj["renames"] = p.renames;
-    if (p.folded_files > 0 && p.folded) {
-      // The process's "other files" record: its file records folded to bound memory.
-      json c = counters_json(*p.folded);
-      c["rename_sources"] = p.folded_rename_sources;
-      c["unlinks"] = p.folded_unlinks;
-      pj["folded"] = {{"files", p.folded_files}, {"counters", std::move(c)}};
-    }
-    if (p.folded_processes > 0) pj["folded_processes"] = p.folded_processes;
-    procs.push_back(std::move(pj));
-  }
-  j["processes"] = std::move(procs);
-
-  json files = json::array();
-  for (const auto& f : run.files) {
-    json fj;
-    put_string(fj, "path", f.path);
-    if (!f.path_known) fj["path_unknown"] = true;
-    if (f.path_incomplete) fj["path_incomplete"] = true;
-    fj["dev"] = f.dev;
-    fj["ino"] = f.ino;
-    fj["pid"] = f.pid;
-    fj["proc_start_ns"] = f.proc_start_ns;
-    if (!f.renamed_to.empty()) put_string(fj, "renamed_to", f.renamed_to);
-    json c = counters_json(f.counters);
-    c["rename_sources"] = f.rename_sources;
-    c["unlinks"] = f.unlinks;
-    fj["counters"] = std::move(c);
-    fj["coverage"] = coverage_json(f.counters);
-    files.push_back(std::move(fj));
-  }
-  j["files"] = std::move(files);
   j["coverage"] = run_coverage_json(run);
   j["not_attached"] = run.not_attached;
   if (!run.collector.empty()) {
@@ -176,6 +175,79 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   }
   j["block"] = std::move(block);
   return j;
+}
+
+/// `text` (a value dumped at indent level 0) as it is dumped `level` levels deep: every line
+/// after the first indented by `level` more spaces. A dumped string never holds a raw newline.
+void append_indented(std::string& out, const std::string& text, std::size_t level) {
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out.append(level, ' ');
+  }
+}
+
+}  // namespace
+
+json run_to_json(const core::RunSnapshot& run, const std::string& version) {
+  json j = run_head_json(run, version);
+  json procs = json::array();
+  for (const auto& p : run.processes) procs.push_back(process_json(p));
+  j["processes"] = std::move(procs);
+  json files = json::array();
+  for (const auto& f : run.files) files.push_back(file_json(f));
+  j["files"] = std::move(files);
+  return j;
+}
+
+bool write_run_json(const core::RunSnapshot& run, const std::string& version,
+                    const std::function<bool(std::string_view)>& write) {
+  // dump_json's text (indent 1, members in key order: nlohmann's objects are sorted maps), with
+  // processes and files made and written one at a time.
+  std::string buf;
+  const auto flush = [&](std::size_t above) {
+    if (buf.size() <= above) return true;
+    const bool ok = write(buf);
+    buf.clear();
+    return ok;
+  };
+  const auto dump = [](const json& v) {
+    return v.dump(1, ' ', false, json::error_handler_t::replace);
+  };
+  json members = run_head_json(run, version);
+  members["processes"] = nullptr;  // placeholders: their place in the key order
+  members["files"] = nullptr;
+  buf += "{\n";
+  bool first = true;
+  for (const auto& [key, value] : members.items()) {
+    buf += first ? " " : ",\n ";
+    first = false;
+    buf += dump(json(key)) + ": ";
+    const auto stream = [&](const auto& elements, const auto& to_json) {
+      if (elements.empty()) {
+        buf += "[]";
+        return true;
+      }
+      buf += "[\n";
+      bool first_elem = true;
+      for (const auto& e : elements) {
+        buf += first_elem ? "  " : ",\n  ";
+        first_elem = false;
+        append_indented(buf, dump(to_json(e)), 2);
+        if (!flush(64 * 1024)) return false;
+      }
+      buf += "\n ]";
+      return true;
+    };
+    if (key == "processes") {
+      if (!stream(run.processes, process_json)) return false;
+    } else if (key == "files") {
+      if (!stream(run.files, file_json)) return false;
+    } else {
+      append_indented(buf, dump(value), 1);
+    }
+  }
+  buf += "\n}\n";
+  return flush(0);
 }
 
 std::string dump_json(const json& j) {

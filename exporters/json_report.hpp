@@ -2,8 +2,10 @@
 #pragma once
 /// The `iolens.run/1` JSON record (docs/run-json.md).
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "core/snapshot.hpp"
 
@@ -15,6 +17,13 @@ nlohmann::json run_to_json(const core::RunSnapshot& run, const std::string& vers
 /// The record's `coverage` (over all its processes' totals), as run_to_json writes it: for a
 /// record written in parts (a paged answer), from the whole snapshot.
 nlohmann::json run_coverage_json(const core::RunSnapshot& run);
+
+/// Writes dump_json(run_to_json(run, version)) through `write` in pieces of about 64 KiB,
+/// making each process and file record as it goes: memory stays that of one record, not of the
+/// whole document twice (a 10,000-file job's record is ~100 MB of JSON objects). False as soon
+/// as `write` returns false.
+bool write_run_json(const core::RunSnapshot& run, const std::string& version,
+                    const std::function<bool(std::string_view)>& write);
 
 /// Serialized text. Strings that are not valid UTF-8 (hostile file names) are written with
 /// U+FFFD in their place; records carry the exact bytes in a "*_hex" field beside them.

@@ -104,7 +104,7 @@ void remove_created_output(int fd, const std::string& path) {
   close(dir_fd);
 }
 
-bool write_all(int fd, const std::string& text) {
+bool write_all(int fd, std::string_view text) {
   size_t off = 0;
   while (off < text.size()) {
     const ssize_t n = write(fd, text.data() + off, text.size() - off);

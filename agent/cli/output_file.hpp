@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "cli/invoker.hpp"
 
@@ -43,6 +44,6 @@ std::string output_error_line(const std::string& what, const OutputError& error)
 void remove_created_output(int fd, const std::string& path);
 
 /// Writes all of `text`, through EINTR and short writes. false with errno on failure.
-bool write_all(int fd, const std::string& text);
+bool write_all(int fd, std::string_view text);
 
 }  // namespace iolens::cli

@@ -215,6 +215,7 @@ int run_traced(const RunOptions& opts) {
     error_line(st.message);
     return 1;
   }
+  loader::PhaseTimes run_times;  // the child's start and iolens' exit (IOLENS_TIMING)
 
   int64_t start_wall = 0;
   const core::ClockBase clock = run_clock_now(start_wall);
@@ -279,6 +280,7 @@ int run_traced(const RunOptions& opts) {
     error_line("cannot run '" + opts.command[0] + "': " + s.message);
     return s.err == ENOENT ? 127 : 126;
   }
+  run_times.mark("child_start");
 
   uint64_t exits_pending = 0;  // processes that exited since the last drain
   const auto on_event = [&](std::span<const uint8_t> bytes) {
@@ -361,9 +363,11 @@ int run_traced(const RunOptions& opts) {
   }
   set_forwarded_child(-1);
   const uint64_t end_mono = now_ns(CLOCK_MONOTONIC);
+  run_times.restart();
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
   record_kernel_stats(rec, loader->stats());
+  run_times.mark("final_drain");
   std::string trace_note;  // said after the summary
   int trace_read_fd = -1;  // the trace file, open for reading, for the Darshan log's DXT
   FdCloser trace_read_closer{trace_read_fd};
@@ -394,6 +398,7 @@ int run_traced(const RunOptions& opts) {
                  exporters::human_count(trace->ops_dropped()) + " (size limit)");
   }
 
+  if (trace) run_times.mark("trace_finish");
   core::RunSnapshot snap = rec.snapshot(clock);
   snap.block = run_block_devices(*loader, rec);
   snap.command = opts.command;
@@ -406,12 +411,14 @@ int run_traced(const RunOptions& opts) {
         WIFSIGNALED(wait_status) ? 128 + WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
   snap.start_ns = start_wall;
   snap.end_ns = static_cast<int64_t>(end_mono) + clock.mono_to_wall_ns;
+  run_times.mark("snapshot");
 
   if (!opts.quiet) {
     exporters::TextOptions topts;
     topts.top_files = opts.top_files;
     std::fputs(exporters::run_summary(snap, topts).c_str(), stderr);
     if (!trace_note.empty()) error_line(trace_note);
+    run_times.mark("summary");
   }
   if (darshan_fd >= 0) {
     exporters::DarshanJobInfo info;
@@ -441,15 +448,25 @@ int run_traced(const RunOptions& opts) {
       return 1;
     }
     darshan_fd = -1;
+    run_times.mark("darshan");
   }
   if (json_fd >= 0) {
-    const std::string text = exporters::dump_json(exporters::run_to_json(snap, IOLENS_VERSION));
-    if (!write_all(json_fd, text) || close(json_fd) != 0) {
+    const bool written = exporters::write_run_json(
+        snap, IOLENS_VERSION, [&](std::string_view piece) { return write_all(json_fd, piece); });
+    if (!written || close(json_fd) != 0) {
       json_fd = -1;
       error_line("writing " + opts.json_path + " failed: " + std::strerror(errno));
       return 1;
     }
     json_fd = -1;
+    run_times.mark("json");
+  }
+  if (loader::PhaseTimes::wanted()) {
+    const std::string start = loader->start_times().line();
+    loader.reset();  // what the return would do: detach and close everything, timed
+    run_times.mark("teardown");
+    std::fprintf(stderr, "iolens: timing: start: %s\niolens: timing: exit: %s\n", start.c_str(),
+                 run_times.line().c_str());
   }
   return snap.exit_code ? *snap.exit_code : 1;
 }

@@ -5,6 +5,7 @@
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -15,8 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <bpf/btf.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
@@ -24,10 +23,12 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "iolens_bpf.skel.h"
+#include "loader/phase_times.hpp"
 #include "loader/preflight.hpp"
 
 namespace iolens::loader {
@@ -120,6 +121,7 @@ std::string pin_name(const bpf_map* m) {
   return name;
 }
 
+constexpr const char* kVmlinuxBtf = "/sys/kernel/btf/vmlinux";
 constexpr int kErrNotSupp = 524;  // the kernel's ENOTSUPP, not in user-space errno.h
 constexpr long kBpfFsMagic = 0xcafe4a11;
 
@@ -134,17 +136,11 @@ const std::set<std::string> kCorePrograms = {
     "cgroup_rmdir",       "cgroup_attach_task", "sys_enter",          "sys_exit",
     "scan_tasks"};
 
-/// Why an extra program cannot load on this kernel before trying (a tracepoint the kernel does
-/// not have: readahead and filemap fault events are recent), or "".
-std::string extra_unavailable(const bpf_program* prog, const btf* vmlinux) {
+/// The tracepoint a tp_btf program attaches to, or "" for other programs.
+std::string btf_tracepoint(const bpf_program* prog) {
   const std::string sec = bpf_program__section_name(prog);
   const std::string prefix = "tp_btf/";
-  if (sec.rfind(prefix, 0) != 0) return "";
-  const std::string tp = sec.substr(prefix.size());
-  if (!vmlinux) return "";
-  if (btf__find_by_name_kind(vmlinux, ("btf_trace_" + tp).c_str(), BTF_KIND_TYPEDEF) < 0)
-    return "tracepoint " + tp + " is not in this kernel";
-  return "";
+  return sec.rfind(prefix, 0) == 0 ? sec.substr(prefix.size()) : "";
 }
 
 int64_t clock_ns(clockid_t c) {
@@ -171,6 +167,44 @@ Status ensure_bpffs_dir(const std::string& dir) {
   if (statfs(dir.c_str(), &sfs) != 0 || sfs.f_type != kBpfFsMagic)
     return Status::Error("pin directory " + dir + " is not on a bpf filesystem (mount -t bpf)");
   return Status::Ok();
+}
+
+/// While it lives, large allocations come from a heap range marked MADV_HUGEPAGE. libbpf reads
+/// the kernel's BTF (5-6 MB) into two heap buffers at each load; faulting them in 4 KiB at a time
+/// cost ~100 ms of start-up on a VM where a page fault takes 10-30 us (bench/README.md), a few
+/// 2 MiB faults take ~10 ms. Without transparent huge pages (THP "never") nothing changes.
+/// For `iolens run` only (a short-lived process): it leaves glibc's thresholds fixed, and the
+/// daemon, which loads once, keeps glibc's own dynamic ones.
+class HugePageHeap {
+ public:
+  /// `btf_bytes`: the size of the kernel's BTF.
+  explicit HugePageHeap(std::size_t btf_bytes) {
+    const std::size_t huge = 2u << 20;
+    const std::size_t bytes = std::max<std::size_t>(3 * btf_bytes, 16u << 20);
+    mallopt(M_MMAP_THRESHOLD, static_cast<int>(bytes + huge));  // from the heap, not mmap
+    mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * bytes + huge));  // kept when freed
+    void* p = malloc(bytes);  // grows the heap; freed at once, the range stays in the heap
+    if (!p) return;
+    const auto begin = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
+    const auto end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(huge - 1);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+    free(p);
+  }
+  ~HugePageHeap() {
+    // Where glibc's dynamic thresholds end up (a freed mmapped chunk raises them, to at most
+    // 32 MiB and twice that): the run's later large buffers (drains, the report) reuse the
+    // heap's pages instead of faulting in fresh ones.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  }
+  HugePageHeap(const HugePageHeap&) = delete;
+  HugePageHeap& operator=(const HugePageHeap&) = delete;
+};
+
+/// The size of the kernel's BTF (0 if unknown).
+std::size_t vmlinux_btf_bytes() {
+  struct stat st {};
+  return stat(kVmlinuxBtf, &st) == 0 ? static_cast<std::size_t>(st.st_size) : 0;
 }
 
 void remove_pins(const std::string& dir) {
@@ -239,9 +273,11 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   // as many times as there are extras; a core program's failure ends it.
   std::map<std::string, std::string> left_out;
   for (const auto& name : opts.disabled_programs) left_out[name] = "disabled by configuration";
+  PhaseTimes times;
   for (;;) {
     std::string failed_prog, failed_line;
-    auto loader = create_once(opts, left_out, status, failed_prog, failed_line);
+    auto loader = create_once(opts, left_out, status, failed_prog, failed_line, times);
+    if (loader) loader->start_times_ = times;
     if (loader || failed_prog.empty() || kCorePrograms.count(failed_prog) ||
         left_out.count(failed_prog))
       return loader;
@@ -254,7 +290,7 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
 std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                                             const std::map<std::string, std::string>& left_out,
                                             Status& status, std::string& failed_prog,
-                                            std::string& failed_line) {
+                                            std::string& failed_line, PhaseTimes& times) {
   g_verbose = opts.verbose;
   libbpf_set_print(libbpf_log);
 
@@ -263,9 +299,9 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     return nullptr;
   if (status = check_privileges(); !status) return nullptr;
   if (status = check_btf(opts.btf_path); !status) return nullptr;
-  if (opts.btf_path != "/sys/kernel/btf/vmlinux") {
+  if (opts.btf_path != kVmlinuxBtf) {
     // tp_btf attaches by the running kernel's own BTF; a custom file only helps CO-RE.
-    if (status = check_btf("/sys/kernel/btf/vmlinux"); !status) return nullptr;
+    if (status = check_btf(kVmlinuxBtf); !status) return nullptr;
   }
 
   // Features the programs cannot do without: say which one is missing instead of a verifier dump.
@@ -278,9 +314,11 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     return nullptr;
   }
 
+  times.mark("checks");
   auto impl = std::make_unique<Impl>();
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
-  if (opts.btf_path != "/sys/kernel/btf/vmlinux") open_opts.btf_custom_path = opts.btf_path.c_str();
+  // The default is libbpf's own choice: naming it would make libbpf read it as a custom file.
+  if (opts.btf_path != kVmlinuxBtf) open_opts.btf_custom_path = opts.btf_path.c_str();
   impl->skel = iolens_bpf__open_opts(&open_opts);
   if (!impl->skel) {
     const int e = errno;
@@ -297,6 +335,15 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   bpf_map__set_max_entries(skel->maps.files, opts.max_file_records);
   bpf_map__set_max_entries(skel->maps.others, opts.max_other_records);
   bpf_map__set_max_entries(skel->maps.cgroup_excl, opts.max_cgroup_exclusions);
+  if (!opts.select_jobs) {
+    // Job selection is the daemon's (select_jobs in .rodata turns its code off): its maps are
+    // never written and its programs never attached, so they cost one entry and no load.
+    for (bpf_map* m : {skel->maps.cgroup_sel, skel->maps.cgroup_excl, skel->maps.comm_sel})
+      bpf_map__set_max_entries(m, 1);
+    for (bpf_program* p : {skel->progs.cgroup_mkdir, skel->progs.cgroup_rmdir,
+                           skel->progs.cgroup_attach_task, skel->progs.scan_tasks})
+      bpf_program__set_autoload(p, false);
+  }
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
   bpf_map__set_max_entries(skel->maps.trace, opts.trace_ring_bytes);
   skel->rodata->select_jobs = opts.select_jobs ? 1 : 0;
@@ -367,6 +414,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
   }
 
+  times.mark("open");
   // Extras the kernel cannot have (a tracepoint it lacks) or that an earlier try could not load.
   std::vector<std::pair<std::string, std::string>> extras_off;
   {
@@ -388,26 +436,46 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
   }
   {
-    btf* vmlinux = btf__load_vmlinux_btf();  // NULL if unreadable: then every extra is tried
+    // Extras on a tracepoint the kernel lacks (readahead and filemap fault events are recent)
+    // are left out before trying: a failed load would load everything again. The kernel's BTF
+    // names its tracepoints; its strings are read, not parsed (libbpf parses it once, in load).
+    std::set<std::string> wanted, present;
     bpf_program* p = nullptr;
+    bpf_object__for_each_program(p, skel->obj) {
+      const std::string name = bpf_program__name(p);
+      const std::string tp = btf_tracepoint(p);
+      if (!kCorePrograms.count(name) && !left_out.count(name) && !tp.empty())
+        wanted.insert("btf_trace_" + tp);
+    }
+    // Unreadable: every extra is tried (libbpf then says what it lacks).
+    if (!wanted.empty() && !btf_strings_present(kVmlinuxBtf, wanted, present))
+      present = wanted;
     bpf_object__for_each_program(p, skel->obj) {
       const std::string name = bpf_program__name(p);
       if (kCorePrograms.count(name)) continue;
       std::string why;
+      const std::string tp = btf_tracepoint(p);
       if (auto it = left_out.find(name); it != left_out.end()) why = it->second;
-      else why = extra_unavailable(p, vmlinux);
+      else if (!tp.empty() && !present.count("btf_trace_" + tp))
+        why = "tracepoint " + tp + " is not in this kernel";
       if (why.empty()) continue;
       bpf_program__set_autoload(p, false);
       extras_off.emplace_back(name, why);
     }
-    btf__free(vmlinux);
   }
 
+  times.mark("extras_check");
   std::vector<std::string> warnings;
   g_failed_prog = &failed_prog;
   g_failed_line = &failed_line;
   g_load_warnings = &warnings;
-  const int load_err = iolens_bpf__load(skel);
+  int load_err;
+  {
+    std::optional<HugePageHeap> heap;
+    if (!opts.select_jobs && opts.pin_dir.empty()) heap.emplace(vmlinux_btf_bytes());
+    load_err = iolens_bpf__load(skel);
+  }
+  times.mark("load");
   g_failed_prog = nullptr;
   g_failed_line = nullptr;
   g_load_warnings = nullptr;
@@ -491,6 +559,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
     for (const auto& [name, why] : extras_off) loader->set_program_state(name, false, why);
   }
+  times.mark("attach");
 
   loader->impl_->ring = new_consumer(skel->maps.events, ring_callback,
                                      &loader->impl_->current_sink, "ring buffer", status);
@@ -522,6 +591,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     const int stale = loader->consume_trace([](const iolens_trace_record&) {});
     if (stale > 0) spdlog::info("discarded {} trace records a previous agent left unread", stale);
   }
+  times.mark("rings");
   status = Status::Ok();
   return loader;
 }
@@ -640,6 +710,8 @@ Status Loader::select_comm(const std::string& comm) {
 }
 
 Status Loader::scan_tasks(bool report_all) {
+  if (!bpf_program__autoload(impl_->skel->progs.scan_tasks))
+    return Status::Error("the task scan is loaded only with job selection (daemon mode)", EINVAL);
   impl_->skel->bss->scan_report_all = report_all ? 1 : 0;
   bpf_link* link = bpf_program__attach_iter(impl_->skel->progs.scan_tasks, nullptr);
   if (!link) {
@@ -823,7 +895,9 @@ namespace {
 template <typename Key, typename Value>
 bool read_batched(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
   LIBBPF_OPTS(bpf_map_batch_opts, opts);
-  __u32 batch = 1024;
+  // Small first, then larger: most drains of `iolens run` read a handful of records, and 1024
+  // file records (~1 MB) would be fresh memory (page faults) at every drain.
+  __u32 batch = 64;
   __u32 in = 0, out = 0;  // hash maps' batch token: a bucket index
   bool first = true;
   for (;;) {
@@ -847,6 +921,7 @@ bool read_batched(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
     }
     in = out;
     first = false;
+    batch = std::min<__u32>(batch * 2, 1024);
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "core/block.hpp"
 #include "iolens_abi.h"
+#include "loader/phase_times.hpp"
 #include "loader/status.hpp"
 
 namespace iolens::loader {
@@ -188,6 +189,8 @@ class Loader {
   uint64_t stat(uint32_t index) const;
   const std::vector<ProgramState>& programs() const { return programs_; }
   uint32_t max_file_records() const { return max_file_records_; }
+  /// How long each step of create() took (IOLENS_TIMING, bench/startup.py).
+  const PhaseTimes& start_times() const { return start_times_; }
 
  private:
   struct Impl;
@@ -195,7 +198,7 @@ class Loader {
   static std::unique_ptr<Loader> create_once(const Options& opts,
                                              const std::map<std::string, std::string>& left_out,
                                              Status& status, std::string& failed_prog,
-                                             std::string& failed_line);
+                                             std::string& failed_line, PhaseTimes& times);
   Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                std::vector<iolens_file_key>* deferred);
   Status attach_one(const std::string& name, bool pin);
@@ -206,6 +209,7 @@ class Loader {
   std::unique_ptr<Impl> impl_;
   std::vector<ProgramState> programs_;
   PinState pin_state_;
+  PhaseTimes start_times_;
   std::string pin_dir_;
   uint32_t max_file_records_ = 0;
   uint32_t max_cgroup_exclusions_ = 0;

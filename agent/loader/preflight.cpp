@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "loader/preflight.hpp"
 
+#include <fcntl.h>
+#include <linux/btf.h>
 #include <linux/capability.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 namespace iolens::loader {
 namespace {
@@ -56,6 +60,63 @@ Status check_btf(const std::string& path) {
   if (f.gcount() != 2 || static_cast<unsigned char>(magic[0]) != 0x9f ||
       static_cast<unsigned char>(magic[1]) != 0xeb)
     return Status::Error(path + " is not a BTF file (bad magic)", EINVAL);
+  return Status::Ok();
+}
+
+Status btf_strings_present(const std::string& path, const std::set<std::string>& names,
+                           std::set<std::string>& found) {
+  found.clear();
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    return Status::Error("cannot open " + path + ": " + std::strerror(e), e);
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { close(fd); }
+  } closer{fd};
+  btf_header hdr{};
+  if (pread(fd, &hdr, sizeof(hdr), 0) != static_cast<ssize_t>(sizeof(hdr)) ||
+      hdr.magic != BTF_MAGIC || hdr.hdr_len < sizeof(hdr))
+    return Status::Error(path + " is not a BTF file (bad header)", EINVAL);
+  std::size_t longest = 0;
+  for (const auto& n : names) longest = std::max(longest, n.size());
+  // What every name starts with ("btf_trace_"): most strings end the search at their first bytes.
+  std::string prefix = names.empty() ? "" : *names.begin();
+  for (const auto& n : names) {
+    std::size_t k = 0;
+    while (k < prefix.size() && k < n.size() && prefix[k] == n[k]) ++k;
+    prefix.resize(k);
+  }
+  // The string section, a piece at a time; `cur` holds the string that a piece cut in two.
+  const off_t start = static_cast<off_t>(hdr.hdr_len) + hdr.str_off;
+  std::vector<char> buf(64 * 1024);
+  std::string cur;
+  bool too_long = false;  // `cur` is longer than any name: skip to its end
+  for (uint32_t done = 0; done < hdr.str_len;) {
+    const std::size_t want = std::min<std::size_t>(buf.size(), hdr.str_len - done);
+    const ssize_t n = pread(fd, buf.data(), want, start + done);
+    if (n <= 0) {
+      const int e = n < 0 ? errno : EIO;
+      return Status::Error("cannot read " + path + ": " + std::strerror(e), e);
+    }
+    done += static_cast<uint32_t>(n);
+    for (const char *p = buf.data(), *end = p + n; p < end;) {
+      const auto left = static_cast<std::size_t>(end - p);
+      const auto* nul = static_cast<const char*>(std::memchr(p, '\0', left));
+      const char* stop = nul ? nul : end;
+      if (!too_long) {
+        cur.append(p, static_cast<std::size_t>(stop - p));
+        too_long = cur.size() > longest;
+      }
+      if (!nul) break;
+      if (!too_long && cur.compare(0, prefix.size(), prefix) == 0 && names.count(cur))
+        found.insert(cur);
+      cur.clear();
+      too_long = false;
+      p = nul + 1;
+    }
+  }
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 /// Checks made before loading anything, so a user gets one clear line instead of a verifier dump.
 
+#include <set>
 #include <string>
 
 #include "loader/status.hpp"
@@ -13,6 +14,14 @@ Status check_privileges();
 
 /// The kernel BTF that CO-RE and tp_btf need (or a user-supplied BTF file for CO-RE).
 Status check_btf(const std::string& path);
+
+/// Which of `names` are strings of the BTF file at `path`, read in small pieces without parsing
+/// the types (the kernel's BTF is 5-6 MB; a parse costs tens of milliseconds that `iolens run`
+/// pays at each start). Kernel BTF is deduplicated, so a string is there only if a type uses
+/// it: "btf_trace_<tp>" is there exactly when the kernel has tracepoint <tp>. `found` gets the
+/// names present; an error if the file is not readable BTF.
+Status btf_strings_present(const std::string& path, const std::set<std::string>& names,
+                           std::set<std::string>& found);
 
 /// The hint printed after any permission error.
 const char* privilege_hint();

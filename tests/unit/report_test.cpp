@@ -374,3 +374,57 @@ TEST(Reports, CollectorSaysWhichPathTheRunTook) {
   EXPECT_NE(exporters::run_summary(s, {}).find("counted by: iolens's own programs\n"),
             std::string::npos);
 }
+
+namespace {
+
+std::string streamed(const core::RunSnapshot& s, std::size_t* pieces = nullptr) {
+  std::string text;
+  std::size_t n = 0;
+  EXPECT_TRUE(exporters::write_run_json(s, "9.9.9", [&](std::string_view piece) {
+    text += piece;
+    ++n;
+    return true;
+  }));
+  if (pieces) *pieces = n;
+  return text;
+}
+
+}  // namespace
+
+TEST(JsonReport, StreamedRecordIsTheDumpedOne) {
+  // Byte for byte what dump_json(run_to_json()) writes, whatever the shape.
+  auto s = sample();
+  EXPECT_EQ(streamed(s), exporters::dump_json(exporters::run_to_json(s, "9.9.9")));
+  auto hostile = sample();
+  hostile.files[0].path = std::string("/d/a\"b\\c\nd\xff\xfe.bin");
+  hostile.processes[0].comm = "c\xff\n";
+  hostile.not_attached["mm_filemap_fault"] = "tracepoint x is not in this kernel";
+  EXPECT_EQ(streamed(hostile), exporters::dump_json(exporters::run_to_json(hostile, "9.9.9")));
+  auto folded = folded_sample();
+  EXPECT_EQ(streamed(folded), exporters::dump_json(exporters::run_to_json(folded, "9.9.9")));
+  core::RunSnapshot empty;
+  EXPECT_EQ(streamed(empty), exporters::dump_json(exporters::run_to_json(empty, "9.9.9")));
+  auto daemon = sample();  // a run counted by iolensd (docs/run-json.md#collector)
+  daemon.collector = "iolensd";
+  daemon.collector_note = "cgroup/iolens.runs/run-7-1";
+  EXPECT_EQ(streamed(daemon), exporters::dump_json(exporters::run_to_json(daemon, "9.9.9")));
+}
+
+TEST(JsonReport, StreamedRecordIsWrittenInPieces) {
+  // Many files: written as it is made (several pieces), still the dumped text.
+  auto s = sample();
+  for (int i = 0; i < 2000; ++i) {
+    auto f = s.files[0];
+    f.path = "/data/sample_" + std::to_string(i) + ".npy";
+    f.ino = 1000 + static_cast<uint64_t>(i);
+    s.files.push_back(f);
+  }
+  std::size_t pieces = 0;
+  const std::string text = streamed(s, &pieces);
+  EXPECT_EQ(text, exporters::dump_json(exporters::run_to_json(s, "9.9.9")));
+  EXPECT_GT(pieces, 10u);
+  // A failed write ends it.
+  std::size_t calls = 0;
+  EXPECT_FALSE(exporters::write_run_json(s, "x", [&](std::string_view) { return ++calls < 3; }));
+  EXPECT_EQ(calls, 3u);
+}
