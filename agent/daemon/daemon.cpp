@@ -906,8 +906,22 @@ void Daemon::resume() {
 }
 
 std::string Daemon::move_state_aside(const std::string& why) {
-  const std::string name = kCorruptPrefix + std::to_string(clock_ns(CLOCK_REALTIME) / 1000000000);
-  if (renameat(state_dir_fd_, kStateName, state_dir_fd_, name.c_str()) != 0) {
+  // <unix seconds>.<9-digit nanoseconds>, never over another: two daemons that start within a
+  // second (a crash loop) must both leave their file for inspection.
+  std::string name;
+  int moved = -1;
+  for (int attempt = 0; attempt < 8 && moved != 0; ++attempt) {
+    const int64_t now = clock_ns(CLOCK_REALTIME);
+    char frac[16];
+    std::snprintf(frac, sizeof frac, ".%09lld", static_cast<long long>(now % 1000000000));
+    name = kCorruptPrefix + std::to_string(now / 1000000000) + frac;
+    moved = renameat2(state_dir_fd_, kStateName, state_dir_fd_, name.c_str(), RENAME_NOREPLACE);
+    if (moved != 0 && (errno == EINVAL || errno == ENOSYS) &&
+        linkat(state_dir_fd_, kStateName, state_dir_fd_, name.c_str(), 0) == 0)
+      moved = unlinkat(state_dir_fd_, kStateName, 0);
+    if (moved != 0 && errno != EEXIST) break;
+  }
+  if (moved != 0) {
     const int e = errno;
     spdlog::error("state file {} is unusable ({}) and cannot be moved aside: {}; starting "
                   "without it", state_path(), why, std::strerror(e));
@@ -928,7 +942,8 @@ std::string Daemon::move_state_aside(const std::string& why) {
   } else if (list_fd >= 0) {
     close(list_fd);
   }
-  // Same-length decimal seconds sort as times; a shorter (older) name sorts by length first.
+  // Same-length decimal seconds (and fixed-width nanoseconds) sort as times; a shorter (older)
+  // name sorts by length first, as does one of an older version (seconds only).
   std::sort(kept.begin(), kept.end(), [](const std::string& x, const std::string& y) {
     return x.size() != y.size() ? x.size() < y.size() : x < y;
   });

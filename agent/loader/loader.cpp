@@ -344,6 +344,18 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                            skel->progs.cgroup_attach_task, skel->progs.scan_tasks})
       bpf_program__set_autoload(p, false);
   }
+  if (!opts.select_jobs && opts.pin_dir.empty()) {
+    // A run (short-lived, bounded): seen_files becomes a hash whose memory follows use. The
+    // kernel preallocates an LRU map whole, and linking its 262,144 entries was the largest
+    // part of map creation (45-75 ms of iolens run's start, bench/README.md). Up to its size
+    // the two behave the same (nothing is evicted); past it the LRU forgets its oldest files
+    // where the hash refuses new ones, and either way a file not in it only has its name sent
+    // again with its next new record (the agent keeps one) and its path stats joined by the
+    // agent (Recorder: generation 0). The daemon, which runs for months, keeps the LRU, and so
+    // does `dirtiers` here: which files it keeps decides whose writeback is attributed.
+    bpf_map__set_type(skel->maps.seen_files, BPF_MAP_TYPE_HASH);
+    bpf_map__set_map_flags(skel->maps.seen_files, BPF_F_NO_PREALLOC);
+  }
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
   bpf_map__set_max_entries(skel->maps.trace, opts.trace_ring_bytes);
   skel->rodata->select_jobs = opts.select_jobs ? 1 : 0;
