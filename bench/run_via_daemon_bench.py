@@ -9,7 +9,12 @@ between runs, the usual case on a node where runs follow each other) and with `h
 (every run attaches them: the first run on an idle node). Root only.
 
     sudo /usr/bin/python3 bench/run_via_daemon_bench.py --iolens build/agent/cli/iolens \
-        --iolensd build/agent/daemon/iolensd -n 30
+        --iolensd build/agent/daemon/iolensd -n 30 [--torch-files 500 --torch-rounds 5]
+
+With --torch-rounds R > 0, also a short PyTorch DataLoader job (tests/workloads/torch_job.py,
+--torch-files files, 1 epoch, 2 workers, ~2-3 s of work): untraced, `iolens run -q` via the
+daemon (hooks attached) and `iolens run -q --local`, R interleaved rounds, whole-run wall time
+(issue 20's goal: within +5% of untraced).
 """
 import argparse
 import os
@@ -20,6 +25,10 @@ import statistics
 import subprocess
 import tempfile
 import time
+
+TORCH_JOB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
+                         "workloads", "torch_job.py")
+PYTHON = "/usr/bin/python3"  # Debian's: has torch and numpy
 
 
 def start_daemon(iolensd, work, tag, hooks_idle):
@@ -48,11 +57,52 @@ def start_daemon(iolensd, work, tag, hooks_idle):
     raise SystemExit("iolensd did not start; see %s" % os.path.join(d, "iolensd.log"))
 
 
+def rounds(cmds, n, reverse_odd=False):
+    """{label: [wall ms...]}: every round runs each command once (reversed every other round
+    with reverse_odd)."""
+    res = {k: [] for k in cmds}
+    for r in range(n):
+        order = list(cmds.items())
+        if reverse_odd and r % 2:
+            order.reverse()
+        for k, c in order:
+            t = time.perf_counter()
+            p = subprocess.run(c, stdout=subprocess.DEVNULL)
+            res[k].append((time.perf_counter() - t) * 1000)
+            if p.returncode != 0:
+                raise SystemExit("%s: exit %d" % (k, p.returncode))
+    return res
+
+
+def torch_rounds(a, work, sock):
+    data = os.path.join(work, "torch-data")
+    subprocess.run([PYTHON, TORCH_JOB, data, os.path.join(work, "ckpt"), "--make-data",
+                    "--files", str(a.torch_files)], check=True, stdout=subprocess.DEVNULL)
+    job = [PYTHON, TORCH_JOB, data, os.path.join(work, "ckpt"), "--files", str(a.torch_files),
+           "--epochs", "1", "--workers", "2"]
+    cmds = {
+        "untraced": job,
+        "via iolensd (hooks attached)": [a.iolens, "run", "-q", "--daemon", "--socket", sock,
+                                         "--"] + job,
+        "local programs": [a.iolens, "run", "-q", "--local", "--"] + job,
+    }
+    res = rounds(cmds, a.torch_rounds, reverse_odd=True)
+    base = statistics.median(res["untraced"])
+    print("\nPyTorch job, %d files, 1 epoch, 2 workers (%d interleaved rounds; load average %s)"
+          % (a.torch_files, a.torch_rounds, os.getloadavg()))
+    print("%-30s %9s %9s %9s %8s" % ("run", "median", "min", "max", "ratio"))
+    for k, v in res.items():
+        m = statistics.median(v)
+        print("%-30s %7.0f ms %6.0f ms %6.0f ms  x%.3f" % (k, m, min(v), max(v), m / base))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iolens", required=True)
     ap.add_argument("--iolensd", required=True)
     ap.add_argument("-n", type=int, default=20)
+    ap.add_argument("--torch-files", type=int, default=500)
+    ap.add_argument("--torch-rounds", type=int, default=0)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="iolens-bench-run-", dir="/var/tmp")
     os.chmod(work, 0o755)
@@ -70,20 +120,15 @@ def main():
                                                 cold[1], "--", "true"],
             "run, local programs": [a.iolens, "run", "-q", "--local", "--", "true"],
         }
-        res = {k: [] for k in cmds}
-        for _ in range(a.n):
-            for k, c in cmds.items():
-                t = time.perf_counter()
-                r = subprocess.run(c, stdout=subprocess.DEVNULL)
-                res[k].append((time.perf_counter() - t) * 1000)
-                if r.returncode != 0:
-                    raise SystemExit("%s: exit %d" % (k, r.returncode))
+        res = rounds(cmds, a.n)
         base = statistics.median(res["true (untraced)"])
         print("%-34s %9s %9s %9s %12s" % ("command", "median", "min", "max", "minus true"))
         for k, v in res.items():
             m = statistics.median(v)
             print("%-34s %7.1f ms %6.1f ms %6.1f ms %9.1f ms" % (k, m, min(v), max(v), m - base))
         print("(%d interleaved rounds; load average %s)" % (a.n, os.getloadavg()))
+        if a.torch_rounds > 0:
+            torch_rounds(a, work, warm[1])
     finally:
         for p, _, pin in daemons:
             p.send_signal(signal.SIGTERM)
