@@ -1336,17 +1336,13 @@ nlohmann::json Daemon::start_run(const nlohmann::json& req, control::RequestCont
   };
   if (!job) fail("the run's cgroup " + run.path + " is not a job of this iolensd's rules");
   run.job_id = job->identity.id;
-  // The same recorder as `iolens run` makes (the command's parent is the client), and its
-  // lexical names resolved as the client would (relative to the client's directory).
+  // The same recorder as `iolens run` makes (the command's parent is the client). Without its
+  // canonicalizer: realpath(3) of a name the command chose would run in this loop, as root,
+  // and a path on the user's own FUSE file system whose server stops answering would stall
+  // the daemon (docs/security.md). Names seen only by path stay as the kernel walked them, as
+  // in every daemon job (docs/run.md).
   job->rec = std::make_unique<core::Recorder>(static_cast<uint32_t>(pid),
                                               static_cast<uint32_t>(ctx.peer.pid));
-  const std::string cwd = "/proc/" + std::to_string(ctx.peer.pid) + "/cwd/";
-  job->rec->set_canonicalizer([cwd](const std::string& p) -> std::optional<std::string> {
-    char buf[PATH_MAX];
-    const std::string full = p.empty() || p[0] != '/' ? cwd + p : p;
-    if (::realpath(full.c_str(), buf) == nullptr) return std::nullopt;
-    return std::string(buf);
-  });
   if (auto u = status_uid(*status)) job->uid = *u;
   note_new_jobs();
   hooks_policy();  // the syscall hooks are attached before the command runs, never after

@@ -15,7 +15,10 @@ own), which prints what it did: W bytes written to TAG.out, R bytes read of TAG.
    programs is no proof: other tests load theirs meanwhile.) The run's cgroup is gone after the
    run, the daemon wrote no record of it (its client got the counts). Then 80 runs of `true` in
    a row (more than the 64 runs a uid may have open): all exit 0 through the daemon, no cgroup
-   left, status.runs.ended counts them.
+   left, status.runs.ended counts them. Then a run that stats a file on a FUSE file system
+   (fuse_stall.py) whose server answers that one lookup and holds every later one: status is
+   answered within 5 s meanwhile and the run exits 0 (a daemon that walked the name again with
+   realpath(3) hung in that lookup; seen failing before the fix).
 2. The same command with `--local`: same counts; `collector.path` "local", `collector.daemon`
    "--local"; strace shows program loads.
 3. As nobody with the socket's group (no root, no CAP_BPF): the daemon path counts it exactly
@@ -41,11 +44,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
 import darshan_test as DT  # noqa: E402  (its independent Darshan log reader)
 import e2e_common as E  # noqa: E402
+import fuse_stall  # noqa: E402
 
 W, R = 300000, 200000
 LOOP = 80
@@ -114,6 +119,40 @@ def run_children(cg_abs):
         return sorted(n for n in os.listdir(cg_abs) if n.startswith("run-"))
     except FileNotFoundError:
         return []
+
+
+def fuse_name(ck, d):
+    """A run stats a file on the user's own FUSE file system whose server answers that one
+    lookup and never another: the daemon must not walk the name again (realpath in its loop
+    hung it: status went unanswered until the server went away). Skipped without FUSE."""
+    if not os.path.exists("/dev/fuse"):
+        D.log("SKIP the FUSE part: no /dev/fuse")
+        return
+    mnt = D.tempdir("run-fuse")
+    try:
+        fs = fuse_stall.StallFs(mnt, lookups=1)
+    except (OSError, subprocess.CalledProcessError) as e:
+        D.log("SKIP the FUSE part: cannot mount a FUSE file system: %s" % e)
+        return
+    D.Cleanup.register("stop the FUSE server", fs.stop)
+    cmd = [d.iolens_path, "run", "-q", "--daemon", "--socket", d.socket, "--",
+           "/usr/bin/python3", "-c",
+           "import os, sys, time; os.stat(sys.argv[1]); time.sleep(2)", fs.path()]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         stdin=subprocess.DEVNULL)
+    time.sleep(1.5)  # the stat is done, its name event read by the daemon
+    try:
+        a = d.request({"cmd": "status"}, timeout=5)
+    except (OSError, ValueError) as e:
+        a = {"error": "no answer within 5 s: %s" % e}
+    ck.check(a.get("ok"), "status while a run's FUSE name cannot be walked again: %r" % a)
+    try:
+        _, err = p.communicate(timeout=30)
+        ck.eq("run with a FUSE stat: exit (stderr %r)" % err[-300:], 0, p.returncode)
+    except subprocess.TimeoutExpired:
+        ck.fail("run with a FUSE stat: no exit within 30 s")
+    fs.stop()
+    p.wait()
 
 
 def main():
@@ -196,6 +235,8 @@ def main():
     ck.eq("status.runs.ended after the daemon-path runs", 1 + LOOP, st["runs"]["ended"])
     ck.eq("status.runs.live", 0, st["runs"]["live"])
     ck.eq("records written by the daemon for runs its clients ended", [], d.record_files())
+
+    fuse_name(ck, d)
 
     # 2. The same with --local: the same counts, another collector.
     j2 = os.path.join(data, "b.json")

@@ -5,7 +5,9 @@ Speaks the kernel's FUSE protocol on /dev/fuse directly (standard library only; 
 the test machines). The mount holds one regular file, `f`. LOOKUP, GETATTR, OPEN, RELEASE and
 FLUSH and INIT are answered; WRITE and FSYNC are read and never answered (what a user's own
 FUSE server can do to any process that writes to it), and FLUSH too with `hold_flush` (every
-close(2) of the file then waits); everything else gets ENOSYS. The connection is
+close(2) of the file then waits), and LOOKUPs of `f` after the first `lookups` with that
+argument (entries are valid for 0 s, so every path walk to `f` asks again: a process that
+walks it later hangs); everything else gets ENOSYS. The connection is
 aborted by stop() (unmount, close of the server's end), which fails the requests left waiting.
 """
 import errno
@@ -29,8 +31,9 @@ def _attr(ino, mode):
 
 
 class StallFs:
-    def __init__(self, mountpoint, hold_flush=False):
+    def __init__(self, mountpoint, hold_flush=False, lookups=None):
         self.mountpoint = mountpoint
+        self.lookups = lookups  # LOOKUPs of f answered before the others are held (None: all)
         self.hold = HELD + ((FLUSH,) if hold_flush else ())
         self.fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
         self.held = []  # opcodes read and never answered
@@ -76,7 +79,11 @@ class StallFs:
                 name = body.split(b"\0", 1)[0]
                 if name != b"f":
                     self._reply(unique, errno.ENOENT)
+                elif self.lookups is not None and self.lookups <= 0:
+                    self.held.append(op)  # never answered
                 else:
+                    if self.lookups is not None:
+                        self.lookups -= 1
                     self._reply(unique, 0, struct.pack("<QQQQII", 2, 0, 0, 0, 0, 0) +
                                 _attr(2, 0o100666))
             elif op == GETATTR:
