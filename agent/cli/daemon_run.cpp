@@ -39,12 +39,6 @@ using nlohmann::json;
 constexpr int kRunEndTimeoutMs = 120000;
 constexpr int kRunTimeoutMs = 5000;
 
-uint64_t now_ns(clockid_t clk) {
-  timespec ts{};
-  clock_gettime(clk, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 void error_line(const std::string& msg) { std::fprintf(stderr, "iolens: %s\n", msg.c_str()); }
 
 /// The recorder iolensd wrote into `fd` (`bytes` of it, from offset 0).
@@ -83,39 +77,59 @@ std::vector<core::BlockDeviceSnapshot> block_of(const json& answer, std::string&
       [](uint32_t major, uint32_t minor) { return core::block_device_name("/sys", major, minor); });
 }
 
-/// The outputs of the run, as a local run writes them (run_command.cpp), from `snap`.
-int write_outputs(const RunOptions& opts, const core::RunSnapshot& snap,
-                  const std::optional<Invoker>& invoker, pid_t child_pid, int& json_fd,
-                  int& darshan_fd) {
+}  // namespace
+
+uint64_t now_ns(clockid_t clk) {
+  timespec ts{};
+  clock_gettime(clk, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int write_run_outputs(const RunOptions& opts, const core::RunSnapshot& snap,
+                      const std::optional<Invoker>& invoker, pid_t child_pid, int& json_fd,
+                      int& darshan_fd, const RunOutputExtras& extras) {
+  const auto mark = [&](const char* step) {
+    if (extras.mark) extras.mark(step);
+  };
   if (!opts.quiet) {
     exporters::TextOptions topts;
     topts.top_files = opts.top_files;
     std::fputs(exporters::run_summary(snap, topts).c_str(), stderr);
+    if (!extras.note.empty()) error_line(extras.note);
+    mark("summary");
   }
-  const auto put = [](int& fd, const std::string& text, const std::string& what) {
-    const bool ok = write_all(fd, text);
-    const int e = errno;
-    const bool closed = close(fd) == 0;
-    fd = -1;
-    if (ok && closed) return true;
-    error_line("writing " + what + " failed: " + std::strerror(ok ? errno : e));
-    return false;
-  };
   if (darshan_fd >= 0) {
     exporters::DarshanJobInfo info;
     info.uid = static_cast<int64_t>(invoker ? invoker->uid : getuid());
     info.jobid = child_pid;
     info.mounts = exporters::read_mounts("/proc/self/mounts");
-    if (!put(darshan_fd, exporters::darshan_log(snap, info), opts.darshan_path)) return 1;
+    const auto dxt = extras.dxt ? extras.dxt() : std::nullopt;
+    const std::string log =
+        dxt ? exporters::darshan_log(snap, info, *dxt) : exporters::darshan_log(snap, info);
+    const bool written = write_all(darshan_fd, log);
+    const int e = errno;
+    const bool closed = close(darshan_fd) == 0;
+    darshan_fd = -1;
+    if (!written || !closed) {
+      error_line("writing " + opts.darshan_path + " failed: " + std::strerror(written ? errno : e));
+      return 1;
+    }
+    mark("darshan");
   }
-  if (json_fd >= 0 &&
-      !put(json_fd, exporters::dump_json(exporters::run_to_json(snap, IOLENS_VERSION)),
-           opts.json_path))
-    return 1;
+  if (json_fd >= 0) {
+    const bool written = exporters::write_run_json(
+        snap, IOLENS_VERSION, [&](std::string_view piece) { return write_all(json_fd, piece); });
+    const int e = errno;
+    const bool closed = close(json_fd) == 0;
+    json_fd = -1;
+    if (!written || !closed) {
+      error_line("writing " + opts.json_path + " failed: " + std::strerror(written ? errno : e));
+      return 1;
+    }
+    mark("json");
+  }
   return snap.exit_code ? *snap.exit_code : 1;
 }
-
-}  // namespace
 
 core::ClockBase run_clock_now(int64_t& start_wall) {
   core::ClockBase clock;
@@ -216,7 +230,7 @@ std::optional<int> run_via_daemon(const RunOptions& opts, const std::optional<In
   snap.end_ns = static_cast<int64_t>(end_mono) + clock.mono_to_wall_ns;
   snap.collector = "iolensd";
   snap.collector_note = job;
-  return write_outputs(opts, snap, invoker, child_pid, json_fd, darshan_fd);
+  return write_run_outputs(opts, snap, invoker, child_pid, json_fd, darshan_fd);
 }
 
 }  // namespace iolens::cli

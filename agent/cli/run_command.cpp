@@ -41,12 +41,6 @@
 namespace iolens::cli {
 namespace {
 
-uint64_t now_ns(clockid_t clk) {
-  timespec ts{};
-  clock_gettime(clk, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 void sleep_ms(unsigned ms) {
   timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000L};
   nanosleep(&ts, nullptr);  // EINTR (a forwarded signal) just ends the nap early
@@ -413,54 +407,26 @@ int run_traced(const RunOptions& opts) {
   snap.end_ns = static_cast<int64_t>(end_mono) + clock.mono_to_wall_ns;
   run_times.mark("snapshot");
 
-  if (!opts.quiet) {
-    exporters::TextOptions topts;
-    topts.top_files = opts.top_files;
-    std::fputs(exporters::run_summary(snap, topts).c_str(), stderr);
-    if (!trace_note.empty()) error_line(trace_note);
-    run_times.mark("summary");
-  }
-  if (darshan_fd >= 0) {
-    exporters::DarshanJobInfo info;
-    info.uid = static_cast<int64_t>(invoker ? invoker->uid : getuid());
-    info.jobid = child_pid;
-    info.mounts = exporters::read_mounts("/proc/self/mounts");
-    std::string log;
-    if (!opts.trace_path.empty()) {
-      // With --trace, the log also has DXT_POSIX: every read and write, from the trace file
-      // just written (read back whole: the file is the one copy of the records).
+  RunOutputExtras extras;
+  extras.note = trace_note;
+  extras.mark = [&](const char* step) { run_times.mark(step); };
+  if (!opts.trace_path.empty()) {
+    // With --trace, the log also has DXT_POSIX: every read and write, from the trace file
+    // just written (read back whole: the file is the one copy of the records).
+    extras.dxt = [&]() -> std::optional<exporters::DarshanDxt> {
       trace::ReadResult tr;
       if (trace_read_fd >= 0)
         tr = trace::read_trace_fd(trace_read_fd);
       else
         tr.status = Status::Error("it could not be opened again");
-      if (tr.status) {
-        log = exporters::darshan_log(snap, info, exporters::dxt_of_trace(tr.trace, snap));
-      } else {
-        error_line("--darshan " + opts.darshan_path + " without DXT: cannot read back --trace " +
-                   opts.trace_path + ": " + tr.status.message);
-      }
-    }
-    if (log.empty()) log = exporters::darshan_log(snap, info);
-    if (!write_all(darshan_fd, log) || close(darshan_fd) != 0) {
-      darshan_fd = -1;
-      error_line("writing " + opts.darshan_path + " failed: " + std::strerror(errno));
-      return 1;
-    }
-    darshan_fd = -1;
-    run_times.mark("darshan");
+      if (tr.status) return exporters::dxt_of_trace(tr.trace, snap);
+      error_line("--darshan " + opts.darshan_path + " without DXT: cannot read back --trace " +
+                 opts.trace_path + ": " + tr.status.message);
+      return std::nullopt;
+    };
   }
-  if (json_fd >= 0) {
-    const bool written = exporters::write_run_json(
-        snap, IOLENS_VERSION, [&](std::string_view piece) { return write_all(json_fd, piece); });
-    if (!written || close(json_fd) != 0) {
-      json_fd = -1;
-      error_line("writing " + opts.json_path + " failed: " + std::strerror(errno));
-      return 1;
-    }
-    json_fd = -1;
-    run_times.mark("json");
-  }
+  const int status =
+      write_run_outputs(opts, snap, invoker, child_pid, json_fd, darshan_fd, extras);
   if (loader::PhaseTimes::wanted()) {
     const std::string start = loader->start_times().line();
     loader.reset();  // what the return would do: detach and close everything, timed
@@ -468,7 +434,7 @@ int run_traced(const RunOptions& opts) {
     std::fprintf(stderr, "iolens: timing: start: %s\niolens: timing: exit: %s\n", start.c_str(),
                  run_times.line().c_str());
   }
-  return snap.exit_code ? *snap.exit_code : 1;
+  return status;
 }
 
 }  // namespace iolens::cli
