@@ -501,11 +501,10 @@ struct call_ctx {
 	long ret;
 };
 
-/* A call as sys_exit saw it, decoded once for the accounting and trace mode: the number, the
- * result and the first five argument registers (x86-64: di, si, dx, r10, r8). */
+/* A call as sys_exit saw it, decoded once for the accounting and trace mode: the number and
+ * the first five argument registers (x86-64: di, si, dx, r10, r8); the result is call_ctx's. */
 struct call_args {
 	long id;
-	long ret;
 	__u64 di;
 	__u64 si;
 	__u64 dx;
@@ -1309,7 +1308,7 @@ __noinline int trace_call(struct call_ctx *cx, struct iolens_task_state *st,
 	if (!cx || !st || !a || !trace_selects(trace_mode, cx->tgid))
 		return 0;
 	id = a->id;
-	ret = a->ret;
+	ret = cx->ret;
 	switch (id) {
 	case IOLENS_NR_read:
 	case IOLENS_NR_pread64:
@@ -1556,7 +1555,6 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	cx.pstart = st->pstart_ns;
 	cx.ret = ret;
 	a.id = id;
-	a.ret = ret;
 	a.di = regs->di;
 	a.si = regs->si;
 	a.dx = regs->dx;
