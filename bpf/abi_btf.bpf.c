@@ -21,5 +21,6 @@ struct iolens_pin_meta abi_pin_meta;
 struct iolens_trace_record abi_trace_record;
 struct iolens_block_key abi_block_key;
 struct iolens_block_counters abi_block_counters;
+struct iolens_rq_inflight abi_rq_inflight;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

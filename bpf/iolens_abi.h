@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 8
+#define IOLENS_ABI_VERSION 9
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -467,6 +467,21 @@ struct iolens_block_key {
 };
 
 /*
+ * A charged block request between insert (or issue) and completion, the value of the
+ * `rq_inflight` map (key: the struct request pointer). In the ABI because the agent sweeps the
+ * map for requests whose completion never came (Loader::sweep_block_inflight).
+ */
+struct iolens_rq_inflight {
+	struct iolens_block_key key;
+	__u64 rq_start_ns; /* request->start_time_ns when seen: tells a reused request apart */
+	__u64 insert_ns;   /* block_rq_insert, CLOCK_MONOTONIC ns; 0 = issued without it */
+	__u64 issue_ns;    /* block_rq_issue (the last one, after a requeue); 0 = not yet */
+	__u32 write;       /* 1 = a write request */
+	__u32 counted;     /* 1 = counted at its first issue: a requeued request issued again is
+			    * not counted twice (its device time restarts at the last issue) */
+};
+
+/*
  * Counters of one (process, device). Bios are charged when they are queued
  * (block_bio_queue); requests (what the device executes: one or more merged bios) when they
  * are issued to the driver, to the owner of their first bio.
@@ -527,6 +542,14 @@ enum iolens_stat {
 	IOLENS_STAT_DIRTIER_LOST,          /* files whose dirtier could not be remembered
 					    * (dirtiers map full): their writeback is charged to
 					    * no job */
+	IOLENS_STAT_BLOCK_UNTIMED,         /* (ABI 9) counted block requests dropped from the
+					    * in-flight map without their completion: the kernel
+					    * did not run block_rq_complete for them (seen on
+					    * 6.18 for completions in some softirq contexts,
+					    * without a recursion miss) and their address was
+					    * reused; not in the device latency histograms */
+	IOLENS_STAT_BLOCK_UNTIMED_SWEPT,   /* (ABI 9) the same, found by the agent's sweep of
+					    * the in-flight map (written by user space only) */
 	IOLENS_NR_STATS,
 };
 
@@ -550,6 +573,7 @@ IOLENS_STATIC_ASSERT(sizeof(struct iolens_cgroup_event) == 48 + IOLENS_CGROUP_PA
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_mark_event) == 72, "mark event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 40, "pin meta layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_trace_record) == 88, "trace record layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_rq_inflight) == 48, "rq inflight layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_block_key) == 16, "block key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_block_counters) ==
 			     (12 + 2 * IOLENS_NR_BLK_SIZE_BUCKETS + 4 * IOLENS_NR_LAT_BUCKETS + 5) * 8,

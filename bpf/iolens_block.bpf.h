@@ -60,22 +60,23 @@ struct {
 } bio_owners SEC(".maps");
 
 /* A charged request between insert (or issue) and completion, keyed by struct request *. */
-struct rq_inflight {
-	struct iolens_block_key key;
-	__u64 rq_start_ns; /* request->start_time_ns when seen: tells a reused request apart */
-	__u64 insert_ns;   /* block_rq_insert, 0 = issued without it */
-	__u64 issue_ns;    /* block_rq_issue, 0 = not yet */
-	__u32 write;
-	__u32 counted; /* counted at its first issue: a requeued request issued again is not
-			* counted twice (its device time restarts at the last issue) */
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, struct rq_inflight);
+	__type(value, struct iolens_rq_inflight);
 } rq_inflight SEC(".maps");
+
+/*
+ * `f` belongs to an earlier request at the same address: one whose completion never reached
+ * block_rq_complete (it is deleted there). Counted when it had been counted at issue, so that
+ * requests = timed + untimed holds (docs/counters.md `block_untimed`).
+ */
+static __always_inline void drop_stale(const struct iolens_rq_inflight *f)
+{
+	if (f->counted && f->issue_ns)
+		stat_inc(IOLENS_STAT_BLOCK_UNTIMED);
+}
 
 /* A fresh block record (in .rodata: the value is larger than the BPF stack allows). */
 const struct iolens_block_counters new_block_record = {};
@@ -249,7 +250,7 @@ static __always_inline struct bio_owner *rq_owner(struct request *rq)
 SEC("tp_btf/block_rq_insert")
 int BPF_PROG(block_rq_insert, struct request *rq)
 {
-	struct rq_inflight f = {}, *old;
+	struct iolens_rq_inflight f = {}, *old;
 	struct bio_owner *o;
 	__u64 k = (__u64)rq, rq_start = BPF_CORE_READ(rq, start_time_ns);
 
@@ -259,6 +260,8 @@ int BPF_PROG(block_rq_insert, struct request *rq)
 		old->insert_ns = bpf_ktime_get_ns();
 		return 0;
 	}
+	if (old)
+		drop_stale(old);
 	o = rq_owner(rq);
 	if (!o) {
 		/* A charged request of the past at this address must not lend its times. */
@@ -277,7 +280,7 @@ SEC("tp_btf/block_rq_issue")
 int BPF_PROG(block_rq_issue, struct request *rq)
 {
 	struct iolens_block_counters *c;
-	struct rq_inflight *f, nf = {};
+	struct iolens_rq_inflight *f, nf = {};
 	struct iolens_block_key key;
 	struct bio_owner *o;
 	__u64 k = (__u64)rq, now = bpf_ktime_get_ns(), queued = 0;
@@ -290,6 +293,8 @@ int BPF_PROG(block_rq_issue, struct request *rq)
 	if (op > IOLENS_REQ_OP_WRITE)
 		return 0; /* flush, discard, ...: counted as bios only */
 	f = bpf_map_lookup_elem(&rq_inflight, &k);
+	if (f && f->rq_start_ns != rq_start)
+		drop_stale(f);
 	if (f && f->rq_start_ns == rq_start) {
 		f->issue_ns = now;
 		if (f->counted)
@@ -351,13 +356,14 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
 {
 	struct iolens_block_counters *c;
-	struct rq_inflight *f;
+	struct iolens_rq_inflight *f;
 	__u64 k = (__u64)rq, lat;
 
 	f = bpf_map_lookup_elem(&rq_inflight, &k);
 	if (!f)
 		return 0;
 	if (!f->issue_ns || f->rq_start_ns != BPF_CORE_READ(rq, start_time_ns)) {
+		drop_stale(f);
 		bpf_map_delete_elem(&rq_inflight, &k);
 		return 0;
 	}

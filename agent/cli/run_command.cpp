@@ -136,6 +136,8 @@ void record_kernel_stats(core::Recorder& rec, const loader::KernelStats& st) {
   rec.set_lost("uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]);
   rec.set_lost("block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]);
   rec.set_lost("block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]);
+  rec.set_lost("block_untimed", st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]);
+  rec.set_lost("program_misses", st[loader::kProgramMisses]);
 }
 
 /// The block layer per device for the processes of this run (the recorder's), read now.
@@ -360,6 +362,9 @@ int run_traced(const RunOptions& opts) {
   run_times.restart();
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
+  // Block requests of the run counted but not timed now (still in flight, or their completion
+  // never reached block_rq_complete): lost.block_untimed, so that requests = timed + untimed.
+  loader->sweep_block_inflight(0);
   record_kernel_stats(rec, loader->stats());
   run_times.mark("final_drain");
   std::string trace_note;  // said after the summary

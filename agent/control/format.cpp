@@ -370,6 +370,9 @@ std::string format_status(const json& status) {
     // Not attached on purpose (the daemon's on-demand syscall hooks): not a failure.
     if (const auto s = text_of(p, "state"); s && *s == "detached") state = "detached";
     if (const auto error = text_of(p, "error"); error && !error->empty()) state += ": " + *error;
+    // Runs the kernel skipped (recursion): events that program did not see (lost.program_misses).
+    if (const auto m = number_of(p, "misses"); m && *m > 0)
+      state += ", skipped " + human_count(static_cast<uint64_t>(*m)) + " times";
     programs.push_back({text_or_missing(p, "name"), state});
   }
   if (!programs.empty()) {

@@ -81,3 +81,7 @@ static_assert(offsetof(iolens_block_counters, dev_read) == 54 * 8);
 static_assert(offsetof(iolens_block_counters, dev_write_sum_ns) == 79 * 8);
 static_assert(offsetof(iolens_block_counters, dev_errors) == 80 * 8);
 static_assert(sizeof(iolens_block_counters) == 81 * 8);
+static_assert(offsetof(iolens_rq_inflight, rq_start_ns) == 16);
+static_assert(offsetof(iolens_rq_inflight, issue_ns) == 32);
+static_assert(offsetof(iolens_rq_inflight, counted) == 44);
+static_assert(sizeof(iolens_rq_inflight) == 48);

@@ -126,4 +126,10 @@ std::string block_device_name(const std::string& sys_root, uint32_t major, uint3
   return mm;
 }
 
+bool block_request_untimed(const iolens_rq_inflight& f, uint64_t now_ns, uint64_t min_age_ns) {
+  if (!f.counted || f.issue_ns == 0) return false;
+  // An issue time after now (read before the kernel wrote it) is in flight, not stale.
+  return f.issue_ns <= now_ns && now_ns - f.issue_ns >= min_age_ns;
+}
+
 }  // namespace iolens::core

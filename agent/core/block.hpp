@@ -51,6 +51,12 @@ std::vector<BlockDeviceSnapshot> rollup_blocks(
     const std::function<bool(uint32_t tgid, uint64_t pstart_ns)>& keep,
     const std::function<std::string(uint32_t major, uint32_t minor)>& device_name);
 
+/// Whether an in-flight entry stands for a counted request that will never be timed: counted
+/// and issued at least `min_age_ns` before `now_ns` (CLOCK_MONOTONIC). A completion the kernel
+/// did not run block_rq_complete for leaves such an entry behind (docs/counters.md
+/// `block_untimed`); `min_age_ns` 0 takes every counted request still in flight.
+bool block_request_untimed(const iolens_rq_inflight& f, uint64_t now_ns, uint64_t min_age_ns);
+
 /// DEVNAME of /sys/dev/block/MAJ:MIN/uevent under `sys_root` ("/sys"), else "MAJ:MIN".
 std::string block_device_name(const std::string& sys_root, uint32_t major, uint32_t minor);
 

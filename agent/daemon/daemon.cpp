@@ -104,7 +104,10 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
           {"direct_inflight", st[IOLENS_STAT_DIRECT_INFLIGHT_LOST]},
           {"uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]},
           {"block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]},
-          {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]}};
+          {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]},
+          {"block_untimed",
+           st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]},
+          {"program_misses", st[loader::kProgramMisses]}};
 }
 
 constexpr const char* kStateName = "state.cbor";
@@ -112,6 +115,8 @@ constexpr const char* kStateTmpName = "state.cbor.tmp";
 constexpr const char* kMarkerName = "pressure-drain";
 constexpr const char* kCorruptPrefix = "state.cbor.corrupt-";
 constexpr std::size_t kCorruptKept = 3;  // unusable state files kept for inspection
+constexpr int64_t kInflightSweepEvery = 60'000'000'000;    // ns
+constexpr uint64_t kInflightStaleAfter = 120'000'000'000;  // ns
 
 class Daemon {
  public:
@@ -249,6 +254,7 @@ class Daemon {
   uint64_t last_checkpoint_us_ = 0;
   int64_t last_checkpoint_mono_ = 0;
   int64_t last_reconcile_ = 0;
+  int64_t last_inflight_sweep_ = 0;
   uint64_t reconciled_job_events_lost_ = 0;
   uint64_t jobs_closed_by_reconcile_ = 0;
   uint64_t last_checkpoint_pos_ = 0;
@@ -734,6 +740,13 @@ void Daemon::drain_blocks(int64_t now) {
   // drain; an exited one's are added to its job once and deleted from the kernel (a crash before
   // the next saved state loses those, docs/daemon.md). Records of processes in no job (after
   // the grace period of unknown ones) and of jobs already written are deleted.
+  // Requests whose completion never reached block_rq_complete: counted once old enough that
+  // no device still works on them (the block layer's own timeout is 30 s), so the in-flight
+  // map does not keep them (lost.block_untimed).
+  if (now - last_inflight_sweep_ >= kInflightSweepEvery) {
+    loader_->sweep_block_inflight(kInflightStaleAfter);
+    last_inflight_sweep_ = now;
+  }
   std::vector<iolens_block_key> gone;
   for (const auto& r : loader_->read_blocks()) {
     const core::ProcKey p{r.key.tgid, r.key.pstart_ns};
@@ -851,8 +864,12 @@ void Daemon::resume() {
     } else {
       restart_["state"] = "loaded";
       restart_["saved_wall_ns"] = st["saved_wall_ns"].get<int64_t>();
-      for (auto b = st["job_loss_base"].begin(); b != st["job_loss_base"].end(); ++b)
-        job_loss_base_[b.key()] = b.value().get<loader::KernelStats>();
+      for (auto b = st["job_loss_base"].begin(); b != st["job_loss_base"].end(); ++b) {
+        loader::KernelStats base{};  // a shorter array (an older version's) leaves zeros
+        for (size_t i = 0; i < b.value().size() && i < base.size(); ++i)
+          base[i] = b.value()[i].get<uint64_t>();
+        job_loss_base_[b.key()] = base;
+      }
       // Records the previous daemon held as final but had not deleted yet.
       auto keys = [](const nlohmann::json& j) {
         std::vector<iolens_file_key> v;
@@ -1201,11 +1218,14 @@ nlohmann::json Daemon::status_json() {
   j["syscall_hooks"] = loader_->syscall_hooks() ? "attached" : "detached";
   j["syscall_hooks_mode"] = opts_.syscall_hooks;
   nlohmann::json progs = nlohmann::json::array();
+  std::map<std::string, uint64_t> misses;
+  for (const auto& [name, n] : loader_->program_misses()) misses[name] = n;
   for (const auto& p : loader_->programs())
     progs.push_back({{"name", p.name},
                      {"attached", p.attached},
                      {"error", p.error},
-                     {"state", p.attached ? "attached" : p.error.empty() ? "detached" : "failed"}});
+                     {"state", p.attached ? "attached" : p.error.empty() ? "detached" : "failed"},
+                     {"misses", misses.count(p.name) ? misses[p.name] : 0}});
   j["programs"] = progs;
   const loader::Loader::SelectionEntries sel = loader_->selection_entries();
   j["maps"] = nlohmann::json::array(

@@ -1130,6 +1130,64 @@ KernelStats Loader::stats() const {
     if (bpf_map_lookup_elem(fd, &i, per_cpu.data()) != 0) continue;
     for (auto v : per_cpu) out[i] += v;
   }
+  for (const auto& [name, n] : program_misses()) out[kProgramMisses] += n;
+  return out;
+}
+
+uint64_t Loader::sweep_block_inflight(uint64_t min_age_ns) {
+  const int fd = bpf_map__fd(impl_->skel->maps.rq_inflight);
+  if (fd < 0) return 0;
+  std::vector<uint64_t> stale;
+  {
+    uint64_t key = 0, next = 0;
+    bool first = true;
+    iolens_rq_inflight f{};
+    const uint64_t now = static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC));
+    while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
+      first = false;
+      key = next;
+      if (bpf_map_lookup_elem(fd, &key, &f) == 0 && core::block_request_untimed(f, now, min_age_ns))
+        stale.push_back(key);
+    }
+  }
+  uint64_t swept = 0;
+  for (uint64_t key : stale) {
+    iolens_rq_inflight f{};
+    if (bpf_map_lookup_and_delete_elem(fd, &key, &f) != 0) continue;  // completed meanwhile
+    const uint64_t now = static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC));
+    if (core::block_request_untimed(f, now, min_age_ns)) {
+      ++swept;
+    } else {
+      // A new request took the address between the two reads: give its entry back (unless
+      // the kernel already made a newer one).
+      bpf_map_update_elem(fd, &key, &f, BPF_NOEXIST);
+    }
+  }
+  if (swept == 0) return 0;
+  // The kernel never writes this slot, so adding to CPU 0's value cannot race with it.
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return swept;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
+  const int sfd = bpf_map__fd(impl_->skel->maps.stats);
+  const uint32_t idx = IOLENS_STAT_BLOCK_UNTIMED_SWEPT;
+  if (bpf_map_lookup_elem(sfd, &idx, per_cpu.data()) == 0) {
+    per_cpu[0] += swept;
+    if (bpf_map_update_elem(sfd, &idx, per_cpu.data(), BPF_ANY) != 0)
+      spdlog::warn("could not count {} untimed block requests: {}", swept, std::strerror(errno));
+  }
+  return swept;
+}
+
+std::vector<std::pair<std::string, uint64_t>> Loader::program_misses() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const auto& p : impl_->progs) {
+    const int fd = bpf_program__fd(p.prog);
+    if (fd < 0) continue;  // left out or not loaded
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) continue;
+    out.emplace_back(p.name, info.recursion_misses);
+  }
   return out;
 }
 

@@ -60,7 +60,10 @@ struct ProgramState {
   std::string error;
 };
 
-using KernelStats = std::array<uint64_t, IOLENS_NR_STATS>;
+/// The kernel's per-CPU `stats` counters (IOLENS_STAT_*), then the programs' recursion misses
+/// (Loader::program_misses, summed) at kProgramMisses.
+constexpr uint32_t kProgramMisses = IOLENS_NR_STATS;
+using KernelStats = std::array<uint64_t, IOLENS_NR_STATS + 1>;
 
 class Loader {
  public:
@@ -148,6 +151,12 @@ class Loader {
   /// Every (process, device) record of the block layer (bpf/iolens_block.bpf.h), as it is now.
   std::vector<core::BlockRecord> read_blocks();
   void delete_blocks(const std::vector<iolens_block_key>& keys);
+  /// Removes from the kernel's block in-flight map the counted requests that core::
+  /// block_request_untimed() says will never be timed (issued at least `min_age_ns` ago; 0: all
+  /// counted ones still there) and adds them to the IOLENS_STAT_BLOCK_UNTIMED_SWEPT counter,
+  /// so that a block_rq_complete the kernel never ran is counted (`block_untimed`) and its
+  /// entry does not hold a slot forever. Returns how many.
+  uint64_t sweep_block_inflight(uint64_t min_age_ns);
 
   /// Ring positions (bytes since the ring was created). The consumer position lives in the
   /// ring's memory, so it survives the agent when the ring is pinned.
@@ -183,8 +192,13 @@ class Loader {
   int trace_fd() const;
   uint64_t trace_ring_size() const;
 
-  /// Sums of the per-CPU drop/failure counters.
+  /// Sums of the per-CPU drop/failure counters, and at kProgramMisses the runs of iolens's
+  /// programs the kernel skipped (program_misses()).
   KernelStats stats() const;
+  /// Per loaded program, the times the kernel did not run it because it was already running on
+  /// that CPU (bpf_prog_info.recursion_misses): e.g. block_rq_complete in a softirq interrupted
+  /// by a hard interrupt that completes another request. Each is an event iolens did not see.
+  std::vector<std::pair<std::string, uint64_t>> program_misses() const;
   /// One of them (cheap enough to poll every few milliseconds).
   uint64_t stat(uint32_t index) const;
   const std::vector<ProgramState>& programs() const { return programs_; }

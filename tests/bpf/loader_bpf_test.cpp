@@ -138,6 +138,22 @@ TEST_F(BpfTest, EveryProgramAttached) {
 // Issue 5 item 8: optional programs degrade one by one. Every optional program attaches on this
 // kernel (EveryProgramAttached); one disabled is reported not attached with its reason while
 // the others run, and names that are not optional programs are refused with a clear error.
+TEST_F(BpfTest, ProgramMissesReadForEveryLoadedProgram) {
+  // bpf_prog_info.recursion_misses of each program (lost.program_misses): one entry per
+  // attached program, by its name, and their sum in stats().
+  std::set<std::string> attached;
+  for (const auto& p : loader_->programs())
+    if (p.attached) attached.insert(p.name);
+  std::set<std::string> read;
+  uint64_t sum = 0;
+  for (const auto& [name, n] : loader_->program_misses()) {
+    read.insert(name);
+    sum += n;
+  }
+  for (const auto& name : attached) EXPECT_TRUE(read.count(name)) << name << " not read";
+  EXPECT_LE(sum, loader_->stats()[iolens::loader::kProgramMisses]);
+}
+
 TEST_F(BpfTest, OptionalProgramsDegradeOneByOne) {
   const std::set<std::string> core = {"sched_process_fork", "sched_process_exec",
                                       "sched_process_exit", "sys_enter", "sys_exit"};
@@ -655,7 +671,14 @@ TEST_F(BpfTest, BlockLayerChargesDirectReadsToTheTracedProcessOnly) {
   uint64_t sized = 0;
   for (__u64 n : c->size_read) sized += n;
   EXPECT_EQ(sized, c->read_reqs);
-  EXPECT_EQ(total(c->dev_read), c->read_reqs);  // every request timed
+  // Every request timed, except those counted in block_untimed (completions the kernel did
+  // not run block_rq_complete for; the child's are the only requests with in-flight entries).
+  loader_->sweep_block_inflight(0);
+  const auto stats = loader_->stats();
+  const uint64_t untimed =
+      stats[IOLENS_STAT_BLOCK_UNTIMED] + stats[IOLENS_STAT_BLOCK_UNTIMED_SWEPT];
+  EXPECT_EQ(total(c->dev_read) + untimed, c->read_reqs);
+  EXPECT_EQ(loader_->sweep_block_inflight(0), 0u) << "a swept entry must be gone";
   EXPECT_GT(c->dev_read_sum_ns, 0u);
   EXPECT_EQ(total(c->queue_read) + c->unqueued_reqs, c->read_reqs);
 

@@ -14,7 +14,9 @@ file system's device must show:
       write_bytes >= 32 MiB and writeback_bytes >= 32 MiB, write_bytes <= 40 MiB;
   (d) (a) and (b) again while an untraced process outside iolens reads and writes another
       64 MiB with O_DIRECT in a loop: the same bounds (the neighbour is not charged).
-Also: requests were counted, and as many device latencies as requests (each request timed).
+Also: requests were counted, and as many device latencies as requests, less those the run
+counts in lost.block_untimed (a completion the kernel did not run block_rq_complete for: seen
+on this VM's 6.18 kernel for completions in some softirq contexts).
 """
 import os
 import subprocess
@@ -90,14 +92,28 @@ def in_range(ck, what, value, lo, hi):
              (what, value, value / MiB, lo / MiB, hi / MiB))
 
 
-def check_requests(ck, what, c, op):
+def check_requests(ck, what, c, op, untimed):
+    """Every request counted once per size bucket and, unless the run counted it as untimed
+    (lost.block_untimed: its completion never reached the program, or it was still in flight
+    at the end), once per device latency bucket. The run's only device here is this one."""
     reqs = c[op + "_reqs"]
     timed = sum(v for k, v in c.items() if k.startswith("dev_%s_" % op) and "sum" not in k)
     sizes = sum(v for k, v in c.items() if k.startswith("size_%s_" % op))
     ck.check(reqs > 0, "%s: no %s requests counted" % (what, op))
     ck.eq("%s: %s requests per size bucket" % (what, op), reqs, sizes)
-    ck.eq("%s: %s requests with a device latency" % (what, op), reqs, timed)
+    ck.check(timed <= reqs <= timed + untimed,
+             "%s: %d %s requests, %d with a device latency, %d untimed (lost.block_untimed)"
+             % (what, reqs, op, timed, untimed))
+    if untimed:
+        E.log("%s: %d request(s) untimed, counted in lost.block_untimed" % (what, untimed))
     ck.check(c["dev_%s_sum_ns" % op] > 0, "%s: no %s device time" % (what, op))
+
+
+def untimed_of(ck, doc, what):
+    lost = doc.get("lost", {})
+    ck.check("block_untimed" in lost, "%s: lost has no block_untimed: %s" % (what, lost))
+    ck.check("program_misses" in lost, "%s: lost has no program_misses: %s" % (what, lost))
+    return lost.get("block_untimed", 0)
 
 
 def direct_read(ck, args, tmp, src, dev, tag):
@@ -110,7 +126,7 @@ def direct_read(ck, args, tmp, src, dev, tag):
         in_range(ck, what + " read_bytes", c["read_bytes"], 32 * MiB, 33 * MiB)
         ck.check(c["read_reqs"] >= 32, "%s: %d read requests, expected >= 32" %
                  (what, c["read_reqs"]))
-        check_requests(ck, what, c, "read")
+        check_requests(ck, what, c, "read", untimed_of(ck, doc, what))
 
 
 def write_fsync(ck, args, tmp, dev, tag):
@@ -122,7 +138,7 @@ def write_fsync(ck, args, tmp, dev, tag):
         c = e["counters"]
         E.log("%s: %s" % (what, {k: v for k, v in c.items() if v and "_le_" not in k}))
         in_range(ck, what + " write_bytes", c["write_bytes"], 64 * MiB, 72 * MiB)
-        check_requests(ck, what, c, "write")
+        check_requests(ck, what, c, "write", untimed_of(ck, doc, what))
     os.unlink(dst)
 
 

@@ -195,4 +195,13 @@ TEST_F(AbiBtf, BlockKeyAndCounters) {
   EXPECT_FIELD(c, iolens_block_counters, dev_write);
   EXPECT_FIELD(c, iolens_block_counters, dev_write_sum_ns);
   EXPECT_FIELD(c, iolens_block_counters, dev_errors);
+
+  auto f = layout_of(b_, "iolens_rq_inflight");
+  ASSERT_EQ(f.size, sizeof(iolens_rq_inflight));
+  EXPECT_FIELD(f, iolens_rq_inflight, key);
+  EXPECT_FIELD(f, iolens_rq_inflight, rq_start_ns);
+  EXPECT_FIELD(f, iolens_rq_inflight, insert_ns);
+  EXPECT_FIELD(f, iolens_rq_inflight, issue_ns);
+  EXPECT_FIELD(f, iolens_rq_inflight, write);
+  EXPECT_FIELD(f, iolens_rq_inflight, counted);
 }

@@ -122,3 +122,19 @@ TEST(BlockCounterValues, QuantileBucket) {
   EXPECT_EQ(iolens::core::histogram_quantile_bucket(h, 4, 0.99), 2);
   EXPECT_EQ(iolens::core::histogram_quantile_bucket(h, 4, 1.0), 3);
 }
+
+TEST(BlockUntimed, OnlyCountedIssuedRequestsOldEnough) {
+  using iolens::core::block_request_untimed;
+  iolens_rq_inflight f{};
+  f.issue_ns = 1000;
+  f.counted = 1;
+  EXPECT_TRUE(block_request_untimed(f, 5000, 0));
+  EXPECT_TRUE(block_request_untimed(f, 5000, 4000));   // exactly the age
+  EXPECT_FALSE(block_request_untimed(f, 5000, 4001));  // younger: may still complete
+  EXPECT_FALSE(block_request_untimed(f, 500, 0));      // issued after `now` was read
+  f.counted = 0;  // inserted, merged away or not charged: never counted, so never untimed
+  EXPECT_FALSE(block_request_untimed(f, 5000, 0));
+  f.counted = 1;
+  f.issue_ns = 0;  // counted entries always have an issue time; a zero one is not stale
+  EXPECT_FALSE(block_request_untimed(f, 5000, 0));
+}

@@ -18,7 +18,8 @@ json status_sample() {
     "version": "0.1.0", "pid": 123, "uptime_s": 3725.5, "cgroup_root": "/sys/fs/cgroup",
     "syscall_hooks": "attached",
     "programs": [
-      {"name": "sys_enter", "attached": true, "error": ""},
+      {"name": "sys_enter", "attached": true, "error": "", "misses": 0},
+      {"name": "block_rq_complete", "attached": true, "error": "", "misses": 12345},
       {"name": "sched_process_exit", "attached": false, "error": "permission denied"},
       {"name": "sys_exit", "attached": false, "error": "", "state": "detached"}
     ],
@@ -101,6 +102,7 @@ TEST(ControlFormat, Status) {
       "cgroup root    /sys/fs/cgroup\n"
       "syscall hooks  attached\n"
       "programs       sys_enter           OK\n"
+      "               block_rq_complete   OK, skipped 12,345 times\n"
       "               sched_process_exit  FAILED: permission denied\n"
       "               sys_exit            detached\n"
       "maps           files  10 / 65,536 (0.0%)\n"

@@ -82,7 +82,7 @@ TEST(StateFile, AWrongTypeIsAnErrorNotAnException) {
                                                             {"table", nlohmann::json::array()},
                                                             {"pending_files", 3},
                                                             {"pending_others", "x"},
-                                                            {"job_loss_base", {{"a", {1, 2}}}}}) {
+                                                            {"job_loss_base", {{"a", {1, "x"}}}}}) {
     SCOPED_TRACE(key);
     nlohmann::json st = good_state();
     st[key] = value;
@@ -96,6 +96,18 @@ TEST(StateFile, AWrongTypeIsAnErrorNotAnException) {
   refused(file_of(other), "unknown state format 2");
   refused(file_of(nlohmann::json::array({1, 2})), "not an object");
   refused(file_of("text"), "not an object");
+}
+
+TEST(StateFile, LossBasesOfAnOlderVersionAreShorterNotLonger) {
+  // ABI 9 added counters: a base saved before has fewer, and the missing ones read as 0.
+  nlohmann::json st = good_state();
+  st["job_loss_base"] = {{"a", {1, 2}}};
+  std::string error;
+  nlohmann::json out;
+  EXPECT_TRUE(decode_state(file_of(st), out, error)) << error;
+  std::vector<uint64_t> longer(std::tuple_size_v<iolens::loader::KernelStats> + 1, 0);
+  st["job_loss_base"] = {{"a", longer}};
+  refused(file_of(st), "'job_loss_base'");
 }
 
 TEST(StateFile, AHugeClaimedLengthIsRefusedBeforeAnyAllocation) {
