@@ -136,6 +136,7 @@ void record_kernel_stats(core::Recorder& rec, const loader::KernelStats& st) {
   rec.set_lost("uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]);
   rec.set_lost("block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]);
   rec.set_lost("block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]);
+  rec.set_lost("dirtiers", st[IOLENS_STAT_DIRTIER_LOST]);
   rec.set_lost("block_untimed", st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]);
   rec.set_lost("program_misses", st[loader::kProgramMisses]);
 }
