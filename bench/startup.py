@@ -135,8 +135,11 @@ def verified_insns(iolens):
         while time.monotonic() < deadline:
             kids = subprocess.run(["pgrep", "-P", str(p.pid)], stdout=subprocess.PIPE,
                                   text=True).stdout.split()
-            if kids and os.path.basename(os.readlink("/proc/%s/exe" % kids[0])) == "cat":
-                break
+            try:
+                if kids and os.path.basename(os.readlink("/proc/%s/exe" % kids[0])) == "cat":
+                    break
+            except OSError:
+                pass  # a child that was gone by the time we looked (a fork not yet the command)
             time.sleep(0.02)
         rows = {}
         for i in sorted(held_prog_ids(p.pid)):

@@ -1869,7 +1869,9 @@ inode_record(struct task_struct *task, struct iolens_task_state *st, struct inod
  * kworker writes those pages back, so the writeback is charged to the process (and so the job)
  * that dirtied them. cgroup v2 writeback would name the cgroup through the bio's blkcg, but
  * only where the io controller is on v2; this works on hybrid hosts too. LRU: the oldest
- * dirtiers go first, and their pages have long been written back.
+ * dirtiers go first, and their pages have long been written back. `iolens run` makes it a hash
+ * without preallocation (agent/loader/loader.cpp): a run that dirties more files than it holds
+ * counts the rest in IOLENS_STAT_DIRTIER_LOST.
  */
 struct dirtier {
 	__u32 tgid;
@@ -1892,7 +1894,9 @@ static __always_inline void remember_dirtier(__u32 dev, __u64 ino, __u32 tgid, _
 
 	if (d && d->tgid == tgid && d->pstart_ns == pstart)
 		return;
-	bpf_map_update_elem(&dirtiers, &k, &nv, BPF_ANY);
+	/* Fails when full (a run's hash) or when the LRU finds no free node under contention. */
+	if (bpf_map_update_elem(&dirtiers, &k, &nv, BPF_ANY))
+		stat_inc(IOLENS_STAT_DIRTIER_LOST);
 }
 
 #include "iolens_cache.bpf.h"

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +70,7 @@ Status SuspendedChild::spawn(const std::vector<std::string>& argv,
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
 
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     const int e = errno;
@@ -84,7 +86,11 @@ Status SuspendedChild::spawn(const std::vector<std::string>& argv,
     if (as && (setgroups(as->groups.size(), as->groups.data()) != 0 || setgid(as->gid) != 0 ||
                setuid(as->uid) != 0 || getuid() != as->uid || geteuid() != as->uid))
       child_fail(err[1], kDropPrivileges, 126);
+    // Spawned before iolens loads its programs: if iolens dies meanwhile, the command must not
+    // run untraced. After the credential change, which clears the death signal.
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
     raise(SIGSTOP);
+    prctl(PR_SET_PDEATHSIG, 0);  // released: from here the command outlives iolens as before
     execvp(args[0], args.data());
     child_fail(err[1], kExec, 127);
   }

@@ -136,6 +136,7 @@ void record_kernel_stats(core::Recorder& rec, const loader::KernelStats& st) {
   rec.set_lost("uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]);
   rec.set_lost("block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]);
   rec.set_lost("block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]);
+  rec.set_lost("dirtiers", st[IOLENS_STAT_DIRTIER_LOST]);
   rec.set_lost("block_untimed", st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]);
   rec.set_lost("program_misses", st[loader::kProgramMisses]);
 }
@@ -205,23 +206,28 @@ int run_traced(const RunOptions& opts) {
     no_daemon = "--local";
   }
 
-  Status st;
-  auto loader = loader::Loader::create(opts.loader, st);
-  if (!loader) {
-    error_line(st.message);
-    return 1;
-  }
+  // The command's process first, suspended before exec: forked while iolens is small, before
+  // the load's maps and buffers, its fork copies few page tables and leaves no page of the
+  // load to copy on write (each such fault is 10-30 us on the test VM, bench/README.md).
   loader::PhaseTimes run_times;  // the child's start and iolens' exit (IOLENS_TIMING)
-
-  int64_t start_wall = 0;
-  const core::ClockBase clock = run_clock_now(start_wall);
-
-  install_forwarding();
   SuspendedChild child;
   if (Status s = child.spawn(opts.command, invoker); !s) {
     error_line(s.message);
     return 1;
   }
+  run_times.mark("child_start");
+  Status st;
+  auto loader = loader::Loader::create(opts.loader, st);
+  if (!loader) {
+    error_line(st.message);
+    return 1;  // ~SuspendedChild kills and reaps the command, which never ran
+  }
+  run_times.restart();
+
+  int64_t start_wall = 0;
+  const core::ClockBase clock = run_clock_now(start_wall);
+
+  install_forwarding();
   if (Status s = loader->trace_process(child.pid()); !s) {
     error_line(s.message);
     return 1;  // ~SuspendedChild kills and reaps the command, which never ran

@@ -105,6 +105,7 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
           {"uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]},
           {"block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]},
           {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]},
+          {"dirtiers", st[IOLENS_STAT_DIRTIER_LOST]},
           {"block_untimed",
            st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]},
           {"program_misses", st[loader::kProgramMisses]}};

@@ -351,10 +351,21 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     // the two behave the same (nothing is evicted); past it the LRU forgets its oldest files
     // where the hash refuses new ones, and either way a file not in it only has its name sent
     // again with its next new record (the agent keeps one) and its path stats joined by the
-    // agent (Recorder: generation 0). The daemon, which runs for months, keeps the LRU, and so
-    // does `dirtiers` here: which files it keeps decides whose writeback is attributed.
+    // agent (Recorder: generation 0). The daemon, which runs for months, keeps the LRU.
     bpf_map__set_type(skel->maps.seen_files, BPF_MAP_TYPE_HASH);
     bpf_map__set_map_flags(skel->maps.seen_files, BPF_F_NO_PREALLOC);
+    // `dirtiers` likewise (12-27 ms of preallocated LRU): up to its 65,536 files a run sees no
+    // difference; past it the hash refuses the new dirtiers (lost.dirtiers, their writeback
+    // charged to no job) where the LRU would forget the oldest, whose pages a run's flushers
+    // have long written back.
+    bpf_map__set_type(skel->maps.dirtiers, BPF_MAP_TYPE_HASH);
+    bpf_map__set_map_flags(skel->maps.dirtiers, BPF_F_NO_PREALLOC);
+    // The in-flight maps (one entry per O_DIRECT call, io_uring request, block request in
+    // flight; 2-5 ms each to preallocate): entries are made at submission, in process context,
+    // and a failed one is counted (direct_inflight, uring_inflight, block_inflight). Deleting at
+    // completion, in interrupt context, needs no allocation.
+    for (bpf_map* m : {skel->maps.rq_inflight, skel->maps.dio_inflight, skel->maps.uring_inflight})
+      bpf_map__set_map_flags(m, BPF_F_NO_PREALLOC);
   }
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
   bpf_map__set_max_entries(skel->maps.trace, opts.trace_ring_bytes);

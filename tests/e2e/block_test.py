@@ -153,6 +153,8 @@ def write_sync(ck, args, tmp, dev):
         E.log("%s: %s" % (what, {k: v for k, v in c.items() if v and "_le_" not in k}))
         in_range(ck, what + " write_bytes", c["write_bytes"], 32 * MiB, 40 * MiB)
         in_range(ck, what + " writeback_bytes", c["writeback_bytes"], 32 * MiB, 40 * MiB)
+    # One file dirtied: its dirtier was remembered (lost.dirtiers counts those that were not).
+    ck.eq(what + ": lost.dirtiers", 0, doc.get("lost", {}).get("dirtiers"))
     os.unlink(dst)
 
 
