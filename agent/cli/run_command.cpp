@@ -296,9 +296,7 @@ int run_traced(const RunOptions& opts) {
     rec.on_event(r.event);
   };
   uint64_t removed_records = 0;  // taken out of the kernel's files map by us
-  // `at_end`: the command has exited; a record still live (a process that outlives it) is
-  // reported as it is now.
-  const auto drain = [&](bool at_end) {
+  const auto drain = [&] {
     loader->consume_events(on_event);  // exits and names first: they decide what to remove
     exits_pending = 0;
     // Records of exited processes are final: move them out of the kernel. When the map is half
@@ -306,16 +304,11 @@ int run_traced(const RunOptions& opts) {
     // them.
     using D = loader::Loader::Disposition;
     const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    // Before the end a live record stays in the kernel and is not handed to the recorder: `run`
-    // reports once, at its end, when each record arrives final (or live, for a process that
-    // outlives the command). Handing it over at every drain (each time a process exits) only
-    // redid the recorder's work on the live processes' records (issue 14: a third of the
-    // agent's CPU was these drains).
     auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c,
                       std::size_t in_map) {
       if (rec.exited(core::ProcKey{k.tgid, k.pstart_ns})) return D::RemoveFinal;
       if (core::live_evictable(c, in_map, loader->max_file_records(), t0)) return D::RemoveLive;
-      return at_end ? D::Keep : D::Skip;
+      return D::Keep;
     };
     const uint64_t removed_before = removed_records;
     std::size_t seen = 0;
@@ -364,7 +357,7 @@ int run_traced(const RunOptions& opts) {
     const uint64_t in_map = loader->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - removed_records;
     if ((exits_pending > 0 && now - last_drain >= opts.drain_interval_ms * 1000000ULL) ||
         in_map * 2 > loader->max_file_records()) {
-      drain(false);
+      drain();
       last_drain = now;
     }
     // Poll faster while the map is filling, so a burst of new files is drained in time.
@@ -373,8 +366,8 @@ int run_traced(const RunOptions& opts) {
   set_forwarded_child(-1);
   const uint64_t end_mono = now_ns(CLOCK_MONOTONIC);
   run_times.restart();
-  drain(true);
-  drain(true);  // the first pass may have learnt of exits; the second moves their records out
+  drain();
+  drain();  // the first pass may have learnt of exits; the second moves their records out
   // Block requests of the run counted but not timed now (still in flight, or their completion
   // never reached block_rq_complete): lost.block_untimed, so that requests = timed + untimed.
   loader->sweep_block_inflight(0);

@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """e2e: a process that outlives the command is reported with what it did, live.
 
-`iolens run` hands the kernel's records of live processes to its recorder only at its end
-(agent/cli/run_command.cpp: a drain when a process exits moves out the records of exited
-processes and leaves the live ones in the kernel). The command here is a shell that
+A drain runs each time a process exits and moves the exited processes' records out of the
+kernel; the live ones stay there and are read again at the end (agent/cli/run_command.cpp).
+The command here is a shell that
   1. starts a background Python that writes N bytes to FILE in one write(), keeps it open,
      prints its pid and sleeps for 6 s (it outlives the command);
   2. runs /bin/true (a process exits: a drain runs while the Python is live, after its write);
