@@ -1013,18 +1013,18 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
   std::vector<iolens_file_key> final_keys;
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& k = keys[i];
-    iolens_file_counters value = values[i];
-    switch (remove(k, value, keys.size())) {
+    switch (remove(k, values[i], keys.size())) {
       case Disposition::Keep:
-        sink(k, value, false);
+        sink(k, values[i], false);
         break;
       case Disposition::RemoveFinal:
-        sink(k, value, true);
+        sink(k, values[i], true);
         final_keys.push_back(k);
         break;
       case Disposition::Skip:
         break;
-      case Disposition::RemoveLive:
+      case Disposition::RemoveLive: {
+        iolens_file_counters value{};  // 936 bytes: copied only here, not for every record
         // The batch copy may be old: the file may have been reopened since. Ask again on the
         // current value, so a record in use is not taken from under the program updating it.
         if (bpf_map_lookup_elem(map_fd, &k, &value) != 0) break;
@@ -1041,6 +1041,7 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
             sink(k, value, true);
         }
         break;
+      }
     }
   }
   if (deferred)
