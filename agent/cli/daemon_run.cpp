@@ -77,6 +77,17 @@ std::vector<core::BlockDeviceSnapshot> block_of(const json& answer, std::string&
       [](uint32_t major, uint32_t minor) { return core::block_device_name("/sys", major, minor); });
 }
 
+/// Closes an output iolens wrote (`written`: whether every write succeeded) and says why it
+/// failed: the write's errno, or the close's (a file system may report a failed write there).
+bool finish_output(int& fd, const std::string& path, bool written) {
+  const int write_errno = errno;
+  const bool closed = close(fd) == 0;
+  fd = -1;
+  if (written && closed) return true;
+  error_line("writing " + path + " failed: " + std::strerror(written ? errno : write_errno));
+  return false;
+}
+
 }  // namespace
 
 uint64_t now_ns(clockid_t clk) {
@@ -106,26 +117,13 @@ int write_run_outputs(const RunOptions& opts, const core::RunSnapshot& snap,
     const auto dxt = extras.dxt ? extras.dxt() : std::nullopt;
     const std::string log =
         dxt ? exporters::darshan_log(snap, info, *dxt) : exporters::darshan_log(snap, info);
-    const bool written = write_all(darshan_fd, log);
-    const int e = errno;
-    const bool closed = close(darshan_fd) == 0;
-    darshan_fd = -1;
-    if (!written || !closed) {
-      error_line("writing " + opts.darshan_path + " failed: " + std::strerror(written ? errno : e));
-      return 1;
-    }
+    if (!finish_output(darshan_fd, opts.darshan_path, write_all(darshan_fd, log))) return 1;
     mark("darshan");
   }
   if (json_fd >= 0) {
     const bool written = exporters::write_run_json(
         snap, IOLENS_VERSION, [&](std::string_view piece) { return write_all(json_fd, piece); });
-    const int e = errno;
-    const bool closed = close(json_fd) == 0;
-    json_fd = -1;
-    if (!written || !closed) {
-      error_line("writing " + opts.json_path + " failed: " + std::strerror(written ? errno : e));
-      return 1;
-    }
+    if (!finish_output(json_fd, opts.json_path, written)) return 1;
     mark("json");
   }
   return snap.exit_code ? *snap.exit_code : 1;

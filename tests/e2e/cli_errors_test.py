@@ -26,6 +26,8 @@
      `path_hex` (the exact bytes in hex) beside such a path: when a record has `path_hex`, it
      must be the exact bytes of the name.
   9. the traced command inherits no descriptor of iolens's (the --json file is O_CLOEXEC).
+ 10. an output that cannot be written whole (--json, --darshan on a 4 KiB tmpfs): exit 1, one
+     line naming the file and "No space left on device".
 """
 import json
 import os
@@ -144,6 +146,25 @@ def case_bad_btf(ck, iolens):
     E.log("[5] --btf %s: rc %d, stderr %r" % (btf, rc, err[:300]))
     ck.check(rc != 0, "run --btf %s exited 0" % btf)
     ck.check(btf.encode() in err, "run --btf %s: stderr does not name the file: %r" % (btf, err))
+
+
+def case_full_output(ck, iolens, tmp):
+    full = os.path.join(tmp, "full")
+    os.mkdir(full)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", full]).returncode != 0:
+        ck.fail("[10] cannot mount a 4 KiB tmpfs at %s" % full)
+        return
+    try:
+        for opt, name in (("--json", "r.json"), ("--darshan", "r.darshan")):
+            path = os.path.join(full, name)
+            rc, out, err = simple(iolens, ["run", "-q", "--local", opt, path, "--", "true"])
+            lines = nonempty_lines(err)
+            E.log("[10] %s on a full file system: rc %d, stderr %r" % (opt, rc, err[:300]))
+            ck.eq("[10] %s on a full file system: exit status" % opt, 1, rc)
+            ck.check(len(lines) == 1 and path in lines[0] and "No space left" in lines[0],
+                     "[10] %s: expected one line naming %s and ENOSPC, got %r" % (opt, path, lines))
+    finally:
+        subprocess.run(["umount", full])
 
 
 def case_exit_status(ck, iolens, tmp):
@@ -380,6 +401,7 @@ def main():
     case_bad_disable_program(ck, args.iolens, tmp)
     case_unprivileged(ck, args.iolens, tmp)
     case_bad_btf(ck, args.iolens)
+    case_full_output(ck, args.iolens, tmp)
     case_exit_status(ck, args.iolens, tmp)
     case_sigterm(ck, args.iolens, tmp)
     check_hostile(ck, args.iolens, tmp)
