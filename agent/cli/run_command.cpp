@@ -125,20 +125,7 @@ bool open_outputs(const std::vector<Output*>& outputs, bool force,
 
 /// Everything the kernel counted as lost, under the names docs/counters.md uses.
 void record_kernel_stats(core::Recorder& rec, const loader::KernelStats& st) {
-  rec.set_lost("file_records", st[IOLENS_STAT_FILE_RECORDS_LOST]);
-  rec.set_lost("other_records", st[IOLENS_STAT_OTHER_RECORDS_LOST]);
-  rec.set_lost("events", st[IOLENS_STAT_EVENTS_LOST]);
-  rec.set_lost("path_events", st[IOLENS_STAT_PATH_EVENTS_LOST]);
-  rec.set_lost("process_events", st[IOLENS_STAT_PROC_EVENTS_LOST]);
-  rec.set_lost("untraced_threads", st[IOLENS_STAT_TASK_STATE_FAILED]);
-  rec.set_lost("paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]);
-  rec.set_lost("direct_inflight", st[IOLENS_STAT_DIRECT_INFLIGHT_LOST]);
-  rec.set_lost("uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]);
-  rec.set_lost("block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]);
-  rec.set_lost("block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]);
-  rec.set_lost("dirtiers", st[IOLENS_STAT_DIRTIER_LOST]);
-  rec.set_lost("block_untimed", st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]);
-  rec.set_lost("program_misses", st[loader::kProgramMisses]);
+  for (const auto& [cause, n] : loader::kernel_losses(st)) rec.set_lost(cause, n);
 }
 
 /// The block layer per device for the processes of this run (the recorder's), read now.

@@ -93,22 +93,10 @@ void walk_cgroups(const std::string& mount, const std::string& rel,
 
 /// The kernel's loss counters under the names docs/counters.md uses.
 nlohmann::json kernel_losses(const loader::KernelStats& st) {
-  return {{"file_records", st[IOLENS_STAT_FILE_RECORDS_LOST]},
-          {"other_records", st[IOLENS_STAT_OTHER_RECORDS_LOST]},
-          {"events", st[IOLENS_STAT_EVENTS_LOST]},
-          {"path_events", st[IOLENS_STAT_PATH_EVENTS_LOST]},
-          {"process_events", st[IOLENS_STAT_PROC_EVENTS_LOST]},
-          {"job_events", st[IOLENS_STAT_JOB_EVENTS_LOST]},
-          {"untraced_threads", st[IOLENS_STAT_TASK_STATE_FAILED]},
-          {"paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]},
-          {"direct_inflight", st[IOLENS_STAT_DIRECT_INFLIGHT_LOST]},
-          {"uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]},
-          {"block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]},
-          {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]},
-          {"dirtiers", st[IOLENS_STAT_DIRTIER_LOST]},
-          {"block_untimed",
-           st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]},
-          {"program_misses", st[loader::kProgramMisses]}};
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [cause, n] : loader::kernel_losses(st)) out[cause] = n;
+  out["job_events"] = st[IOLENS_STAT_JOB_EVENTS_LOST];
+  return out;
 }
 
 constexpr const char* kStateName = "state.cbor";

@@ -1146,6 +1146,23 @@ KernelStats Loader::stats() const {
   return out;
 }
 
+std::vector<std::pair<std::string, uint64_t>> kernel_losses(const KernelStats& st) {
+  return {{"file_records", st[IOLENS_STAT_FILE_RECORDS_LOST]},
+          {"other_records", st[IOLENS_STAT_OTHER_RECORDS_LOST]},
+          {"events", st[IOLENS_STAT_EVENTS_LOST]},
+          {"path_events", st[IOLENS_STAT_PATH_EVENTS_LOST]},
+          {"process_events", st[IOLENS_STAT_PROC_EVENTS_LOST]},
+          {"untraced_threads", st[IOLENS_STAT_TASK_STATE_FAILED]},
+          {"paths_truncated", st[IOLENS_STAT_PATHS_TRUNCATED]},
+          {"direct_inflight", st[IOLENS_STAT_DIRECT_INFLIGHT_LOST]},
+          {"uring_inflight", st[IOLENS_STAT_URING_INFLIGHT_LOST]},
+          {"block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]},
+          {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]},
+          {"dirtiers", st[IOLENS_STAT_DIRTIER_LOST]},
+          {"block_untimed", st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]},
+          {"program_misses", st[kProgramMisses]}};
+}
+
 uint64_t Loader::sweep_block_inflight(uint64_t min_age_ns) {
   const int fd = bpf_map__fd(impl_->skel->maps.rq_inflight);
   if (fd < 0) return 0;

@@ -65,6 +65,10 @@ struct ProgramState {
 constexpr uint32_t kProgramMisses = IOLENS_NR_STATS;
 using KernelStats = std::array<uint64_t, IOLENS_NR_STATS + 1>;
 
+/// The kernel's loss counters under the names docs/counters.md ("lost") uses, one table for
+/// `iolens run` and iolensd. Without `job_events` (daemon mode only: iolensd adds it).
+std::vector<std::pair<std::string, uint64_t>> kernel_losses(const KernelStats& st);
+
 class Loader {
  public:
   /// Opens, loads and attaches every program. On failure returns nullptr and sets `status`.
