@@ -502,13 +502,17 @@ class Daemon:
                       if n.endswith(".json") and not n.startswith("."))
 
     def records(self):
-        """Every job record in the output dir: {path: doc}."""
+        """Every job record in the output dir: {path: doc}. The daemon writes a record under a
+        dot name and renames it into place, so a *.json that does not parse is a bug: raised
+        (the test fails with the file and the error), never dropped."""
         out = {}
         for p in self.record_files():
             try:
                 out[p] = E.load_json_strict(p)
-            except (OSError, ValueError, UnicodeDecodeError):
-                out[p] = None  # reported by the caller if it matters
+            except FileNotFoundError:
+                continue  # rotated away between the listing and the read
+            except (OSError, ValueError, UnicodeDecodeError) as e:
+                raise RuntimeError("job record %s cannot be read as strict JSON: %s" % (p, e))
         return out
 
     def records_of(self, job_id):
