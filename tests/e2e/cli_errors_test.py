@@ -12,7 +12,8 @@
   3b. bad --trace-ring-size / --trace-max-size: exit 2, one line, the command never runs;
      `convert` of a missing file: exit 1, one line naming it.
   4. as an unprivileged user (setpriv to 65534): non-zero, stderr mentions root or CAP_BPF; the
-     same user with only CAP_BPF + CAP_PERFMON (ambient) traces a command fine.
+     same user with only CAP_BPF + CAP_PERFMON (ambient) traces a command: exit 0, its output,
+     and its open, read (the file's size) and close of /etc/hostname in the JSON, nothing lost.
   5. `run --btf /nonexistent/vmlinux -- true`: non-zero, names the BTF file.
   6. exit status: `sh -c 'exit 7'` -> 7; `sh -c 'kill -TERM $$'` -> 143 (128+15); the JSON's
      exit_code says the same.
@@ -128,14 +129,31 @@ def case_unprivileged(ck, iolens, tmp):
     # Least privilege: CAP_BPF + CAP_PERFMON alone (no root, no CAP_SYS_ADMIN) must be enough,
     # and the command then runs with them too (ambient), with its output traced.
     capped = setpriv + ["--inh-caps=+bpf,+perfmon", "--ambient-caps=+bpf,+perfmon"]
-    p = subprocess.run(capped + [iolens, "run", "-q", "--", "cat", "/etc/hostname"],
+    out_dir = os.path.join(tmp, "least-privilege")
+    os.mkdir(out_dir)
+    os.chown(out_dir, 65534, 65534)
+    out_json = os.path.join(out_dir, "run.json")
+    p = subprocess.run(capped + [iolens, "run", "-q", "--json", out_json, "--", "cat",
+                                 "/etc/hostname"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                        timeout=60)
     E.log("[4b] uid 65534 with CAP_BPF+CAP_PERFMON: rc %d, stderr %r" %
           (p.returncode, p.stderr[:400]))
     ck.eq("iolens run with only CAP_BPF+CAP_PERFMON: exit status", 0, p.returncode)
     with open("/etc/hostname", "rb") as f:
-        ck.eq("the command's output under CAP_BPF+CAP_PERFMON", f.read(), p.stdout)
+        hostname = f.read()
+    ck.eq("the command's output under CAP_BPF+CAP_PERFMON", hostname, p.stdout)
+    # ... and traced: cat's read of the file, exactly, in the record
+    if p.returncode == 0:
+        doc = E.load_json_strict(out_json)
+        E.check_lost_zero(ck, doc)
+        real = os.path.realpath("/etc/hostname")
+        recs = [f for f in doc.get("files", []) if f.get("path") == real]
+        if ck.eq("least privilege: records of %s" % real, 1, len(recs)):
+            c = recs[0]["counters"]
+            E.expect_counter(ck, "least privilege", "bytes_read", len(hostname), c)
+            E.expect_counter(ck, "least privilege", "opens", 1, c)
+            E.expect_counter(ck, "least privilege", "closes", 1, c)
 
 
 def case_bad_btf(ck, iolens):
