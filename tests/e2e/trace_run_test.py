@@ -8,7 +8,9 @@
    CLOCK_MONOTONIC time just before and after it. Between two of them it makes no system call,
    so the trace's records of its pid that start after its first call and end before its last
    are exactly its calls: same order, operation, descriptor, offset, bytes asked, result, and
-   each record's [start, end] inside the manifest's [t0, t1]. Nothing lost.
+   each record's [start, end] inside the manifest's [t0, t1]. Nothing lost. The run's time
+   counters of data.bin against the same brackets (check_time_counters: totals within the sums,
+   longest calls within the longest, timestamp distances within the brackets' distances).
 2. convert --to jsonl: the records above, read back (round trip: native -> JSON lines).
    convert --to perfetto: the trace event format: every event has the keys its "ph" needs,
    "X" events' ts/dur are the records' times in microseconds from baseTimeNanoseconds, ts
@@ -237,6 +239,66 @@ def check_darshan(ck, blob, man, run_doc, mine):
         ck.check(0 <= x[2] <= x[3], "DXT segment times not ordered: %r" % (x,))
 
 
+def check_time_counters(ck, man, run_doc):
+    """The run's time counters of data.bin against the workload's own CLOCK_MONOTONIC bracket
+    [t0, t1] of each call (taken just before and after it in user space, so the kernel's
+    entry-to-exit time of the call lies inside): a no-overlap time is at most the sum of its
+    calls' brackets (one thread: no overlap) and at least its longest call; a longest-call time
+    is at most the longest bracket; the distance between a first start and a last end lies
+    between the brackets' inner and outer distances (the timestamps' base, the run's start,
+    is not in the record, so only their differences are checked). docs/counters.md "Time"."""
+    recs = [f for f in run_doc.get("files", []) if f.get("path") == man["path"]]
+    if not ck.eq("time counters: records of data.bin", 1, len(recs)):
+        return
+    c = recs[0]["counters"]
+    ops = man["ops"]
+
+    def calls(*kinds, ok=True):
+        return [m for m in ops if m["op"] in kinds and m["fd"] != 1000 and (m["ret"] >= 0 or
+                                                                            not ok)]
+
+    def span(ms):
+        return sum(m["t1"] - m["t0"] for m in ms)
+
+    def longest(ms):
+        return max(m["t1"] - m["t0"] for m in ms)
+
+    reads, writes = calls("read"), calls("write")
+    timers = (("read_time_ns", reads, "max_read_time_ns"),
+              ("write_time_ns", writes + calls("fsync", "fdatasync"), "max_write_time_ns"),
+              ("meta_time_ns", calls("open", "dup", "seek", "stat", "truncate") +
+               calls("close", ok=False), None))
+    for name, ms, max_name in timers:
+        got = c.get(name, 0)
+        ck.check(0 < got <= span(ms), "%s %d not in (0, %d], the sum of the workload's brackets "
+                 "of its %d calls" % (name, got, span(ms), len(ms)))
+        if max_name:
+            kind = [m for m in ms if m["op"] in ("read", "write")]
+            mx = c.get(max_name, 0)
+            ck.check(0 < mx <= longest(kind), "%s %d not in (0, %d], the longest bracket" %
+                     (max_name, mx, longest(kind)))
+            ck.check(mx <= got, "%s %d > %s %d (one thread: the total holds the longest call)"
+                     % (max_name, mx, name, got))
+            size = c.get(max_name.replace("_ns", "_size"))
+            ck.check(size in [m["ret"] for m in kind], "%s %r is not the size of any of the "
+                     "calls %s" % (max_name.replace("_ns", "_size"), size,
+                                   [m["ret"] for m in kind]))
+    for prefix, ms in (("read", reads), ("write", writes), ("open", calls("open", "dup")),
+                       ("close", calls("close", ok=False))):
+        first, last = ms[0], ms[-1]
+        got = c.get(prefix + "_end_ns", 0) - c.get(prefix + "_start_ns", 0)
+        lo, hi = last["t0"] - first["t1"], last["t1"] - first["t0"]
+        ck.check(max(lo, 0) <= got <= hi, "%s_end_ns - %s_start_ns = %d, not within [%d, %d] "
+                 "(the first and last calls' brackets)" % (prefix, prefix, got, lo, hi))
+    # across kinds: the first write started after the open, by at most the brackets' distance
+    first_open, first_write = calls("open")[0], writes[0]
+    got = c.get("write_start_ns", 0) - c.get("open_start_ns", 0)
+    lo = first_write["t0"] - first_open["t1"]
+    hi = first_write["t1"] - first_open["t0"]
+    ck.check(lo <= got <= hi, "write_start_ns - open_start_ns = %d, not within [%d, %d]" %
+             (got, lo, hi))
+
+
 def main():
     args = E.parse_args(workload=True)
     E.require_root()
@@ -253,6 +315,7 @@ def main():
     man = json.loads(run.out.decode())
     run_doc = E.load_json_strict(js)
     E.check_lost_zero(ck, run_doc)
+    check_time_counters(ck, man, run_doc)
 
     rc, err = convert(ck, args.iolens, tr, "jsonl", os.path.join(d, "seq.jsonl"))
     ck.eq("convert --to jsonl exit code (%s)" % err.strip(), 0, rc)
