@@ -134,6 +134,15 @@ def wait_for(what, cond, timeout, interval=0.02):
         time.sleep(interval)
 
 
+def wait_or_fail(ck, what, cond, timeout, interval=0.02):
+    """wait_for, and a failed check when `what` is not reached in time: a test that goes on
+    after a wait that timed out checks a state it never reached."""
+    v = wait_for(what, cond, timeout, interval)
+    if not v:
+        ck.fail("%s: not reached within %s s" % (what, timeout))
+    return v
+
+
 # --- cgroups ------------------------------------------------------------------------------------
 
 def make_group(ck, tag):
