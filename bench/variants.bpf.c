@@ -8,6 +8,10 @@
  *   ts_exit_ktime_first       the same, but reading the clock before the lookup (as
  *                             iolens' sys_exit did when this was written)
  *   hash_enter / hash_exit    the alternative filter: a hash lookup keyed by tgid
+ *   pages1_exit, pages4_exit, pages16_exit
+ *                             read one word from each of 1, 4 or 16 distinct pages (an array
+ *                             map of page-sized values): what a page the programs touch costs
+ *                             per syscall (bench/README.md "Per call: by removal")
  * Build: clang -O2 -g -target bpf -c variants.bpf.c (no vmlinux.h needed).
  */
 #include <linux/bpf.h>
@@ -98,4 +102,51 @@ SEC("tp_btf/sys_exit")
 int hash_exit(void *ctx)
 {
 	return hash_touch();
+}
+
+/* 16 values of one page each: element i lies on its own page. */
+struct page_value {
+	__u64 words[512];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 16);
+	__type(key, __u32);
+	__type(value, struct page_value);
+} pages SEC(".maps");
+
+__u64 pages_sink;
+
+static __always_inline int touch_pages(__u32 n)
+{
+	__u64 sum = 0;
+
+	for (__u32 i = 0; i < n; i++) {
+		__u32 key = i;
+		struct page_value *v = bpf_map_lookup_elem(&pages, &key);
+
+		if (v)
+			sum += v->words[0];
+	}
+	pages_sink = sum;
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int pages1_exit(void *ctx)
+{
+	return touch_pages(1);
+}
+
+SEC("tp_btf/sys_exit")
+int pages4_exit(void *ctx)
+{
+	return touch_pages(4);
+}
+
+SEC("tp_btf/sys_exit")
+int pages16_exit(void *ctx)
+{
+	return touch_pages(16);
 }

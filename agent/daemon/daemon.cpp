@@ -208,6 +208,7 @@ class Daemon {
   uint64_t removed_records_ = 0;     // taken out of the files map by this daemon
   uint64_t created_baseline_ = 0;    // FILE_RECORDS_CREATED minus the entries at start
   uint64_t last_drain_us_ = 0;
+  uint64_t drains_ = 0;  // completed drain rounds, for `status` (tests wait on it, not on sleeps)
   std::map<std::string, loader::KernelStats> job_loss_base_;
   // Job selection entries the kernel maps could not take (docs/daemon.md#job-selection), by
   // cgroup id: retried when cgroups go away, forgotten when theirs does. Each counted once.
@@ -721,6 +722,7 @@ void Daemon::drain(bool may_save) {
   if (may_save) checkpoint();
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
+  ++drains_;
   drain_hist_.observe(static_cast<double>(last_drain_ - t0) / 1e9);
 }
 
@@ -1240,7 +1242,7 @@ nlohmann::json Daemon::status_json() {
   j["records"] = {{"files", table_->file_records()},
                   {"folded", ts.folded_records},
                   {"processes_folded", ts.folded_processes}};
-  j["drain"] = {{"last_us", last_drain_us_}};
+  j["drain"] = {{"last_us", last_drain_us_}, {"count", drains_}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
                  {"darshan_logs", {{"enabled", cfg_.darshan_logs},

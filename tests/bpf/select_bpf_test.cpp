@@ -398,20 +398,26 @@ TEST_F(SelectTest, PinnedStateOutlivesTheAgent) {
   ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
   const std::string procs = cg("/cgroup.procs");
   const std::string before = path("before.bin"), during = path("during.bin");
-  int again[2];
+  int again[2], halfway[2];
   ASSERT_EQ(pipe(again), 0);
+  ASSERT_EQ(pipe(halfway), 0);
   Child c = spawn([&] {
     close(again[1]);
+    close(halfway[0]);
     write_text(procs, "0");
     write_bytes(before, 100);
+    if (write(halfway[1], "h", 1) != 1) _exit(124);  // the first half is done
     char x;  // the second half runs while no agent exists
     if (read(again[0], &x, 1) != 1) _exit(123);
     write_bytes(during, 200);
   });
   close(again[0]);
+  close(halfway[1]);
   ASSERT_EQ(write(c.go, "g", 1), 1);
   close(c.go);
-  usleep(200 * 1000);
+  char h;  // the child's first half done (its events are in the ring), not a sleep
+  ASSERT_EQ(read(halfway[0], &h, 1), 1);
+  close(halfway[0]);
   // What this agent consumes before it dies, a restarted one can read again from the saved
   // position: the consumer position lives in the pinned ring.
   const uint64_t saved_pos = loader_->ring_consumer_pos();

@@ -19,6 +19,7 @@ counts in lost.block_untimed (a completion the kernel did not run block_rq_compl
 on this VM's 6.18 kernel for completions in some softirq contexts).
 """
 import os
+import re
 import subprocess
 import sys
 import time
@@ -83,7 +84,22 @@ def run_case(ck, args, tmp, name, cmd):
         ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (name, run.rc, run.err_text()))
     E.load_run(ck, run)
     text = run.err_text()
-    ck.check("block " in text, "%s: the summary has no block line:\n%s" % (name, text))
+    # the summary's block line of each device: its name and the record's request counts
+    for e in (run.doc or {}).get("block") or []:
+        c = e.get("counters", {})
+        want = "block  %s: read " % e.get("device")
+        lines = [ln for ln in text.splitlines() if ln.startswith(want)]
+        if not ck.eq("%s: summary lines for block device %s" % (name, e.get("device")), 1,
+                     len(lines)):
+            continue
+        m = re.search(r": read [^,;]* in ([\d,]+) requests, write [^,;]* in ([\d,]+) requests",
+                      lines[0])
+        if not ck.check(m, "%s: the block line is not 'read X in N requests, write Y in M "
+                        "requests': %r" % (name, lines[0])):
+            continue
+        for op, shown in (("read", m.group(1)), ("write", m.group(2))):
+            ck.eq("%s: %s %s requests in the summary" % (name, e.get("device"), op),
+                  "{:,}".format(c.get(op + "_reqs", -1)), shown)
     return run.doc
 
 

@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.request
 
 sys.dont_write_bytecode = True
@@ -119,8 +118,12 @@ def main():
     for p in (pa, pb):
         p.stdin.close()
         p.wait(timeout=30)
-    # The exits reach the daemon, which adds the final records once and deletes them.
-    time.sleep(1.5)
+    # The exits reach the daemon, which adds the final records once and deletes them: two
+    # completed drains after the exits (the first may have begun before the exit events).
+    base = d.status()["drain"]["count"]
+    ck.check(D.wait_for("two drains after the exits",
+                        lambda: d.status()["drain"]["count"] >= base + 2, 15),
+             "iolensd did not complete two drains within 15 s")
     v2 = values(d, jobs, dev)
     D.log("after exit: %s" % v2)
     ck.check(expected(v2), "block metrics after the exits out of bounds: %s" % v2)

@@ -182,7 +182,7 @@ def ownership(ck, d, job_id, group_gid):
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE)
     D.Cleanup.register("kill nobody's 2nd capture", lambda: p2.poll() is None and p2.kill())
-    D.wait_for("nobody's 2nd capture running",
+    D.wait_or_fail(ck, "nobody's 2nd capture running",
                lambda: (capture_state(d) or {}).get("state") == "running", 10)
     a = d.request({"cmd": "capture_stop"})
     ck.check(a.get("ok"), "root's capture_stop of nobody's capture: %r" % a)

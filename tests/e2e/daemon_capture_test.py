@@ -190,7 +190,7 @@ def main():
     # 1. A window by cgroup, with progress on a terminal; a second capture is refused.
     f1 = os.path.join(work, "c1.iotrace")
     c1 = Capture(d, ["--cgroup", cg.abs("cap/a"), "--duration", "2s"], f1, tty=True)
-    D.wait_for("capture 1 running", lambda: capture_running(d), 10)
+    D.wait_or_fail(ck, "capture 1 running", lambda: capture_running(d), 10)
     f2 = os.path.join(work, "c2.iotrace")
     r2 = d.cli("capture", "--job", b_id, "-o", f2)
     ck.eq("a second capture's exit code (one at a time)", 1, r2.returncode)
@@ -222,7 +222,7 @@ def main():
     # 2. Ctrl-C.
     f3 = os.path.join(work, "c3.iotrace")
     c3 = Capture(d, ["--job", a_id, "--duration", "60s"], f3)
-    D.wait_for("capture 2 running", lambda: capture_running(d), 10)
+    D.wait_or_fail(ck, "capture 2 running", lambda: capture_running(d), 10)
     time.sleep(1)
     t_int = time.monotonic()
     c3.p.send_signal(signal.SIGINT)
@@ -243,7 +243,7 @@ def main():
     # 4. The job ends.
     f5 = os.path.join(work, "c5.iotrace")
     c5 = Capture(d, ["--pid", str(pb), "--duration", "60s"], f5)
-    D.wait_for("capture 4 running", lambda: capture_running(d), 10)
+    D.wait_or_fail(ck, "capture 4 running", lambda: capture_running(d), 10)
     for name, p in procs.items():
         try:
             p.wait(timeout=SECONDS + 30)

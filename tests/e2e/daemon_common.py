@@ -134,6 +134,15 @@ def wait_for(what, cond, timeout, interval=0.02):
         time.sleep(interval)
 
 
+def wait_or_fail(ck, what, cond, timeout, interval=0.02):
+    """wait_for, and a failed check when `what` is not reached in time: a test that goes on
+    after a wait that timed out checks a state it never reached."""
+    v = wait_for(what, cond, timeout, interval)
+    if not v:
+        ck.fail("%s: not reached within %s s" % (what, timeout))
+    return v
+
+
 # --- cgroups ------------------------------------------------------------------------------------
 
 def make_group(ck, tag):
@@ -502,13 +511,17 @@ class Daemon:
                       if n.endswith(".json") and not n.startswith("."))
 
     def records(self):
-        """Every job record in the output dir: {path: doc}."""
+        """Every job record in the output dir: {path: doc}. The daemon writes a record under a
+        dot name and renames it into place, so a *.json that does not parse is a bug: raised
+        (the test fails with the file and the error), never dropped."""
         out = {}
         for p in self.record_files():
             try:
                 out[p] = E.load_json_strict(p)
-            except (OSError, ValueError, UnicodeDecodeError):
-                out[p] = None  # reported by the caller if it matters
+            except FileNotFoundError:
+                continue  # rotated away between the listing and the read
+            except (OSError, ValueError, UnicodeDecodeError) as e:
+                raise RuntimeError("job record %s cannot be read as strict JSON: %s" % (p, e))
         return out
 
     def records_of(self, job_id):

@@ -89,7 +89,7 @@ def main():
     ck.check(answered > 0, "status never answered while the job forked")
     ck.eq("workload processes (its own count)", NPROCS, manifest["totals"]["processes"])
     # Every exit drained: the job is idle, its processes exited but for none.
-    D.wait_for("the job's processes drained", lambda: (
+    D.wait_or_fail(ck, "the job's processes drained", lambda: (
         (d.request({"cmd": "job", "id": job_id, "limit": 1}).get("result") or {})
         .get("job", {}).get("live_processes") == 0), 15)
 
@@ -100,7 +100,7 @@ def main():
         r = d.request({"cmd": "job", "id": job_id, "limit": 1}).get("result") or {}
         n = (r.get("page") or {}).get("processes")
         return isinstance(n, int) and n <= MAX_PROCS + 1
-    D.wait_for("the job's processes folded within the bound", page_within_bound, 15, 0.2)
+    D.wait_or_fail(ck, "the job's processes folded within the bound", page_within_bound, 15, 0.2)
 
     a = d.request({"cmd": "job", "id": job_id})
     ck.check(a.get("ok"), "job answer: %s" % a)

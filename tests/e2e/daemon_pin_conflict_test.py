@@ -61,8 +61,8 @@ def main():
         ck.fail("the first iolensd never learnt of job %s (its cgroup was created)%s" %
                 (job_id, "; the second one did" if d2.alive() and
                  D.wait_for("", lambda: listed(d2), 1) else ""))
-    D.wait_for("hooks attached", lambda: d1.status().get("syscall_hooks") == "attached" or
-               d2.alive(), 5)
+    D.wait_or_fail(ck, "hooks attached (or the second daemon alive)",
+                   lambda: d1.status().get("syscall_hooks") == "attached" or d2.alive(), 5)
     p = D.run_in_cgroup(cg.abs("pc/j"), [args.workload, "io", work, "j", str(W), "0"])
     m = D.finish_workload(ck, p, "workload")
     cg.rmdir("pc/j")

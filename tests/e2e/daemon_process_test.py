@@ -15,7 +15,6 @@ process-rule job closes with its last process); no record holds Y's pid or Y's f
 import os
 import subprocess
 import sys
-import time
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
@@ -44,7 +43,7 @@ def main():
     x = run("tag-x", WX)
     y = run("tag-y", WY)
     # The daemon reads the cmdline when the exec's mark event arrives: give it that moment.
-    D.wait_for("the daemon to list the process job",
+    D.wait_or_fail(ck, "the daemon to list the process job",
                lambda: any(j.get("kind") == "process" for j in
                            (d.request({"cmd": "jobs"}).get("result") or {}).get("jobs", [])),
                10)
@@ -58,7 +57,7 @@ def main():
         return [(path, doc) for path, doc in d.records().items()
                 if doc and any(pr.get("pid") == pid for pr in doc.get("processes", []))]
 
-    D.wait_for("X's job record", lambda: holding(x.pid), 15)
+    D.wait_or_fail(ck, "X's job record", lambda: holding(x.pid), 15)
     got = holding(x.pid)
     ck.eq("records holding X", 1, len(got))
     if got:
@@ -73,7 +72,12 @@ def main():
         D.check_lost_zero(ck, doc, "X's job")
         if m_x:
             D.check_manifest_files(ck, doc, [m_x], "X's job")
-    time.sleep(0.5)  # one more drain: Y's records, if attributed anywhere, would be written
+    # Two completed drains after Y exited (the first may have begun before its exit event):
+    # Y's records, had they been attributed to any job, would have been written by then.
+    base = d.status()["drain"]["count"]
+    ck.check(D.wait_for("two drains after Y exited",
+                        lambda: d.status()["drain"]["count"] >= base + 2, 10),
+             "iolensd did not complete two drains within 10 s")
     ck.eq("records holding Y (its cmdline does not match)", [], [p for p, _ in holding(y.pid)])
     for path, doc in d.records().items():
         for f in (doc or {}).get("files", []):

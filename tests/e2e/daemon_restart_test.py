@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
@@ -51,8 +50,13 @@ def main():
     D.Cleanup.register("kill A", lambda: a.poll() is None and a.kill())
     progress = D.read_json_line(ck, a, "A (written)")
     ck.eq("A: bytes written before the crash", WA, progress.get("bytes_written"))
-    # Let the daemon drain and save once with A known, so the restart has a state to load.
-    time.sleep(0.6)
+    # A state saved with A known, so that the restart has it to load: a save after this status
+    # answer comes after a drain that read A's events (the loop answers between drains; A's
+    # process changed the state, so the next save is at most a save interval away).
+    base = d.status()["state"]["saves"]
+    ck.check(D.wait_for("a state saved with A known",
+                        lambda: d.status()["state"]["saves"] >= base + 1, 20),
+             "iolensd saved no state within 20 s")
 
     rc, _ = d.kill9()
     ck.eq("iolensd exit after SIGKILL", -signal.SIGKILL, rc)

@@ -120,7 +120,7 @@ def main():
         n += 1
         if restart_on(ck, d, what, data, n):
             # The next save gives the next case a state.cbor to replace.
-            D.wait_for("a new saved state", lambda: os.path.exists(state), 15)
+            D.wait_or_fail(ck, "a new saved state", lambda: os.path.exists(state), 15)
         else:
             with open(state, "wb") as f:
                 f.write(b"")  # the next case writes its own

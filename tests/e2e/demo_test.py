@@ -8,7 +8,9 @@ Runs `iolens run --json OUT --trace T -- /usr/bin/python3 DEMO` (the demo makes 
 iolens-demo-* directory under $TMPDIR, set here to a private directory) and checks:
   - iolens exits 0 and the JSON's exit_code is 0, `lost` all 0;
   - the JSON has >= 500 dataset files (distinct paths under the demo's data/ directory, every
-    one of them read) and >= 3 processes (the main python and its DataLoader workers);
+    one of them read) and exactly the demo's processes: the main python and its DataLoader
+    workers, forked anew each epoch (1 + EPOCHS x WORKERS, read from the demo's own defaults),
+    every worker a child of the main;
   - the human summary on stderr: names the run's processes with non-empty per-process totals
     (the root's pid, and byte amounts such as "1.5 KiB" / "6.0 MiB" that are not all zero),
     and lists top files whose paths are files of the JSON, among them the demo's own files;
@@ -35,7 +37,17 @@ import e2e_common as E  # noqa: E402
 
 PY = "/usr/bin/python3"
 MIN_FILES = 500
-MIN_PROCS = 3
+
+
+def demo_processes(demo):
+    """1 + EPOCHS x WORKERS from the demo's own defaults (its module constants)."""
+    with open(demo) as f:
+        text = f.read()
+    consts = {k: int(v) for k, v in re.findall(r"(?m)^(EPOCHS|WORKERS) = (\d+)$", text)}
+    if set(consts) != {"EPOCHS", "WORKERS"}:
+        raise SystemExit("demo_test: EPOCHS and WORKERS not found in %s" % demo)
+    return 1 + consts["EPOCHS"] * consts["WORKERS"]
+
 UNIT = re.compile(r"(\d+(?:\.\d+)?)\s?(B|KiB|MiB|GiB|TiB|bytes)\b")
 
 CK = E.Checker("demo")  # e2e_common's failure collector, shared by every e2e test
@@ -97,14 +109,19 @@ def check(a, tmp):
     if nz:
         fail("lost counters not 0: %s" % nz)
     procs = {p["pid"]: p for p in doc.get("processes", [])}
-    if len(procs) < MIN_PROCS:
-        fail("%d processes in the JSON, want >= %d (main + 2 workers per epoch)"
-             % (len(procs), MIN_PROCS))
+    want_procs = demo_processes(demo)
+    if len(procs) != want_procs:
+        fail("%d processes in the JSON (%s), want %d (the main + its workers, each epoch's "
+             "forked anew)" % (len(procs), sorted(procs), want_procs))
     roots = [p for p in procs.values() if p.get("ppid") not in procs]
     if len(roots) != 1:
         fail("want one root process, got %s" % [(p["pid"], p.get("ppid")) for p in roots])
         return
     root = roots[0]["pid"]
+    strays = [(p["pid"], p.get("ppid")) for p in procs.values() if p["pid"] != root and
+              p.get("ppid") != root]
+    if strays:
+        fail("processes that are not the main's workers (pid, ppid): %s" % strays)
     files = doc.get("files", [])
     dpaths = {f["path"] for f in files if f.get("path", "").startswith(data)}
     read = {f["path"] for f in files if f.get("path", "").startswith(data)
@@ -145,9 +162,9 @@ def check(a, tmp):
         if not amounts or not any(amounts):
             fail("the root's row shows no non-zero byte amount (B/KiB/MiB): %r" % root_rows[0])
     shown = [pid for pid in procs if any(ln.split()[:1] == [str(pid)] for ln in lines)]
-    if len(shown) < MIN_PROCS:
-        fail("the summary shows rows for %d processes (%s), want >= %d"
-             % (len(shown), shown, MIN_PROCS))
+    if len(shown) != len(procs):
+        fail("the summary shows rows for %d processes (%s), want all %d of the JSON"
+             % (len(shown), shown, len(procs)))
     if not re.search(r"\b(bytes|B|KiB|MiB|GiB)\b", err):
         fail("the summary mentions no byte units")
     if not re.search(r"(?i)\btop\b.*\bfiles?\b", err):

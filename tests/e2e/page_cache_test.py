@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """e2e: the page-cache, mmap-fault and dirtying counters (ABI 7, bpf/iolens_cache.bpf.h) on
-workloads whose page-level behaviour the test knows: cold and warm buffered reads, random and
+workloads whose page-level behaviour the test knows: cold and warm buffered reads, every read
+family (read, p*, *v, sendfile, splice, copy_file_range), random and
 sequential numpy memmap reads, fadvise(WILLNEED), a checkpoint-style write, and a write under
 lowered vm.dirty_bytes (restored after).
 Files live on a disk file system (tmpfs has no filemap events). Needs root (exit 77 otherwise).
@@ -80,6 +81,50 @@ elif mode == "copy_mmap":
     os.close(out)
     m.close()
     os.close(src)
+elif mode == "families":
+    # one file per read family, each read whole in 256 KiB calls from offset 0 (the call size
+    # divides the file, so every call asks exactly its own pages), then one call at EOF
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    d, CH = sys.argv[2], 256 << 10
+    devnull = os.open("/dev/null", os.O_WRONLY)
+    r, w = os.pipe()
+    import fcntl
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, CH)  # so that one splice moves a whole call's bytes
+
+    def whole(name, step):
+        fd = os.open(os.path.join(d, name), os.O_RDONLY)
+        off = 0
+        while True:
+            n = step(fd, off)
+            if n < 0:
+                sys.exit("%s: errno %d" % (name, ctypes.get_errno()))
+            if n == 0:
+                break
+            off += n
+        os.close(fd)
+
+    def preadv(fd, off):  # Python's os.preadv calls preadv2
+        buf = ctypes.create_string_buffer(CH)
+        iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), CH)
+        return libc.preadv(fd, iov, 1, ctypes.c_long(off))
+
+    def splice(fd, off):  # into the pipe, emptied by a read of the pipe
+        n = os.splice(fd, w, CH, offset_src=off)
+        left = n
+        while left:
+            left -= len(os.read(r, left))
+        return n
+
+    out = os.open(os.path.join(d, "copy.out"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    whole("read", lambda fd, off: len(os.read(fd, CH)))
+    whole("pread64", lambda fd, off: len(os.pread(fd, CH, off)))
+    whole("readv", lambda fd, off: os.readv(fd, [bytearray(CH // 2), bytearray(CH // 2)]))
+    whole("preadv", preadv)
+    whole("preadv2", lambda fd, off: os.preadv(fd, [bytearray(CH)], off))
+    whole("sendfile", lambda fd, off: os.sendfile(devnull, fd, off, CH))
+    whole("splice", splice)
+    whole("copy_file_range", lambda fd, off: os.copy_file_range(fd, out, CH, offset_src=off))
 elif mode == "write":
     path, mib = sys.argv[2], int(sys.argv[3])
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -276,6 +321,26 @@ def test_read(a, ck):
                  "the file's %d" % (tag, pc.get("cache_read_pages"), pages))
 
 
+def test_read_families(a, ck):
+    """a2. Every read family (the input of a copy too) reads a file whole: each page is asked
+    once, whichever kernel path (filemap_read, filemap_splice_read) asked it, and the calls and
+    bytes are each family's own."""
+    families = ("read", "pread64", "readv", "preadv", "preadv2", "sendfile", "splice",
+                "copy_file_range")
+    size = 2 * MIB
+    d = os.path.join(a.tmp, "families")
+    os.makedirs(d, exist_ok=True)
+    for name in families:
+        make_file(os.path.join(d, name), size)
+    run, doc = traced(a, ck, "families", ["families", d])
+    for name in families:
+        c = file_counters(ck, name, doc, os.path.join(d, name))
+        ck.eq(name + " bytes_read", size, c.get("bytes_read"))
+        # 8 calls of 256 KiB, then one at EOF, which asks nothing
+        ck.eq(name + " reads", size // (256 << 10) + 1, c.get("reads"))
+        ck.eq(name + " cache_read_pages", size // PAGE, c.get("cache_read_pages"))
+
+
 def test_mmap(a, ck):
     """b. numpy over a mapping: K random page touches (MADV_RANDOM), then a sequential pass."""
     pages, first, step, k = 1024, 5, 64, 16
@@ -414,6 +479,7 @@ def main():
     ck = E.Checker("e2e_page_cache")
     a.tmp = E.disk_tempdir("pagecache")
     test_read(a, ck)
+    test_read_families(a, ck)
     test_mmap(a, ck)
     test_mmap_fork(a, ck)
     test_prefetch(a, ck)

@@ -329,7 +329,11 @@ def compare(a, iolens, tmp):
 
     # Epochs: iolens workers by start time, WORKERS per epoch, partitioning the dataset.
     iw = [w for w in iworkers if w != iroot]
-    if all(procs.get(w, {}).get("start_ns") is not None for w in iw) and len(iw) == want_workers:
+    no_start = [w for w in iw if procs.get(w, {}).get("start_ns") is None]
+    if no_start:
+        # every process record carries its start time: without it the epochs cannot be told
+        fail("workers without start_ns in iolens's process records: %s" % no_start)
+    elif len(iw) == want_workers:  # else the worker count check above failed already
         iw.sort(key=lambda w: procs[w]["start_ns"])
         for e in range(EPOCHS):
             group = iw[e * WORKERS:(e + 1) * WORKERS]
