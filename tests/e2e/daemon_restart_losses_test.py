@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: what a restart cannot recover is counted, case by case (docs/daemon.md, the table of
+"Restart without loss"). daemon_restart_test.py proves the lossless case; daemon_state_corrupt_test.py
+the corrupt state; this test provokes the others, each in a job whose workload (job_workload,
+its own tally) runs across the restart:
+
+  1. no state: iolensd SIGKILLed after a save, its state.cbor deleted, restarted: status
+     restart.state "none: ...", and the job's record lost.restart_state_unusable = 1 with the
+     restart object; the workload's live records were still in the kernel, so the job's byte
+     totals are still the workload's own.
+  2. stale state: a state saved by an earlier daemon over other pins (its pins were removed by a
+     clean stop, a new daemon made new ones), put in place of the current one after a SIGKILL:
+     restart.state "stale: ...", lost.restart_state_unusable = 1, totals the workload's.
+  3. killed during a pressure drain: a small kernel map (limits.kernel_file_records 512) filled
+     by a job making 2,000 files while iolensd is stopped (SIGSTOP), so that its first drain
+     after SIGCONT moves records out of the kernel under its marker state_dir/pressure-drain;
+     it is SIGKILLed the moment the marker exists (a real kill inside the window the marker
+     covers, until the next save): restart.pressure_drain is said, status
+     restart.lost.interrupted_pressure_drain = 1, the marker is gone, and the job's record has
+     lost.restart_interrupted_pressure_drain = 1.
+Exit 0 pass, 1 fail, 77 skipped (not root).
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+import daemon_common as D  # noqa: E402
+import e2e_common as E  # noqa: E402
+
+W, R = 5 * 65536 + 11, 3 * 32768 + 7
+
+
+def gated_job(ck, d, cg, args, work, name):
+    """A job with one workload stopped halfway (written W bytes, R to read): (job id, process)."""
+    cg.mkdir("rl/" + name)
+    job_id = "cgroup" + cg.rel("rl/" + name)
+    d.wait_live(ck, [job_id])
+    D.make_input(os.path.join(work, name + ".in"), R)
+    p = D.run_in_cgroup(cg.abs("rl/" + name), [args.workload, "io", work, name, str(W), str(R),
+                                                "--gate-mid"], stdin=subprocess.PIPE)
+    D.Cleanup.register("kill " + name, lambda: p.poll() is None and p.kill())
+    D.read_json_line(ck, p, name + " (written)")
+    return job_id, p
+
+
+def finish_job(ck, d, cg, name, job_id, p):
+    """Lets the workload read and exit, removes the job's cgroup: (record, manifest)."""
+    p.stdin.close()
+    p.stdin = None
+    m = D.finish_workload(ck, p, name)
+    cg.rmdir("rl/" + name)
+    return d.wait_record(ck, job_id), m
+
+
+def saved(ck, d, what):
+    """Waits for a state save after now (the loop answers status between drains)."""
+    base = d.status()["state"]["saves"]
+    D.wait_or_fail(ck, "a state saved (%s)" % what,
+                   lambda: d.status()["state"]["saves"] >= base + 1, 20)
+
+
+def totals(doc):
+    t = {"bytes_written": 0, "bytes_read": 0}
+    for f in doc.get("files", []):
+        for k in t:
+            t[k] += f.get("counters", {}).get(k, 0)
+    return t
+
+
+def check_unusable(ck, doc, job_id, state_prefix, manifest):
+    ck.eq("%s: lost.restart_state_unusable" % job_id, 1,
+          doc.get("lost", {}).get("restart_state_unusable"))
+    st = doc.get("restart", {}).get("state", "")
+    ck.check(st.startswith(state_prefix), "%s: record restart.state %r, want %r..." %
+             (job_id, st, state_prefix))
+    if manifest:
+        ck.eq("%s: byte totals (the workload's, its live records stayed in the kernel)" % job_id,
+              {"bytes_written": manifest["totals"]["bytes_written"],
+               "bytes_read": manifest["totals"]["bytes_read"]}, totals(doc))
+
+
+def restart_without_state(ck, d, cg, name, job_id, p, prefix):
+    """Restarts the (SIGKILLed) daemon, whose state file the case has removed or replaced, then
+    finishes the job: the restart and the job's record must say `prefix` and count the loss."""
+    st = d.restart(ck)
+    rs = (st or {}).get("restart", {})
+    ck.eq("%s restart.resumed" % prefix, True, rs.get("resumed"))
+    ck.check(str(rs.get("state", "")).startswith(prefix), "%s restart.state %r" %
+             (prefix, rs.get("state")))
+    doc, m = finish_job(ck, d, cg, name, job_id, p)
+    if doc:
+        check_unusable(ck, doc, job_id, prefix, m)
+    rc, _ = d.stop()
+    ck.eq("%s iolensd exit code" % prefix, 0, rc)
+
+
+def case_no_state(ck, args, cg, work):
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/rl/*"]}' % cg.prefix, tag="rl-none")
+    d.start(ck)
+    job_id, p = gated_job(ck, d, cg, args, work, "none")
+    saved(ck, d, "with the job")
+    d.kill9()
+    state = os.path.join(d.state_dir, "state.cbor")
+    ck.check(os.path.exists(state), "no state.cbor after a save: %s" % os.listdir(d.state_dir))
+    os.unlink(state)
+    restart_without_state(ck, d, cg, "none", job_id, p, "none:")
+
+
+def case_stale_state(ck, args, cg, work):
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/rl/*"]}' % cg.prefix, tag="rl-stale")
+    d.start(ck)
+    old_id, old_p = gated_job(ck, d, cg, args, work, "old")
+    saved(ck, d, "over the first pins")
+    old_state = os.path.join(work, "old-state.cbor")
+    shutil.copyfile(os.path.join(d.state_dir, "state.cbor"), old_state)
+    finish_job(ck, d, cg, "old", old_id, old_p)
+    rc, _ = d.stop()  # clean: the pins go, the next daemon makes new ones
+    ck.eq("stale: first iolensd exit code", 0, rc)
+    ck.eq("stale: pins after the clean stop", None, d.pins() or None)
+    st = d.restart(ck)
+    ck.eq("stale: the second daemon starts afresh", False,
+          (st or {}).get("restart", {}).get("resumed"))
+    job_id, p = gated_job(ck, d, cg, args, work, "stale")
+    saved(ck, d, "over the second pins")
+    d.kill9()
+    shutil.copyfile(old_state, os.path.join(d.state_dir, "state.cbor"))
+    restart_without_state(ck, d, cg, "stale", job_id, p, "stale:")
+
+
+def case_pressure_drain(ck, args, cg, work):
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/rl/*"]}' % cg.prefix, tag="rl-press",
+                 extra_config="limits:\n  kernel_file_records: 512\n")
+    d.start(ck)
+    cg.mkdir("rl/press")
+    job_id = "cgroup" + cg.rel("rl/press")
+    d.wait_live(ck, [job_id])
+    saved(ck, d, "with the job, before its files")  # so that the restart has a state to load
+    marker = os.path.join(d.state_dir, "pressure-drain")
+    # The daemon stopped (SIGSTOP) while the job makes 2,000 files: the kernel map fills (512;
+    # what does not fit is counted), so the first drain after SIGCONT is a pressure drain.
+    os.makedirs(os.path.join(work, "many"), exist_ok=True)
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        p = D.run_in_cgroup(cg.abs("rl/press"), [args.workload, "many",
+                                                  os.path.join(work, "many"), "2000", "64"])
+        D.Cleanup.register("kill press", lambda: p.poll() is None and p.kill())
+        D.finish_workload(ck, p, "press", timeout=120)
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 15
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    if not ck.check(os.path.exists(marker), "no pressure drain within 15 s of SIGCONT with the "
+                    "512-entry map full"):
+        d.stop()
+        return
+    d.kill9()  # the marker is there: a drain moved records since the last save
+    ck.check(os.path.exists(marker), "the marker went with the SIGKILL")
+    st = d.restart(ck)
+    rs = (st or {}).get("restart", {})
+    ck.eq("pressure: restart.state", "loaded", rs.get("state"))
+    ck.eq("pressure: restart.lost.interrupted_pressure_drain", 1,
+          (rs.get("lost") or {}).get("interrupted_pressure_drain"))
+    ck.check(rs.get("pressure_drain"), "pressure: no restart.pressure_drain text: %r" % rs)
+    ck.check(not os.path.exists(marker), "pressure: the marker is still there after the restart")
+    cg.rmdir("rl/press")
+    doc = d.wait_record(ck, job_id, timeout=30)
+    if doc:
+        ck.eq("pressure: record lost.restart_interrupted_pressure_drain", 1,
+              doc.get("lost", {}).get("restart_interrupted_pressure_drain"))
+    rc, _ = d.stop()
+    ck.eq("pressure: iolensd exit code", 0, rc)
+
+
+def main():
+    args = D.parse_args()
+    D.require_root()
+    ck = E.Checker("daemon_restart_losses")
+    cg = D.Cgroups()
+    work = D.tempdir("restart-losses")
+    case_no_state(ck, args, cg, work)
+    case_stale_state(ck, args, cg, work)
+    case_pressure_drain(ck, args, cg, work)
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
