@@ -7,7 +7,10 @@ with another socket S2 and output dir but the same PD, as a copy-pasted config o
 unit would. PD is how a restarted daemon continues the kernel state of one that died, so the
 second one has to tell "left by a dead daemon" (continue) from "in use by a live one" (refuse).
 
-Checks: the second iolensd exits non-zero within 5 s with a message naming PD; afterwards the
+A third one shares only the first one's state dir (its own pins, socket and output dir).
+
+Checks: the second and the third iolensd exit non-zero within 5 s with a message naming PD,
+the state dir respectively; afterwards the
 first still answers, its pins are all there, and a job (cgroup rule P/pc/*, job_workload writing
 W bytes) is recorded by the first daemon with exactly the workload's bytes. If the second one
 keeps running, the test shows the damage before stopping it: which daemon's record got the job's
@@ -50,6 +53,27 @@ def main():
              "exit %r; its log:\n%s" % (d1.pin_dir, d1.proc.pid, rc2, d2.log()))
     if rc2 is not None:
         ck.check(d1.pin_dir in d2.log(), "the refusal does not name the pin dir:\n" + d2.log())
+
+    # A third one shares only the state dir (its own pins, socket and output): it would save
+    # over the first one's state, which a restart of the first would then load. Refused too.
+    d3 = D.Daemon(args.iolensd, rules, tag="pc3")
+    with open(d3.config) as f:
+        text = f.read().replace("state_dir: %s\n" % d3.state_dir,
+                                "state_dir: %s\n" % d1.state_dir)
+    with open(d3.config, "w") as f:
+        f.write(text)
+    d3.spawn()
+    try:
+        rc3 = d3.proc.wait(timeout=5)
+    except Exception:  # noqa: BLE001 - still running: sharing the state dir
+        rc3 = None
+    ck.check(rc3 is not None and 0 < rc3 < 128,
+             "a second iolensd on the state dir %s of a running one did not refuse: exit %r; "
+             "its log:\n%s" % (d1.state_dir, rc3, d3.log()))
+    if rc3 is not None:
+        ck.check(d1.state_dir in d3.log(), "the refusal does not name the state dir:\n" +
+                 d3.log())
+    ck.check(d1.status().get("pid") == d1.proc.pid, "the first daemon no longer answers")
 
     # A job while both (or only the first) run.
     cg.mkdir("pc/j")
