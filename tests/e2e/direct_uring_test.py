@@ -40,6 +40,7 @@ BS = 64 << 10
 # (job name, ioengine, direct, rw)
 JOBS = (
     ("uring_buf_read", "io_uring", 0, "read"),
+    ("uring_buf_read_qd32", "io_uring", 0, "read"),
     ("uring_buf_randwrite", "io_uring", 0, "randwrite"),
     ("uring_direct_read", "io_uring", 1, "read"),
     ("uring_direct_randwrite", "io_uring", 1, "randwrite"),
@@ -83,11 +84,13 @@ def job_file(tmp):
         lines += ["[%s]" % name, "filename=%s" % os.path.join(tmp, name + ".dat"),
                   "ioengine=%s" % engine, "direct=%d" % direct, "rw=%s" % rw]
         # 1 MiB buffered io_uring reads: the page cache serves each in several batches (about
-        # 31 pages each), the case cache_read_pages must count once per read. One at a time:
-        # concurrent requests of one process interleave their batches (counted per thread), and
-        # a request cut short and retried by io-wq can lose or repeat a page of its range.
+        # 31 pages each), the case cache_read_pages must count once per read; one at a time,
+        # and 32 at once (requests of one process whose batches may interleave, and requests
+        # punted to io-wq workers when their pages are not cached: the file is cold here).
         if name == "uring_buf_read":
             lines += ["bs=1m", "iodepth=1"]
+        elif name == "uring_buf_read_qd32":
+            lines += ["bs=1m", "iodepth=32"]
         lines.append("")
     path = os.path.join(tmp, "jobs.fio")
     with open(path, "w") as f:
@@ -114,6 +117,10 @@ def main():
     tmp = E.disk_tempdir("direct-uring")
     for name, _, _, _ in JOBS:
         make_file(os.path.join(tmp, name + ".dat"))
+    # cold, so that io_uring punts the 32 concurrent reads to io-wq workers
+    fd = os.open(os.path.join(tmp, "uring_buf_read_qd32.dat"), os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
     jobs = job_file(tmp)
     fio_json = os.path.join(tmp, "fio.json")
     out_json = os.path.join(tmp, "run.json")
