@@ -22,6 +22,11 @@ Counted per (process, path), following iolens' definitions (bpf/iolens_abi.h):
   bytes_written  the sum of their return values
   seeks          lseek returning >= 0
   closes         close returning 0
+  stats          stat/lstat/fstat/newfstatat/statx returning 0: by descriptor (fstat, and the
+                 *at calls with AT_EMPTY_PATH) on the descriptor's path; by path on the path
+                 given, made absolute with the -y path of the directory descriptor (AT_FDCWD
+                 included); a relative path of stat/lstat (no directory descriptor) is not
+                 counted (a warning). Symlinks in a path are not resolved (iolens resolves them)
 Failed calls (`= -1 ERRNO`) and calls that never returned (`= ?`) are not counted.
 A call split by another thread's output (`... <unfinished ...>` then `<... NAME resumed>...`) is
 joined back together before it is counted.
@@ -56,6 +61,7 @@ STRACE_SYSCALLS = ",".join([
     "write", "pwrite64", "writev", "pwritev", "pwritev2",
     "open", "openat", "openat2", "creat", "close",
     "dup", "dup2", "dup3", "fcntl", "lseek",
+    "stat", "lstat", "fstat", "newfstatat", "statx",
     "clone", "clone3", "fork", "vfork", "execve", "execveat",
 ])
 
@@ -65,7 +71,9 @@ OPENS = {"open", "openat", "openat2", "creat"}
 DUPS = {"dup", "dup2", "dup3"}
 FORKS = {"clone", "clone3", "fork", "vfork"}
 
-FIELDS = ("opens", "dups", "reads", "bytes_read", "writes", "bytes_written", "seeks", "closes")
+FIELDS = ("opens", "dups", "reads", "bytes_read", "writes", "bytes_written", "seeks", "closes",
+          "stats")
+STATS = {"stat", "lstat", "fstat", "newfstatat", "statx"}
 
 
 def strace_command(trace_file, cmd, strace="strace"):
@@ -131,6 +139,10 @@ _RET = re.compile(r'^(-?\d+|\?|0x[0-9a-fA-F]+)(?:<((?:[^>\\]|\\.)*)>(\(deleted\)
                   re.S)
 _RESUMED = re.compile(r'^<\.\.\. ([A-Za-z_][A-Za-z0-9_]*) resumed>(.*)$', re.S)
 _FLAGS = re.compile(r'flags=([A-Z0-9_|]+)')
+# The first string argument (a path; strace prints file names whole whatever -s says).
+_STR = re.compile(r'"((?:[^"\\]|\\.)*)"')
+# A directory descriptor (a number or AT_FDCWD) with its -y annotation.
+_DIRFD = re.compile(r'(-?\d+|AT_FDCWD)(?:<((?:[^>\\]|\\.)*)>(\(deleted\))?)?')
 _EXIT = re.compile(r'^\+\+\+ (exited with (\d+)|killed by (SIG\w+)).*\+\+\+$')
 
 
@@ -306,6 +318,12 @@ class Trace:
                     self.proc_parent[rv] = tid
                 self.tids.add(rv)
             return
+        if name in STATS:
+            if rv == 0:
+                path = self._stat_path(tid, name, args)
+                if path is not None:
+                    self._tally(tid, path).stats += 1
+            return
         if name in OPENS:
             if ret_path is None:
                 self.warnings.append("open without -y path: %d %s" % (tid, name))
@@ -338,6 +356,31 @@ class Trace:
                 self._tally(tid, path).closes += 1
         elif name == "lseek":
             self._tally(tid, path).seeks += 1
+
+    def _stat_path(self, tid, name, args):
+        """The file a successful stat call named, or None (a warning when it cannot be told)."""
+        if name == "fstat":
+            return first_fd(args)[1]
+        m = _STR.search(args)
+        if m is None:
+            self.warnings.append("stat without a path argument: %d %s(%s" % (tid, name, args))
+            return None
+        given = unescape(m.group(1))
+        if name in ("stat", "lstat"):
+            if given.startswith("/"):
+                return given
+            self.warnings.append("relative path of %s not counted: %d %r" % (name, tid, given))
+            return None
+        base = _DIRFD.match(args)
+        if given == "" and "AT_EMPTY_PATH" in args:
+            return _path(base.group(2), base.group(3)) if base else None
+        if given.startswith("/"):
+            return given
+        if base is None or base.group(2) is None:
+            self.warnings.append("relative path without a -y directory: %d %s(%s" %
+                                 (tid, name, args))
+            return None
+        return os.path.normpath(os.path.join(_path(base.group(2), None), given))
 
     def finish(self):
         for tid, head in self._pending.items():
@@ -378,6 +421,11 @@ _SYNTHETIC = r"""
 100   fcntl(3</d/a>, F_DUPFD_CLOEXEC, 0) = 4</d/a>
 100   dup2(3</d/a>, 9</d/b>)            = 9</d/a>
 100   lseek(4</d/a>, 0, SEEK_CUR)       = 4106
+100   newfstatat(3</d/a>, "", {st_mode=S_IFREG|0644, st_size=4106, ...}, AT_EMPTY_PATH) = 0
+100   fstat(4</d/a>, {st_mode=S_IFREG|0644, st_size=4106, ...}) = 0
+100   newfstatat(AT_FDCWD</w>, "/d/a", {st_mode=S_IFREG|0644, st_size=4106, ...}, 0) = 0
+100   statx(AT_FDCWD</d>, "a", AT_STATX_SYNC_AS_STAT, STATX_ALL, {stx_mask=STATX_ALL, ...}) = 0
+100   newfstatat(AT_FDCWD</w>, "/d/none", 0x7ffd, 0) = -1 ENOENT (No such file or directory)
 100   lseek(4</d/a>, -1, SEEK_SET)      = -1 EINVAL (Invalid argument)
 100   close(4</d/a>)                    = 0
 100   close(9</d/a>)                    = 0
@@ -430,19 +478,21 @@ def _self_test_synthetic(errors):
     _expect(errors, "synthetic exit(102)", tr.exit_of(102), "killed by SIGKILL")
     a = tr.records.get((100, "/d/a"), Tally()).as_dict()
     _expect(errors, "synthetic /d/a", a, dict(opens=1, dups=2, reads=5, bytes_read=4096 + 10 + 100 + 1,
-                                              writes=0, bytes_written=0, seeks=1, closes=3))
+                                              writes=0, bytes_written=0, seeks=1, closes=3,
+                                              stats=4))
     b = tr.records.get((102, "/d/sp ace>x"), Tally()).as_dict()
     _expect(errors, "synthetic /d/sp ace>x", b, dict(opens=1, dups=0, reads=0, bytes_read=0,
                                                      writes=3, bytes_written=14, seeks=0,
-                                                     closes=1))
+                                                     closes=1, stats=0))
     c = tr.records.get((102, "/d/\u00e9"), Tally()).as_dict()
     _expect(errors, "synthetic /d/e-acute", c, dict(opens=1, dups=0, reads=1, bytes_read=8,
-                                                    writes=0, bytes_written=0, seeks=0, closes=0))
+                                                    writes=0, bytes_written=0, seeks=0, closes=0,
+                                                    stats=0))
     _expect(errors, "synthetic pipe", tr.records.get((100, "pipe:[1234]"), Tally()).reads, 1)
     _expect(errors, "synthetic deleted", tr.records.get((100, "/dev/shm/t_1 (deleted)"),
                                                         Tally()).as_dict(),
             dict(opens=0, dups=1, reads=0, bytes_read=0, writes=0, bytes_written=0, seeks=0,
-                 closes=1))
+                 closes=1, stats=0))
     _expect(errors, "synthetic deleted 2", tr.records.get((100, "/dev/shm/t_2 (deleted)"),
                                                           Tally()).dups, 1)
     _expect(errors, "synthetic /d/none", (100, "/d/none") in tr.records, False)
@@ -469,6 +519,12 @@ os.close(fd)                                                       # A: close 1 
 fd = os.open(A, os.O_RDONLY)                                       # A: open 2
 os.read(fd, 1000)                                                  # A: read 1, 1000
 os.lseek(fd, 3000, os.SEEK_SET)                                    # A: seek 1
+os.fstat(fd)                                                       # A: stat 1 (descriptor)
+os.stat(A)                                                         # A: stat 2 (path)
+try:
+    os.stat(d + "/none")                                           # ENOENT: not counted
+except OSError:
+    pass
 os.read(fd, 1000)                                                  # A: read 2, 96 (size 3096)
 os.read(fd, 1000)                                                  # A: read 3, 0
 os.pread(fd, 50, 10)                                               # A: read 4, 50
@@ -549,10 +605,10 @@ def _self_test_live(errors):
             _expect(errors, "live child's B",
                     tr.records.get((child[0], B), Tally()).as_dict(),
                     dict(opens=3, dups=0, reads=12, bytes_read=60000, writes=0, bytes_written=0,
-                         seeks=0, closes=3))
+                         seeks=0, closes=3, stats=0))
         _expect(errors, "live root's A", tr.records.get((root, A), Tally()).as_dict(),
                 dict(opens=2, dups=3, reads=6, bytes_read=1156, writes=6, bytes_written=3100,
-                     seeks=1, closes=5))
+                     seeks=1, closes=5, stats=2))
         # root: 1 write + 101 reader loops (2 threads x 50 + 1). Python's open() of B for
         # writing adds its own seeks (lseek for tell()), counted as strace saw them.
         rb = tr.records.get((root, B), Tally())

@@ -9,7 +9,8 @@
    the oracle) and once under `iolens run --json OUT --`. The runs are separate; pids differ.
 3. Compares, exactly:
    - every dataset file: opens (iolens counts dups in opens, so oracle opens + dups), dups,
-     reads, bytes_read, writes, bytes_written, seeks, closes summed over processes;
+     reads, bytes_read, writes, bytes_written, seeks, closes, stats (by descriptor and by path)
+     summed over processes;
    - every dataset file appears in iolens' output;
    - the dataset is read only by DataLoader workers: processes other than the root python whose
      ppid chain leads to it; epochs x workers (4) of them, `workers` per epoch (ordered by
@@ -53,6 +54,7 @@ COMPARED = {
     "bytes_written": lambda t: t.bytes_written,
     "seeks": lambda t: t.seeks,
     "closes": lambda t: t.closes,
+    "stats": lambda t: t.stats,
 }
 
 CK = E.Checker("torch")  # e2e_common's failure collector, shared by every e2e test
