@@ -736,6 +736,10 @@ def main():
     ap.add_argument("--out", help="write results JSON here")
     ap.add_argument("--workdir", help="where test files go (default: a temp dir under /var/tmp, "
                     "a disk filesystem; removed at the end)")
+    ap.add_argument("--clock", choices=("monotonic", "thread"), default="monotonic",
+                    help="how io_loops times its loop: wall time (default) or the thread's own "
+                    "CPU time, which leaves out the time other tenants of a shared VM hold the "
+                    "CPU (IO_LOOPS_CLOCK); the PyTorch job is always wall time")
     ap.add_argument("--only", default="read4k,getppid,smallfiles,ckpt,torch",
                     help="comma-separated subset of read4k,getppid,smallfiles,ckpt,torch")
     ap.add_argument("--no-outside", action="store_true", help="skip the outside-the-tree case")
@@ -759,6 +763,8 @@ def main():
     ap.add_argument("--trace-ring-size", default="16M",
                     help="--trace-ring-size for traced+trace (default 16M, iolens' default)")
     a = ap.parse_args()
+    # inherited by every io_loops run, traced (iolens run passes the environment on) or not
+    os.environ["IO_LOOPS_CLOCK"] = a.clock
     RUN_ARGS.extend(a.iolens_arg)
     try:
         parse_size(a.trace_ring_size)
