@@ -19,8 +19,8 @@
  *                                        what a hook on every syscall costs
  *
  * IO_LOOPS_CLOCK=thread in the environment times with CLOCK_THREAD_CPUTIME_ID instead: the
- * thread's own CPU time, kernel and BPF programs included, without the time other tenants of a
- * shared VM hold its CPU (bench/per_call_parts.py uses it).
+ * thread's own CPU time, kernel and BPF programs included (bench/per_call_parts.py,
+ * run_bench.py --clock thread).
  *
  * Exit status 0 on success, 2 on usage errors, 1 on I/O errors.
  * Build: gcc -O2 -o io_loops io_loops.c

@@ -14,8 +14,8 @@ program run on this VM, does not.
 
 A --case is a command prefix run as `PREFIX run -q -- LOOP` (leading NAME=VALUE words set the
 environment), for a build patched to leave a part out. The loop is timed with the thread's own CPU
-time (io_loops' IO_LOOPS_CLOCK=thread), so that time other tenants of a shared VM hold the CPU
-does not count; rounds are interleaved, their order reversed every other round. Needs root.
+time (io_loops' IO_LOOPS_CLOCK=thread; --clock monotonic for the wall clock); rounds are
+interleaved, their order reversed every other round. Needs root.
 """
 import argparse
 import json
@@ -71,6 +71,9 @@ def main():
                     help="also run iolens with this optional program disabled (repeatable)")
     ap.add_argument("--case", action="append", default=[],
                     help="LABEL=[NAME=VALUE ...] IOLENS: a further build to run (repeatable)")
+    ap.add_argument("--clock", choices=("thread", "monotonic"), default="thread",
+                    help="io_loops' clock (IO_LOOPS_CLOCK): the thread's CPU time (default, as "
+                    "bench/README.md's table) or the wall clock")
     ap.add_argument("--json", help="write every sample here")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -88,7 +91,7 @@ def main():
             while f.read(1 << 20):
                 pass
         loop = [exe, "read4k", data, str(a.calls), "pread"]
-        env = dict(os.environ, IO_LOOPS_CLOCK="thread")
+        env = dict(os.environ, IO_LOOPS_CLOCK=a.clock)
 
         def plain(prefix=(), extra_env=None):
             e = dict(env, **(extra_env or {}))
