@@ -101,6 +101,12 @@ def main():
         n = (r.get("page") or {}).get("processes")
         return isinstance(n, int) and n <= MAX_PROCS + 1
     D.wait_or_fail(ck, "the job's processes folded within the bound", page_within_bound, 15, 0.2)
+    # Every process has exited, but the drains may still be moving their last records out of the
+    # kernel (CI once saw 10 files arrive between the page below and `iolens job`): two more
+    # complete drains, after which the job no longer changes and the two answers must agree.
+    base = d.status()["drain"]["count"]
+    D.wait_or_fail(ck, "two drains after the fold", lambda: d.status()["drain"]["count"] >=
+                   base + 2, 10)
 
     a = d.request({"cmd": "job", "id": job_id})
     ck.check(a.get("ok"), "job answer: %s" % a)
