@@ -279,8 +279,11 @@ int main(int argc, char **argv)
 
 	if (clock_name && !strcmp(clock_name, "thread"))
 		loop_clock = CLOCK_THREAD_CPUTIME_ID;
-	else if (clock_name && strcmp(clock_name, "monotonic"))
-		return usage();
+	else if (clock_name && strcmp(clock_name, "monotonic")) {
+		fprintf(stderr, "io_loops: IO_LOOPS_CLOCK is '%s'; it must be monotonic or thread\n",
+			clock_name);
+		return 2;
+	}
 	if (argc < 2)
 		return usage();
 	if (!strcmp(argv[1], "read4k"))
