@@ -225,6 +225,9 @@ struct Uninit {
 static_assert(sizeof(Uninit<iolens_file_counters>) == sizeof(iolens_file_counters),
               "the batch copy writes an array of values");
 
+/// See the end of Loader::drain: ~1-2 minutes of a daemon's drains, a whole `iolens run`.
+constexpr unsigned kSmallDrainsBeforeShrink = 64;
+
 }  // namespace
 
 struct Loader::Impl {
@@ -250,6 +253,7 @@ struct Loader::Impl {
   // drain()'s buffers, reused from one drain to the next
   std::vector<iolens_file_key> drain_keys;
   std::vector<Uninit<iolens_file_counters>> drain_values;
+  unsigned small_drains = 0;  // drains in a row that used under a quarter of them
   ~Impl() {
     for (bpf_link* l : extra_links)
       if (l) bpf_link__destroy(l);
@@ -1067,11 +1071,18 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
     deferred->insert(deferred->end(), final_keys.begin(), final_keys.end());
   else
     delete_keys(map_fd, final_keys);
-  // Kept for the next drain, unless this one used under a quarter: a burst's buffers (up to the
-  // map's size, 60 MiB for 65,536 records) are not held for the rest of a daemon's life.
+  // Kept for the next drain. Given back only after many drains in a row used under a quarter
+  // of them, so that a burst's buffers (up to the map's size: 60 MiB for 65,536 records) are
+  // not held for the rest of a daemon's life, while the drains of a job whose record count
+  // swings (workers exit, new ones start) do not grow them again each time.
   if (values.size() < values.capacity() / 4) {
-    std::vector<iolens_file_key>().swap(keys);
-    std::vector<Uninit<iolens_file_counters>>().swap(values);
+    if (++impl_->small_drains >= kSmallDrainsBeforeShrink) {
+      std::vector<iolens_file_key>().swap(keys);
+      std::vector<Uninit<iolens_file_counters>>().swap(values);
+      impl_->small_drains = 0;
+    }
+  } else {
+    impl_->small_drains = 0;
   }
   return Status::Ok();
 }
