@@ -110,11 +110,79 @@ Recorder::Recorder(uint32_t root_pid, uint32_t tracer_pid)
   for (const char* c : kLostCauses) lost_[c] = 0;
 }
 
+// ---- FileAcc ----
+
+namespace {
+const FileCounters& empty_counters() {
+  static const FileCounters e = new_counters();
+  return e;
+}
+}  // namespace
+
+Recorder::FileAcc::FileAcc(const FileAcc& o)
+    : rename_sources(o.rename_sources),
+      unlinks(o.unlinks),
+      renamed_to(o.renamed_to),
+      first_(o.first_),
+      second_(o.second_ ? std::make_unique<FileCounters>(*o.second_) : nullptr),
+      has_folded_(o.has_folded_),
+      has_live_(o.has_live_) {}
+
+Recorder::FileAcc& Recorder::FileAcc::operator=(const FileAcc& o) {
+  if (this != &o) *this = FileAcc(o);
+  return *this;
+}
+
+const FileCounters& Recorder::FileAcc::folded() const {
+  return has_folded_ ? first_ : empty_counters();
+}
+
+const FileCounters& Recorder::FileAcc::live() const {
+  if (!has_live_) return empty_counters();
+  return has_folded_ ? *second_ : first_;
+}
+
 FileCounters Recorder::FileAcc::total() const {
-  if (!has_folded) return live;
-  FileCounters t = folded;
-  if (has_live) fold_counters(t, live);
+  if (!has_folded_) return live();
+  FileCounters t = first_;
+  if (has_live_) fold_counters(t, *second_);
   return t;
+}
+
+void Recorder::FileAcc::set_live(const FileCounters& c) {
+  if (!has_folded_)
+    first_ = c;
+  else if (second_)
+    *second_ = c;
+  else
+    second_ = std::make_unique<FileCounters>(c);
+  has_live_ = true;
+}
+
+void Recorder::FileAcc::add_removed(const FileCounters& c) {
+  if (has_folded_)
+    fold_counters(first_, c);
+  else
+    first_ = c;  // over the live copy, if any: the removed one is newer
+  second_.reset();
+  has_folded_ = true;
+  has_live_ = false;
+}
+
+void Recorder::FileAcc::set_folded(const FileCounters& c) {
+  first_ = c;
+  second_.reset();
+  has_folded_ = true;
+  has_live_ = false;
+}
+
+FileCounters& Recorder::FileAcc::folded_for_update() {
+  if (!has_folded_) {
+    if (has_live_) second_ = std::make_unique<FileCounters>(first_);
+    first_ = new_counters();
+    has_folded_ = true;
+  }
+  return first_;
 }
 
 // ---- FoldedIds ----
@@ -198,8 +266,7 @@ Recorder::FileAcc& Recorder::file_acc(const FileKey& k, Proc& p) {
       // Seen again after fold_to took its earlier part: the new record goes on from where that
       // part ended, so a read/write switch between them is counted (fold_counters) as it would
       // have been in one record, and the process totals stay exact.
-      it->second.folded.last_io_type = *io;
-      it->second.has_folded = true;
+      it->second.folded_for_update().last_io_type = *io;
     }
   }
   return it->second;
@@ -208,17 +275,9 @@ Recorder::FileAcc& Recorder::file_acc(const FileKey& k, Proc& p) {
 void Recorder::accumulate(FileAcc& acc, const FileCounters& c, bool removed) {
   if (removed) {
     ++final_snapshots_;
-    if (acc.has_folded) {
-      fold_counters(acc.folded, c);
-    } else {
-      acc.folded = c;
-      acc.has_folded = true;
-    }
-    acc.has_live = false;
-    acc.live = new_counters();
+    acc.add_removed(c);
   } else {
-    acc.live = c;
-    acc.has_live = true;
+    acc.set_live(c);
   }
 }
 
@@ -455,11 +514,11 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
   using It = std::map<FileKey, FileAcc>::iterator;
 
   auto stored = [](const FileAcc& a) -> const FileCounters& {
-    return a.has_folded ? a.folded : a.live;  // has_live is false for every candidate
+    return a.has_folded() ? a.folded() : a.live();  // has_live() is false for every candidate
   };
   auto eligible = [&](const FileAcc& a) {
     // A live record is still in the kernel map: the next drain would send it again.
-    if (a.has_live) return false;
+    if (a.has_live()) return false;
     // A record without any counted call (a failed close) is not a file of the process, but a
     // stat by path can still join it (stat_match): rare, so simply kept.
     return has_activity(stored(a)) || a.rename_sources != 0 || a.unlinks != 0;
@@ -570,9 +629,9 @@ std::vector<ProcKey> Recorder::fold_processes_to(std::size_t max_processes,
   // A record still in the kernel map would be sent again, to a process no longer held.
   std::set<ProcKey> busy;
   for (const auto& [k, a] : files_)
-    if (a.has_live) busy.insert(k.proc);
+    if (a.has_live()) busy.insert(k.proc);
   for (const auto& [k, a] : others_)
-    if (a.has_live) busy.insert(k.first);
+    if (a.has_live()) busy.insert(k.first);
   std::vector<const Proc*> cands;
   for (const auto& [k, p] : procs_)
     if (p.wait_status && !busy.count(k)) cands.push_back(&p);
@@ -747,9 +806,7 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
     FileAcc& into = merged.try_emplace(*m.kept, files_.at(*m.kept)).first->second;
     FileCounters stat = acc.total();
     fold_counters(stat, into.total());  // the stat came first
-    into.folded = stat;
-    into.has_folded = true;
-    into.has_live = false;
+    into.set_folded(stat);
     into.rename_sources += acc.rename_sources;
     into.unlinks += acc.unlinks;
     if (into.renamed_to.empty()) into.renamed_to = acc.renamed_to;
