@@ -15,7 +15,9 @@ program run on this VM, does not.
 A --case is a command prefix run as `PREFIX run -q -- LOOP` (leading NAME=VALUE words set the
 environment), for a build patched to leave a part out. The loop is timed with the thread's own CPU
 time (io_loops' IO_LOOPS_CLOCK=thread; --clock monotonic for the wall clock); rounds are
-interleaved, their order reversed every other round. Needs root.
+interleaved, their order reversed every other round, and each case is paired with an untraced
+run just before it: the median of those differences ("paired") is the steadiest figure when the
+host's speed drifts between runs (±150 ns per call here). Needs root.
 """
 import argparse
 import json
@@ -74,6 +76,9 @@ def main():
     ap.add_argument("--clock", choices=("thread", "monotonic"), default="thread",
                     help="io_loops' clock (IO_LOOPS_CLOCK): the thread's CPU time (default, as "
                     "bench/README.md's table) or the wall clock")
+    ap.add_argument("--stat", choices=("batch", "mean"), default="batch",
+                    help="per run: the median over batches of 1,000 calls (default; leaves the "
+                    "host's interruptions out) or the mean over the whole loop")
     ap.add_argument("--json", help="write every sample here")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -125,26 +130,44 @@ def main():
             label, extra, prefix = parse_case(text)
             cases.append((label, lambda x=extra, p=prefix: plain(p + ["run", "-q", "--"], x)))
 
+        key = "batch_median_ns_per_op" if a.stat == "batch" else "ns_per_op"
         samples = {name: [] for name, _ in cases}
+        paired = {name: [] for name, _ in cases}
         for r in range(a.rounds):
             for name, fn in (cases if r % 2 == 0 else list(reversed(cases))):
-                samples[name].append(fn()["ns_per_op"])
+                if name == "untraced":
+                    samples[name].append(fn()[key])
+                    continue
+                # an untraced run right before each case: the difference of the two is
+                # what the case costs under the host's speed of that moment
+                base = plain()[key]
+                samples["untraced"].append(base)
+                v = fn()[key]
+                samples[name].append(v)
+                paired[name].append(v - base)
             R.log("round %d/%d done (load %s)" % (r + 1, a.rounds, R.loadavg()))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     base_med = statistics.median(samples["untraced"])
     base_min = min(samples["untraced"])
-    print("| case | median ns per pread | extra (median) | min | extra (min) |")
-    print("|---|---|---|---|---|")
+    print("| case | median ns per pread | extra (median) | min | extra (min) "
+          "| extra, paired (median; quartiles) |")
+    print("|---|---|---|---|---|---|")
     for name, _ in cases:
         s = samples[name]
-        print("| %s | %.0f | %+.0f | %.0f | %+.0f |" % (name, statistics.median(s),
-                                                      statistics.median(s) - base_med, min(s),
-                                                      min(s) - base_min))
+        pq = ""
+        if paired[name]:
+            q = statistics.quantiles(paired[name], n=4) if len(paired[name]) > 1 else \
+                paired[name] * 3
+            pq = "%+.0f (%+.0f, %+.0f)" % (statistics.median(paired[name]), q[0], q[2])
+        print("| %s | %.0f | %+.0f | %.0f | %+.0f | %s |" % (
+            name, statistics.median(s), statistics.median(s) - base_med, min(s),
+            min(s) - base_min, pq))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"calls": a.calls, "rounds": a.rounds, "samples": samples}, f, indent=1)
+            json.dump({"calls": a.calls, "rounds": a.rounds, "stat": key, "samples": samples,
+                       "paired": paired}, f, indent=1)
     return 0
 
 
