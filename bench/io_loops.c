@@ -19,6 +19,8 @@
  *                                        O_TRUNC before the timer); one op = one 1 MiB write
  *   io_loops getppid N                   N x getppid(): a syscall that does no I/O, to measure
  *                                        what a hook on every syscall costs
+ *   io_loops getfd FILE N                N x fcntl(F_GETFD) on FILE: a call iolens hooks but
+ *                                        does not count (fcntl counts only as F_DUPFD*)
  *
  * IO_LOOPS_CLOCK=thread in the environment times with CLOCK_THREAD_CPUTIME_ID instead: the
  * thread's own CPU time, kernel and BPF programs included (bench/per_call_parts.py,
@@ -73,6 +75,7 @@ static int usage(void)
 		"       io_loops smallfiles DIR [COUNT]\n"
 		"       io_loops ckpt FILE SIZE_MB\n"
 		"       io_loops getppid N\n"
+		"       io_loops getfd FILE N\n"
 		"environment: IO_LOOPS_CLOCK=monotonic (default) or thread (the thread's CPU time)\n");
 	return 2;
 }
@@ -311,6 +314,27 @@ static int mode_getppid(int argc, char **argv)
 	return 0;
 }
 
+/* fcntl(F_GETFD) on a regular file: a call iolens hooks but does not count (only F_DUPFD*). */
+static int mode_getfd(int argc, char **argv)
+{
+	uint64_t n, i, t0, t1;
+	int fd;
+
+	if (argc < 4 || parse_u64(argv[3], &n))
+		return usage();
+	fd = open(argv[2], O_RDONLY);
+	if (fd < 0)
+		return die("open", argv[2]);
+	t0 = now_ns();
+	for (i = 0; i < n; i++)
+		if (fcntl(fd, F_GETFD) < 0)
+			return die("fcntl F_GETFD", argv[2]);
+	t1 = now_ns();
+	close(fd);
+	report("getfd", n, t1 - t0, NULL);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *clock_name = getenv("IO_LOOPS_CLOCK");
@@ -334,5 +358,7 @@ int main(int argc, char **argv)
 		return mode_ckpt(argc, argv);
 	if (!strcmp(argv[1], "getppid"))
 		return mode_getppid(argc, argv);
+	if (!strcmp(argv[1], "getfd"))
+		return mode_getfd(argc, argv);
 	return usage();
 }

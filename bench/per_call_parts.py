@@ -11,6 +11,11 @@ program run on this VM, does not.
 
     sudo /usr/bin/python3 bench/per_call_parts.py --iolens build/agent/cli/iolens [--rounds 10] \\
         [--without mm_filemap_get_pages] [--case 'LABEL=ENV=VALUE /path/to/iolens'] [--json FILE]
+        [--loop pread|getfd|getppid] [--stat batch|mean]
+
+--loop getfd times fcntl(F_GETFD), a call iolens hooks but does not count; getppid, a call that
+is no I/O at all. For pread, each run's figure is the median over batches of 1,000 calls
+(--stat batch, io_loops' batch_median_ns_per_op), which leaves the host's interruptions out.
 
 A --case is a command prefix run as `PREFIX run -q -- LOOP` (leading NAME=VALUE words set the
 environment), for a build patched to leave a part out. The loop is timed with the thread's own CPU
@@ -76,6 +81,9 @@ def main():
     ap.add_argument("--clock", choices=("thread", "monotonic"), default="thread",
                     help="io_loops' clock (IO_LOOPS_CLOCK): the thread's CPU time (default, as "
                     "bench/README.md's table) or the wall clock")
+    ap.add_argument("--loop", choices=("pread", "getfd", "getppid"), default="pread",
+                    help="the call: 4 KiB pread of a cached file (default), fcntl(F_GETFD) "
+                    "(hooked, not counted), getppid (not an I/O call)")
     ap.add_argument("--stat", choices=("batch", "mean"), default="batch",
                     help="per run: the median over batches of 1,000 calls (default; leaves the "
                     "host's interruptions out) or the mean over the whole loop")
@@ -95,7 +103,9 @@ def main():
         with open(data, "rb") as f:  # cached: the loop measures cached reads
             while f.read(1 << 20):
                 pass
-        loop = [exe, "read4k", data, str(a.calls), "pread"]
+        loop = {"pread": [exe, "read4k", data, str(a.calls), "pread"],
+                "getfd": [exe, "getfd", data, str(a.calls)],
+                "getppid": [exe, "getppid", str(a.calls)]}[a.loop]
         env = dict(os.environ, IO_LOOPS_CLOCK=a.clock)
 
         def plain(prefix=(), extra_env=None):
@@ -130,7 +140,8 @@ def main():
             label, extra, prefix = parse_case(text)
             cases.append((label, lambda x=extra, p=prefix: plain(p + ["run", "-q", "--"], x)))
 
-        key = "batch_median_ns_per_op" if a.stat == "batch" else "ns_per_op"
+        # only read4k times batches
+        key = "batch_median_ns_per_op" if a.stat == "batch" and a.loop == "pread" else "ns_per_op"
         samples = {name: [] for name, _ in cases}
         paired = {name: [] for name, _ in cases}
         for r in range(a.rounds):
@@ -151,7 +162,7 @@ def main():
 
     base_med = statistics.median(samples["untraced"])
     base_min = min(samples["untraced"])
-    print("| case | median ns per pread | extra (median) | min | extra (min) "
+    print("| case | median ns per %s | extra (median) | min | extra (min) " % a.loop +
           "| extra, paired (median; quartiles) |")
     print("|---|---|---|---|---|---|")
     for name, _ in cases:
