@@ -7,7 +7,9 @@
  *   {"mode":"read4k","ops":N,"ns":T,"ns_per_op":T/N, ...}
  *
  *   io_loops read4k FILE N [pread|read]  N x 4 KiB pread (default) or read of a cached file,
- *                                        wrapping to offset 0 at the end of the file
+ *                                        wrapping to offset 0 at the end of the file; also
+ *                                        "batch_median_ns_per_op": the median over batches of
+ *                                        1,000 calls, which leaves the host's interruptions out
  *   io_loops mkfiles DIR [COUNT [KIB]]   create COUNT (2000) files of KIB (100) KiB (not timed
  *                                        for the benchmark; prints its own line anyway)
  *   io_loops smallfiles DIR [COUNT]      open / read to EOF / close over the COUNT (2000) files
@@ -17,6 +19,8 @@
  *                                        O_TRUNC before the timer); one op = one 1 MiB write
  *   io_loops getppid N                   N x getppid(): a syscall that does no I/O, to measure
  *                                        what a hook on every syscall costs
+ *   io_loops getfd FILE N                N x fcntl(F_GETFD) on FILE: a call iolens hooks but
+ *                                        does not count (fcntl counts only as F_DUPFD*)
  *
  * IO_LOOPS_CLOCK=thread in the environment times with CLOCK_THREAD_CPUTIME_ID instead: the
  * thread's own CPU time, kernel and BPF programs included (bench/per_call_parts.py,
@@ -71,6 +75,7 @@ static int usage(void)
 		"       io_loops smallfiles DIR [COUNT]\n"
 		"       io_loops ckpt FILE SIZE_MB\n"
 		"       io_loops getppid N\n"
+		"       io_loops getfd FILE N\n"
 		"environment: IO_LOOPS_CLOCK=monotonic (default) or thread (the thread's CPU time)\n");
 	return 2;
 }
@@ -88,14 +93,32 @@ static int parse_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
+#define BATCH 1000
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The median of n batch times (sorts them), or 0 when there are none. */
+static double batch_median(uint64_t *t, uint64_t n)
+{
+	if (!n)
+		return 0.0;
+	qsort(t, n, sizeof(*t), cmp_u64);
+	return n % 2 ? (double)t[n / 2] : ((double)t[n / 2 - 1] + (double)t[n / 2]) / 2.0;
+}
+
 static int mode_read4k(int argc, char **argv)
 {
 	static char buf[4096] __attribute__((aligned(4096)));
-	uint64_t n, i, t0, t1;
+	uint64_t n, i, t0, t1, tb, nbatch, *batch;
 	off_t size, off = 0;
 	struct stat st;
 	int use_read = 0, fd;
-	char extra[64];
+	char extra[128];
 
 	if (argc < 4 || parse_u64(argv[3], &n))
 		return usage();
@@ -115,10 +138,23 @@ static int mode_read4k(int argc, char **argv)
 		fprintf(stderr, "io_loops: %s is smaller than 4 KiB\n", argv[2]);
 		return 1;
 	}
+	/* one time per batch of BATCH calls as well: the median batch is what a call costs with
+	 * the host's interruptions (a vCPU descheduled for milliseconds) left out */
+	nbatch = n / BATCH;
+	batch = nbatch ? calloc(nbatch, sizeof(*batch)) : NULL;
+	if (nbatch && !batch)
+		return die("calloc", NULL);
 	t0 = now_ns();
+	tb = t0;
 	for (i = 0; i < n; i++) {
 		ssize_t r;
 
+		if (batch && i && i % BATCH == 0 && i / BATCH <= nbatch) {
+			uint64_t t = now_ns();
+
+			batch[i / BATCH - 1] = t - tb;
+			tb = t;
+		}
 		if (use_read) {
 			if (off == size) {
 				lseek(fd, 0, SEEK_SET); /* rewind: one extra syscall per wrap */
@@ -135,9 +171,14 @@ static int mode_read4k(int argc, char **argv)
 		off += r;
 	}
 	t1 = now_ns();
+	if (batch && n == nbatch * BATCH)
+		batch[nbatch - 1] = t1 - tb;
 	close(fd);
-	snprintf(extra, sizeof(extra), ",\"call\":\"%s\",\"bytes\":%llu",
-		 use_read ? "read" : "pread", (unsigned long long)(n * sizeof(buf)));
+	snprintf(extra, sizeof(extra),
+		 ",\"call\":\"%s\",\"bytes\":%llu,\"batch_median_ns_per_op\":%.2f",
+		 use_read ? "read" : "pread", (unsigned long long)(n * sizeof(buf)),
+		 batch_median(batch, nbatch) / BATCH);
+	free(batch);
 	report("read4k", n, t1 - t0, extra);
 	return 0;
 }
@@ -273,6 +314,27 @@ static int mode_getppid(int argc, char **argv)
 	return 0;
 }
 
+/* fcntl(F_GETFD) on a regular file: a call iolens hooks but does not count (only F_DUPFD*). */
+static int mode_getfd(int argc, char **argv)
+{
+	uint64_t n, i, t0, t1;
+	int fd;
+
+	if (argc < 4 || parse_u64(argv[3], &n))
+		return usage();
+	fd = open(argv[2], O_RDONLY);
+	if (fd < 0)
+		return die("open", argv[2]);
+	t0 = now_ns();
+	for (i = 0; i < n; i++)
+		if (fcntl(fd, F_GETFD) < 0)
+			return die("fcntl F_GETFD", argv[2]);
+	t1 = now_ns();
+	close(fd);
+	report("getfd", n, t1 - t0, NULL);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *clock_name = getenv("IO_LOOPS_CLOCK");
@@ -296,5 +358,7 @@ int main(int argc, char **argv)
 		return mode_ckpt(argc, argv);
 	if (!strcmp(argv[1], "getppid"))
 		return mode_getppid(argc, argv);
+	if (!strcmp(argv[1], "getfd"))
+		return mode_getfd(argc, argv);
 	return usage();
 }

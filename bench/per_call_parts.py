@@ -11,11 +11,18 @@ program run on this VM, does not.
 
     sudo /usr/bin/python3 bench/per_call_parts.py --iolens build/agent/cli/iolens [--rounds 10] \\
         [--without mm_filemap_get_pages] [--case 'LABEL=ENV=VALUE /path/to/iolens'] [--json FILE]
+        [--loop pread|getfd|getppid] [--stat batch|mean]
+
+--loop getfd times fcntl(F_GETFD), a call iolens hooks but does not count; getppid, a call that
+is no I/O at all. For pread, each run's figure is the median over batches of 1,000 calls
+(--stat batch, io_loops' batch_median_ns_per_op), which leaves the host's interruptions out.
 
 A --case is a command prefix run as `PREFIX run -q -- LOOP` (leading NAME=VALUE words set the
 environment), for a build patched to leave a part out. The loop is timed with the thread's own CPU
 time (io_loops' IO_LOOPS_CLOCK=thread; --clock monotonic for the wall clock); rounds are
-interleaved, their order reversed every other round. Needs root.
+interleaved, their order reversed every other round, and each case is paired with an untraced
+run just before it: the median of those differences ("paired") is the steadiest figure when the
+host's speed drifts between runs (±150 ns per call here). Needs root.
 """
 import argparse
 import json
@@ -74,6 +81,12 @@ def main():
     ap.add_argument("--clock", choices=("thread", "monotonic"), default="thread",
                     help="io_loops' clock (IO_LOOPS_CLOCK): the thread's CPU time (default, as "
                     "bench/README.md's table) or the wall clock")
+    ap.add_argument("--loop", choices=("pread", "getfd", "getppid"), default="pread",
+                    help="the call: 4 KiB pread of a cached file (default), fcntl(F_GETFD) "
+                    "(hooked, not counted), getppid (not an I/O call)")
+    ap.add_argument("--stat", choices=("batch", "mean"), default="batch",
+                    help="per run: the median over batches of 1,000 calls (default; leaves the "
+                    "host's interruptions out) or the mean over the whole loop")
     ap.add_argument("--json", help="write every sample here")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -90,7 +103,9 @@ def main():
         with open(data, "rb") as f:  # cached: the loop measures cached reads
             while f.read(1 << 20):
                 pass
-        loop = [exe, "read4k", data, str(a.calls), "pread"]
+        loop = {"pread": [exe, "read4k", data, str(a.calls), "pread"],
+                "getfd": [exe, "getfd", data, str(a.calls)],
+                "getppid": [exe, "getppid", str(a.calls)]}[a.loop]
         env = dict(os.environ, IO_LOOPS_CLOCK=a.clock)
 
         def plain(prefix=(), extra_env=None):
@@ -125,26 +140,45 @@ def main():
             label, extra, prefix = parse_case(text)
             cases.append((label, lambda x=extra, p=prefix: plain(p + ["run", "-q", "--"], x)))
 
+        # only read4k times batches
+        key = "batch_median_ns_per_op" if a.stat == "batch" and a.loop == "pread" else "ns_per_op"
         samples = {name: [] for name, _ in cases}
+        paired = {name: [] for name, _ in cases}
         for r in range(a.rounds):
             for name, fn in (cases if r % 2 == 0 else list(reversed(cases))):
-                samples[name].append(fn()["ns_per_op"])
+                if name == "untraced":
+                    samples[name].append(fn()[key])
+                    continue
+                # an untraced run right before each case: the difference of the two is
+                # what the case costs under the host's speed of that moment
+                base = plain()[key]
+                samples["untraced"].append(base)
+                v = fn()[key]
+                samples[name].append(v)
+                paired[name].append(v - base)
             R.log("round %d/%d done (load %s)" % (r + 1, a.rounds, R.loadavg()))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     base_med = statistics.median(samples["untraced"])
     base_min = min(samples["untraced"])
-    print("| case | median ns per pread | extra (median) | min | extra (min) |")
-    print("|---|---|---|---|---|")
+    print("| case | median ns per %s | extra (median) | min | extra (min) " % a.loop +
+          "| extra, paired (median; quartiles) |")
+    print("|---|---|---|---|---|---|")
     for name, _ in cases:
         s = samples[name]
-        print("| %s | %.0f | %+.0f | %.0f | %+.0f |" % (name, statistics.median(s),
-                                                      statistics.median(s) - base_med, min(s),
-                                                      min(s) - base_min))
+        pq = ""
+        if paired[name]:
+            q = statistics.quantiles(paired[name], n=4) if len(paired[name]) > 1 else \
+                paired[name] * 3
+            pq = "%+.0f (%+.0f, %+.0f)" % (statistics.median(paired[name]), q[0], q[2])
+        print("| %s | %.0f | %+.0f | %.0f | %+.0f | %s |" % (
+            name, statistics.median(s), statistics.median(s) - base_med, min(s),
+            min(s) - base_min, pq))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"calls": a.calls, "rounds": a.rounds, "samples": samples}, f, indent=1)
+            json.dump({"calls": a.calls, "rounds": a.rounds, "stat": key, "samples": samples,
+                       "paired": paired}, f, indent=1)
     return 0
 
 

@@ -18,7 +18,8 @@ Parts (bench/README.md, "Start-up (issue 20)"):
             (`strace -T` of BPF_PROG_LOAD, with --seccomp-bpf so only bpf() stops the process);
             per map the duration of BPF_MAP_CREATE. One untimed run each, per build.
   torch     a short PyTorch DataLoader job (tests/workloads/torch_job.py, --torch-files files,
-            1 epoch, 2 workers) untraced and under each build, interleaved: whole-run wall time.
+            --torch-epochs epochs (1), 2 workers) untraced and under each build, interleaved:
+            whole-run wall time, iolens' own CPU time (its `timing: cpu:` line) and exit steps.
 """
 
 import argparse
@@ -69,11 +70,15 @@ def timed(argv, env=None, stdin=None):
 
 
 def parse_timing(stderr):
-    """{step: ms} from the `iolens: timing: start|exit: a=1.0 b=2.0` lines (IOLENS_TIMING=1)."""
+    """{step: ms} from the `iolens: timing: start|exit: a=1.0 b=2.0` lines (IOLENS_TIMING=1),
+    and iolens' own CPU time from the `iolens: timing: cpu: user= system=` line as cpu_user,
+    cpu_system (builds since 2026-11-26)."""
     steps = {}
     for m in re.finditer(r"^iolens: timing: (\w+): (.*)$", stderr, re.M):
         for kv in m.group(2).split():
             k, _, v = kv.partition("=")
+            if m.group(1) == "cpu":
+                k = "cpu_" + k
             steps[k] = steps.get(k, 0.0) + float(v)
     return steps
 
@@ -190,6 +195,7 @@ def main():
     ap.add_argument("--runs", type=int, default=15, help="rounds of the trivial case")
     ap.add_argument("--torch-files", type=int, default=500, help="files of the PyTorch job")
     ap.add_argument("--torch-rounds", type=int, default=5, help="rounds of the PyTorch job (0: none)")
+    ap.add_argument("--torch-epochs", type=int, default=1, help="epochs of the PyTorch job")
     ap.add_argument("--json", action="store_true",
                     help="traced runs also write --json (a temporary file): its cost is in the exit")
     ap.add_argument("--no-programs", action="store_true", help="skip the per-program part")
@@ -276,7 +282,7 @@ def main():
         if a.torch_rounds > 0:
             data = torch_data(tmp, a.torch_files)
             job = [PYTHON, TORCH_JOB, data, os.path.join(tmp, "ckpt"), "--files",
-                   str(a.torch_files), "--epochs", "1", "--workers", "2"]
+                   str(a.torch_files), "--epochs", str(a.torch_epochs), "--workers", "2"]
             cases = [("untraced", job)] + [(b, traced(p, job, b)) for b, p in builds]
             log("torch: %d rounds, %d files" % (a.torch_rounds, a.torch_files))
             tj = interleaved(cases, a.torch_rounds, a.quiet_busy, a.quiet_wait, env)
@@ -284,11 +290,12 @@ def main():
             result["torch"] = {"files": a.torch_files,
                                "untraced": {"wall_ms": median_range(tj["untraced"][0]),
                                             "samples": tj["untraced"][0]}}
-            print("\n## PyTorch job, %d files, 1 epoch, 2 workers (%d interleaved rounds)\n"
-                  % (a.torch_files, a.torch_rounds))
-            print("| run | wall median (min-max) | vs untraced | exit steps (medians, ms) |")
-            print("|---|---|---|---|")
-            print("| untraced | %s | | |" % fmt_ms(median_range(tj["untraced"][0])))
+            print("\n## PyTorch job, %d files, %d epochs, 2 workers (%d interleaved rounds)\n"
+                  % (a.torch_files, a.torch_epochs, a.torch_rounds))
+            print("| run | wall median (min-max) | vs untraced | iolens' own CPU (median, ms) "
+                  "| exit steps (medians, ms) |")
+            print("|---|---|---|---|---|")
+            print("| untraced | %s | | | |" % fmt_ms(median_range(tj["untraced"][0])))
             for b, _ in builds:
                 s = median_range(tj[b][0])
                 exit_steps = {}
@@ -297,10 +304,12 @@ def main():
                     vals = [t[k] for t in tj[b][1] if k in t]
                     if vals:
                         exit_steps[k] = statistics.median(vals)
+                cpu = [t["cpu_user"] + t["cpu_system"] for t in tj[b][1] if "cpu_user" in t]
                 result["torch"][b] = {"wall_ms": s, "ratio": s["median"] / base,
-                                      "exit_steps_ms": exit_steps, "samples": tj[b][0]}
-                print("| %s | %s | x%.3f | %s |" % (
-                    b, fmt_ms(s), s["median"] / base,
+                                      "exit_steps_ms": exit_steps, "samples": tj[b][0],
+                                      "cpu_ms": median_range(cpu) if cpu else None}
+                print("| %s | %s | x%.3f | %s | %s |" % (
+                    b, fmt_ms(s), s["median"] / base, fmt_ms(median_range(cpu)) if cpu else "-",
                     ", ".join("%s %.1f" % kv for kv in exit_steps.items()) or "n/a"))
         result["loadavg_end"] = loadavg()
     finally:

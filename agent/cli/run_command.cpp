@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -429,8 +430,14 @@ int run_traced(const RunOptions& opts) {
     const std::string start = loader->start_times().line();
     loader.reset();  // what the return would do: detach and close everything, timed
     run_times.mark("teardown");
-    std::fprintf(stderr, "iolens: timing: start: %s\niolens: timing: exit: %s\n", start.c_str(),
-                 run_times.line().c_str());
+    // iolens' own CPU (its threads only, not the command's: RUSAGE_SELF), after teardown
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    const auto ms = [](const timeval& t) { return t.tv_sec * 1000.0 + t.tv_usec / 1000.0; };
+    std::fprintf(stderr,
+                 "iolens: timing: start: %s\niolens: timing: exit: %s\n"
+                 "iolens: timing: cpu: user=%.2f system=%.2f\n",
+                 start.c_str(), run_times.line().c_str(), ms(ru.ru_utime), ms(ru.ru_stime));
   }
   return status;
 }

@@ -166,8 +166,9 @@ class Recorder {
     std::size_t paths = 0;            // path -> file entries for rename/unlink attribution
     std::size_t folded_files = 0;     // (process, file) identities folded, 16 bytes each
     std::size_t forgotten_paths = 0;  // hashed paths of forgotten names, 24 bytes each
-    /// Fixed size of all the entries above (string contents and allocator overhead not
-    /// included): an order of magnitude, not an exact figure.
+    /// Fixed size of all the entries above (string contents, allocator overhead and the second
+    /// part of a record folded and then used again not included): an order of magnitude, not
+    /// an exact figure.
     std::size_t approx_bytes = 0;
   };
   Memory memory() const;
@@ -216,14 +217,43 @@ class Recorder {
     uint64_t unlinks = 0, renames = 0;
     std::unique_ptr<Folded> folded;  // only once fold_to took one of its records
   };
-  struct FileAcc {
-    FileCounters folded = new_counters();
-    bool has_folded = false;
-    FileCounters live = new_counters();
-    bool has_live = false;
+  /// What the drains reported of one record: the sum of its copies removed from the kernel
+  /// ("folded") and the newest copy still there ("live"). A part that is absent reads as
+  /// new_counters(). Most records have one part at a time (live while the process runs, then
+  /// folded), so one FileCounters (~1 KB) is inline and a second is allocated only while both
+  /// exist (a record moved out idle, then used again): half the memory per record, and half the
+  /// fresh pages the agent faults in as a job opens files (bench/README.md "The agent on a
+  /// PyTorch job").
+  class FileAcc {
+   public:
+    FileAcc() = default;
+    FileAcc(const FileAcc& o);
+    FileAcc& operator=(const FileAcc& o);
+    FileAcc(FileAcc&&) noexcept = default;
+    FileAcc& operator=(FileAcc&&) noexcept = default;
+
+    bool has_folded() const { return has_folded_; }
+    bool has_live() const { return has_live_; }
+    const FileCounters& folded() const;
+    const FileCounters& live() const;
+    FileCounters total() const;
+    /// The newest live copy replaces the previous one.
+    void set_live(const FileCounters& c);
+    /// A copy removed from the kernel (final, or moved out idle): folded in; no live part left.
+    void add_removed(const FileCounters& c);
+    /// Everything replaced by one folded part (a stat joined into a record, a restored state).
+    void set_folded(const FileCounters& c);
+    /// The folded part, created empty if absent, to be updated in place.
+    FileCounters& folded_for_update();
+
     uint64_t rename_sources = 0, unlinks = 0;
     std::string renamed_to;
-    FileCounters total() const;
+
+   private:
+    FileCounters first_ = new_counters();   // folded when has_folded_, else live (or empty)
+    std::unique_ptr<FileCounters> second_;  // live, when both parts exist
+    bool has_folded_ = false;
+    bool has_live_ = false;
   };
   struct Name {
     std::string path;

@@ -99,9 +99,9 @@ struct Recorder::Codec {
   static void put(Writer& w, const FileAcc& a) {
     // A part that is absent is new_counters() (accumulate and file_acc keep it so): only the
     // parts present are written.
-    w.u8((a.has_folded ? kHasFolded : 0) | (a.has_live ? kHasLive : 0));
-    if (a.has_folded) put(w, a.folded);
-    if (a.has_live) put(w, a.live);
+    w.u8((a.has_folded() ? kHasFolded : 0) | (a.has_live() ? kHasLive : 0));
+    if (a.has_folded()) put(w, a.folded());
+    if (a.has_live()) put(w, a.live());
     w.u64(a.rename_sources);
     w.u64(a.unlinks);
     w.string(a.renamed_to);
@@ -111,10 +111,15 @@ struct Recorder::Codec {
     if (!r.u8(parts)) return false;
     if (parts & ~(kHasFolded | kHasLive))
       return r.fail("unknown record parts " + std::to_string(parts));
-    a.has_folded = parts & kHasFolded;
-    a.has_live = parts & kHasLive;
-    if (a.has_folded && !get(r, a.folded)) return false;
-    if (a.has_live && !get(r, a.live)) return false;
+    FileCounters c = new_counters();
+    if (parts & kHasFolded) {
+      if (!get(r, c)) return false;
+      a.set_folded(c);
+    }
+    if (parts & kHasLive) {
+      if (!get(r, c)) return false;
+      a.set_live(c);
+    }
     return r.u64(a.rename_sources) && r.u64(a.unlinks) && r.string(a.renamed_to);
   }
 

@@ -215,6 +215,19 @@ void remove_pins(const std::string& dir) {
   }
 }
 
+/// A slot the kernel's copy fills: default construction leaves it uninitialised, so that growing
+/// a buffer of 936-byte records does not first zero what the copy overwrites.
+template <typename T>
+struct Uninit {
+  T v;
+  Uninit() {}  // NOLINT(modernize-use-equals-default): no initialisation, on purpose
+};
+static_assert(sizeof(Uninit<iolens_file_counters>) == sizeof(iolens_file_counters),
+              "the batch copy writes an array of values");
+
+/// See the end of Loader::drain: ~1-2 minutes of a daemon's drains, a whole `iolens run`.
+constexpr unsigned kSmallDrainsBeforeShrink = 64;
+
 }  // namespace
 
 struct Loader::Impl {
@@ -237,6 +250,10 @@ struct Loader::Impl {
   uint64_t* ring_consumer = nullptr;
   const uint64_t* ring_producer = nullptr;
   int pin_lock = -1;
+  // drain()'s buffers, reused from one drain to the next
+  std::vector<iolens_file_key> drain_keys;
+  std::vector<Uninit<iolens_file_counters>> drain_values;
+  unsigned small_drains = 0;  // drains in a row that used under a quarter of them
   ~Impl() {
     for (bpf_link* l : extra_links)
       if (l) bpf_link__destroy(l);
@@ -953,11 +970,11 @@ void read_one_by_one(int fd, std::vector<Key>& keys, std::vector<Value>& values)
   Key key{}, next{};
   const void* prev = nullptr;
   while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    Value v{};
-    if (bpf_map_lookup_elem(fd, &next, &v) == 0) {
+    values.emplace_back();
+    if (bpf_map_lookup_elem(fd, &next, &values.back()) == 0)
       keys.push_back(next);
-      values.push_back(v);
-    }
+    else
+      values.pop_back();
     key = next;
     prev = &key;
   }
@@ -1007,18 +1024,24 @@ void Loader::delete_blocks(const std::vector<iolens_block_key>& keys) {
 
 Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                      std::vector<iolens_file_key>* deferred) {
-  std::vector<iolens_file_key> keys;
-  std::vector<iolens_file_counters> values;
+  // The buffers outlive the drain: each drain reads every record (~1 KB each), and fresh
+  // vectors cost a reallocation copy per doubling and a page fault per 4 KiB of new memory, the
+  // agent's largest costs on a PyTorch job before (bench/README.md "The agent's drain").
+  auto& keys = impl_->drain_keys;
+  auto& values = impl_->drain_values;
+  keys.clear();
+  values.clear();
   read_map(map_fd, keys, values, batch_ok_);
   std::vector<iolens_file_key> final_keys;
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto& k = keys[i];
-    switch (remove(k, values[i], keys.size())) {
+    const iolens_file_counters& v = values[i].v;
+    switch (remove(k, v, keys.size())) {
       case Disposition::Keep:
-        sink(k, values[i], false);
+        sink(k, v, false);
         break;
       case Disposition::RemoveFinal:
-        sink(k, values[i], true);
+        sink(k, v, true);
         final_keys.push_back(k);
         break;
       case Disposition::Skip:
@@ -1048,6 +1071,19 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
     deferred->insert(deferred->end(), final_keys.begin(), final_keys.end());
   else
     delete_keys(map_fd, final_keys);
+  // Kept for the next drain. Given back only after many drains in a row used under a quarter
+  // of them, so that a burst's buffers (up to the map's size: 60 MiB for 65,536 records) are
+  // not held for the rest of a daemon's life, while the drains of a job whose record count
+  // swings (workers exit, new ones start) do not grow them again each time.
+  if (values.size() < values.capacity() / 4) {
+    if (++impl_->small_drains >= kSmallDrainsBeforeShrink) {
+      std::vector<iolens_file_key>().swap(keys);
+      std::vector<Uninit<iolens_file_counters>>().swap(values);
+      impl_->small_drains = 0;
+    }
+  } else {
+    impl_->small_drains = 0;
+  }
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/recorder.hpp"
@@ -193,6 +194,45 @@ TEST(Recorder, ProcessTreeExitCodesAndTotals) {
   ASSERT_TRUE(child.other_io.count("pipe"));
   EXPECT_EQ(child.other_io.at("pipe").bytes_written, 44u);
   EXPECT_EQ(child.totals.writes, 0u);  // pipes never in file totals
+}
+
+// The rows come out by pid, process start, then path, each with its own counters, whatever
+// order the records arrived in (the snapshot moves rows along a permutation's cycles).
+TEST(Recorder, SnapshotRowsOrderedWithTheirOwnCounters) {
+  Recorder r(100, 1);
+  struct Row {
+    uint32_t pid;
+    uint64_t pstart, ino;
+    std::string name;
+  };
+  std::vector<Row> rows;
+  for (uint32_t pid : {300u, 100u, 200u})
+    for (uint64_t pstart : {7u, 3u})
+      for (int i = 0; i < 40; ++i) {
+        // names in an order unlike the inode numbers': ino 1000+i is "f<(i * 7) % 40>"
+        rows.push_back({pid, pstart, 1000u + i, "f" + std::to_string(100 + (i * 7) % 40)});
+      }
+  std::vector<size_t> arrival(rows.size());
+  for (size_t i = 0; i < arrival.size(); ++i) arrival[i] = (i * 37) % arrival.size();
+  for (size_t i : arrival) {
+    const Row& w = rows[i];
+    r.on_event(name_event(w.pid, w.pstart, w.ino, w.name + "\0"s + "d\0"s));
+    // the counters name the row: reads = ino, bytes = pid * 10 + pstart
+    r.on_file(key(w.pid, w.pstart, w.ino), reads(w.ino, w.pid * 10 + w.pstart, 1, 2), false);
+  }
+  auto s = r.snapshot(ClockBase{});
+  ASSERT_EQ(s.files.size(), rows.size());
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.pid, a.pstart, a.name) < std::tie(b.pid, b.pstart, b.name);
+  });
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const FileSnapshot& f = s.files[i];
+    EXPECT_EQ(f.pid, rows[i].pid) << i;
+    EXPECT_EQ(f.path, "/d/" + rows[i].name) << i;
+    EXPECT_EQ(f.ino, rows[i].ino) << i;
+    EXPECT_EQ(f.counters.reads, rows[i].ino) << i;
+    EXPECT_EQ(f.counters.bytes_read, rows[i].pid * 10 + rows[i].pstart) << i;
+  }
 }
 
 TEST(Recorder, LostCausesAlwaysPresent) {

@@ -10,7 +10,8 @@
  *
  * The tallies are kept as each call is made, from the real return values, with the rules of
  * bpf/iolens_account.h (Darshan's POSIX module):
- *  - opens counts open* and dups; dups counts dup/dup2/fcntl(F_DUPFD*);
+ *  - opens counts open* and dups; dups counts dup/dup2/fcntl(F_DUPFD*) (F_GETFD, F_SETFD and
+ *    F_GETFL calls on the same file count as nothing);
  *  - reads/writes count calls returning >= 0 (a read returning 0 at EOF is a read);
  *  - an access at `off` returning `ret`: seq if off > last_byte, consec if off == last_byte + 1,
  *    then last_byte = off + ret - 1 and max_byte = max(max_byte, off + ret - 1);
@@ -535,6 +536,10 @@ static void phase_dup(char *buf)
 	if (fd3 < 0)
 		die("fcntl F_DUPFD_CLOEXEC");
 	t_dup(idx);
+	/* fcntl's other commands on the same file count as nothing (sys_enter drops them) */
+	if (fcntl(fd3, F_GETFD) != FD_CLOEXEC || fcntl(fd3, F_SETFD, 0) != 0 ||
+	    fcntl(fd, F_GETFL) < 0)
+		die("fcntl F_GETFD/F_SETFD/F_GETFL");
 	x_read(idx, fd2, buf, 1000, &pos);
 	x_read_to_eof(idx, fd3, buf, CHUNK, &pos);
 	fd4 = dup2(fd, 60);
