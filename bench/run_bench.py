@@ -14,6 +14,10 @@ Cases (see bench/README.md):
            ...` (U T X, X T U, ...), against the same untraced runs (the traced runs then write
            --json J too); per run, the trace's records produced, in the file and lost, and its
            size. A workload that lost records to a full ring runs once more with a larger ring.
+  darshan (--darshan PREFIX) a further mode in the same rounds: the loop or the PyTorch job run
+           under Darshan's preload (LD_PRELOAD=PREFIX/lib/libdarshan.so, DARSHAN_ENABLE_NONMPI=1,
+           its logs into a scratch directory emptied after each run), against the same untraced
+           runs: the peer iolens replaces, measured beside it (bench/README.md "Darshan").
   outside  io_loops run untraced with no iolens at all vs while `iolens run -q -- sleep 600` is
            attached in the background (the loops are outside its traced tree). The background
            iolens is started and stopped once per round; each round runs one block of every loop
@@ -373,6 +377,7 @@ def torch_run(argv, watch_self_cpu=False):
 
 MODES = ("untraced", "traced", "traced+trace")
 TRACE_MODE = MODES[2]
+DARSHAN_MODE = "darshan"
 TRACE_SLOT = 96  # ring bytes per record: the 88-byte record behind the ring's 8-byte header
 TRACE_RING_MAX = 1 << 30  # iolens' largest --trace-ring-size
 
@@ -442,14 +447,23 @@ class Runner:
     mode on, the traced runs write the JSON record too, so that the two traced modes differ
     only by --trace (the PyTorch job's record is ~110 MB: seconds of the agent's time at exit)."""
 
-    def __init__(self, iolens, work, ring, trace):
+    def __init__(self, iolens, work, ring, trace, darshan=None):
         self.iolens, self.ring, self.with_json = iolens, ring, trace
         self.trace = os.path.join(work, "run.trace")
         self.json = os.path.join(work, "run.json")
+        self.darshan_lib = os.path.join(darshan, "lib", "libdarshan.so") if darshan else None
+        self.darshan_logs = os.path.join(work, "darshan-logs")
 
     def prefix(self, mode, ring=None):
         if mode == "untraced":
             return []
+        if mode == DARSHAN_MODE:
+            # Darshan's non-MPI runtime, as its documentation runs it: preloaded, enabled by
+            # DARSHAN_ENABLE_NONMPI; the log directory by both of its environment names
+            os.makedirs(self.darshan_logs, exist_ok=True)
+            return ["env", "LD_PRELOAD=" + self.darshan_lib, "DARSHAN_ENABLE_NONMPI=1",
+                    "DARSHAN_LOG_DIR_PATH=" + self.darshan_logs,
+                    "DARSHAN_LOGPATH=" + self.darshan_logs]
         json_opt = ["--json", self.json] if self.with_json else []
         if mode == "traced":
             return [self.iolens, "run", "-q"] + RUN_ARGS + json_opt + ["--"]
@@ -461,6 +475,9 @@ class Runner:
         run's files."""
         if mode == TRACE_MODE:
             return self.collect(what)
+        if mode == DARSHAN_MODE:
+            shutil.rmtree(self.darshan_logs, ignore_errors=True)
+            return None
         if self.with_json and mode == "traced":
             os.unlink(self.json)
         return None
@@ -760,6 +777,10 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="add the mode traced+trace (iolens run --trace) to the traced case: "
                     "what trace mode costs, its records, losses and file size per loop")
+    ap.add_argument("--darshan", metavar="PREFIX",
+                    help="add the mode darshan: each loop and the PyTorch job also run under "
+                    "Darshan's non-MPI runtime preloaded from PREFIX/lib/libdarshan.so (built by "
+                    "hand outside the repository: bench/README.md \"Darshan\")")
     ap.add_argument("--trace-ring-size", default="16M",
                     help="--trace-ring-size for traced+trace (default 16M, iolens' default)")
     a = ap.parse_args()
@@ -771,6 +792,8 @@ def main():
     except ValueError as e:
         sys.exit("run_bench: --trace-ring-size: %s" % e)
 
+    if a.darshan and not os.path.isfile(os.path.join(a.darshan, "lib", "libdarshan.so")):
+        sys.exit("run_bench: --darshan %s: no lib/libdarshan.so there" % a.darshan)
     if os.geteuid() != 0:
         sys.exit("run_bench: must run as root (iolens loads BPF programs)")
     quick = a.quick
@@ -800,6 +823,7 @@ def main():
             os.path.getmtime(iolens), datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": quick, "rounds": rounds, "torch_rounds": torch_rounds, "sizes": sizes,
         "trace": a.trace, "trace_ring_size": a.trace_ring_size if a.trace else None,
+        "darshan": a.darshan,
     }
     try:
         env["git"] = run_ok(["git", "-C", REPO, "rev-parse", "--short", "HEAD"]).stdout.strip()
@@ -818,8 +842,9 @@ def main():
 
         # --- traced vs untraced, interleaved per round, order flipping each round ---------
         # With --trace a third mode, traced+trace, joins each round: U T X, X T U, ...
-        modes = MODES if a.trace else MODES[:2]
-        runner = Runner(iolens, tmp, a.trace_ring_size, a.trace)
+        modes = MODES[:2] + ((DARSHAN_MODE,) if a.darshan else ()) + (
+            (TRACE_MODE,) if a.trace else ())
+        runner = Runner(iolens, tmp, a.trace_ring_size, a.trace, a.darshan)
         trace_runs = {}  # workload -> one dict per traced+trace run (Runner.collect)
         samples = {lp.name: {m: [] for m in modes} for lp in loops}
         for r in range(rounds):
@@ -854,18 +879,19 @@ def main():
                        "--workers", str(sizes["torch_workers"])]
                 torch_run(job)  # warm-up: caches the dataset and torch's own files
                 ep, wall_s = {m: [] for m in modes}, {m: [] for m in modes}
-                raw, agent_cpu = [], {m: [] for m in modes[1:]}
+                raw, agent_cpu = [], {m: [] for m in modes[1:] if m != DARSHAN_MODE}
                 for r in range(torch_rounds):
                     results["rounds"].append(round_env("torch", r, a))
                     for mode in flipped(modes, r):
-                        traced = mode != "untraced"
+                        traced = mode in ("traced", TRACE_MODE)  # iolens on top
                         wall, intervals, printed, cpu = torch_run(runner.prefix(mode) + job,
                                                                   watch_self_cpu=traced)
                         ep[mode].append(statistics.median(intervals))
                         wall_s[mode].append(wall)
                         if traced and cpu is not None:
                             agent_cpu[mode].append(cpu)
-                        raw.append({"round": r, "traced": traced, "mode": mode, "wall_s": wall,
+                        raw.append({"round": r, "traced": mode != "untraced", "mode": mode,
+                                    "wall_s": wall,
                                     "epoch_intervals_s": intervals, "epoch_printed_s": printed,
                                     "iolens_self_cpu_s": cpu if traced else None})
                         got = runner.after(mode, "torch")

@@ -942,8 +942,9 @@ static __always_inline __u64 leader_start(struct task_struct *task)
 }
 
 /*
- * The filter every syscall of every task on the machine goes through: the task's storage for
- * this map, or NULL. Most tasks have no BPF task storage at all; one direct load of
+ * The filter every syscall of every task on the machine goes through (sys_enter open-codes it,
+ * with the syscall number tested between its two steps): the task's storage for this map, or
+ * NULL. Most tasks have no BPF task storage at all; one direct load of
  * task->bpf_storage sends them away before any helper call (this is what processes outside the
  * traced tree pay, see bench/README.md).
  */
@@ -1472,8 +1473,8 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	/* The cheapest tests first: any task without task storage (every process outside the
 	 * traced tree: one load), then a call iolens does not count (futex, poll, mmap of anonymous
 	 * memory...: a traced job's most frequent calls) before the storage lookup. fcntl counts
-	 * only as a dup: the others (F_GETFL, F_SETFD, locks: ~90,000 per PyTorch epoch of
-	 * bench/README.md) leave here, and their sys_exit without reading the clock. */
+	 * only as a dup: the others (F_GETFL, F_SETFD, locks: ~88,000 in bench/README.md's
+	 * 10,000-file PyTorch run) leave here, and their sys_exit without reading the clock. */
 	if (!task->bpf_storage || !iolens_syscall_wanted(id) ||
 	    (id == IOLENS_NR_fcntl && !fcntl_dups(regs->si)))
 		return 0;

@@ -1026,7 +1026,8 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
                      std::vector<iolens_file_key>* deferred) {
   // The buffers outlive the drain: each drain reads every record (~1 KB each), and fresh
   // vectors cost a reallocation copy per doubling and a page fault per 4 KiB of new memory, the
-  // agent's largest costs on a PyTorch job before (bench/README.md "The agent's drain").
+  // agent's largest costs on a PyTorch job before (bench/README.md "The agent on a PyTorch
+  // job").
   auto& keys = impl_->drain_keys;
   auto& values = impl_->drain_values;
   keys.clear();
