@@ -17,7 +17,8 @@ Cases (see bench/README.md):
   darshan (--darshan PREFIX) a further mode in the same rounds: the loop or the PyTorch job run
            under Darshan's preload (LD_PRELOAD=PREFIX/lib/libdarshan.so, DARSHAN_ENABLE_NONMPI=1,
            its logs into a scratch directory emptied after each run), against the same untraced
-           runs: the peer iolens replaces, measured beside it (bench/README.md "Darshan").
+           runs: the peer iolens replaces, measured beside it (bench/README.md "Darshan, the
+           peer").
   outside  io_loops run untraced with no iolens at all vs while `iolens run -q -- sleep 600` is
            attached in the background (the loops are outside its traced tree). The background
            iolens is started and stopped once per round; each round runs one block of every loop
@@ -780,7 +781,7 @@ def main():
     ap.add_argument("--darshan", metavar="PREFIX",
                     help="add the mode darshan: each loop and the PyTorch job also run under "
                     "Darshan's non-MPI runtime preloaded from PREFIX/lib/libdarshan.so (built by "
-                    "hand outside the repository: bench/README.md \"Darshan\")")
+                    "hand outside the repository: bench/README.md \"Darshan, the peer\")")
     ap.add_argument("--trace-ring-size", default="16M",
                     help="--trace-ring-size for traced+trace (default 16M, iolens' default)")
     a = ap.parse_args()
