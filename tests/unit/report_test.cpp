@@ -410,6 +410,39 @@ TEST(JsonReport, StreamedRecordIsTheDumpedOne) {
   EXPECT_EQ(streamed(daemon), exporters::dump_json(exporters::run_to_json(daemon, "9.9.9")));
 }
 
+// Every shape a file row takes (write_run_json writes file rows directly, not through the DOM):
+// unknown and incomplete paths, a rename target in and out of UTF-8, hit ratios that are null,
+// whole, fractional or tiny, negative and extreme numbers.
+TEST(JsonReport, StreamedFileRowsOfEveryShapeAreTheDumpedOnes) {
+  auto s = sample();
+  const core::FileSnapshot base = s.files[0];
+  s.files.clear();
+  const double ratios[][2] = {{0, 0}, {1, 1}, {3, 1}, {3, 2}, {10000000, 1}, {7, 5}};
+  for (int i = 0; i < 12; ++i) {
+    core::FileSnapshot f = base;
+    f.ino = 100 + static_cast<uint64_t>(i);
+    f.path = "/d/f" + std::to_string(i);
+    f.path_known = i % 3 != 1;
+    f.path_incomplete = i % 4 == 2;
+    if (i % 5 == 3) f.renamed_to = "/d/renamed" + std::to_string(i);
+    if (i % 5 == 4) f.renamed_to = std::string("/d/\xc3(bad\x80") + std::to_string(i);
+    if (i == 6) f.path = std::string("/d/\xff\x01\"q\"\t") + std::to_string(i);
+    f.proc_start_ns = i == 7 ? -1 : (i == 8 ? INT64_MAX : f.proc_start_ns);
+    f.rename_sources = static_cast<uint64_t>(i % 2);
+    f.unlinks = i == 9 ? UINT64_MAX : 0;
+    // cache_read_pages / cache_miss_pages and fault_pages / fault_miss_pages: the hit ratios
+    const auto& rp = ratios[i % 6];
+    f.counters.cache_read_pages = static_cast<uint64_t>(rp[0]);
+    f.counters.cache_miss_pages = static_cast<uint64_t>(rp[1]);
+    f.counters.fault_pages = static_cast<uint64_t>(rp[0]) * 3;
+    f.counters.fault_miss_pages = static_cast<uint64_t>(rp[1]);
+    f.counters.bytes_read = i == 10 ? UINT64_MAX / 2 : static_cast<uint64_t>(i) * 4096;
+    f.counters.max_byte_read = i == 11 ? -1 : 77;
+    s.files.push_back(f);
+  }
+  EXPECT_EQ(streamed(s), exporters::dump_json(exporters::run_to_json(s, "9.9.9")));
+}
+
 TEST(JsonReport, StreamedRecordIsWrittenInPieces) {
   // Many files: written as it is made (several pieces), still the dumped text.
   auto s = sample();
