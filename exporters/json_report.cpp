@@ -182,6 +182,15 @@ json run_head_json(const core::RunSnapshot& run, const std::string& version) {
   return j;
 }
 
+/// `text` (a value dumped at indent level 0) as it is dumped `level` levels deep: every line
+/// after the first indented by `level` more spaces. A dumped string never holds a raw newline.
+void append_indented(std::string& out, const std::string& text, std::size_t level) {
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out.append(level, ' ');
+  }
+}
+
 // ---- one file of the record, written directly ----
 
 void append_int(std::string& out, int64_t v) {
@@ -260,23 +269,11 @@ void append_file_json(std::string& out, const core::FileSnapshot& f) {
       append_int(out, core::counter_value(f.counters, fields[static_cast<std::size_t>(index)]));
   }
   out += "\n   }";
-  const core::ReadCoverage r = core::read_coverage(f.counters);
+  // six members with two doubles: coverage_json's own text (a small DOM) keeps one definition
   append_key(out, first, 3, "coverage");
-  out += '{';
-  bool first_cov = true;
-  append_key(out, first_cov, 4, "cache_hit_ratio");
-  append_scalar(out, ratio_json(r.cache_hit_ratio));
-  append_key(out, first_cov, 4, "direct_read_bytes");
-  append_uint(out, r.direct_bytes);
-  append_key(out, first_cov, 4, "fault_bytes");
-  append_uint(out, r.fault_bytes);
-  append_key(out, first_cov, 4, "fault_hit_ratio");
-  append_scalar(out, ratio_json(r.fault_hit_ratio));
-  append_key(out, first_cov, 4, "syscall_read_bytes");
-  append_uint(out, r.syscall_bytes);
-  append_key(out, first_cov, 4, "uring_read_bytes");
-  append_uint(out, r.uring_bytes);
-  out += "\n   }";
+  append_indented(out,
+                  coverage_json(f.counters).dump(1, ' ', false, json::error_handler_t::replace),
+                  3);
   append_key(out, first, 3, "dev");
   append_uint(out, f.dev);
   append_key(out, first, 3, "ino");
@@ -298,14 +295,6 @@ void append_file_json(std::string& out, const core::FileSnapshot& f) {
   out += "\n  }";
 }
 
-/// `text` (a value dumped at indent level 0) as it is dumped `level` levels deep: every line
-/// after the first indented by `level` more spaces. A dumped string never holds a raw newline.
-void append_indented(std::string& out, const std::string& text, std::size_t level) {
-  for (char c : text) {
-    out += c;
-    if (c == '\n') out.append(level, ' ');
-  }
-}
 
 }  // namespace
 
