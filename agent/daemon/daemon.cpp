@@ -404,6 +404,7 @@ bool Daemon::setup() {
   lo.ring_bytes = cfg_.limits.ring_bytes;
   lo.trace_ring_bytes = cfg_.limits.trace_ring_bytes;
   lo.disabled_programs = cfg_.disabled_programs;
+  lo.timing = cfg_.timing == "off" ? IOLENS_TIMING_OFF : IOLENS_TIMING_EXACT;
   Status st;
   loader_ = loader::Loader::create(lo, st);
   if (!loader_) {
@@ -438,6 +439,7 @@ void Daemon::new_table() {
   table_ = std::make_unique<JobTable>(*sel_, cfg_.limits, mono_to_wall_);
   if (metrics_) table_->set_file_classes(cfg_.metrics.classes);
   table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
+  if (loader_) table_->set_timing(loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact");
 }
 
 std::optional<std::string> Daemon::resolve_cgroup(uint64_t id) {
@@ -1120,6 +1122,7 @@ core::DaemonHealth Daemon::health() {
   for (const auto& p : loader_->programs())
     h.programs.push_back({p.name, p.attached, !p.attached && !p.error.empty()});
   h.syscall_hooks_attached = loader_->syscall_hooks();
+  h.timing_exact = loader_->timing() == IOLENS_TIMING_EXACT;
   for (const auto& [id, job] : table_->jobs()) {
     if (job->state == JobState::Live) ++h.jobs_live;
     if (job->state == JobState::Closing) ++h.jobs_closing;
@@ -1208,6 +1211,8 @@ nlohmann::json Daemon::status_json() {
   j["watch_roots"] = sel_->watch_roots();
   j["syscall_hooks"] = loader_->syscall_hooks() ? "attached" : "detached";
   j["syscall_hooks_mode"] = opts_.syscall_hooks;
+  j["timing"] = loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact";
+  if (!loader_->timing_note().empty()) j["timing_note"] = loader_->timing_note();
   nlohmann::json progs = nlohmann::json::array();
   std::map<std::string, uint64_t> misses;
   for (const auto& [name, n] : loader_->program_misses()) misses[name] = n;
@@ -1474,7 +1479,8 @@ nlohmann::json Daemon::end_run(const nlohmann::json& req, control::RequestContex
                            {"recorder_bytes", blob.size()},
                            {"lost", lost},
                            {"block", block},
-                           {"not_attached", not_attached}};
+                           {"not_attached", not_attached},
+                           {"timing", loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact"}};
   spdlog::info("run {} ended: job {} sent to pid {} ({} bytes)", run.id, run.job_id,
                ctx.peer.pid, blob.size());
   take_run_job(run.job_id);
@@ -1516,6 +1522,9 @@ void Daemon::service_runs() {
 nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::RequestContext& ctx) {
   const CaptureRequest r = parse_capture_request(req);
   const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  if (loader_->timing() == IOLENS_TIMING_OFF)
+    throw std::runtime_error("a capture needs each call's start and duration, and this iolensd "
+                             "runs with timing off (timing: exact in its config)");
   if (capture_ && capture_->running())
     throw std::runtime_error(
         "a capture is running already (id " + std::to_string(capture_->id) + ", job " +
