@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: iolensd with `timing: off` (docs/counters.md#timing): no sys_enter program, counts exact,
+no time measured, and every output says so.
+
+One daemon (`timing: off`, `syscall_hooks: always`, a process rule `comm: job_workload`) and one
+job_workload run that writes a known number of bytes to its own file, reads it back and closes
+it (its manifest, tallied from its calls' return values, is the ground truth).
+
+Checks:
+  - `iolens status`: timing "off"; the program `close_enter` attached, `sys_exit` attached and
+    no `sys_enter` among the programs (not loaded);
+  - the job's record: "timing": "off"; the workload's files and bytes exactly as its manifest
+    says (opens, closes, reads, writes, bytes: close counted although no sys_enter runs); every
+    time counter of its file records 0 and no latency bucket set;
+  - /metrics: `iolens_timing_exact 0`, no `iolens_job_io_seconds_total` and no
+    `iolens_job_request_duration_seconds` series, while `iolens_job_io_bytes_total` has the
+    job's bytes;
+  - `iolens capture` is refused with a message naming the timing, and a non-zero exit.
+"""
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+
+sys.dont_write_bytecode = True
+import daemon_common as D  # noqa: E402
+import e2e_common as E  # noqa: E402
+
+WRITE, READ = 3 * 65536 + 100, 40000
+
+def main():
+    args = D.parse_args()
+    D.require_root()
+    ck = E.Checker("daemon_timing")
+    work = D.tempdir("timing-work")
+    d = D.Daemon(args.iolensd, '  - process: {comm: job_workload}', tag="tm",
+                 extra_config="timing: off\nsyscall_hooks: always\n", iolens=args.iolens)
+    d.start(ck)
+
+    st = d.status()
+    ck.eq("status timing", "off", st.get("timing"))
+    progs = {p.get("name"): p for p in st.get("programs", [])}
+    ck.check(progs.get("close_enter", {}).get("attached") is True,
+             "close_enter is not attached: %r" % progs.get("close_enter"))
+    ck.check(progs.get("sys_exit", {}).get("attached") is True,
+             "sys_exit is not attached: %r" % progs.get("sys_exit"))
+    ck.check("sys_enter" not in progs, "sys_enter is listed with timing off: %r" %
+             progs.get("sys_enter"))
+
+    D.make_input(os.path.join(work, "tm.in"), READ)
+    p = subprocess.Popen([args.workload, "io", work, "tm", str(WRITE), str(READ)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    D.Cleanup.register("kill workload", lambda: p.poll() is None and p.kill())
+    m = D.finish_workload(ck, p, "workload")
+    if not m:
+        ck.fatal("the workload did not run as expected")
+
+    def holding():
+        return [doc for doc in d.records().values()
+                if doc and any(pr.get("pid") == p.pid for pr in doc.get("processes", []))]
+
+    D.wait_or_fail(ck, "the job's record", holding, 15)
+    docs = holding()
+    ck.eq("records holding the workload", 1, len(docs))
+    if docs:
+        doc = docs[0]
+        ck.eq("record timing", "off", doc.get("timing"))
+        D.check_lost_zero(ck, doc, "job")
+        D.check_manifest_files(ck, doc, [m], "job")
+        mine = [f for f in doc.get("files", []) if E.under(f.get("path"), work)]
+        ck.check(mine, "no file record under %s" % work)
+        for f in mine:
+            c = f.get("counters", {})
+            where = "file %s" % f.get("path")
+            ck.check(c.get("closes", 0) >= 1, "%s: closes %r (close_enter)" % (where,
+                                                                           c.get("closes")))
+            for k in E.SYSCALL_TIMES:
+                ck.eq("%s %s" % (where, k), 0, c.get(k))
+            lat = sum(v for k, v in c.items() if k.startswith("lat_") and not k.endswith("_ns"))
+            ck.eq("%s latency buckets" % where, 0, lat)
+        written = sum(f.get("counters", {}).get("bytes_written", 0) for f in mine)
+        ck.eq("bytes written under %s" % work, m["totals"]["bytes_written"], written)
+
+    ports = st.get("metrics", {}).get("ports") or []
+    if ck.check(len(ports) == 1, "status.metrics.ports: %r" % st.get("metrics")):
+        def scrape():
+            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % ports[0],
+                                          timeout=10).read().decode()
+            return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+
+        # The page follows the daemon's state at its next publication (each drain).
+        D.wait_for("the job's series on /metrics",
+                   lambda: any(ln.startswith("iolens_job_io_bytes_total") for ln in scrape()),
+                   15)
+        lines = scrape()
+        gauge = [ln for ln in lines if re.match(r"iolens_timing_exact(\{[^}]*\})? ", ln)]
+        ck.check(len(gauge) == 1 and gauge[0].split()[-1] == "0",
+                 "iolens_timing_exact: %r, expected one series of value 0" % gauge)
+        for fam in ("iolens_job_io_seconds_total", "iolens_job_request_duration_seconds"):
+            got = [ln for ln in lines if ln.startswith(fam)]
+            ck.eq("series of %s with timing off" % fam, [], got[:3])
+        ck.check(any(ln.startswith("iolens_job_io_bytes_total") for ln in lines),
+                 "no iolens_job_io_bytes_total series (is the job on the page?):\n%s" %
+                 "\n".join(ln for ln in lines if ln.startswith("iolens_job"))[:2000])
+
+    out = os.path.join(work, "capture.iotrace")
+    r = d.cli("capture", "--pid", str(os.getpid()), "--duration", "1s", "-o", out)
+    ck.check(r.returncode != 0, "capture with timing off exited 0")
+    ck.check("timing" in r.stderr, "capture's error does not name the timing: %r" % r.stderr)
+    d.stop()
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
