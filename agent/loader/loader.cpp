@@ -859,6 +859,9 @@ Status Loader::trace_process(pid_t pid) {
     const int e = errno;
     return Status::Error("pidfd_open(" + std::to_string(pid) + "): " + errno_text(e), e);
   }
+  // enter_ns 0: with timing off, the process's next system call exit is not counted, as it may
+  // have been entered untraced (iolens run's child, stopped after raise(SIGSTOP), makes prctl
+  // first, which is not counted anyway).
   iolens_task_state st{};
   const int err = bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.task_state), &pidfd, &st,
                                       BPF_NOEXIST);
