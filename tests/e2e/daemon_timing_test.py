@@ -16,8 +16,11 @@ Checks:
   - /metrics: `iolens_timing_exact 0`, no `iolens_job_io_seconds_total` and no
     `iolens_job_request_duration_seconds` series, while `iolens_job_io_bytes_total` has the
     job's bytes;
-  - `iolens capture` is refused with a message naming the timing, and a non-zero exit.
+  - `iolens capture` is refused with a message naming the timing, and a non-zero exit;
+  - `iolens run --daemon --json` (the daemon's run root): the record says "timing": "off" and
+    "collector" iolensd, with the workload's bytes and no read time.
 """
+import json
 import os
 import re
 import subprocess
@@ -35,8 +38,12 @@ def main():
     D.require_root()
     ck = E.Checker("daemon_timing")
     work = D.tempdir("timing-work")
+    cg = D.Cgroups()
+    cg.mkdir("")
+    D.Cleanup.register("remove the run root", lambda: cg.remove_tree("runs"))
     d = D.Daemon(args.iolensd, '  - process: {comm: job_workload}', tag="tm",
-                 extra_config="timing: off\nsyscall_hooks: always\n", iolens=args.iolens)
+                 extra_config="timing: off\nsyscall_hooks: always\nruns: %s\n" % cg.rel("runs"),
+                 iolens=args.iolens)
     d.start(ck)
 
     st = d.status()
@@ -110,6 +117,24 @@ def main():
     r = d.cli("capture", "--pid", str(os.getpid()), "--duration", "1s", "-o", out)
     ck.check(r.returncode != 0, "capture with timing off exited 0")
     ck.check("timing" in r.stderr, "capture's error does not name the timing: %r" % r.stderr)
+
+    # iolens run counted by the daemon: its record is timed the daemon's way.
+    D.make_input(os.path.join(work, "rn.in"), READ)
+    rj = os.path.join(work, "run.json")
+    r = subprocess.run([args.iolens, "run", "-q", "--daemon", "--socket", d.socket, "--json", rj,
+                        "--", args.workload, "io", work, "rn", str(WRITE), str(READ)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    ck.eq("iolens run --daemon exit (stderr %r)" % r.stderr[-300:], 0, r.returncode)
+    if r.returncode == 0:
+        with open(rj) as f:
+            run = json.load(f)
+        ck.eq("run record collector", "iolensd", run.get("collector", {}).get("path"))
+        ck.eq("run record timing", "off", run.get("timing"))
+        rin = [x for x in run.get("files", []) if x.get("path") == os.path.join(work, "rn.in")]
+        ck.eq("run: records of rn.in", 1, len(rin))
+        if rin:
+            ck.eq("run: rn.in bytes_read", READ, rin[0]["counters"].get("bytes_read"))
+            ck.eq("run: rn.in read_time_ns", 0, rin[0]["counters"].get("read_time_ns"))
     d.stop()
     ck.finish()
 
