@@ -46,6 +46,9 @@ const volatile __u32 select_jobs = 0;
 /* Set by the agent before it runs the task iterator: also report every process already traced
  * (a restarted daemon relearns which processes are traced). */
 __u32 scan_report_all = 0;
+/* Set by the agent before it runs the task iterator to settle the traced tasks' entry state
+ * (timing off, before sys_exit attaches: Loader::set_syscall_hooks); nothing else is done. */
+__u32 scan_settle = 0;
 
 #define S_IFMT 00170000
 #define S_IFREG 0100000
@@ -964,6 +967,25 @@ static __always_inline struct iolens_task_state *traced_state(struct task_struct
 /* ---- job selection (daemon mode): which tasks get task storage, decided at fork/exec/move ---- */
 
 #define PF_KTHREAD 0x00200000
+#define PF_IO_WORKER 0x00000010
+/* vmlinux.h has no errno macros: ENOSYS, which the x86-64 syscall entry puts in regs->ax */
+#define IOLENS_ENOSYS 38
+
+/*
+ * Timing off: whether `t` is inside a system call now, whose exit is still to come. The entry
+ * saved the call's number in orig_ax (negative for an interrupt or an exception) and set ax to
+ * -ENOSYS, which the call's return value replaces before its exit work (sys_exit). A task in
+ * user mode, or stopped or preempted after a call returned, holds that return value there.
+ * (A call that itself returned -ENOSYS looks inside one: at most one of its next calls is not
+ * counted.)
+ */
+static __always_inline int inside_call(struct task_struct *t)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+
+	return (long)BPF_CORE_READ(regs, orig_ax) >= 0 &&
+	       (long)BPF_CORE_READ(regs, ax) == -IOLENS_ENOSYS;
+}
 /* Depth limit of the ancestor walk: Kubernetes and Slurm trees are 4 to 7 levels deep. */
 #define CGROUP_MAX_WALK 32
 
@@ -1025,11 +1047,9 @@ static __always_inline struct iolens_task_state *mark_task(struct task_struct *t
 	st->origin = reason;
 	/* Timing off (struct iolens_task_state's enter_ns): 0 makes sys_exit skip the exit of the
 	 * call `t` is inside now, entered before it was traced (the write to cgroup.procs that
-	 * moved it); a task in user mode is inside none. orig_ax of its saved user registers is
-	 * the call's number inside one, negative after an interrupt or exception from user mode. */
+	 * moved it); a task in user mode is inside none. */
 	if (timing_mode == IOLENS_TIMING_OFF)
-		st->enter_ns =
-			BPF_CORE_READ((struct pt_regs *)bpf_task_pt_regs(t), orig_ax) >= 0 ? 0 : 1;
+		st->enter_ns = inside_call(t) ? 0 : 1;
 	return st;
 }
 
@@ -1146,10 +1166,20 @@ int scan_tasks(struct bpf_iter__task *ctx)
 	struct iolens_task_state *st;
 	int sel;
 
-	if (!t || !select_jobs || (t->flags & PF_KTHREAD))
+	/* io_uring's threads are not marked: they borrow their group leader's state
+	 * (io_task_state), which resets its context at its own sys_exit */
+	if (!t || !select_jobs || (t->flags & (PF_KTHREAD | PF_IO_WORKER)))
 		return 0;
-	sel = cgroup_selected(task_dfl_cgroup(t));
 	st = bpf_task_storage_get(&task_state, t, 0, 0);
+	if (scan_settle) {
+		/* A call a task was marked inside (enter_ns 0) that returned while sys_exit was
+		 * detached was never seen: if the task is inside none now, its next exit is a call
+		 * of its own, to be counted. */
+		if (st && !st->enter_ns && !inside_call(t))
+			st->enter_ns = 1;
+		return 0;
+	}
+	sel = cgroup_selected(task_dfl_cgroup(t));
 	if (st) {
 		if (!sel && origin_is_cgroup(st->origin)) {
 			bpf_task_storage_delete(&task_state, t);
@@ -1606,8 +1636,11 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	 * call whose sys_enter it did not see). */
 	if (timing_mode == IOLENS_TIMING_OFF && !st->enter_ns) {
 		st->enter_ns = 1;
-		if (id == IOLENS_NR_close)
+		if (id == IOLENS_NR_close) {
+			st->close_kind = 0;
+			st->close_name = 0;
 			st->cache_file = 0; /* close_enter kept the file going away */
+		}
 		return 0;
 	}
 	if (!iolens_syscall_wanted(id) || (id == IOLENS_NR_fcntl && !fcntl_dups(regs->si)))
@@ -1890,7 +1923,6 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
  * "Start-up"): the leader is loaded first, before any branch, so that it is walked once; the
  * leader's storage is found by the helper (no load of its bpf_storage).
  */
-#define PF_IO_WORKER 0x00000010
 
 static __always_inline struct iolens_task_state *io_task_state(struct task_struct *task,
 								int *own)

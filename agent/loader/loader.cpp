@@ -149,21 +149,30 @@ int64_t clock_ns(clockid_t c) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
-/// Makes `dir` a directory on a bpffs, mounting bpffs at /sys/fs/bpf if nothing is there yet
-/// (systemd mounts it at boot; minimal hosts and containers may not).
 /// close_enter, a classic tracepoint program (timing off), attaches through tracefs, which
-/// nodes often do not mount at boot: mounts it at /sys/kernel/tracing unless it, or debugfs's
-/// copy that libbpf uses when debugfs is mounted, is there.
+/// nodes often do not mount at boot. libbpf looks in debugfs's copy when debugfs is mounted,
+/// else in /sys/kernel/tracing, where this mounts tracefs if nothing is there; then the
+/// tracepoint must exist (a kernel without CONFIG_FTRACE_SYSCALLS has no syscalls events).
 Status ensure_tracefs() {
-  for (const char* events : {"/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"})
-    if (access(events, F_OK) == 0) return Status::Ok();
-  if (mount("nodev", "/sys/kernel/tracing", "tracefs", 0, nullptr) != 0) {
+  const bool debugfs = access("/sys/kernel/debug/tracing", F_OK) == 0;
+  const std::string root = debugfs ? "/sys/kernel/debug/tracing" : "/sys/kernel/tracing";
+  if (!debugfs && access((root + "/events").c_str(), F_OK) != 0 &&
+      mount("nodev", root.c_str(), "tracefs", 0, nullptr) != 0) {
     const int e = errno;
-    return Status::Error("cannot mount tracefs at /sys/kernel/tracing: " + errno_text(e), e);
+    return Status::Error("cannot mount tracefs at " + root + ": " + errno_text(e), e);
+  }
+  const std::string id = root + "/events/syscalls/sys_enter_close/id";
+  if (access(id.c_str(), R_OK) != 0) {
+    const int e = errno;
+    return Status::Error("no tracepoint syscalls:sys_enter_close (" + id + ": " + errno_text(e) +
+                             "; a kernel without CONFIG_FTRACE_SYSCALLS?)",
+                         e);
   }
   return Status::Ok();
 }
 
+/// Makes `dir` a directory on a bpffs, mounting bpffs at /sys/fs/bpf if nothing is there yet
+/// (systemd mounts it at boot; minimal hosts and containers may not).
 Status ensure_bpffs_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   struct statfs sfs {};
@@ -719,6 +728,16 @@ Status Loader::attach_one(const std::string& name, bool pin) {
 }
 
 Status Loader::set_syscall_hooks(bool attached) {
+  // Timing off: tasks marked inside a call while sys_exit was detached wait for that call's
+  // exit (enter_ns 0), which may have come and gone unseen; the settle scan lets those no
+  // longer inside a call count their next one (bpf/iolens.bpf.c scan_tasks).
+  if (attached && timing_ == IOLENS_TIMING_OFF && !syscall_hooks() &&
+      bpf_program__autoload(impl_->skel->progs.scan_tasks)) {
+    impl_->skel->bss->scan_settle = 1;
+    const Status s = scan_tasks();
+    impl_->skel->bss->scan_settle = 0;
+    if (!s) return s;
+  }
   for (const char* name : {"sys_enter", "close_enter", "sys_exit"}) {
     Impl::Prog* p = impl_->find(name);
     if (!bpf_program__autoload(p->prog)) continue;  // the other timing's entry program
@@ -860,8 +879,8 @@ Status Loader::trace_process(pid_t pid) {
     return Status::Error("pidfd_open(" + std::to_string(pid) + "): " + errno_text(e), e);
   }
   // enter_ns 0: with timing off, the process's next system call exit is not counted, as it may
-  // have been entered untraced (iolens run's child, stopped after raise(SIGSTOP), makes prctl
-  // first, which is not counted anyway).
+  // have been entered untraced (iolens run's child, stopped in raise(SIGSTOP), next returns
+  // from glibc's rt_sigprocmask, which is not counted anyway).
   iolens_task_state st{};
   const int err = bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.task_state), &pidfd, &st,
                                       BPF_NOEXIST);
