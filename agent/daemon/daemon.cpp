@@ -237,6 +237,7 @@ class Daemon {
   // The same keys, for the drains until the deletion: they must not be reported again.
   std::set<iolens_file_key, KeyLess> pending_set_;
   std::map<core::ProcKey, int64_t> unknown_since_;  // processes with records but no job yet
+  core::IdleClock idle_clock_;  // timing off: when each evictable record last changed
   bool state_dirty_ = true;
   bool pressure_marked_ = false;  // the pressure-drain marker file exists
   uint64_t checkpoints_ = 0;
@@ -664,12 +665,16 @@ void Daemon::drain(bool may_save) {
   learn_uids();  // processes that arrived with these events, while they are alive
   using D = loader::Loader::Disposition;
   const uint32_t max = loader_->max_file_records();
+  // Timing off: records have no end times; idleness is told by unchanged counters.
+  core::IdleClock* idle = loader_->timing() == IOLENS_TIMING_OFF ? &idle_clock_ : nullptr;
+  if (idle) idle->begin();
   auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map) {
     const core::ProcKey p{k.tgid, k.pstart_ns};
     if (pending_set_.count(k)) return D::Skip;
     if (!table_->attributed(p)) return unknown_disposition(p, t0);
     if (table_->exited(p)) return D::RemoveFinal;
-    if (core::live_evictable(c, in_map, max, static_cast<uint64_t>(t0))) return D::RemoveLive;
+    if (core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
+      return D::RemoveLive;
     return D::Keep;
   };
   // A pressure drain reads and deletes live records in one step: a crash before the next saved
@@ -690,6 +695,7 @@ void Daemon::drain(bool may_save) {
         moved += removed;
       },
       &pending_files_);
+  if (idle) idle->end();
   loader_->drain_others(
       [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
         const core::ProcKey p{k.tgid, k.pstart_ns};
