@@ -18,13 +18,17 @@ Checks:
     job's bytes;
   - `iolens capture` is refused with a message naming the timing, and a non-zero exit;
   - `iolens run --daemon --json` (the daemon's run root): the record says "timing": "off" and
-    "collector" iolensd, with the workload's bytes and no read time.
+    "collector" iolensd, with the workload's bytes and no read time;
+  - a process moved into a job's cgroup (rule `cgroup`) by the test while it spins in user mode
+    (no system call in flight) has its very next calls counted: its open, its 10 preads and its
+    close of a file (timing off skips the exit of the call a task was marked inside only).
 """
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 
 sys.dont_write_bytecode = True
@@ -32,6 +36,21 @@ import daemon_common as D  # noqa: E402
 import e2e_common as E  # noqa: E402
 
 WRITE, READ = 3 * 65536 + 100, 40000
+PY = "/usr/bin/python3"
+# Prints "spinning", computes for about a second with no system call, then opens argv[1],
+# preads 100 bytes 10 times and closes it.
+SPIN = r'''
+import os, sys
+print("spinning", flush=True)
+n = 0
+for i in range(20000000):
+    n += i
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for _ in range(10):
+    os.pread(fd, 100, 0)
+os.close(fd)
+print("done")
+'''
 
 def main():
     args = D.parse_args()
@@ -41,7 +60,9 @@ def main():
     cg = D.Cgroups()
     cg.mkdir("")
     D.Cleanup.register("remove the run root", lambda: cg.remove_tree("runs"))
-    d = D.Daemon(args.iolensd, '  - process: {comm: job_workload}', tag="tm",
+    rules = ('  - process: {comm: job_workload}\n'
+             '  - cgroup: {paths: ["%s/jobs/*"]}' % cg.prefix)
+    d = D.Daemon(args.iolensd, rules, tag="tm",
                  extra_config="timing: off\nsyscall_hooks: always\nruns: %s\n" % cg.rel("runs"),
                  iolens=args.iolens)
     d.start(ck)
@@ -135,6 +156,35 @@ def main():
         if rin:
             ck.eq("run: rn.in bytes_read", READ, rin[0]["counters"].get("bytes_read"))
             ck.eq("run: rn.in read_time_ns", 0, rin[0]["counters"].get("read_time_ns"))
+
+    # Moved while in user mode: nothing of the next calls may be skipped.
+    spin_in = os.path.join(work, "spin.in")
+    D.make_input(spin_in, 4096)
+    cg.mkdir("jobs/spin")
+    sp = subprocess.Popen([PY, "-c", SPIN, spin_in], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    D.Cleanup.register("kill the spinner", lambda: sp.poll() is None and sp.kill())
+    ck.eq("spinner ready", "spinning", sp.stdout.readline().strip())
+    time.sleep(0.2)  # well inside its ~1 s of pure computation
+    with open(os.path.join(cg.abs("jobs/spin"), "cgroup.procs"), "w") as f:
+        f.write(str(sp.pid))
+    out, err = sp.communicate(timeout=60)
+    ck.eq("spinner exit (stderr %r)" % err[-300:], 0, sp.returncode)
+    ck.eq("spinner output", "done", out.strip())
+    cg.rmdir("jobs/spin")
+
+    def spin_records():
+        return [doc for doc in d.records().values()
+                if doc and any(pr.get("pid") == sp.pid for pr in doc.get("processes", []))]
+
+    D.wait_or_fail(ck, "the spinner's job record", spin_records, 15)
+    for doc in spin_records()[:1]:
+        recs = [f for f in doc.get("files", []) if f.get("path") == spin_in]
+        ck.eq("spinner: records of spin.in", 1, len(recs))
+        for f in recs:
+            c = f.get("counters", {})
+            for k, v in (("opens", 1), ("reads", 10), ("bytes_read", 1000), ("closes", 1)):
+                ck.eq("spinner spin.in %s" % k, v, c.get(k))
     d.stop()
     ck.finish()
 
