@@ -11,7 +11,7 @@ program run on this VM, does not.
 
     sudo /usr/bin/python3 bench/per_call_parts.py --iolens build/agent/cli/iolens [--rounds 10] \\
         [--without mm_filemap_get_pages] [--case 'LABEL=ENV=VALUE /path/to/iolens'] [--json FILE]
-        [--loop pread|getfd|getppid] [--stat batch|mean]
+        [--loop pread|getfd|getppid] [--stat batch|mean] [--timing-off]
 
 --loop getfd times fcntl(F_GETFD), a call iolens hooks but does not count; getppid, a call that
 is no I/O at all. For pread, each run's figure is the median over batches of 1,000 calls
@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--calls", type=int, default=1000000, help="preads per run")
     ap.add_argument("--without", action="append", default=[],
                     help="also run iolens with this optional program disabled (repeatable)")
+    ap.add_argument("--timing-off", action="store_true",
+                    help="also run iolens with --timing off (no sys_enter program)")
     ap.add_argument("--case", action="append", default=[],
                     help="LABEL=[NAME=VALUE ...] IOLENS: a further build to run (repeatable)")
     ap.add_argument("--clock", choices=("thread", "monotonic"), default="thread",
@@ -136,6 +138,9 @@ def main():
             cases.append(("iolens without %s" % prog,
                           lambda p=prog: plain([iolens, "run", "-q", "--disable-program", p,
                                                 "--"])))
+        if a.timing_off:
+            cases.append(("iolens --timing off",
+                          lambda: plain([iolens, "run", "-q", "--timing", "off", "--"])))
         for text in a.case:
             label, extra, prefix = parse_case(text)
             cases.append((label, lambda x=extra, p=prefix: plain(p + ["run", "-q", "--"], x)))

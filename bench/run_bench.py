@@ -19,6 +19,9 @@ Cases (see bench/README.md):
            its logs into a scratch directory emptied after each run), against the same untraced
            runs: the peer iolens replaces, measured beside it (bench/README.md "Darshan, the
            peer").
+  timing-off (--timing-off) a further mode in the same rounds: `iolens run -q --timing off --
+           ...` (no sys_enter program; docs/counters.md "Timing"); with the outside case, a
+           second outside case, "outside, timing off", with the background iolens so started.
   outside  io_loops run untraced with no iolens at all vs while `iolens run -q -- sleep 600` is
            attached in the background (the loops are outside its traced tree). The background
            iolens is started and stopped once per round; each round runs one block of every loop
@@ -269,12 +272,14 @@ def comm_of(pid):
 class BackgroundIolens:
     """`iolens run -q -- sleep 600`: programs attached, tracing only the sleep."""
 
-    def __init__(self, iolens):
+    def __init__(self, iolens, extra=()):
         self.iolens = iolens
+        self.extra = list(extra)
         self.proc = None
 
     def start(self):
-        self.proc = subprocess.Popen([self.iolens, "run", "-q"] + RUN_ARGS + ["--", "sleep", "600"],
+        self.proc = subprocess.Popen([self.iolens, "run", "-q"] + RUN_ARGS + self.extra +
+                                     ["--", "sleep", "600"],
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
         # iolens attaches before it releases the command: once the child has exec'd sleep,
@@ -379,6 +384,7 @@ def torch_run(argv, watch_self_cpu=False):
 MODES = ("untraced", "traced", "traced+trace")
 TRACE_MODE = MODES[2]
 DARSHAN_MODE = "darshan"
+TIMING_OFF_MODE = "timing-off"
 TRACE_SLOT = 96  # ring bytes per record: the 88-byte record behind the ring's 8-byte header
 TRACE_RING_MAX = 1 << 30  # iolens' largest --trace-ring-size
 
@@ -468,6 +474,8 @@ class Runner:
         json_opt = ["--json", self.json] if self.with_json else []
         if mode == "traced":
             return [self.iolens, "run", "-q"] + RUN_ARGS + json_opt + ["--"]
+        if mode == TIMING_OFF_MODE:
+            return [self.iolens, "run", "-q", "--timing", "off"] + RUN_ARGS + json_opt + ["--"]
         return [self.iolens, "run", "-q", "--trace", self.trace] + RUN_ARGS + json_opt + [
             "--trace-ring-size", ring or self.ring, "--"]
 
@@ -479,7 +487,7 @@ class Runner:
         if mode == DARSHAN_MODE:
             shutil.rmtree(self.darshan_logs, ignore_errors=True)
             return None
-        if self.with_json and mode == "traced":
+        if self.with_json and mode in ("traced", TIMING_OFF_MODE):
             os.unlink(self.json)
         return None
 
@@ -778,6 +786,9 @@ def main():
     ap.add_argument("--trace", action="store_true",
                     help="add the mode traced+trace (iolens run --trace) to the traced case: "
                     "what trace mode costs, its records, losses and file size per loop")
+    ap.add_argument("--timing-off", action="store_true",
+                    help="add the mode timing-off (iolens run --timing off) to the same rounds, "
+                    "and an outside case with the background iolens so started")
     ap.add_argument("--darshan", metavar="PREFIX",
                     help="add the mode darshan: each loop and the PyTorch job also run under "
                     "Darshan's non-MPI runtime preloaded from PREFIX/lib/libdarshan.so (built by "
@@ -843,8 +854,8 @@ def main():
 
         # --- traced vs untraced, interleaved per round, order flipping each round ---------
         # With --trace a third mode, traced+trace, joins each round: U T X, X T U, ...
-        modes = MODES[:2] + ((DARSHAN_MODE,) if a.darshan else ()) + (
-            (TRACE_MODE,) if a.trace else ())
+        modes = MODES[:2] + ((TIMING_OFF_MODE,) if a.timing_off else ()) + (
+            (DARSHAN_MODE,) if a.darshan else ()) + ((TRACE_MODE,) if a.trace else ())
         runner = Runner(iolens, tmp, a.trace_ring_size, a.trace, a.darshan)
         trace_runs = {}  # workload -> one dict per traced+trace run (Runner.collect)
         samples = {lp.name: {m: [] for m in modes} for lp in loops}
@@ -884,7 +895,7 @@ def main():
                 for r in range(torch_rounds):
                     results["rounds"].append(round_env("torch", r, a))
                     for mode in flipped(modes, r):
-                        traced = mode in ("traced", TRACE_MODE)  # iolens on top
+                        traced = mode in ("traced", TRACE_MODE, TIMING_OFF_MODE)  # iolens
                         wall, intervals, printed, cpu = torch_run(runner.prefix(mode) + job,
                                                                   watch_self_cpu=traced)
                         ep[mode].append(statistics.median(intervals))
@@ -917,6 +928,9 @@ def main():
                 if agent_cpu["traced"]:
                     results["torch_iolens_self_cpu_s_median"] = statistics.median(
                         agent_cpu["traced"])
+                if agent_cpu.get(TIMING_OFF_MODE):
+                    results["torch_iolens_self_cpu_s_median_timing_off"] = statistics.median(
+                        agent_cpu[TIMING_OFF_MODE])
                 if agent_cpu.get(TRACE_MODE):
                     results["torch_iolens_self_cpu_s_median_trace"] = statistics.median(
                         agent_cpu[TRACE_MODE])
@@ -957,6 +971,10 @@ def main():
         outside_names = {"read4k", "getppid", "smallfiles"}
         if not a.no_outside:
             summaries += outside_case("outside", lambda: BackgroundIolens(iolens), outside_names)
+            if a.timing_off:
+                summaries += outside_case(
+                    "outside, timing off",
+                    lambda: BackgroundIolens(iolens, ["--timing", "off"]), outside_names)
 
         if a.variants:
             summaries += run_variants(tmp, rounds, outside_case, outside_names)
@@ -984,6 +1002,9 @@ def main():
             print("\nPyTorch job: the iolens agent itself used %.2f s of CPU per traced run "
                   "(median; user+system, its own process only, %d epochs)."
                   % (results["torch_iolens_self_cpu_s_median"], sizes["torch_epochs"]))
+        if results.get("torch_iolens_self_cpu_s_median_timing_off") is not None:
+            print("With --timing off: %.2f s per run (median)."
+                  % results["torch_iolens_self_cpu_s_median_timing_off"])
         if results.get("torch_iolens_self_cpu_s_median_trace") is not None:
             print("With --trace: %.2f s per run (median)."
                   % results["torch_iolens_self_cpu_s_median_trace"])

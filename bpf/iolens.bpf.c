@@ -46,6 +46,9 @@ const volatile __u32 select_jobs = 0;
 /* Set by the agent before it runs the task iterator: also report every process already traced
  * (a restarted daemon relearns which processes are traced). */
 __u32 scan_report_all = 0;
+/* Set by the agent before it runs the task iterator to settle the traced tasks' entry state
+ * (timing off, before sys_exit attaches: Loader::set_syscall_hooks); nothing else is done. */
+__u32 scan_settle = 0;
 
 #define S_IFMT 00170000
 #define S_IFREG 0100000
@@ -188,9 +191,14 @@ struct {
  *                      IOLENS_TRACE_OFF that load and one branch are all trace mode costs
  *   trace_follow_pids  set while trace_pids may hold processes: fork adds the children of the
  *                      processes in it, exit removes them (off: one load and a branch)
+ *   timing_mode        enum iolens_timing (trace mode needs IOLENS_TIMING_EXACT: the agent
+ *                      refuses it otherwise)
  */
 __u32 trace_mode SEC(".data.trace") = IOLENS_TRACE_OFF;
 __u32 trace_follow_pids SEC(".data.trace") = 0;
+/* enum iolens_timing: written by the agent before the system call hooks attach, never while
+ * they are (a daemon that resumes programs attached for another timing starts afresh). */
+__u32 timing_mode SEC(".data.trace") = IOLENS_TIMING_EXACT;
 
 /* One record per traced call; sized by the loader. Apart from `events` so that a busy capture
  * never crowds out names and exits. */
@@ -427,7 +435,8 @@ static __always_inline struct iolens_path_event *path_event_begin(__u32 op, __u3
 
 	if (!ev)
 		return NULL;
-	fill_header(&ev->hdr, IOLENS_EV_PATH, tgid, pstart, ts);
+	/* ts is 0 for a call timed off (IOLENS_TIMING_OFF): names and path operations are rare */
+	fill_header(&ev->hdr, IOLENS_EV_PATH, tgid, pstart, ts ? ts : bpf_ktime_get_ns());
 	ev->op = op;
 	ev->flags = 0;
 	ev->dev = 0;
@@ -958,6 +967,25 @@ static __always_inline struct iolens_task_state *traced_state(struct task_struct
 /* ---- job selection (daemon mode): which tasks get task storage, decided at fork/exec/move ---- */
 
 #define PF_KTHREAD 0x00200000
+#define PF_IO_WORKER 0x00000010
+/* vmlinux.h has no errno macros: ENOSYS, which the x86-64 syscall entry puts in regs->ax */
+#define IOLENS_ENOSYS 38
+
+/*
+ * Timing off: whether `t` is inside a system call now, whose exit is still to come. The entry
+ * saved the call's number in orig_ax (negative for an interrupt or an exception) and set ax to
+ * -ENOSYS, which the call's return value replaces before its exit work (sys_exit). A task in
+ * user mode, or stopped or preempted after a call returned, holds that return value there.
+ * (A call that itself returned -ENOSYS looks inside one: at most one of its next calls is not
+ * counted.)
+ */
+static __always_inline int inside_call(struct task_struct *t)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+
+	return (long)BPF_CORE_READ(regs, orig_ax) >= 0 &&
+	       (long)BPF_CORE_READ(regs, ax) == -IOLENS_ENOSYS;
+}
 /* Depth limit of the ancestor walk: Kubernetes and Slurm trees are 4 to 7 levels deep. */
 #define CGROUP_MAX_WALK 32
 
@@ -1017,6 +1045,11 @@ static __always_inline struct iolens_task_state *mark_task(struct task_struct *t
 	}
 	st->pstart_ns = leader_start(t);
 	st->origin = reason;
+	/* Timing off (struct iolens_task_state's enter_ns): 0 makes sys_exit skip the exit of the
+	 * call `t` is inside now, entered before it was traced (the write to cgroup.procs that
+	 * moved it); a task in user mode is inside none. */
+	if (timing_mode == IOLENS_TIMING_OFF)
+		st->enter_ns = inside_call(t) ? 0 : 1;
 	return st;
 }
 
@@ -1133,10 +1166,20 @@ int scan_tasks(struct bpf_iter__task *ctx)
 	struct iolens_task_state *st;
 	int sel;
 
-	if (!t || !select_jobs || (t->flags & PF_KTHREAD))
+	/* io_uring's threads are not marked: they borrow their group leader's state
+	 * (io_task_state), which resets its context at its own sys_exit */
+	if (!t || !select_jobs || (t->flags & (PF_KTHREAD | PF_IO_WORKER)))
 		return 0;
-	sel = cgroup_selected(task_dfl_cgroup(t));
 	st = bpf_task_storage_get(&task_state, t, 0, 0);
+	if (scan_settle) {
+		/* A call a task was marked inside (enter_ns 0) that returned while sys_exit was
+		 * detached was never seen: if the task is inside none now, its next exit is a call
+		 * of its own, to be counted. */
+		if (st && !st->enter_ns && !inside_call(t))
+			st->enter_ns = 1;
+		return 0;
+	}
+	sel = cgroup_selected(task_dfl_cgroup(t));
 	if (st) {
 		if (!sel && origin_is_cgroup(st->origin)) {
 			bpf_task_storage_delete(&task_state, t);
@@ -1464,6 +1507,43 @@ __noinline int trace_call(struct call_ctx *cx, struct iolens_task_state *st,
 	return 0;
 }
 
+/*
+ * close(fd) of a traced thread, at its entry: what the descriptor names, kept in st for the
+ * close's sys_exit (the descriptor is gone by then). sys_enter calls it with timing exact; with
+ * timing off, close_enter (the classic tracepoint of close alone) does.
+ */
+static __always_inline void close_capture(struct task_struct *task, struct iolens_task_state *st,
+					  int fd)
+{
+	/* After close the descriptor is gone: capture what it names now. */
+	struct file *f = fd_to_file(task, fd);
+	__u32 mode = 0;
+
+	st->close_kind = 0;
+	st->close_name = 0;
+	if (f) {
+		/* also leaves f in st->cache_file, until sys_exit */
+		file_identity_cached(st, f, &st->close_dev, &st->close_ino, &st->close_gen,
+				     &mode);
+		st->close_kind = S_ISREG(mode) ? 1 : 2;
+		if (st->close_kind == 2) {
+			/* only the kind, for trace mode (as the `others` map keys it) */
+			st->close_ino = (mode & S_IFMT) >> 12;
+			st->close_dev = 0;
+			st->close_gen = 0;
+		}
+	}
+	/* A descriptor inherited from outside the traced tree may close without ever having
+	 * been opened here: sys_exit names its file (send_name is not called here, so that
+	 * this program, which every system call of a traced task runs, stays small). */
+	if (st->close_kind == 1) {
+		struct seen_key sk = { .ino = st->close_ino, .dev = st->close_dev };
+		struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
+
+		st->close_name = !seen || seen->gen != st->close_gen || !seen->named;
+	}
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 {
@@ -1483,35 +1563,28 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 		return 0;
 	st->enter_ns = bpf_ktime_get_ns();
 	st->io_ctx = iolens_syscall_io_ctx(id);
-	if (id == IOLENS_NR_close) {
-		/* After close the descriptor is gone: capture what it names now. */
-		struct file *f = fd_to_file(task, (int)regs->di);
-		__u32 mode = 0;
+	if (id == IOLENS_NR_close)
+		close_capture(task, st, (int)regs->di);
+	return 0;
+}
 
-		st->close_kind = 0;
-		st->close_name = 0;
-		if (f) {
-			/* also leaves f in st->cache_file, until sys_exit */
-			file_identity_cached(st, f, &st->close_dev, &st->close_ino, &st->close_gen,
-					     &mode);
-			st->close_kind = S_ISREG(mode) ? 1 : 2;
-			if (st->close_kind == 2) {
-				/* only the kind, for trace mode (as the `others` map keys it) */
-				st->close_ino = (mode & S_IFMT) >> 12;
-				st->close_dev = 0;
-				st->close_gen = 0;
-			}
-		}
-		/* A descriptor inherited from outside the traced tree may close without ever having
-		 * been opened here: sys_exit names its file (send_name is not called here, so that
-		 * this program, which every system call of a traced task runs, stays small). */
-		if (st->close_kind == 1) {
-			struct seen_key sk = { .ino = st->close_ino, .dev = st->close_dev };
-			struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
+/*
+ * Timing off (IOLENS_TIMING_OFF): sys_enter is not attached, and of all entries only close's is
+ * needed (its descriptor is gone at sys_exit). The classic tracepoint of close alone gives it:
+ * the kernel runs this program for close only, the other system calls of the machine pay a
+ * bitmap test. The agent mounts tracefs for it.
+ */
+SEC("tracepoint/syscalls/sys_enter_close")
+int close_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct iolens_task_state *st;
 
-			st->close_name = !seen || seen->gen != st->close_gen || !seen->named;
-		}
-	}
+	if (!task->bpf_storage)
+		return 0;
+	st = bpf_task_storage_get(&task_state, task, 0, 0);
+	if (st)
+		close_capture(task, st, (int)ctx->args[0]);
 	return 0;
 }
 
@@ -1558,17 +1631,35 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	st->io_ctx = IOLENS_CTX_NONE; /* whatever the call was (io_uring_enter too) */
 	id = regs->orig_ax;
+	/* Timing off: the first exit after the task was marked inside a call (enter_ns 0), of
+	 * whatever call, is that call's, entered untraced: not counted (as timing exact leaves a
+	 * call whose sys_enter it did not see). */
+	if (timing_mode == IOLENS_TIMING_OFF && !st->enter_ns) {
+		st->enter_ns = 1;
+		if (id == IOLENS_NR_close) {
+			st->close_kind = 0;
+			st->close_name = 0;
+			st->cache_file = 0; /* close_enter kept the file going away */
+		}
+		return 0;
+	}
 	if (!iolens_syscall_wanted(id) || (id == IOLENS_NR_fcntl && !fcntl_dups(regs->si)))
 		return 0;
-	now = bpf_ktime_get_ns();
 	cx.tgid = task->tgid;
-	cx.t0 = st->enter_ns;
-	cx.t1 = now;
-	st->enter_ns = 0;
 	/* A call whose entry was not seen (the task was selected during it: the write to
-	 * cgroup.procs that moved it into a job) is not counted: tracing starts with the next. */
-	if (!cx.t0)
-		return 0;
+	 * cgroup.procs that moved it into a job) is not counted: tracing starts with the next
+	 * (timing off: above). */
+	if (timing_mode == IOLENS_TIMING_OFF) {
+		/* no clock read: t0 = t1 = 0 add no time anywhere (iolens_account.h) */
+		st->enter_ns++;
+	} else {
+		now = bpf_ktime_get_ns();
+		cx.t0 = st->enter_ns;
+		cx.t1 = now;
+		st->enter_ns = 0;
+		if (!cx.t0)
+			return 0;
+	}
 	if (!st->pstart_ns)
 		st->pstart_ns = leader_start(task);
 	cx.pstart = st->pstart_ns;
@@ -1718,6 +1809,11 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 		if (!cs)
 			return 0;
 	}
+	/* timing off: a new task is inside no call it entered untraced (its first exit is the
+	 * fork's return), and mark_task read the parent's registers (struct iolens_task_state's
+	 * enter_ns) */
+	if (timing_mode == IOLENS_TIMING_OFF)
+		cs->enter_ns = 1;
 	if (child->tgid == parent->tgid) {
 		cs->pstart_ns = leader_start(parent);
 		return 0; /* a thread: same process record */
@@ -1827,7 +1923,6 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
  * "Start-up"): the leader is loaded first, before any branch, so that it is walked once; the
  * leader's storage is found by the helper (no load of its bpf_storage).
  */
-#define PF_IO_WORKER 0x00000010
 
 static __always_inline struct iolens_task_state *io_task_state(struct task_struct *task,
 								int *own)

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 9
+#define IOLENS_ABI_VERSION 10
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -184,7 +184,11 @@ struct iolens_file_counters {
  * only tasks of the traced tree have one (created for the root by the agent, inherited at fork).
  */
 struct iolens_task_state {
-	__u64 enter_ns;  /* CLOCK_MONOTONIC ns at sys_enter of the current syscall */
+	/* IOLENS_TIMING_EXACT: CLOCK_MONOTONIC ns at sys_enter of the current syscall (0 between
+	 * calls). IOLENS_TIMING_OFF (no sys_enter): 0 while the call the thread was inside when
+	 * it was traced has not returned (its exit is not counted), then 1 plus its accounted
+	 * calls; it tells one call's page-cache events from the next call's (gp_enter) */
+	__u64 enter_ns;
 	__u64 pstart_ns; /* start_time of the thread-group leader, 0 = not yet known */
 	__u64 close_ino; /* for close(): the file behind the fd, captured at sys_enter */
 	__u32 close_dev;
@@ -332,6 +336,8 @@ struct iolens_pin_meta {
 	__u64 mono_to_wall_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC then (signed, stored as u64) */
 	__u32 trace_ring_bytes; /* size of the `trace` ring (pinned too: ABI 6) */
 	__u32 cgroup_excl_max;  /* entries of the `cgroup_excl` map (ABI 8) */
+	__u32 timing;           /* enum iolens_timing the programs were attached for (ABI 10) */
+	__u32 pad;
 };
 
 /* What an IOLENS_EV_PATH event names. */
@@ -379,6 +385,18 @@ struct iolens_path_event {
  * separate `trace` ring buffer (so a busy capture never crowds out names and exits), submitted
  * without wakeups and drained by the agent on a timer. Off unless the agent turns it on.
  */
+/*
+ * How calls are timed (the `timing_mode` global of .data.trace, set by the agent before the
+ * system call hooks attach; docs/counters.md "Timing").
+ */
+enum iolens_timing {
+	/* sys_enter on every system call reads the clock at entry: Darshan's times exact */
+	IOLENS_TIMING_EXACT = 0,
+	/* no sys_enter program (close's entry from its classic tracepoint): counts, bytes,
+	 * offsets and sizes as exact, no clock read, every time counter 0 */
+	IOLENS_TIMING_OFF = 1,
+};
+
 enum iolens_trace_mode {
 	IOLENS_TRACE_OFF = 0,
 	IOLENS_TRACE_ALL = 1,    /* every traced task (`iolens run --trace`) */
@@ -571,7 +589,7 @@ IOLENS_STATIC_ASSERT(sizeof(struct iolens_path_event) == 80 + IOLENS_PATH_DATA_M
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_cgroup_event) == 48 + IOLENS_CGROUP_PATH_MAX,
 		     "cgroup event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_mark_event) == 72, "mark event layout");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 40, "pin meta layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 48, "pin meta layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_trace_record) == 88, "trace record layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_rq_inflight) == 48, "rq inflight layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_block_key) == 16, "block key layout");

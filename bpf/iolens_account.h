@@ -189,10 +189,11 @@ IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_writ
 	 * Latency histogram: every counted call, its full duration (no overlap removed, so the sum
 	 * can exceed read_time_ns/write_time_ns). A call whose entry was not seen (t0 == 0) has
 	 * elapsed 0 and lands in the first bucket, so that the buckets always add up to the calls.
+	 * A call not timed at all (timing off: t1 == 0) is in no bucket: its latency is unknown.
 	 */
 	bucket = IOLENS_LAT_BUCKET(elapsed);
 	/* Same explicit bound as above, for the verifier. */
-	if (bucket < IOLENS_NR_LAT_BUCKETS) {
+	if (t1 != 0 && bucket < IOLENS_NR_LAT_BUCKETS) {
 		if (is_write) {
 			IOLENS_ADD(&c->lat_write[bucket], 1);
 			IOLENS_ADD(&c->lat_write_sum_ns, elapsed);

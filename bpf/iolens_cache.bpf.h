@@ -62,16 +62,40 @@ static __always_inline void task_file_key(struct task_struct *task, struct iolen
 }
 
 /*
+ * What the thread is doing now (enum iolens_io_ctx), for the page-cache hooks. With timing exact
+ * sys_enter set st->io_ctx at the call's entry. With timing off nothing runs at entry: the call
+ * is read from the registers the thread's entry into the kernel saved, orig_ax, the system call's
+ * number (-1 in an exception from user mode: a page fault; a fault inside a call, copying to or
+ * from a mapping, sees the call's). io_uring's issue still sets st->io_ctx (READ, WRITE) on the
+ * issuing thread, and state borrowed from the group leader (io-wq, SQPOLL: own == 0) has no
+ * system call of its own: both keep st->io_ctx.
+ */
+static __always_inline __u32 io_ctx_now(struct task_struct *task, struct iolens_task_state *st,
+					int own)
+{
+	struct pt_regs *regs;
+	long nr;
+
+	if (timing_mode != IOLENS_TIMING_OFF || !own || st->io_ctx == IOLENS_CTX_READ ||
+	    st->io_ctx == IOLENS_CTX_WRITE)
+		return st->io_ctx;
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	nr = BPF_CORE_READ(regs, orig_ax);
+	return nr >= 0 ? iolens_syscall_io_ctx(nr) : IOLENS_CTX_FAULT;
+}
+
+/*
  * The record of `inode` to count a page-cache event into, or NULL. Inside a read or write
- * (io_ctx READ/WRITE) the record is created if need be, and the call's sys_exit names it (a
- * descriptor inherited from outside the traced tree has no record yet). Elsewhere (faults,
+ * (`what`, from io_ctx_now(): READ, WRITE) the record is created if need be, and the call's
+ * sys_exit names it (a descriptor inherited from outside the traced tree has no record yet). Elsewhere (faults,
  * fault-around, prefetch, stores through a mapping) only a record the process already has counts:
  * otherwise every process would get records for its program and libraries (execve reads and
  * maps them; a forked child faults on its parent's mappings). The one exception is a real fault
  * of a forked child on a data file its parent mapped (inherited_record).
  */
 static __always_inline struct iolens_file_counters *
-file_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode)
+file_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode,
+	    __u32 what)
 {
 	struct iolens_file_key key = {};
 	__u64 ino;
@@ -85,7 +109,7 @@ file_record(struct task_struct *task, struct iolens_task_state *st, struct inode
 	ino = inode->i_ino;
 	gen = inode->i_generation;
 	task_file_key(task, st, inode_dev(st, inode, ino, gen), ino, gen, &key);
-	if (st->io_ctx == IOLENS_CTX_READ || st->io_ctx == IOLENS_CTX_WRITE) {
+	if (what == IOLENS_CTX_READ || what == IOLENS_CTX_WRITE) {
 		if (!S_ISREG(inode->i_mode))
 			return NULL;
 		return get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
@@ -134,7 +158,7 @@ int BPF_PROG(mm_filemap_get_pages, struct address_space *mapping, unsigned long 
 	st->gp_enter = st->enter_ns;
 	if (same || last_index < index)
 		return 0;
-	c = file_record(task, st, host);
+	c = file_record(task, st, host, io_ctx_now(task, st, own));
 	if (c)
 		IOLENS_ADD(&c->cache_read_pages, last_index - index + 1);
 	return 0;
@@ -159,10 +183,10 @@ int BPF_PROG(mm_filemap_add_to_page_cache, struct folio *folio)
 
 	if (!st)
 		return 0;
-	what = st->io_ctx;
+	what = io_ctx_now(task, st, own);
 	if (what == IOLENS_CTX_WRITE)
 		return 0;
-	c = file_record(task, st, host);
+	c = file_record(task, st, host, what);
 	if (!c)
 		return 0;
 	if (what == IOLENS_CTX_READ)
@@ -185,7 +209,7 @@ static __always_inline int count_ra(struct inode *inode, int async)
 
 	if (!st)
 		return 0;
-	c = file_record(task, st, inode);
+	c = file_record(task, st, inode, io_ctx_now(task, st, own));
 	if (c)
 		IOLENS_ADD(async ? &c->ra_async : &c->ra_sync, 1);
 	return 0;
@@ -221,14 +245,15 @@ int BPF_PROG(page_cache_async_ra, struct inode *inode, unsigned long index,
  * record is as named as the parent's.
  */
 static __always_inline struct iolens_file_counters *
-inherited_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode)
+inherited_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode,
+		 __u32 what)
 {
 	struct iolens_file_key key = {};
 	struct iolens_file_counters *pc, *c;
 	struct task_struct *parent;
 	int created = 0;
 
-	if (!inode || st->io_ctx == IOLENS_CTX_READ || st->io_ctx == IOLENS_CTX_WRITE)
+	if (!inode || what == IOLENS_CTX_READ || what == IOLENS_CTX_WRITE)
 		return NULL;
 	parent = BPF_CORE_READ(task, real_parent);
 	if (!parent)
@@ -264,13 +289,16 @@ int BPF_PROG(mm_filemap_fault, struct address_space *mapping, unsigned long inde
 	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
 
+	__u32 what;
+
 	if (!st)
 		return 0;
 	if (st->io_ctx == IOLENS_CTX_NONE)
 		st->io_ctx = IOLENS_CTX_FAULT;
-	c = file_record(task, st, host);
+	what = io_ctx_now(task, st, own);
+	c = file_record(task, st, host, what);
 	if (!c)
-		c = inherited_record(task, st, host);
+		c = inherited_record(task, st, host, what);
 	if (c)
 		IOLENS_ADD(&c->fault_pages, 1);
 	return 0;
@@ -290,7 +318,7 @@ int BPF_PROG(mm_filemap_map_pages, struct address_space *mapping, unsigned long 
 
 	if (!st || last < start)
 		return 0;
-	c = file_record(task, st, host);
+	c = file_record(task, st, host, io_ctx_now(task, st, own));
 	if (c)
 		IOLENS_ADD(&c->fault_around_pages, last - start + 1);
 	return 0;
@@ -327,7 +355,7 @@ int BPF_PROG(writeback_dirty_folio, struct folio *folio, struct address_space *m
 	if (!st || !mapping)
 		return 0;
 	host = mapping->host;
-	c = file_record(task, st, host);
+	c = file_record(task, st, host, io_ctx_now(task, st, own));
 	if (!c)
 		return 0;
 	IOLENS_ADD(&c->dirtied_pages, folio_pages(folio));
@@ -380,7 +408,7 @@ int BPF_PROG(folio_wait_writeback, struct folio *folio, struct address_space *ma
 	 * the state, where one branch of io_task_state() reaches it */
 	if (!st || !mapping)
 		return 0;
-	c = file_record(task, st, mapping->host);
+	c = file_record(task, st, mapping->host, io_ctx_now(task, st, own));
 	if (c)
 		IOLENS_ADD(&c->wb_waits, 1);
 	return 0;

@@ -48,7 +48,7 @@ function(iolens_bpf_object target)
     get_filename_component(name ${src} NAME_WE)
     set(obj ${outdir}/${name}.bpf.o)
     add_custom_command(OUTPUT ${obj}
-      COMMAND ${CLANG_EXE} -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_x86
+      COMMAND ${CLANG_EXE} -g -O2 -Wall -Wtautological-unsigned-zero-compare -Werror -target bpf -D__TARGET_ARCH_x86
               -I${vmlinux_dir} -I${CMAKE_CURRENT_SOURCE_DIR} ${BPF_SYS_INCLUDES}
               -c ${CMAKE_CURRENT_SOURCE_DIR}/${src} -o ${obj}
       DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${src} ${vmlinux} ${ARG_HEADERS}

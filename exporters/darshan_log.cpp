@@ -303,6 +303,9 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   put<int64_t>(job, 48, info.jobid);
   // lib_ver names the Darshan runtime whose log format this is; the producer is said apart.
   std::string metadata = "lib_ver=3.5.0\nproducer=iolens\n";
+  // Timing off: the POSIX time counters and timestamps are 0 because they were not measured
+  // (docs/counters.md "Timing"), which a reader of the log must be told.
+  if (run.timing == "off") metadata += "iolens_timing=off\n";
   for (const auto& [key, value] : info.metadata) {
     std::string line = key + "=" + value;
     std::replace(line.begin(), line.end(), '\n', ' ');  // one line per key

@@ -163,6 +163,7 @@ json run_head_json(const core::RunSnapshot& run, const std::string& version) {
   j["end_ns"] = run.end_ns;
   j["coverage"] = run_coverage_json(run);
   j["not_attached"] = run.not_attached;
+  j["timing"] = run.timing;
   if (!run.collector.empty()) {
     json c = {{"path", run.collector}};
     if (run.collector == "iolensd") c["job"] = run.collector_note;

@@ -257,17 +257,22 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
           {"seek", c.seeks},          {"fsync", c.fsyncs},       {"fdatasync", c.fdsyncs},
           {"mmap", c.mmaps},          {"truncate", c.truncates}, {"close", c.closes}};
       for (const auto& [op, n] : metas) counter(meta, plus(gl, "op", op), d(n));
-      counter(secs, plus(gl, "op", "read"), d(c.read_time_ns) / 1e9);
-      counter(secs, plus(gl, "op", "write"), d(c.write_time_ns) / 1e9);
-      counter(secs, plus(gl, "op", "metadata"), d(c.meta_time_ns) / 1e9);
+      // With timing off the calls' times were not measured: no series rather than zeros.
+      if (s.daemon.timing_exact) {
+        counter(secs, plus(gl, "op", "read"), d(c.read_time_ns) / 1e9);
+        counter(secs, plus(gl, "op", "write"), d(c.write_time_ns) / 1e9);
+        counter(secs, plus(gl, "op", "metadata"), d(c.meta_time_ns) / 1e9);
+      }
       histogram(sizes, plus(gl, "op", "read"), request_size_bounds(), c.size_read,
                 d(c.bytes_read));
       histogram(sizes, plus(gl, "op", "write"), request_size_bounds(), c.size_write,
                 d(c.bytes_written));
-      histogram(lat, plus(gl, "op", "read"), request_duration_bounds(), c.lat_read,
-                d(c.lat_read_sum_ns) / 1e9);
-      histogram(lat, plus(gl, "op", "write"), request_duration_bounds(), c.lat_write,
-                d(c.lat_write_sum_ns) / 1e9);
+      if (s.daemon.timing_exact) {
+        histogram(lat, plus(gl, "op", "read"), request_duration_bounds(), c.lat_read,
+                  d(c.lat_read_sum_ns) / 1e9);
+        histogram(lat, plus(gl, "op", "write"), request_duration_bounds(), c.lat_write,
+                  d(c.lat_write_sum_ns) / 1e9);
+      }
       const std::pair<const char*, uint64_t> page_events[] = {
           {"read", c.cache_read_pages}, {"read_miss", c.cache_miss_pages},
           {"fault", c.fault_pages},     {"fault_miss", c.fault_miss_pages},
@@ -366,6 +371,12 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
   gauge(b.family("iolens_syscall_hooks_attached", "1 while the syscall hooks are attached.",
                  MetricType::Gauge),
         {}, h.syscall_hooks_attached ? 1 : 0);
+  gauge(b.family("iolens_timing_exact",
+                 "1 when calls are timed (timing: exact); 0 with timing off, where "
+                 "iolens_job_io_seconds_total and iolens_job_request_duration_seconds are "
+                 "left out.",
+                 MetricType::Gauge),
+        {}, h.timing_exact ? 1 : 0);
   auto& jobs = b.family("iolens_jobs", "Jobs tracked now, by state.", MetricType::Gauge);
   gauge(jobs, {{"state", "live"}}, d(h.jobs_live));
   gauge(jobs, {{"state", "closing"}}, d(h.jobs_closing));

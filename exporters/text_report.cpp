@@ -163,7 +163,8 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
                human_bytes(p.totals.bytes_read).c_str(), human_count(p.totals.writes).c_str(),
                human_bytes(p.totals.bytes_written).c_str(), human_count(p.totals.opens).c_str(),
                human_count(p.totals.stats).c_str(), human_count(p.files).c_str(),
-               human_duration(io_time).c_str(), human_bytes(other).c_str(),
+               run.timing == "off" ? "-" : human_duration(io_time).c_str(),
+               human_bytes(other).c_str(),
                p.exit_code ? std::to_string(*p.exit_code).c_str() : "running");
   }
 
@@ -230,6 +231,9 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   out += "\nlost:" + (lost.empty() ? std::string(" nothing") : lost) + "\n";
   for (const auto& [prog, why] : run.not_attached)
     out += fmt("not attached: %s (%s): not seen in this run\n", prog.c_str(), why.c_str());
+  if (run.timing == "off")
+    out += "timing: off: calls were not timed (IO TIME and every time counter are not "
+           "measured; counts and bytes are exact)\n";
   if (run.collector == "iolensd")
     out += "counted by: iolensd (job " + printable(run.collector_note) + ")\n";
   else if (!run.collector.empty())

@@ -228,6 +228,8 @@ std::optional<int> run_via_daemon(const RunOptions& opts, const std::optional<In
   snap.end_ns = static_cast<int64_t>(end_mono) + clock.mono_to_wall_ns;
   snap.collector = "iolensd";
   snap.collector_note = job;
+  // The daemon's timing (an older daemon, which does not say, timed exactly).
+  snap.timing = ended->value("timing", std::string("exact")) == "off" ? "off" : "exact";
   return write_run_outputs(opts, snap, invoker, child_pid, json_fd, darshan_fd);
 }
 

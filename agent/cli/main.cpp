@@ -59,6 +59,13 @@ int main(int argc, char** argv) {
                   "io_uring, writeback, block hooks; repeatable); listed as not attached")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  std::string timing = "exact";
+  cmd->add_option("--timing", timing,
+                  "How calls are timed: exact (each call's entry and exit: Darshan's time "
+                  "counters), or off (no program on every system call's entry: cheaper per "
+                  "call; counts and bytes as exact, times not measured; no --trace)")
+      ->check(CLI::IsMember({"exact", "off"}))
+      ->capture_default_str();
   bool local = false, need_daemon = false;
   auto* local_flag = cmd->add_flag(
       "--local", local,
@@ -90,9 +97,16 @@ int main(int argc, char** argv) {
               : need_daemon ? iolens::cli::DaemonUse::Require
                             : iolens::cli::DaemonUse::Auto;
   // What only iolens's own programs can do: the daemon's are loaded already, its own way.
-  for (const char* o : {"--trace", "--btf", "--max-file-records", "--disable-program"})
+  for (const char* o :
+       {"--trace", "--btf", "--max-file-records", "--disable-program", "--timing"})
     if (run.local_only_option.empty() && cmd->count(o) > 0) run.local_only_option = o;
   if (queries.given()) return queries.run();
+  run.loader.timing = timing == "off" ? IOLENS_TIMING_OFF : IOLENS_TIMING_EXACT;
+  if (run.loader.timing == IOLENS_TIMING_OFF && !run.trace_path.empty()) {
+    std::fprintf(stderr, "iolens: --trace needs each call's start and duration: not with "
+                         "--timing off\n");
+    return 2;
+  }
   if (capture_cmd->parsed()) return iolens::cli::run_capture(capture);
   if (convert_cmd->parsed()) return iolens::cli::run_convert(convert);
   {

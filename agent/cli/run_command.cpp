@@ -284,6 +284,9 @@ int run_traced(const RunOptions& opts) {
     rec.on_event(r.event);
   };
   uint64_t removed_records = 0;  // taken out of the kernel's files map by us
+  // Timing off: records have no end times; idleness is told by unchanged counters.
+  core::IdleClock idle_clock;
+  core::IdleClock* idle = loader->timing() == IOLENS_TIMING_OFF ? &idle_clock : nullptr;
   const auto drain = [&] {
     loader->consume_events(on_event);  // exits and names first: they decide what to remove
     exits_pending = 0;
@@ -295,16 +298,19 @@ int run_traced(const RunOptions& opts) {
     auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c,
                       std::size_t in_map) {
       if (rec.exited(core::ProcKey{k.tgid, k.pstart_ns})) return D::RemoveFinal;
-      if (core::live_evictable(c, in_map, loader->max_file_records(), t0)) return D::RemoveLive;
+      if (core::drain_evictable(k, c, in_map, loader->max_file_records(), t0, idle))
+        return D::RemoveLive;
       return D::Keep;
     };
     const uint64_t removed_before = removed_records;
     std::size_t seen = 0;
+    if (idle) idle->begin();
     loader->drain_files(remove, [&](const auto& k, const auto& c, bool removed) {
       rec.on_file(k, c, removed);
       removed_records += removed;
       ++seen;
     });
+    if (idle) idle->end();
     spdlog::debug("drain: {} file records read, {} moved out, {} us", seen,
                   removed_records - removed_before, (now_ns(CLOCK_MONOTONIC) - t0) / 1000);
     loader->drain_others(
@@ -397,6 +403,7 @@ int run_traced(const RunOptions& opts) {
   snap.command = opts.command;
   snap.collector = "local";
   snap.collector_note = no_daemon;
+  snap.timing = loader->timing() == IOLENS_TIMING_OFF ? "off" : "exact";
   for (const auto& p : loader->programs())
     if (!p.attached) snap.not_attached[p.name] = p.error.empty() ? "not attached" : p.error;
   if (reaped)

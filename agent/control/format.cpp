@@ -362,6 +362,10 @@ std::string format_status(const json& status) {
 
   if (const auto root = text_of(status, "cgroup_root")) out += labelled("cgroup root", *root);
   if (const auto hooks = text_of(status, "syscall_hooks")) out += labelled("syscall hooks", *hooks);
+  if (const auto timing = text_of(status, "timing")) {
+    const auto note = text_of(status, "timing_note");
+    out += labelled("timing", *timing + (note && !note->empty() ? " (" + *note + ")" : ""));
+  }
 
   std::vector<std::vector<std::string>> programs;
   for (const json& p : array_or_empty(status, "programs")) {

@@ -53,6 +53,7 @@ static_assert(offsetof(iolens_mark_event, comm) == 56);
 static_assert(offsetof(iolens_pin_meta, mono_to_wall_ns) == 24);
 static_assert(offsetof(iolens_pin_meta, trace_ring_bytes) == 32);
 static_assert(offsetof(iolens_pin_meta, cgroup_excl_max) == 36);
+static_assert(offsetof(iolens_pin_meta, timing) == 40);
 static_assert(offsetof(iolens_trace_record, start_ns) == 0);
 static_assert(offsetof(iolens_trace_record, pstart_ns) == 16);
 static_assert(offsetof(iolens_trace_record, ino) == 24);

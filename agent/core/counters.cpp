@@ -252,11 +252,52 @@ uint64_t last_activity_ns(const FileCounters& c) {
                    c.last_read_end_ns, c.last_write_end_ns, c.last_meta_end_ns});
 }
 
-bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns) {
+bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns,
+                    std::optional<uint64_t> last_ns) {
   if (in_map * 2 <= max || !foldable(c)) return false;
   if (in_map * 4 > max * 3) return true;
-  const uint64_t last = last_activity_ns(c);
+  const uint64_t last = last_ns ? *last_ns : last_activity_ns(c);
   return now_ns > last && now_ns - last >= kEvictIdleNs;
+}
+
+namespace {
+/// FNV-1a over `n` bytes: a change of any counter changes it (but for a collision, which would
+/// only let a record be taken one drain early).
+uint64_t fnv1a(const void* p, std::size_t n, uint64_t h = 1469598103934665603ULL) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+}  // namespace
+
+std::size_t IdleClock::KeyHash::operator()(const iolens_file_key& k) const {
+  uint64_t h = fnv1a(&k.ino, sizeof k.ino);
+  h = fnv1a(&k.dev, sizeof k.dev, h);
+  h = fnv1a(&k.gen, sizeof k.gen, h);
+  h = fnv1a(&k.tgid, sizeof k.tgid, h);
+  h = fnv1a(&k.pstart_ns, sizeof k.pstart_ns, h);
+  return static_cast<std::size_t>(h);
+}
+
+bool IdleClock::KeyEq::operator()(const iolens_file_key& a, const iolens_file_key& b) const {
+  return a.ino == b.ino && a.dev == b.dev && a.gen == b.gen && a.tgid == b.tgid &&
+         a.pstart_ns == b.pstart_ns;
+}
+
+bool drain_evictable(const iolens_file_key& k, const FileCounters& c, std::size_t in_map,
+                     std::size_t max, uint64_t now_ns, IdleClock* idle) {
+  if (!idle) return live_evictable(c, in_map, max, now_ns);
+  if (in_map * 2 <= max || !foldable(c)) return false;
+  return live_evictable(c, in_map, max, now_ns, idle->since(k, c, now_ns));
+}
+
+uint64_t IdleClock::since(const iolens_file_key& k, const FileCounters& c, uint64_t now_ns) {
+  const uint64_t fp = fnv1a(&c, sizeof c);
+  uint64_t since_ns = now_ns;
+  if (auto it = prev_.find(k); it != prev_.end() && it->second.fingerprint == fp)
+    since_ns = it->second.since_ns;
+  next_[k] = Seen{fp, since_ns};
+  return since_ns;
 }
 
 }  // namespace iolens::core

@@ -5,6 +5,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <unordered_map>
 #include <span>
 #include <string_view>
 
@@ -106,7 +108,40 @@ inline constexpr uint64_t kEvictIdleNs = 10'000'000;
 /// room (up to 3/4 full) only records idle for kEvictIdleNs are taken: a file closed and opened
 /// again at once (written, then read back) keeps its record. Beyond 3/4, any foldable record
 /// is taken: a full map (records not created, counted, and every later call on those files
-/// lost) is worse than a call racing its record's eviction.
-bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns);
+/// lost) is worse than a call racing its record's eviction. `last_ns`: when the record was last
+/// active, if not its own end times (last_activity_ns; timing off: IdleClock::since).
+bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns,
+                    std::optional<uint64_t> last_ns = std::nullopt);
+
+/// Timing off: no record has an end time (docs/counters.md#timing), so a drain tells an idle
+/// record by its counters not having changed since an earlier drain saw them as they are: it
+/// has been idle since that drain at least. Per drain: begin(), since() for each record that
+/// may be evicted, end(); a record not asked about in a drain is forgotten.
+class IdleClock {
+ public:
+  void begin() { next_.clear(); }
+  /// The time of the first drain that saw `c` as it is now (now_ns if this one is the first).
+  uint64_t since(const iolens_file_key& k, const FileCounters& c, uint64_t now_ns);
+  void end() { prev_.swap(next_); }
+  std::size_t tracked() const { return prev_.size(); }
+
+ private:
+  struct KeyHash {
+    std::size_t operator()(const iolens_file_key& k) const;
+  };
+  struct KeyEq {
+    bool operator()(const iolens_file_key& a, const iolens_file_key& b) const;
+  };
+  struct Seen {
+    uint64_t fingerprint;
+    uint64_t since_ns;
+  };
+  std::unordered_map<iolens_file_key, Seen, KeyHash, KeyEq> prev_, next_;
+};
+
+/// live_evictable in a drain: the record's last activity is its own end times, or with `idle`
+/// (timing off) the first drain that saw it as it is.
+bool drain_evictable(const iolens_file_key& k, const FileCounters& c, std::size_t in_map,
+                     std::size_t max, uint64_t now_ns, IdleClock* idle);
 
 }  // namespace iolens::core

@@ -94,6 +94,8 @@ struct DaemonHealth {
   DurationHistogram drain;
   std::vector<ProgramHealth> programs;
   bool syscall_hooks_attached = false;
+  /// The daemon's `timing`: false (off) leaves the job series of call times out (not measured).
+  bool timing_exact = true;
   uint64_t jobs_live = 0, jobs_closing = 0, jobs_closed_total = 0;
   uint64_t jobs_dropped = 0;  // left off by metrics.max_jobs
   uint64_t file_records = 0, records_folded_total = 0, unattributed_processes = 0;

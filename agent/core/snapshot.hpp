@@ -81,6 +81,9 @@ struct RunSnapshot {
   /// With "iolensd": the daemon's job id. With "local": why no daemon was used, if one was
   /// tried ("no iolensd at /run/iolens/iolens.sock", "--trace needs local programs", ...).
   std::string collector_note;
+  /// How calls were timed (docs/counters.md "Timing"): "exact" (each call's entry and exit),
+  /// or "off" (no clock read: every time counter is 0, meaning not measured).
+  std::string timing = "exact";
 };
 
 }  // namespace iolens::core

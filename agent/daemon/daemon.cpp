@@ -237,6 +237,7 @@ class Daemon {
   // The same keys, for the drains until the deletion: they must not be reported again.
   std::set<iolens_file_key, KeyLess> pending_set_;
   std::map<core::ProcKey, int64_t> unknown_since_;  // processes with records but no job yet
+  core::IdleClock idle_clock_;  // timing off: when each evictable record last changed
   bool state_dirty_ = true;
   bool pressure_marked_ = false;  // the pressure-drain marker file exists
   uint64_t checkpoints_ = 0;
@@ -404,6 +405,7 @@ bool Daemon::setup() {
   lo.ring_bytes = cfg_.limits.ring_bytes;
   lo.trace_ring_bytes = cfg_.limits.trace_ring_bytes;
   lo.disabled_programs = cfg_.disabled_programs;
+  lo.timing = cfg_.timing == "off" ? IOLENS_TIMING_OFF : IOLENS_TIMING_EXACT;
   Status st;
   loader_ = loader::Loader::create(lo, st);
   if (!loader_) {
@@ -438,6 +440,7 @@ void Daemon::new_table() {
   table_ = std::make_unique<JobTable>(*sel_, cfg_.limits, mono_to_wall_);
   if (metrics_) table_->set_file_classes(cfg_.metrics.classes);
   table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
+  if (loader_) table_->set_timing(loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact");
 }
 
 std::optional<std::string> Daemon::resolve_cgroup(uint64_t id) {
@@ -662,12 +665,16 @@ void Daemon::drain(bool may_save) {
   learn_uids();  // processes that arrived with these events, while they are alive
   using D = loader::Loader::Disposition;
   const uint32_t max = loader_->max_file_records();
+  // Timing off: records have no end times; idleness is told by unchanged counters.
+  core::IdleClock* idle = loader_->timing() == IOLENS_TIMING_OFF ? &idle_clock_ : nullptr;
+  if (idle) idle->begin();
   auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map) {
     const core::ProcKey p{k.tgid, k.pstart_ns};
     if (pending_set_.count(k)) return D::Skip;
     if (!table_->attributed(p)) return unknown_disposition(p, t0);
     if (table_->exited(p)) return D::RemoveFinal;
-    if (core::live_evictable(c, in_map, max, static_cast<uint64_t>(t0))) return D::RemoveLive;
+    if (core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
+      return D::RemoveLive;
     return D::Keep;
   };
   // A pressure drain reads and deletes live records in one step: a crash before the next saved
@@ -688,6 +695,7 @@ void Daemon::drain(bool may_save) {
         moved += removed;
       },
       &pending_files_);
+  if (idle) idle->end();
   loader_->drain_others(
       [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
         const core::ProcKey p{k.tgid, k.pstart_ns};
@@ -1120,6 +1128,7 @@ core::DaemonHealth Daemon::health() {
   for (const auto& p : loader_->programs())
     h.programs.push_back({p.name, p.attached, !p.attached && !p.error.empty()});
   h.syscall_hooks_attached = loader_->syscall_hooks();
+  h.timing_exact = loader_->timing() == IOLENS_TIMING_EXACT;
   for (const auto& [id, job] : table_->jobs()) {
     if (job->state == JobState::Live) ++h.jobs_live;
     if (job->state == JobState::Closing) ++h.jobs_closing;
@@ -1208,6 +1217,8 @@ nlohmann::json Daemon::status_json() {
   j["watch_roots"] = sel_->watch_roots();
   j["syscall_hooks"] = loader_->syscall_hooks() ? "attached" : "detached";
   j["syscall_hooks_mode"] = opts_.syscall_hooks;
+  j["timing"] = loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact";
+  if (!loader_->timing_note().empty()) j["timing_note"] = loader_->timing_note();
   nlohmann::json progs = nlohmann::json::array();
   std::map<std::string, uint64_t> misses;
   for (const auto& [name, n] : loader_->program_misses()) misses[name] = n;
@@ -1474,7 +1485,8 @@ nlohmann::json Daemon::end_run(const nlohmann::json& req, control::RequestContex
                            {"recorder_bytes", blob.size()},
                            {"lost", lost},
                            {"block", block},
-                           {"not_attached", not_attached}};
+                           {"not_attached", not_attached},
+                           {"timing", loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact"}};
   spdlog::info("run {} ended: job {} sent to pid {} ({} bytes)", run.id, run.job_id,
                ctx.peer.pid, blob.size());
   take_run_job(run.job_id);
@@ -1516,6 +1528,9 @@ void Daemon::service_runs() {
 nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::RequestContext& ctx) {
   const CaptureRequest r = parse_capture_request(req);
   const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  if (loader_->timing() == IOLENS_TIMING_OFF)
+    throw std::runtime_error("a capture needs each call's start and duration, and this iolensd "
+                             "runs with timing off (timing: exact in its config)");
   if (capture_ && capture_->running())
     throw std::runtime_error(
         "a capture is running already (id " + std::to_string(capture_->id) + ", job " +

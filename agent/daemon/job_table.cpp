@@ -514,6 +514,7 @@ core::RunSnapshot JobTable::job_snapshot(const Job& job) const {
   core::RunSnapshot snap = job.rec->snapshot(clock());
   snap.start_ns = job.start_ns;
   snap.end_ns = job.end_ns.value_or(0);
+  snap.timing = timing_;
   return snap;
 }
 

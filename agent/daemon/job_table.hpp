@@ -92,6 +92,8 @@ class JobTable {
   /// path; the daemon searches the cgroup filesystem. May return nullopt.
   using CgroupResolver = std::function<std::optional<std::string>(uint64_t id)>;
   void set_cgroup_resolver(CgroupResolver r) { resolve_ = std::move(r); }
+  /// How the daemon's programs time calls ("exact" or "off"), for every job record.
+  void set_timing(std::string timing) { timing_ = std::move(timing); }
 
   /// A cgroup that exists (found by a scan, `created` = false) or was just created. Returns the
   /// selection changes it needs: a watched root gets TRACE, an excluded cgroup under a root
@@ -199,6 +201,7 @@ class JobTable {
   jobs::Limits limits_;
   int64_t mono_to_wall_;
   CgroupResolver resolve_;
+  std::string timing_ = "exact";
   std::map<uint64_t, Cgroup> cgroups_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<core::ProcKey, std::string> proc_job_;

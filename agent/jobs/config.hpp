@@ -109,6 +109,10 @@ struct Config {
   /// "on-demand": sys_enter/sys_exit attached only while a job is live (and hooks_idle_s
   /// after); "always": from start to stop. Every syscall on the node pays while attached.
   std::string syscall_hooks = "on-demand";
+  /// "exact": calls timed from entry to exit (sys_enter on every system call of the node while
+  /// the hooks are attached); "off": no entry program, times not measured (docs/counters.md
+  /// "Timing"; loader::Options::timing).
+  std::string timing = "exact";
   /// Optional kernel programs not to load (loader::Options::disabled_programs).
   std::vector<std::string> disabled_programs;
   uint64_t hooks_idle_s = 30;

@@ -134,7 +134,7 @@ enum class Group { Lifecycle, Jobs, Syscalls, Extra };
 const std::set<std::string> kCorePrograms = {
     "sched_process_fork", "sched_process_exec", "sched_process_exit", "cgroup_mkdir",
     "cgroup_rmdir",       "cgroup_attach_task", "sys_enter",          "sys_exit",
-    "scan_tasks"};
+    "close_enter",        "scan_tasks"};
 
 /// The tracepoint a tp_btf program attaches to, or "" for other programs.
 std::string btf_tracepoint(const bpf_program* prog) {
@@ -147,6 +147,28 @@ int64_t clock_ns(clockid_t c) {
   timespec ts{};
   clock_gettime(c, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+/// close_enter, a classic tracepoint program (timing off), attaches through tracefs, which
+/// nodes often do not mount at boot. libbpf looks in debugfs's copy when debugfs is mounted,
+/// else in /sys/kernel/tracing, where this mounts tracefs if nothing is there; then the
+/// tracepoint must exist (a kernel without CONFIG_FTRACE_SYSCALLS has no syscalls events).
+Status ensure_tracefs() {
+  const bool debugfs = access("/sys/kernel/debug/tracing", F_OK) == 0;
+  const std::string root = debugfs ? "/sys/kernel/debug/tracing" : "/sys/kernel/tracing";
+  if (!debugfs && access((root + "/events").c_str(), F_OK) != 0 &&
+      mount("nodev", root.c_str(), "tracefs", 0, nullptr) != 0) {
+    const int e = errno;
+    return Status::Error("cannot mount tracefs at " + root + ": " + errno_text(e), e);
+  }
+  const std::string id = root + "/events/syscalls/sys_enter_close/id";
+  if (access(id.c_str(), R_OK) != 0) {
+    const int e = errno;
+    return Status::Error("no tracepoint syscalls:sys_enter_close (" + id + ": " + errno_text(e) +
+                             "; a kernel without CONFIG_FTRACE_SYSCALLS?)",
+                         e);
+  }
+  return Status::Ok();
 }
 
 /// Makes `dir` a directory on a bpffs, mounting bpffs at /sys/fs/bpf if nothing is there yet
@@ -387,6 +409,19 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
   bpf_map__set_max_entries(skel->maps.trace, opts.trace_ring_bytes);
   skel->rodata->select_jobs = opts.select_jobs ? 1 : 0;
+  // Timing: sys_enter on every system call of the machine, or (off) close's classic tracepoint
+  // alone. The program not used is not loaded.
+  iolens_timing timing = opts.timing;
+  std::string timing_note;
+  if (timing == IOLENS_TIMING_OFF) {
+    if (Status t = ensure_tracefs(); !t) {
+      timing = IOLENS_TIMING_EXACT;
+      timing_note = "timing off needs close's classic tracepoint: " + t.message;
+      spdlog::warn("{}; timing calls exactly instead", timing_note);
+    }
+  }
+  bpf_program__set_autoload(
+      timing == IOLENS_TIMING_OFF ? skel->progs.sys_enter : skel->progs.close_enter, false);
 
   PinState pins;
   if (!opts.pin_dir.empty()) {
@@ -431,6 +466,8 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       size_changed("ring", old.ring_bytes, opts.ring_bytes);
       size_changed("trace ring", old.trace_ring_bytes, opts.trace_ring_bytes);
       size_changed("cgroup exclusions", old.cgroup_excl_max, opts.max_cgroup_exclusions);
+      const char* timing_names[] = {"exact", "off"};
+      const bool timing_changed = old.timing != static_cast<uint32_t>(timing);
       if (!readable) {
         pins.discarded = "pins without a readable meta map";
       } else if (old.abi_version != IOLENS_ABI_VERSION || info.value_size != sizeof(old)) {
@@ -438,6 +475,12 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                          std::to_string(IOLENS_ABI_VERSION);
       } else if (!resized.empty()) {
         pins.discarded = "map sizes changed (" + resized + ")";
+      } else if (timing_changed) {
+        // The programs attached count for the timing they were attached with (sys_enter or
+        // close_enter), and the live threads' enter_ns means one thing or the other.
+        pins.discarded = std::string("timing changed (") +
+                         (old.timing < 2 ? timing_names[old.timing] : "unknown") + " -> " +
+                         timing_names[timing] + ")";
       } else {
         pins.resumed = true;
         pins.mono_to_wall_ns = static_cast<int64_t>(old.mono_to_wall_ns);
@@ -544,7 +587,9 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                          static_cast<uint64_t>(wall),
                          static_cast<uint64_t>(wall - clock_ns(CLOCK_MONOTONIC)),
                          opts.trace_ring_bytes,
-                         opts.max_cgroup_exclusions};
+                         opts.max_cgroup_exclusions,
+                         static_cast<uint32_t>(timing),
+                         0};
     const __u32 zero = 0;
     bpf_map_update_elem(bpf_map__fd(skel->maps.meta), &zero, &meta, BPF_ANY);
     pins.mono_to_wall_ns = static_cast<int64_t>(meta.mono_to_wall_ns);
@@ -563,13 +608,18 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       {"cgroup_attach_task", skel->progs.cgroup_attach_task, &skel->links.cgroup_attach_task,
        Group::Jobs},
       {"sys_enter", skel->progs.sys_enter, &skel->links.sys_enter, Group::Syscalls},
+      {"close_enter", skel->progs.close_enter, &skel->links.close_enter, Group::Syscalls},
       {"sys_exit", skel->progs.sys_exit, &skel->links.sys_exit, Group::Syscalls},
   };
+  // Before any syscall hook attaches (a resumed agent's pins were made with the same timing).
+  skel->data_trace->timing_mode = static_cast<__u32>(timing);
   auto loader = std::unique_ptr<Loader>(new Loader(std::move(impl)));
   loader->max_file_records_ = opts.max_file_records;
   loader->max_cgroup_exclusions_ = opts.max_cgroup_exclusions;
   loader->pin_state_ = pins;
   loader->pin_dir_ = opts.pin_dir;
+  loader->timing_ = timing;
+  loader->timing_note_ = timing_note;
   // Attach one by one so that each failure is named. Lifecycle and job programs are required;
   // in daemon mode the syscall hooks wait for set_syscall_hooks(true), unless a previous agent
   // left them attached (resumed), in which case its links are kept: re-attaching would leave a
@@ -578,6 +628,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     const std::string link_pin = opts.pin_dir + "/link_" + p.name;
     const bool pinned_link = pins.resumed && access(link_pin.c_str(), F_OK) == 0;
     if (p.group == Group::Jobs && !opts.select_jobs) continue;
+    if (!bpf_program__autoload(p.prog)) continue;  // the other timing's entry program
     if (p.group == Group::Syscalls && opts.select_jobs && !pinned_link) {
       loader->programs_.push_back(ProgramState{p.name, false, ""});
       continue;
@@ -677,8 +728,19 @@ Status Loader::attach_one(const std::string& name, bool pin) {
 }
 
 Status Loader::set_syscall_hooks(bool attached) {
-  for (const char* name : {"sys_enter", "sys_exit"}) {
+  // Timing off: tasks marked inside a call while sys_exit was detached wait for that call's
+  // exit (enter_ns 0), which may have come and gone unseen; the settle scan lets those no
+  // longer inside a call count their next one (bpf/iolens.bpf.c scan_tasks).
+  if (attached && timing_ == IOLENS_TIMING_OFF && !syscall_hooks() &&
+      bpf_program__autoload(impl_->skel->progs.scan_tasks)) {
+    impl_->skel->bss->scan_settle = 1;
+    const Status s = scan_tasks();
+    impl_->skel->bss->scan_settle = 0;
+    if (!s) return s;
+  }
+  for (const char* name : {"sys_enter", "close_enter", "sys_exit"}) {
     Impl::Prog* p = impl_->find(name);
+    if (!bpf_program__autoload(p->prog)) continue;  // the other timing's entry program
     if (attached) {
       if (Status s = attach_one(name, !pin_dir_.empty()); !s) return s;
     } else if (*p->link) {
@@ -692,7 +754,9 @@ Status Loader::set_syscall_hooks(bool attached) {
 }
 
 bool Loader::syscall_hooks() const {
-  return impl_->skel->links.sys_enter != nullptr && impl_->skel->links.sys_exit != nullptr;
+  const auto& l = impl_->skel->links;
+  return (timing_ == IOLENS_TIMING_OFF ? l.close_enter : l.sys_enter) != nullptr &&
+         l.sys_exit != nullptr;
 }
 
 void Loader::unpin_all() {
@@ -814,6 +878,9 @@ Status Loader::trace_process(pid_t pid) {
     const int e = errno;
     return Status::Error("pidfd_open(" + std::to_string(pid) + "): " + errno_text(e), e);
   }
+  // enter_ns 0: with timing off, the process's next system call exit is not counted, as it may
+  // have been entered untraced (iolens run's child, stopped in raise(SIGSTOP), next returns
+  // from glibc's rt_sigprocmask, which is not counted anyway).
   iolens_task_state st{};
   const int err = bpf_map_update_elem(bpf_map__fd(impl_->skel->maps.task_state), &pidfd, &st,
                                       BPF_NOEXIST);
@@ -836,6 +903,9 @@ int Loader::consume_events(const EventSink& sink) {
 Status Loader::set_trace_mode(iolens_trace_mode mode, int cgroup_fd) {
   const int cg_map = bpf_map__fd(impl_->skel->maps.trace_cgroup);
   const __u32 zero = 0;
+  if (mode != IOLENS_TRACE_OFF && timing_ == IOLENS_TIMING_OFF)
+    return Status::Error("a trace needs each call's start and duration, and this agent runs "
+                         "with timing off (timing: exact)", EINVAL);
   switch (mode) {
     case IOLENS_TRACE_OFF:
     case IOLENS_TRACE_ALL:

@@ -43,6 +43,10 @@ struct Options {
   /// writeback, block layer) not to load, by program name; reported as "disabled by
   /// configuration". Core programs cannot be disabled.
   std::vector<std::string> disabled_programs;
+  /// How calls are timed (enum iolens_timing, docs/counters.md "Timing"). IOLENS_TIMING_OFF
+  /// attaches no sys_enter program (close's entry comes from its classic tracepoint, which
+  /// needs tracefs: the loader mounts it, and where it cannot, times exactly and says why).
+  iolens_timing timing = IOLENS_TIMING_EXACT;
 };
 
 /// What a start with pinning found: a previous agent's live state, or why it was discarded.
@@ -105,6 +109,10 @@ class Loader {
   /// attached (bench/README.md), so the daemon attaches them only while a job is alive.
   Status set_syscall_hooks(bool attached);
   bool syscall_hooks() const;
+  /// The timing the programs run with: Options::timing, unless off was asked for and could
+  /// not be had (timing_note() says why).
+  iolens_timing timing() const { return timing_; }
+  const std::string& timing_note() const { return timing_note_; }
   /// Daemon mode: what start-up found in pin_dir.
   const PinState& pin_state() const { return pin_state_; }
   /// Removes every pin, so the maps and programs go away with this agent (a clean stop).
@@ -181,7 +189,8 @@ class Loader {
   ///    (the caller may close it afterwards);
   ///  - IOLENS_TRACE_PIDS: traced tasks of the processes given to add_trace_pid() and of the
   ///    processes they create from then on.
-  /// Leaving PIDS empties the pid list; leaving CGROUP forgets the cgroup.
+  /// Leaving PIDS empties the pid list; leaving CGROUP forgets the cgroup. A trace needs each
+  /// call's start: with timing off every mode but OFF is refused.
   Status set_trace_mode(iolens_trace_mode mode, int cgroup_fd = -1);
   iolens_trace_mode trace_mode() const;
   /// Adds a process (tgid) to the PIDS list; its new child processes join it at fork and every
@@ -231,6 +240,8 @@ class Loader {
   std::string pin_dir_;
   uint32_t max_file_records_ = 0;
   uint32_t max_cgroup_exclusions_ = 0;
+  iolens_timing timing_ = IOLENS_TIMING_EXACT;
+  std::string timing_note_;
   bool batch_ok_ = true;  // cleared when the kernel refuses batched map reads
 };
 

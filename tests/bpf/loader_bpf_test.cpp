@@ -246,6 +246,70 @@ TEST_F(BpfTest, ReadsWritesAndPatternExact) {
   EXPECT_EQ(files[f]->ino, st.st_ino);
 }
 
+/// Timing off (docs/counters.md#timing): close_enter instead of sys_enter, no clock.
+class BpfTimingOffTest : public BpfTest {
+ protected:
+  void SetUp() override {
+    opts_.timing = IOLENS_TIMING_OFF;
+    BpfTest::SetUp();
+  }
+};
+
+TEST_F(BpfTimingOffTest, CloseEnterInsteadOfSysEnterAndNoTrace) {
+  ASSERT_EQ(loader_->timing(), IOLENS_TIMING_OFF) << loader_->timing_note();
+  std::map<std::string, bool> attached;
+  for (const auto& p : loader_->programs()) attached[p.name] = p.attached;
+  EXPECT_TRUE(attached["close_enter"]);
+  EXPECT_TRUE(attached["sys_exit"]);
+  EXPECT_EQ(attached.count("sys_enter"), 0u) << "sys_enter is not loaded with timing off";
+  EXPECT_TRUE(loader_->syscall_hooks());
+  const auto st = loader_->set_trace_mode(IOLENS_TRACE_ALL);
+  EXPECT_FALSE(st.ok);
+  EXPECT_NE(st.message.find("timing off"), std::string::npos) << st.message;
+  EXPECT_EQ(loader_->trace_mode(), IOLENS_TRACE_OFF);
+}
+
+// The same calls as ReadsWritesAndPatternExact: every count the same, every time 0, no
+// latency bucket; the close counted through close_enter.
+TEST_F(BpfTimingOffTest, CountsExactWithNoTime) {
+  const std::string f = path("data.bin");
+  const pid_t pid = run_child([&] {
+    int fd = open(f.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    char buf[8192] = {};
+    for (int i = 0; i < 3; ++i)
+      if (write(fd, buf, 4096) != 4096) _exit(1);
+    if (pread(fd, buf, 1000, 100) != 1000) _exit(2);
+    lseek(fd, 0, SEEK_SET);
+    while (read(fd, buf, 5000) > 0) {
+    }
+    fsync(fd);
+    close(fd);
+  });
+  auto snap = collect(pid);
+  auto files = files_of(snap, pid);
+  ASSERT_TRUE(files.count(f)) << "no record for " << f;
+  const auto& c = files[f]->counters;
+  EXPECT_EQ(c.opens, 1u);
+  EXPECT_EQ(c.writes, 3u);
+  EXPECT_EQ(c.bytes_written, 12288u);
+  EXPECT_EQ(c.reads, 5u);
+  EXPECT_EQ(c.bytes_read, 1000u + 5000 + 5000 + 2288);
+  EXPECT_EQ(c.seq_reads, 4u);
+  EXPECT_EQ(c.consec_reads, 3u);
+  EXPECT_EQ(c.seeks, 1u);
+  EXPECT_EQ(c.fsyncs, 1u);
+  EXPECT_EQ(c.closes, 1u);
+  EXPECT_EQ(c.read_time_ns, 0u);
+  EXPECT_EQ(c.write_time_ns, 0u);
+  EXPECT_EQ(c.meta_time_ns, 0u);
+  EXPECT_EQ(c.max_read_time_ns, 0u);
+  EXPECT_EQ(c.open_start_ns, 0u);
+  EXPECT_EQ(c.close_end_ns, 0u);
+  EXPECT_EQ(total(c.lat_read), 0u);
+  EXPECT_EQ(total(c.lat_write), 0u);
+  EXPECT_EQ(c.lat_read_sum_ns, 0u);
+}
+
 TEST_F(BpfTest, LatencyHistogramOfRealReadsAndWrites) {
   constexpr int kReads = 40, kWrites = 25;
   const std::string f = path("lat.bin");

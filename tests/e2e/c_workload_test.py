@@ -15,6 +15,13 @@ record under DIR exists that the manifest lacks (and none for another pid); the 
 all 3000 data files present; dev/ino equal to stat(2); process counters = sums of its files;
 top-level exit_code 0 and every `lost` value 0.
 
+With `--timing off` (registered as e2e_c_workload_timing_off: no sys_enter program, close's
+entry from its classic tracepoint, page-cache context from the saved registers), every counter
+must be just as exact, the record must say "timing": "off", and every time the kernel's syscall
+hooks measure (read/write/meta times, open/read/write/close/meta timestamps, the slowest calls,
+the latency histogram) must be 0, where with exact timing the workload's reads and writes have
+them set.
+
 With `--max-file-records N` (registered as e2e_c_workload_small_map with N = 4096, under the
 6,000 records the workload's processes hold at its peak), the kernel map would overflow unless
 the agent drains early and folds idle records: every counter must still be exact with nothing
@@ -27,10 +34,38 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import e2e_common as E  # noqa: E402
 
 
+def check_times(ck, doc, work, timing):
+    """timing off: every syscall-hook time and latency bucket of the workload's records is 0.
+    exact: each record with reads (writes) has a read (write) time and a bucket per call."""
+    rows = [f for f in doc["files"] if E.under(f.get("path"), work)]
+    ck.check(len(rows) > 3000, "only %d records under %s" % (len(rows), work))
+    timed = 0
+    for f in rows:
+        c = f.get("counters", {})
+        where = "pid %r path %r" % (f.get("pid"), f.get("path"))
+        lat = {k: v for k, v in c.items() if k.startswith("lat_") and not k.endswith("_ns")}
+        if timing == "off":
+            for k in E.SYSCALL_TIMES:
+                ck.eq("%s %s (timing off)" % (where, k), 0, c.get(k))
+            ck.eq("%s latency buckets (timing off)" % where, 0, sum(lat.values()))
+            continue
+        for kind, calls in (("read", "reads"), ("write", "writes")):
+            if c.get(calls, 0) > 0:
+                timed += 1
+                ck.check(c.get("%s_time_ns" % kind, 0) > 0, "%s: %s > 0 but %s_time_ns is %r" %
+                         (where, calls, kind, c.get("%s_time_ns" % kind)))
+                ck.eq("%s %s latency buckets" % (where, kind), c[calls],
+                      sum(v for k, v in lat.items() if k.startswith("lat_%s_" % kind)))
+    if timing == "exact":
+        ck.check(timed > 3000, "only %d timed records" % timed)
+
+
 def main():
     args = E.parse_args(workload=True, extra=[
         (("--max-file-records",), {"type": int, "default": 0,
-                                    "help": "pass this kernel map size to iolens"})])
+                                    "help": "pass this kernel map size to iolens"}),
+        (("--timing",), {"choices": ("exact", "off"), "default": "exact",
+                         "help": "pass this --timing to iolens"})])
     E.require_root()
     ck = E.Checker("c_workload")
     tmp = E.disk_tempdir("cwl")
@@ -39,6 +74,7 @@ def main():
     out_json = os.path.join(tmp, "run.json")
 
     extra = ["--max-file-records", str(args.max_file_records)] if args.max_file_records else []
+    extra += ["--timing", args.timing]
     run = E.run_iolens(args.iolens, [args.workload, work, "-"], json_path=out_json, extra=extra,
                        timeout=240)
     E.log("iolens exited %d after %.1f s" % (run.rc, run.elapsed))
@@ -52,6 +88,8 @@ def main():
     E.check_lost_zero(ck, doc)
     ck.eq("command", [args.workload, work, "-"], doc.get("command"))
     E.check_io_manifest(ck, doc, manifest, iolens_pid=run.pid)
+    ck.eq("timing", args.timing, doc.get("timing"))
+    check_times(ck, doc, os.path.realpath(work), args.timing)
     procs = E.procs_by_pid(ck, doc)
     if manifest["parent"] in procs:
         ck.eq("root exe", os.path.realpath(args.workload), procs[manifest["parent"]].get("exe"))

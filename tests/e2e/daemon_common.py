@@ -563,8 +563,16 @@ class Daemon:
 
 # --- checks on job records ----------------------------------------------------------------------
 
+def expected_timing():
+    """The timing every generated config asks for: "off" when IOLENS_E2E_DAEMON_CONFIG sets it
+    (the *_timing_off registrations), else the default "exact"."""
+    extra = os.environ.get("IOLENS_E2E_DAEMON_CONFIG", "").replace("\\n", "\n")
+    return "off" if re.search(r"^timing:\s*off\s*$", extra, re.M) else "exact"
+
+
 def check_record_shape(ck, doc, job_id):
     ck.eq("%s schema" % job_id, JOB_SCHEMA, doc.get("schema"))
+    ck.eq("%s timing" % job_id, expected_timing(), doc.get("timing"))
     for k in ("job", "processes", "files", "lost"):
         if not ck.check(k in doc, "%s: record has no %r" % (job_id, k)):
             return False

@@ -5,6 +5,10 @@ family (read, p*, *v, sendfile, splice, copy_file_range), random and
 sequential numpy memmap reads, fadvise(WILLNEED), a checkpoint-style write, and a write under
 lowered vm.dirty_bytes (restored after).
 Files live on a disk file system (tmpfs has no filemap events). Needs root (exit 77 otherwise).
+
+With `--timing off` (e2e_page_cache_timing_off) iolens runs no sys_enter program, and the page-
+cache hooks tell a read's miss from a fault's or a prefetch's by the call the thread's saved
+registers name (bpf/iolens_cache.bpf.h io_ctx_now): every expectation is the same.
 """
 import os
 import sys
@@ -186,11 +190,13 @@ class dirty_limits:
 def traced(a, ck, tag, args, **kw):
     """Runs the workload with `args` (mode first) under iolens; returns (run, JSON document)."""
     json_path = os.path.join(a.tmp, "%s.json" % tag)
+    kw["extra"] = list(kw.get("extra", [])) + ["--timing", a.timing]
     run = E.run_iolens(a.iolens, [PY, "-c", WORKLOAD] + [str(x) for x in args], json_path,
                        **kw)
     if run.rc != 0:
         ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (tag, run.rc, run.err_text()))
     doc = E.load_run(ck, run)
+    ck.eq("%s timing" % tag, a.timing, doc.get("timing"))
     return run, doc
 
 
@@ -474,7 +480,8 @@ def test_copy_from_mapping(a, ck):
 
 
 def main():
-    a = E.parse_args()
+    a = E.parse_args(extra=[(("--timing",), {"choices": ("exact", "off"), "default": "exact",
+                                             "help": "pass this --timing to iolens"})])
     E.require_root()
     ck = E.Checker("e2e_page_cache")
     a.tmp = E.disk_tempdir("pagecache")

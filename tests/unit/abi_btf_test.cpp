@@ -150,6 +150,7 @@ TEST_F(AbiBtf, TaskStateAndEvents) {
   EXPECT_FIELD(pm, iolens_pin_meta, mono_to_wall_ns);
   EXPECT_FIELD(pm, iolens_pin_meta, trace_ring_bytes);
   EXPECT_FIELD(pm, iolens_pin_meta, cgroup_excl_max);
+  EXPECT_FIELD(pm, iolens_pin_meta, timing);
 }
 
 TEST_F(AbiBtf, TraceRecordEveryField) {

@@ -561,6 +561,41 @@ TEST(AccountLatency, HistogramAndSumsOfASequenceOfCalls)
 	EXPECT_EQ(c.write_time_ns, 70000u + 1500000000u + 500000u + 100u);
 }
 
+/* Timing off (IOLENS_TIMING_OFF): sys_exit passes t0 = t1 = 0. Every count and byte is kept; no
+ * time, timestamp or latency bucket moves, so the histogram is empty rather than claiming the
+ * calls took under 1 us. */
+TEST(AccountLatency, UntimedCallsCountButAreInNoBucket)
+{
+	struct iolens_file_counters c = fresh();
+
+	iolens_account_open(&c, 0, 0, 0);
+	iolens_account_rw(&c, kRead, 0, 4096, 0, 0);
+	iolens_account_rw(&c, kRead, 4096, 100, 0, 0);
+	iolens_account_rw(&c, kWrite, 0, 10, 0, 0);
+	iolens_account_meta(&c, IOLENS_META_FSYNC, 0, 0);
+	iolens_account_close(&c, 0, 0, 0);
+	EXPECT_EQ(c.opens, 1u);
+	EXPECT_EQ(c.reads, 2u);
+	EXPECT_EQ(c.bytes_read, 4196u);
+	EXPECT_EQ(c.writes, 1u);
+	EXPECT_EQ(c.fsyncs, 1u);
+	EXPECT_EQ(c.closes, 1u);
+	EXPECT_EQ(c.consec_reads, 1u); /* offsets still follow the calls */
+	for (int b = 0; b < IOLENS_NR_LAT_BUCKETS; b++) {
+		EXPECT_EQ(c.lat_read[b], 0u) << "bucket " << b;
+		EXPECT_EQ(c.lat_write[b], 0u) << "bucket " << b;
+	}
+	EXPECT_EQ(c.lat_read_sum_ns, 0u);
+	EXPECT_EQ(c.lat_write_sum_ns, 0u);
+	EXPECT_EQ(c.read_time_ns, 0u);
+	EXPECT_EQ(c.write_time_ns, 0u);
+	EXPECT_EQ(c.meta_time_ns, 0u);
+	EXPECT_EQ(c.read_start_ns, 0u);
+	EXPECT_EQ(c.read_end_ns, 0u);
+	EXPECT_EQ(c.open_end_ns, 0u);
+	EXPECT_EQ(c.close_end_ns, 0u);
+}
+
 TEST(AccountLatency, SumIncludesOverlapUnlikeReadTime)
 {
 	struct iolens_file_counters c = fresh();

@@ -127,6 +127,21 @@ TEST(ControlFormat, StatusLosses) {
   EXPECT_NE(std::string::npos, text.find("restart        fresh start\n")) << text;
 }
 
+TEST(ControlFormat, StatusTiming) {
+  json s = status_sample();
+  s["timing"] = "off";
+  std::string text = format_status(s);
+  EXPECT_NE(std::string::npos, text.find("syscall hooks  attached\ntiming         off\n")) << text;
+  s["timing"] = "exact";
+  s["timing_note"] = "timing off needs close's classic tracepoint: cannot mount tracefs";
+  text = format_status(s);
+  EXPECT_NE(std::string::npos,
+            text.find("timing         exact (timing off needs close's classic tracepoint: "
+                      "cannot mount tracefs)\n"))
+      << text;
+  EXPECT_EQ(std::string::npos, format_status(status_sample()).find("timing")) << "no member";
+}
+
 TEST(ControlFormat, StatusRuns) {
   json s = status_sample();
   // Runs off (root ""), or a daemon without them: no line.

@@ -404,3 +404,37 @@ TEST(DarshanLog, DxtRoundTripAndDamage) {
   EXPECT_NE(err.find("stray bytes"), std::string::npos) << err;
   EXPECT_TRUE(read_darshan_log(with_dxt_region(log, raw), c = {}, err)) << err;
 }
+
+// timing: off (docs/counters.md "Timing"): the time counters are 0 because not measured, and the
+// job metadata says so, after lib_ver and producer and before the caller's lines.
+TEST(DarshanLog, TimingOffIsSaidInTheJobMetadata) {
+  auto run = sample();
+  DarshanJobInfo j = info();
+  j.metadata = {{"iolens_job", "slurm/7"}};
+  DarshanLogContents c;
+  std::string err;
+  // Default, exact: no timing line.
+  ASSERT_EQ(run.timing, "exact");
+  ASSERT_TRUE(read_darshan_log(darshan_log(run, j), c, err)) << err;
+  EXPECT_EQ(c.metadata, "lib_ver=3.5.0\nproducer=iolens\niolens_job=slurm/7\n");
+  EXPECT_EQ(c.metadata.find("iolens_timing"), std::string::npos);
+
+  run.timing = "off";
+  for (auto& f : run.files) {  // as timing off records them
+    f.counters.read_time_ns = 0;
+    f.counters.read_start_ns = 0;
+  }
+  const std::string log = darshan_log(run, j);
+  DarshanLogContents off;
+  ASSERT_TRUE(read_darshan_log(log, off, err)) << err;
+  EXPECT_EQ(off.metadata, "lib_ver=3.5.0\nproducer=iolens\niolens_timing=off\niolens_job=slurm/7\n");
+  // The raw job region too (the reader is not what puts it there).
+  const auto names_off = at<uint64_t>(log, 32);
+  const std::string job = inflate_all(log.substr(kDarshanHeaderSize, names_off - kDarshanHeaderSize));
+  EXPECT_EQ(std::string(job.data() + 56), "lib_ver=3.5.0\nproducer=iolens\niolens_timing=off\niolens_job=slurm/7\n");
+  // Counts and bytes are exact all the same.
+  ASSERT_EQ(off.posix.size(), 2u);
+  EXPECT_EQ(off.posix[0].counters[static_cast<size_t>(darshan_posix_counter_index("READS"))], 3);
+  EXPECT_EQ(off.posix[0].counters[static_cast<size_t>(darshan_posix_counter_index("BYTES_READ"))],
+            6530);
+}

@@ -517,6 +517,22 @@ TEST(JobsConfig, SyscallHookModes) {
             "t.yaml:3:1: syscall_hooks: expected on-demand or always, got 'sometimes'");
 }
 
+TEST(JobsConfig, TimingExactOrOff) {
+  EXPECT_EQ(parsed(kJobs).timing, "exact");  // the default
+  EXPECT_EQ(parsed(kJobs + "timing: exact\n").timing, "exact");
+  EXPECT_EQ(parsed(kJobs + "timing: off\n").timing, "off");
+  EXPECT_EQ(parsed(kJobs + "timing: \"off\"\n").timing, "off");
+  EXPECT_EQ(error_of(kJobs + "timing: sampled\n"),
+            "t.yaml:3:1: timing: expected exact or off, got 'sampled'");
+  EXPECT_EQ(error_of(kJobs + "timing: Off\n"),
+            "t.yaml:3:1: timing: expected exact or off, got 'Off'");
+  EXPECT_EQ(error_of(kJobs + "timing: \"\"\n"),
+            "t.yaml:3:1: timing: expected exact or off, got ''");
+  // A rejected value leaves no half-parsed config: the result is not ok.
+  EXPECT_FALSE(parse_config(kJobs + "timing: false\n", "t.yaml").ok());
+  EXPECT_EQ(parse_config(kJobs + "timing: [exact]\n", "t.yaml").errors.size(), 1u);
+}
+
 TEST(JobsConfig, DarshanLogs) {
   EXPECT_FALSE(parsed(kJobs).darshan_logs);
   for (const char* yes : {"true", "True", "TRUE", "\"true\""})

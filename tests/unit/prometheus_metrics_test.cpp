@@ -276,3 +276,61 @@ TEST(PrometheusText, BlockLayerSeriesPerJobDeviceAndDirection) {
            "iolens_block_queue_duration_seconds_sum{" + D + ",op=\"write\"} 3e-06\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nnot in:\n" << text;
 }
+
+// timing: off (docs/metrics.md): the call-time families of the jobs get no series (not zeros),
+// and iolens_timing_exact says which; every other job series is still there.
+TEST(PrometheusText, TimingOffLeavesCallTimeSeriesOut) {
+  auto s = known_snapshot();
+  s.jobs[0].groups[0].totals.read_time_ns = 2'000'000'000;  // nonzero: exact would show it
+  s.jobs[0].groups[0].totals.write_time_ns = 1'000'000'000;
+  s.jobs[0].groups[0].totals.lat_write[1] = 4;
+  s.jobs[0].groups[0].totals.lat_write_sum_ns = 8'000;
+  const std::string G = "job_id=\"slurm/42\",job_kind=\"slurm\",slurm_job=\"42\","
+                        "slurm_uid=\"1000\",node=\"n1\",slurm_step=\"0\"";
+
+  // Default, exact: the series are there, with their values.
+  ASSERT_TRUE(s.daemon.timing_exact);
+  const std::string exact = exporters::prometheus_text(exporters::metric_families(s, 0.25));
+  for (const std::string& line : std::vector<std::string>{
+           "iolens_job_io_seconds_total{" + G + ",op=\"read\"} 2\n",
+           "iolens_job_io_seconds_total{" + G + ",op=\"write\"} 1\n",
+           "iolens_job_request_duration_seconds_sum{" + G + ",op=\"read\"} 2.5e-05\n",
+           "iolens_job_request_duration_seconds_count{" + G + ",op=\"write\"} 4\n",
+           "iolens_timing_exact{node=\"n1\"} 1\n"})
+    EXPECT_NE(exact.find(line), std::string::npos) << line << "\nnot in:\n" << exact;
+
+  // Off: no series of either family, the gauge 0, other job series unchanged.
+  s.daemon.timing_exact = false;
+  const auto families = exporters::metric_families(s, 0.25);
+  const std::string off = exporters::prometheus_text(families);
+  EXPECT_EQ(off.find("iolens_job_io_seconds_total{"), std::string::npos) << off;
+  EXPECT_EQ(off.find("iolens_job_request_duration_seconds_"), std::string::npos) << off;
+  EXPECT_EQ(off.find("iolens_job_request_duration_seconds{"), std::string::npos) << off;
+  for (const auto& f : families) {
+    if (f.name == "iolens_job_io_seconds_total" || f.name == "iolens_job_request_duration_seconds") {
+      EXPECT_TRUE(f.metric.empty()) << f.name;
+    }
+  }
+  for (const std::string& line : std::vector<std::string>{
+           "iolens_timing_exact{node=\"n1\"} 0\n",
+           "iolens_job_io_bytes_total{" + G + ",op=\"read\"} 131122\n",
+           "iolens_job_request_size_bytes_count{" + G + ",op=\"read\"} 3\n",
+           "iolens_job_metadata_operations_total{" + G + ",op=\"open\"} 2\n"})
+    EXPECT_NE(off.find(line), std::string::npos) << line << "\nnot in:\n" << off;
+  EXPECT_EQ(off.find("iolens_timing_exact{node=\"n1\"} 1"), std::string::npos) << off;
+}
+
+// The gauge is exported with no job at all, and has no labels of its own (only the node's).
+TEST(PrometheusText, TimingExactGaugeWithoutJobs) {
+  core::MetricsSnapshot s;
+  s.node = "n1";
+  EXPECT_EQ(text_of(s, {"iolens_timing_exact"}),
+            "# HELP iolens_timing_exact 1 when calls are timed (timing: exact); 0 with timing "
+            "off, where iolens_job_io_seconds_total and iolens_job_request_duration_seconds "
+            "are left out.\n"
+            "# TYPE iolens_timing_exact gauge\n"
+            "iolens_timing_exact{node=\"n1\"} 1\n");
+  s.daemon.timing_exact = false;
+  const std::string off = text_of(s, {"iolens_timing_exact"});
+  EXPECT_NE(off.find("\niolens_timing_exact{node=\"n1\"} 0\n"), std::string::npos) << off;
+}

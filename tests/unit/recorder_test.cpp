@@ -355,11 +355,63 @@ TEST(Counters, LiveEvictionTakesIdleRecordsUntilTheMapIsNearlyFull) {
   EXPECT_FALSE(live_evictable(c, 51, 100, idle - 1));   // closed just now: may be reopened
   EXPECT_FALSE(live_evictable(c, 75, 100, 3'000));      // 3/4 full: still only idle ones
   EXPECT_TRUE(live_evictable(c, 76, 100, 3'000));       // over 3/4: any foldable record
+  // The last activity given (timing off: IdleClock), not the record's end times.
+  EXPECT_FALSE(live_evictable(c, 51, 100, idle, idle - 1));
+  EXPECT_TRUE(live_evictable(c, 51, 100, idle, idle - kEvictIdleNs));
   c.meta_end_ns = 5'000;  // a later stat counts as activity
   EXPECT_EQ(last_activity_ns(c), 5'000u);
   EXPECT_FALSE(live_evictable(c, 51, 100, idle));
   c.open_fds = 1;  // open again: never, however full
   EXPECT_FALSE(live_evictable(c, 100, 100, idle + 10'000));
+}
+
+// Timing off: a record is idle since the first drain that saw its counters as they are; any
+// change starts it again, and a record a drain did not ask about is forgotten.
+TEST(Counters, IdleClockTellsIdleRecordsByUnchangedCounters) {
+  FileCounters c = new_counters();
+  c.opens = c.closes = 1;
+  c.open_fds = 0;
+  c.reads = 3;
+  iolens_file_key k{};
+  k.ino = 7;
+  k.tgid = 42;
+  IdleClock clock;
+  const uint64_t t = 1'000'000'000;
+  clock.begin();
+  EXPECT_EQ(clock.since(k, c, t), t);  // first seen: idle from now on at most
+  clock.end();
+  clock.begin();
+  EXPECT_EQ(clock.since(k, c, t + 5'000'000), t);  // unchanged: idle since the first drain
+  clock.end();
+  // Through drain_evictable, with the map over half full (51 of 100) and no end time at all:
+  clock.begin();
+  EXPECT_FALSE(drain_evictable(k, c, 51, 100, t + kEvictIdleNs - 1, &clock));
+  clock.end();
+  clock.begin();
+  EXPECT_TRUE(drain_evictable(k, c, 51, 100, t + kEvictIdleNs, &clock));
+  clock.end();
+  c.reads = 4;  // a call: idle again only from this drain on
+  clock.begin();
+  EXPECT_FALSE(drain_evictable(k, c, 51, 100, t + 2 * kEvictIdleNs, &clock));
+  clock.end();
+  clock.begin();
+  EXPECT_TRUE(drain_evictable(k, c, 51, 100, t + 3 * kEvictIdleNs, &clock));
+  clock.end();
+  clock.begin();
+  clock.end();  // a drain that did not ask about it: forgotten
+  EXPECT_EQ(clock.tracked(), 0u);
+  clock.begin();
+  EXPECT_EQ(clock.since(k, c, t + 4 * kEvictIdleNs), t + 4 * kEvictIdleNs);
+  clock.end();
+  // Without the clock (timing exact) the record's own end times decide: none here means "idle
+  // since 0", taken at once.
+  EXPECT_TRUE(drain_evictable(k, c, 51, 100, t, nullptr));
+  // Half full or not foldable: never, whatever the clock says.
+  clock.begin();
+  EXPECT_FALSE(drain_evictable(k, c, 50, 100, t + 9 * kEvictIdleNs, &clock));
+  c.open_fds = 1;
+  EXPECT_FALSE(drain_evictable(k, c, 99, 100, t + 9 * kEvictIdleNs, &clock));
+  clock.end();
 }
 
 // ---- Bounded memory: fold_to ----

@@ -461,3 +461,82 @@ TEST(JsonReport, StreamedRecordIsWrittenInPieces) {
   EXPECT_FALSE(exporters::write_run_json(s, "x", [&](std::string_view) { return ++calls < 3; }));
   EXPECT_EQ(calls, 3u);
 }
+
+namespace {
+
+// The IO TIME cell of pid's row in the per-process table: the header's "IO TIME" is
+// right-aligned in its column as the row's value is, so the cell ends where the header's does.
+std::string io_time_cell(const std::string& summary, uint32_t pid) {
+  const auto head = summary.find("\n     PID ");
+  EXPECT_NE(head, std::string::npos) << summary;
+  if (head == std::string::npos) return "?";
+  const auto line_start = head + 1;
+  const auto end = summary.find("IO TIME", line_start) + 7 - line_start;
+  const std::string prefix = "\n" + std::string(8 - std::to_string(pid).size(), ' ') +
+                             std::to_string(pid) + " ";
+  const auto row = summary.find(prefix, line_start);
+  EXPECT_NE(row, std::string::npos) << summary;
+  if (row == std::string::npos) return "?";
+  std::string cell = summary.substr(row + 1 + end - 10, 10);
+  return cell.substr(cell.find_first_not_of(' ') == std::string::npos
+                         ? cell.size()
+                         : cell.find_first_not_of(' '));
+}
+
+}  // namespace
+
+// timing: off (docs/counters.md "Timing"): the record says how calls were timed, "exact" by
+// default; streamed and dumped records agree.
+TEST(JsonReport, TimingIsARunMember) {
+  core::RunSnapshot s = sample();
+  s.processes[0].totals.read_time_ns = 1'200'000'000;
+  json exact = json::parse(exporters::dump_json(exporters::run_to_json(s, "x")));
+  ASSERT_TRUE(exact.contains("timing"));
+  EXPECT_EQ(exact["timing"], "exact");
+  EXPECT_EQ(json::parse(streamed(s))["timing"], "exact");
+  s.timing = "off";
+  json off = json::parse(exporters::dump_json(exporters::run_to_json(s, "x")));
+  EXPECT_EQ(off["timing"], "off");
+  EXPECT_EQ(json::parse(streamed(s))["timing"], "off");
+  EXPECT_EQ(streamed(s), exporters::dump_json(exporters::run_to_json(s, "9.9.9")));
+  // Counts and bytes are what they were.
+  EXPECT_EQ(off["processes"][0]["counters"]["bytes_read"], 3 * 1048576);
+  EXPECT_EQ(off["processes"][0]["counters"]["reads"], 3);
+}
+
+// timing: off in the summary: "-" for IO TIME (not a duration of 0 or of anything), and a line
+// that says why, after the not-attached lines.
+TEST(TextReport, TimingOffShowsNoIoTimeAndSaysSo) {
+  const std::string kLine =
+      "timing: off: calls were not timed (IO TIME and every time counter are not measured; "
+      "counts and bytes are exact)\n";
+  core::RunSnapshot s = sample();
+  s.processes[0].totals.read_time_ns = 1'000'000'000;
+  s.processes[0].totals.write_time_ns = 150'000'000;
+  s.processes[0].totals.meta_time_ns = 50'000'000;  // 1.20 s in all
+  s.not_attached["fault"] = "tracepoint mm_filemap_fault is not in this kernel";
+  s.collector = "local";
+
+  const std::string exact = exporters::run_summary(s);
+  EXPECT_EQ(io_time_cell(exact, 10), "1.20 s") << exact;
+  EXPECT_EQ(exact.find("timing: off"), std::string::npos) << exact;
+
+  s.timing = "off";
+  const std::string off = exporters::run_summary(s);
+  EXPECT_EQ(io_time_cell(off, 10), "-") << off;
+  EXPECT_EQ(off.find("1.20 s"), std::string::npos) << off;
+  const auto at = off.find(kLine);
+  ASSERT_NE(at, std::string::npos) << off;
+  EXPECT_EQ(off[at - 1], '\n');  // a line of its own
+  const auto not_attached = off.find("not attached: fault (");
+  ASSERT_NE(not_attached, std::string::npos) << off;
+  EXPECT_LT(not_attached, at) << off;
+  EXPECT_LT(at, off.find("counted by: ")) << off;
+  // The rest of the row is unchanged: the same text up to the IO TIME cell.
+  EXPECT_NE(off.find("read 3.00 MiB in 3 calls"), std::string::npos) << off;
+  const auto row_exact = exact.find("\n      10 ");
+  const auto row_off = off.find("\n      10 ");
+  ASSERT_NE(row_exact, std::string::npos);
+  ASSERT_NE(row_off, std::string::npos);
+  EXPECT_EQ(exact.substr(row_exact, 90), off.substr(row_off, 90));
+}
