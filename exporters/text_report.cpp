@@ -234,6 +234,8 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   if (run.timing == "off")
     out += "timing: off: calls were not timed (IO TIME and every time counter are not "
            "measured; counts and bytes are exact)\n";
+  else if (!run.timing_note.empty())
+    out += "timing: exact, not off as asked: " + printable(run.timing_note) + "\n";
   if (run.collector == "iolensd")
     out += "counted by: iolensd (job " + printable(run.collector_note) + ")\n";
   else if (!run.collector.empty())

@@ -404,6 +404,7 @@ int run_traced(const RunOptions& opts) {
   snap.collector = "local";
   snap.collector_note = no_daemon;
   snap.timing = loader->timing() == IOLENS_TIMING_OFF ? "off" : "exact";
+  snap.timing_note = loader->timing_note();
   for (const auto& p : loader->programs())
     if (!p.attached) snap.not_attached[p.name] = p.error.empty() ? "not attached" : p.error;
   if (reaped)

@@ -84,6 +84,9 @@ struct RunSnapshot {
   /// How calls were timed (docs/counters.md "Timing"): "exact" (each call's entry and exit),
   /// or "off" (no clock read: every time counter is 0, meaning not measured).
   std::string timing = "exact";
+  /// Why the run is timed exactly although off was asked for (tracefs or the close tracepoint
+  /// missing); empty otherwise.
+  std::string timing_note;
 };
 
 }  // namespace iolens::core

@@ -21,7 +21,10 @@ Checks:
     "collector" iolensd, with the workload's bytes and no read time;
   - a process moved into a job's cgroup (rule `cgroup`) by the test while it spins in user mode
     (no system call in flight) has its very next calls counted: its open, its 10 preads and its
-    close of a file (timing off skips the exit of the call a task was marked inside only).
+    close of a file (timing off skips the exit of the call a task was marked inside only);
+  - killed (SIGKILL: its pins stay) and restarted with `timing: exact`, iolensd does not resume
+    programs attached for the other timing: status says restart.note "timing changed (off ->
+    exact)", timing "exact", and sys_enter attached.
 """
 import json
 import os
@@ -185,6 +188,20 @@ def main():
             c = f.get("counters", {})
             for k, v in (("opens", 1), ("reads", 10), ("bytes_read", 1000), ("closes", 1)):
                 ck.eq("spinner spin.in %s" % k, v, c.get(k))
+    # A restart with the other timing starts afresh: the pinned programs count the other way.
+    d.kill9()
+    with open(d.config) as f:
+        text = f.read()
+    with open(d.config, "w") as f:
+        f.write(text.replace("timing: off\n", "timing: exact\n"))
+    st2 = d.restart(ck)
+    st2 = d.status()
+    ck.eq("restart note", "timing changed (off -> exact)", st2.get("restart", {}).get("note"))
+    ck.eq("status timing after the restart", "exact", st2.get("timing"))
+    progs2 = {p.get("name"): p for p in st2.get("programs", [])}
+    ck.check(progs2.get("sys_enter", {}).get("attached") is True,
+             "sys_enter not attached after the restart: %r" % progs2.get("sys_enter"))
+    ck.check("close_enter" not in progs2, "close_enter listed with timing exact")
     d.stop()
     ck.finish()
 

@@ -502,6 +502,18 @@ TEST(JsonReport, TimingIsARunMember) {
   // Counts and bytes are what they were.
   EXPECT_EQ(off["processes"][0]["counters"]["bytes_read"], 3 * 1048576);
   EXPECT_EQ(off["processes"][0]["counters"]["reads"], 3);
+  EXPECT_FALSE(off.contains("timing_note"));
+  // Off asked for and not had: exact, and why.
+  s.timing = "exact";
+  s.timing_note = "timing off needs close's classic tracepoint: no tracepoint";
+  json fell = json::parse(streamed(s));
+  EXPECT_EQ(fell["timing"], "exact");
+  EXPECT_EQ(fell["timing_note"], s.timing_note);
+  EXPECT_EQ(streamed(s), exporters::dump_json(exporters::run_to_json(s, "9.9.9")));
+  EXPECT_NE(exporters::run_summary(s).find("timing: exact, not off as asked: timing off needs "
+                                           "close's classic tracepoint: no tracepoint\n"),
+            std::string::npos)
+      << exporters::run_summary(s);
 }
 
 // timing: off in the summary: "-" for IO TIME (not a duration of 0 or of anything), and a line
