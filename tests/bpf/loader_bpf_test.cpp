@@ -128,6 +128,21 @@ void write_file(const std::string& p, size_t size) {
   close(fd);
 }
 
+/// In a traced child: 3 writes of 4096 at 0, 4096, 8192; a pread of 1000 at 100; a seek to 0;
+/// reads of 5000 to EOF (5000 @0, 5000 @5000, 2288 @10000, 0 @12288); fsync; close.
+void rw_pattern(const std::string& f) {
+  int fd = open(f.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
+  char buf[8192] = {};
+  for (int i = 0; i < 3; ++i)
+    if (write(fd, buf, 4096) != 4096) _exit(1);
+  if (pread(fd, buf, 1000, 100) != 1000) _exit(2);
+  lseek(fd, 0, SEEK_SET);
+  while (read(fd, buf, 5000) > 0) {
+  }
+  fsync(fd);
+  close(fd);
+}
+
 }  // namespace
 
 TEST_F(BpfTest, EveryProgramAttached) {
@@ -193,18 +208,7 @@ TEST_F(BpfTest, OptionalProgramsDegradeOneByOne) {
 
 TEST_F(BpfTest, ReadsWritesAndPatternExact) {
   const std::string f = path("data.bin");
-  const pid_t pid = run_child([&] {
-    int fd = open(f.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
-    char buf[8192] = {};
-    for (int i = 0; i < 3; ++i)
-      if (write(fd, buf, 4096) != 4096) _exit(1);  // offsets 0, 4096, 8192
-    if (pread(fd, buf, 1000, 100) != 1000) _exit(2);    // read at 100
-    lseek(fd, 0, SEEK_SET);
-    while (read(fd, buf, 5000) > 0) {
-    }  // 5000 @0, 5000 @5000, 2288 @10000, 0 @12288
-    fsync(fd);
-    close(fd);
-  });
+  const pid_t pid = run_child([&] { rw_pattern(f); });
   auto snap = collect(pid);
   auto files = files_of(snap, pid);
   ASSERT_TRUE(files.count(f)) << "no record for " << f;
@@ -273,18 +277,7 @@ TEST_F(BpfTimingOffTest, CloseEnterInsteadOfSysEnterAndNoTrace) {
 // latency bucket; the close counted through close_enter.
 TEST_F(BpfTimingOffTest, CountsExactWithNoTime) {
   const std::string f = path("data.bin");
-  const pid_t pid = run_child([&] {
-    int fd = open(f.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0644);
-    char buf[8192] = {};
-    for (int i = 0; i < 3; ++i)
-      if (write(fd, buf, 4096) != 4096) _exit(1);
-    if (pread(fd, buf, 1000, 100) != 1000) _exit(2);
-    lseek(fd, 0, SEEK_SET);
-    while (read(fd, buf, 5000) > 0) {
-    }
-    fsync(fd);
-    close(fd);
-  });
+  const pid_t pid = run_child([&] { rw_pattern(f); });
   auto snap = collect(pid);
   auto files = files_of(snap, pid);
   ASSERT_TRUE(files.count(f)) << "no record for " << f;
