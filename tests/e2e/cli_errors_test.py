@@ -9,7 +9,8 @@
      starting the command.
   3c. --disable-program of a core or unknown program: exit 1, one line, the command never runs;
       a disabled optional program is said in the summary;
-  3b. bad --trace-ring-size / --trace-max-size: exit 2, one line, the command never runs;
+  3b. bad --trace-ring-size / --trace-max-size, a --timing not exact/off, --trace with --timing
+      off: exit 2, the error says what is wrong, the command never runs;
      `convert` of a missing file: exit 1, one line naming it.
   4. as an unprivileged user (setpriv to 65534): non-zero, stderr mentions root or CAP_BPF; the
      same user with only CAP_BPF + CAP_PERFMON (ambient) traces a command: exit 0, its output,
@@ -98,6 +99,17 @@ def case_bad_trace_options(ck, iolens, tmp):
         ck.check(len(lines) == 1 and opt in lines[0] and bad in lines[0],
                  "run %s %s: not one line naming the option and value: %r" % (opt, bad, lines))
         ck.check(not os.path.exists(marker), "run %s %s: the command ran" % (opt, bad))
+    # --timing: a value not exact/off, and --trace with timing off (a trace needs each call's
+    # start and duration): exit 2, the command never runs, the line says what is wrong.
+    for argv, words in ((["--timing", "sometimes"], ("--timing", "sometimes")),
+                        (["--timing", "off", "--trace", tr], ("--trace", "--timing off"))):
+        rc, out, err = simple(iolens, ["run"] + argv + ["--", "touch", marker])
+        lines = nonempty_lines(err)
+        E.log("[3b] %s: rc %d, stderr %r" % (" ".join(argv), rc, err[:300]))
+        ck.eq("run %s exit code" % " ".join(argv), 2, rc)
+        ck.check(lines and all(w in " ".join(lines) for w in words),
+                 "run %s: the error does not name %s: %r" % (" ".join(argv), words, lines))
+        ck.check(not os.path.exists(marker), "run %s: the command ran" % " ".join(argv))
     missing = os.path.join(tmp, "no-such.iotrace")
     rc, out, err = simple(iolens, ["convert", missing, "--to", "jsonl"])
     lines = nonempty_lines(err)
