@@ -198,11 +198,16 @@ class Daemon {
   std::unique_ptr<JobWriter> writer_;
   // After writer_: destroyed first, it writes through writer_ until it is.
   std::unique_ptr<RecordWriter> records_;
-  // Jobs handed to records_ and not yet written: their `iolens jobs` line meanwhile.
-  // By submission serial (a job id can come back while its earlier record is written).
-  std::map<uint64_t, nlohmann::json> writing_;
+  // Jobs handed to records_ and not yet written, by submission serial (a job id can come back
+  // while its earlier record is written): their `iolens jobs` line meanwhile, and the job,
+  // which the state saves as closing until its record is written (checkpoint()).
+  struct Writing {
+    nlohmann::json line;
+    std::shared_ptr<const Job> job;
+  };
+  std::map<uint64_t, Writing> writing_;
   uint64_t record_serial_ = 0;
-  uint64_t checkpoints_deferred_ = 0;
+  bool save_written_ = false;  // records written since the last save: save at the next pass
   int sigfd_ = -1;
   int state_lock_ = -1;  // flock'd for the daemon's lifetime
   int state_dir_fd_ = -1;  // the checked state directory: its files are opened through it
@@ -261,9 +266,6 @@ class Daemon {
   uint64_t jobs_closed_by_reconcile_ = 0;
   uint64_t last_checkpoint_pos_ = 0;
   static constexpr int64_t kCheckpointEvery = 5'000'000'000;  // ns
-  // How long a save waits for a record being written (checkpoint()).
-  static constexpr int64_t kSaveWaitsForRecord = 60'000'000'000;  // ns
-  bool saved_without_record_logged_ = false;
   nlohmann::json restart_ = nlohmann::json::object();
   // Jobs the first scan found live after a restart: their start preceded this daemon, even
   // when an unusable state left them a start of now (annotate_restart).
@@ -780,25 +782,6 @@ void Daemon::drain_blocks(int64_t now) {
 void Daemon::checkpoint(bool force) {
   if (!state_dirty_ && pending_files_.empty() && pending_others_.empty()) return;
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
-  // A job handed to the record writer is in no table until its record is written: saved now,
-  // and the daemon killed before the record is written, the job would be gone from both. So a
-  // save waits for the record (collect_written() saves then), the kernel keeping the drained
-  // records meanwhile, but not forever: an output directory that hangs must not stop the saves.
-  if (const std::size_t writing = records_ ? records_->pending() : 0; writing > 0) {
-    const int64_t since = records_->oldest_unwritten_ns();
-    if (since == 0 || t0 - since < kSaveWaitsForRecord) {
-      ++checkpoints_deferred_;
-      return;
-    }
-    if (!saved_without_record_logged_) {
-      spdlog::warn("a job record has been writing for {} s: saving the state without its job "
-                   "(the daemon killed now would not write that record)",
-                   (t0 - since) / 1000000000LL);
-      saved_without_record_logged_ = true;
-    }
-  } else {
-    saved_without_record_logged_ = false;
-  }
   // Saving costs (a recorder holds ~700 bytes a record): at most every kCheckpointEvery,
   // unless the ring has run far enough that a replay could no longer reach the saved point.
   const uint64_t ring_run = loader_->ring_consumer_pos() - last_checkpoint_pos_;
@@ -812,7 +795,11 @@ void Daemon::checkpoint(bool force) {
   st["ring_pos"] = loader_->ring_consumer_pos();
   st["saved_wall_ns"] = clock_ns(CLOCK_REALTIME);
   st["kernel_lost"] = kernel_losses(loader_->stats());
-  st["table"] = table_->save();
+  // Jobs whose record is being written are saved too, as closing: killed before the record is
+  // written, the next daemon writes it; saved again once it is, they are not.
+  std::vector<const Job*> handed_over;
+  for (const auto& [serial, w] : writing_) handed_over.push_back(w.job.get());
+  st["table"] = table_->save(handed_over);
   auto keys = [](const std::vector<iolens_file_key>& v) {
     const auto* b = reinterpret_cast<const uint8_t*>(v.data());
     return nlohmann::json::binary(std::vector<uint8_t>(b, b + v.size() * sizeof(iolens_file_key)));
@@ -1098,14 +1085,12 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
   r.version = IOLENS_VERSION;
   r.job = table_->take(id);
   r.serial = ++record_serial_;
-  writing_[r.serial] = std::move(line);
+  writing_[r.serial] = Writing{std::move(line), r.job};
   records_->submit(std::move(r));
 }
 
 void Daemon::collect_written(bool save) {
-  std::vector<RecordDone> done = records_->take_done();
-  if (done.empty()) return;
-  for (RecordDone& d : done) {
+  for (RecordDone& d : records_->take_done()) {
     if (!d.darshan) spdlog::error("job {}: Darshan log: {}", d.id, d.darshan.message);
     if (!d.record) spdlog::error("job {}: {}", d.id, d.record.message);
     if (!d.path.empty())
@@ -1113,14 +1098,26 @@ void Daemon::collect_written(bool save) {
                    d.summary.value("state", "") == "interrupted" ? "written at stop (still running)"
                                                                  : "closed",
                    d.path, static_cast<double>(d.seconds_ns) / 1e9);
-    writing_.erase(d.serial);
+    auto w = writing_.find(d.serial);
+    if (w != writing_.end()) {
+      if (d.summary.is_null()) {  // the record could not even be made: its line stays
+        d.summary = std::move(w->second.line);
+        d.summary.erase("writing");
+      }
+      records_->dispose(std::move(w->second.job));
+      writing_.erase(w);
+    }
     closed_.push_back({d.id, Closed{std::move(d.summary), d.path}});
     while (closed_.size() > 256) closed_.pop_front();
+    save_written_ = true;
   }
-  // Saved once every handed-over job is written (one save for all: a save costs as much as the
-  // state is big), so that a restart neither writes them a second time nor forgets one.
-  state_dirty_ = true;
-  if (save) checkpoint(true);
+  // Saved once for all the jobs written (a save costs as much as the state is big), so that a
+  // restart does not write them a second time. Not inside a request: its next pass does it.
+  if (save && save_written_) {
+    state_dirty_ = true;
+    checkpoint(true);
+    save_written_ = false;
+  }
 }
 
 void Daemon::learn_uids() {
@@ -1310,7 +1307,7 @@ nlohmann::json Daemon::status_json() {
   j["restart"] = restart_;
   j["restart"]["note"] = pins.discarded;
   j["state"] = {{"path", state_path()}, {"saves", checkpoints_}, {"failures", checkpoint_failures_},
-                {"last_us", last_checkpoint_us_}, {"waited_for_records", checkpoints_deferred_}};
+                {"last_us", last_checkpoint_us_}};
   if (metrics_)
     j["metrics"] = {{"listen", cfg_.metrics.listen}, {"ports", metrics_->ports()},
                     {"scrapes", metrics_->scrapes()}, {"jobs_retained", retained_.size()}};
@@ -1830,12 +1827,13 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
     if (capture_->running()) capture_->out_state = capture_->output->check();
     return capture_->status(now);
   }
-  if (cmd == "jobs" || cmd == "job") collect_written();  // a record on disk is a closed job
+  // A record on disk is a closed job's (saved at the loop's next pass, not in the request).
+  if (cmd == "jobs" || cmd == "job") collect_written(false);
   if (cmd == "jobs") {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& [id, job] : table_->jobs()) list.push_back(table_->job_summary(*job));
     for (const auto& [id, c] : closed_) list.push_back(c.summary);
-    for (const auto& [id, line] : writing_) list.push_back(line);
+    for (const auto& [serial, w] : writing_) list.push_back(w.line);
     return {{"jobs", list}};
   }
   if (cmd == "job") {
@@ -1856,7 +1854,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
                                 std::to_string(control::kJobPageMax));
     if (Job* job = table_->find(id)) return table_->job_page(*job, IOLENS_VERSION, offset, limit);
     if (std::any_of(writing_.begin(), writing_.end(),
-                    [&](const auto& w) { return w.second.value("id", "") == id; }))
+                    [&](const auto& w) { return w.second.job->identity.id == id; }))
       throw std::runtime_error("job " + id + " has ended and its record is being written: ask "
                                "again once `iolens jobs` no longer says it is writing");
     for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
@@ -1973,8 +1971,8 @@ int Daemon::run() {
           log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
           end_capture_for_stop();  // a capture does not survive the hand-over
           drain();
-          records_->wait_idle();  // a job handed over to it is in no saved table
-          collect_written();
+          records_->wait_idle();  // the next daemon would write them a second time
+          collect_written(false);
           state_dirty_ = true;
           checkpoint(true);
           return 0;

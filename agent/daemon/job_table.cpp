@@ -570,14 +570,19 @@ core::ProcKey proc_of(const nlohmann::json& j) {
 
 }  // namespace
 
-nlohmann::json JobTable::save() const {
+nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over) const {
   nlohmann::json j;
   j["format"] = 1;
   j["mono_to_wall_ns"] = mono_to_wall_;
   auto& cgs = j["cgroups"] = nlohmann::json::array();
   for (const auto& [id, c] : cgroups_) cgs.push_back({id, c.path, c.job_id});
   auto& js = j["jobs"] = nlohmann::json::array();
-  for (const auto& [id, job] : jobs_) {
+  // Handed-over jobs first: load() keeps the last job of an id, and a job whose id came back
+  // while its predecessor's record is written is live, so it must win (the predecessor's
+  // record is then only lost if the daemon is killed before it is written).
+  std::vector<const Job*> all(handed_over.begin(), handed_over.end());
+  for (const auto& [id, job] : jobs_) all.push_back(job.get());
+  for (const Job* job : all) {
     nlohmann::json o;
     o["kind"] = job->identity.kind;
     o["id"] = job->identity.id;
@@ -586,7 +591,10 @@ nlohmann::json JobTable::save() const {
     o["sub"] = job->identity.sub;
     o["rule"] = job->rule;
     o["cgroup_id"] = job->cgroup_id;
-    o["state"] = static_cast<int>(job->state);
+    // A job handed over to be written is closing for the daemon that loads this: it writes it.
+    const bool handed = jobs_.find(job->identity.id) == jobs_.end() ||
+                        jobs_.find(job->identity.id)->second.get() != job;
+    o["state"] = static_cast<int>(handed ? JobState::Closing : job->state);
     o["start_ns"] = job->start_ns;
     o["end_ns"] = job->end_ns ? nlohmann::json(*job->end_ns) : nlohmann::json(nullptr);
     o["end_estimated"] = job->end_estimated;

@@ -53,8 +53,14 @@ Status write_atomically(int dir_fd, const std::string& dir, const std::string& n
   const std::string tmp = ".tmp-" + name;
   const int fd = core::create_fresh(dir_fd, tmp, 0640);
   if (fd < 0) return Status::Error("cannot write " + dir + "/" + tmp + ": " + std::strerror(errno), errno);
-  const bool ok = text([fd](std::string_view piece) { return write_all(fd, piece); }) &&
-                  fsync(fd) == 0;
+  bool ok = false;
+  try {
+    ok = text([fd](std::string_view piece) { return write_all(fd, piece); }) && fsync(fd) == 0;
+  } catch (...) {  // making the text failed: no descriptor or temporary left behind
+    close(fd);
+    unlinkat(dir_fd, tmp.c_str(), 0);
+    throw;
+  }
   int e = errno;
   close(fd);
   if (ok) {

@@ -88,10 +88,12 @@ std::size_t RecordWriter::pending() const {
   return queue_.size() + (busy_since_ns_ != 0) + done_.size();
 }
 
-int64_t RecordWriter::oldest_unwritten_ns() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (busy_since_ns_ != 0) return busy_since_ns_;
-  return queue_.empty() ? 0 : queue_.front().submitted_ns;
+void RecordWriter::dispose(std::shared_ptr<const Job> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    disposed_.push_back(std::move(job));
+  }
+  wake_.notify_all();
 }
 
 void RecordWriter::wait_idle() {
@@ -102,7 +104,15 @@ void RecordWriter::wait_idle() {
 void RecordWriter::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    wake_.wait(lock, [this] { return stopping_ || !queue_.empty() || !disposed_.empty(); });
+    if (!disposed_.empty()) {
+      std::vector<std::shared_ptr<const Job>> gone;
+      gone.swap(disposed_);
+      lock.unlock();
+      gone.clear();
+      lock.lock();
+      continue;
+    }
     if (queue_.empty()) return;  // stopping, and everything written
     Queued q = std::move(queue_.front());
     queue_.pop_front();
@@ -128,7 +138,7 @@ void RecordWriter::run() {
     tidying_ = true;
     lock.unlock();
     files_.rotate(keep);
-    q.job.job.reset();  // the job's memory goes here, not on the loop
+    q.job.job.reset();  // the job's memory goes here (or in dispose()), not on the loop
     lock.lock();
     tidying_ = false;
     if (queue_.empty()) idle_.notify_all();

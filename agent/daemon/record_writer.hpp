@@ -4,7 +4,8 @@
 /// big job's record takes seconds (a 50,000-file job: ~12 s when the loop did it, with the
 /// whole JSON document in memory); the daemon's loop must keep answering the control socket
 /// and /metrics meanwhile (docs/daemon.md#responsiveness). A job taken out of the table is
-/// handed over whole: from then on only this thread touches it.
+/// handed over whole and never changed again: this thread reads it, and so may the loop (the
+/// daemon saves it in its state, as closing, until its record is written).
 
 #include <condition_variable>
 #include <cstdint>
@@ -26,7 +27,7 @@ namespace iolens::daemon {
 
 /// A job to write, with everything its record needs.
 struct RecordJob {
-  std::unique_ptr<Job> job;  // taken out of the table (JobTable::take)
+  std::shared_ptr<const Job> job;  // taken out of the table (JobTable::take); read-only now
   RecordBasis basis;
   nlohmann::json overrides = nlohmann::json::object();  // replace the record's members (lost...)
   bool interrupted = false;  // written at a stop while still running: `job.state` says so
@@ -66,10 +67,11 @@ class RecordWriter {
   std::vector<RecordDone> take_done();
   /// Jobs submitted and not yet returned by take_done() (written or not).
   std::size_t pending() const;
-  /// The monotonic time the oldest job not yet written was submitted, 0 when none is.
-  int64_t oldest_unwritten_ns() const;
   /// Blocks until every job submitted so far is written (take_done() then returns them).
   void wait_idle();
+  /// Lets this thread free `job` (the caller's last reference, once taken back from
+  /// take_done()): a big job's memory takes long to free, and not on the loop.
+  void dispose(std::shared_ptr<const Job> job);
 
  private:
   void run();
@@ -82,6 +84,7 @@ class RecordWriter {
     int64_t submitted_ns;
   };
   std::deque<Queued> queue_;
+  std::vector<std::shared_ptr<const Job>> disposed_;
   int64_t busy_since_ns_ = 0;  // the job being written (its submission), 0 when none
   bool tidying_ = false;       // after a record: rotating the directory, freeing the job
   std::vector<RecordDone> done_;
