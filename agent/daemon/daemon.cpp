@@ -136,9 +136,6 @@ class Daemon {
   void collect_written(bool save = true);
   /// Hands a job to records_, taken out of the table.
   void submit_record(const std::string& id, nlohmann::json overrides, bool interrupted);
-  /// Writes a job's record and, with darshan_logs, its Darshan log from the same snapshot
-  /// (whose end becomes now for a job that has none: Darshan's header needs one).
-  /// Returns the record's path, "" if it could not be written (logged).
   /// The uid of jobs that have none yet, from a live process (for the Darshan log's header).
   /// Called after each read of the ring, so that a process seen alive is read alive.
   void learn_uids();
