@@ -312,7 +312,8 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
 }
 
 bool write_run_json(const core::RunSnapshot& run, const std::string& version,
-                    const std::function<bool(std::string_view)>& write) {
+                    const std::function<bool(std::string_view)>& write,
+                    const RecordEdits& edits) {
   // dump_json's text (indent 1, members in key order: nlohmann's objects are sorted maps), with
   // processes and files made and written one at a time.
   std::string buf;
@@ -326,6 +327,7 @@ bool write_run_json(const core::RunSnapshot& run, const std::string& version,
     return v.dump(1, ' ', false, json::error_handler_t::replace);
   };
   json members = run_head_json(run, version);
+  if (edits.head) edits.head(members);
   members["processes"] = nullptr;  // placeholders: their place in the key order
   members["files"] = nullptr;
   buf += "{\n";
@@ -351,7 +353,12 @@ bool write_run_json(const core::RunSnapshot& run, const std::string& version,
       return true;
     };
     if (key == "processes") {
-      if (!stream(run.processes, process_json)) return false;
+      const auto edited = [&](const core::ProcessSnapshot& p) {
+        json j = process_json(p);
+        if (edits.process) edits.process(j);
+        return j;
+      };
+      if (!stream(run.processes, edited)) return false;
     } else if (key == "files") {
       if (run.files.empty()) {
         buf += "[]";

@@ -22,8 +22,17 @@ nlohmann::json run_coverage_json(const core::RunSnapshot& run);
 /// making each process and file record as it goes: memory stays that of one record, not of the
 /// whole document twice (a 10,000-file job's record is ~100 MB of JSON objects). False as soon
 /// as `write` returns false.
+/// What a record other than a run's changes in run_to_json's document while it is streamed:
+/// iolensd's job records (`iolens.job/1`) have other head members and per-process labels.
+struct RecordEdits {
+  /// Applied to the members other than `processes` and `files` before they are written.
+  std::function<void(nlohmann::json& head)> head;
+  /// Applied to each process's object before it is written.
+  std::function<void(nlohmann::json& process)> process;
+};
 bool write_run_json(const core::RunSnapshot& run, const std::string& version,
-                    const std::function<bool(std::string_view)>& write);
+                    const std::function<bool(std::string_view)>& write,
+                    const RecordEdits& edits = {});
 
 /// Serialized text. Strings that are not valid UTF-8 (hostile file names) are written with
 /// U+FFFD in their place; records carry the exact bytes in a "*_hex" field beside them.

@@ -438,8 +438,11 @@ std::string format_jobs(const json& jobs) {
   std::vector<std::vector<std::string>> rows;
   for (const json& job : list) {
     const json& totals = object_or_empty(job, "totals");
+    // A closed job whose record is being written has no totals yet (docs/control.md).
+    const auto writing = bool_of(job, "writing");
     rows.push_back({text_or_missing(job, "id"), text_or_missing(job, "kind"),
-                    text_or_missing(job, "state"), number_text(job, "processes"),
+                    text_or_missing(job, "state") + (writing && *writing ? " (writing)" : ""),
+                    number_text(job, "processes"),
                     number_text(job, "files"), bytes_of(totals, "bytes_read"),
                     bytes_of(totals, "bytes_written"), number_text(totals, "opens")});
   }

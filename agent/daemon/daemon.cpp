@@ -36,6 +36,7 @@
 #include "daemon/job_metrics.hpp"
 #include "daemon/job_table.hpp"
 #include "daemon/job_writer.hpp"
+#include "daemon/record_writer.hpp"
 #include "daemon/runs.hpp"
 #include "daemon/state_file.hpp"
 #include "daemon/metrics_server.hpp"
@@ -131,10 +132,10 @@ class Daemon {
   /// and its fsync; the loop's next drain saves.
   void drain(bool may_save = true);
   void write_closed();
-  /// Writes a job's record and, with darshan_logs, its Darshan log from the same snapshot
-  /// (whose end becomes now for a job that has none: Darshan's header needs one).
-  /// Returns the record's path, "" if it could not be written (logged).
-  std::string write_job(const Job& job, core::RunSnapshot& snap, const nlohmann::json& record);
+  /// Takes what records_ has written: logs it, lists the jobs as closed, saves the state.
+  void collect_written(bool save = true);
+  /// Hands a job to records_, taken out of the table.
+  void submit_record(const std::string& id, nlohmann::json overrides, bool interrupted);
   /// The uid of jobs that have none yet, from a live process (for the Darshan log's header).
   /// Called after each read of the ring, so that a process seen alive is read alive.
   void learn_uids();
@@ -192,6 +193,18 @@ class Daemon {
   std::unique_ptr<control::Server> server_;
   std::unique_ptr<JobTable> table_;
   std::unique_ptr<JobWriter> writer_;
+  // After writer_: destroyed first, it writes through writer_ until it is.
+  std::unique_ptr<RecordWriter> records_;
+  // Jobs handed to records_ and not yet written, by submission serial (a job id can come back
+  // while its earlier record is written): their `iolens jobs` line meanwhile, and the job,
+  // which the state saves as closing until its record is written (checkpoint()).
+  struct Writing {
+    nlohmann::json line;
+    std::shared_ptr<const Job> job;
+  };
+  std::map<uint64_t, Writing> writing_;
+  uint64_t record_serial_ = 0;
+  bool save_written_ = false;  // records written since the last save: save at the next pass
   int sigfd_ = -1;
   int state_lock_ = -1;  // flock'd for the daemon's lifetime
   int state_dir_fd_ = -1;  // the checked state directory: its files are opened through it
@@ -335,6 +348,7 @@ bool Daemon::setup() {
     spdlog::error("{}", s.message);
     return false;
   }
+  records_ = std::make_unique<RecordWriter>(*writer_);
   {
     // One daemon per state directory: a second one would overwrite the first one's state.
     // Checked, then used only through its descriptor: no file of it is ever followed through a
@@ -778,7 +792,11 @@ void Daemon::checkpoint(bool force) {
   st["ring_pos"] = loader_->ring_consumer_pos();
   st["saved_wall_ns"] = clock_ns(CLOCK_REALTIME);
   st["kernel_lost"] = kernel_losses(loader_->stats());
-  st["table"] = table_->save();
+  // Jobs whose record is being written are saved too, as closing: killed before the record is
+  // written, the next daemon writes it; saved again once it is, they are not.
+  std::vector<const Job*> handed_over;
+  for (const auto& [serial, w] : writing_) handed_over.push_back(w.job.get());
+  st["table"] = table_->save(handed_over);
   auto keys = [](const std::vector<iolens_file_key>& v) {
     const auto* b = reinterpret_cast<const uint8_t*>(v.data());
     return nlohmann::json::binary(std::vector<uint8_t>(b, b + v.size() * sizeof(iolens_file_key)));
@@ -1013,7 +1031,6 @@ void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
 }
 
 void Daemon::write_closed() {
-  bool wrote = false;
   for (const std::string& id : table_->closing()) {
     Job* job = table_->find(id);
     if (!job) continue;
@@ -1031,50 +1048,73 @@ void Daemon::write_closed() {
                            clock_ns(CLOCK_MONOTONIC) +
                                static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
     }
-    core::RunSnapshot snap = table_->job_snapshot(*job);
-    nlohmann::json record = table_->job_json(*job, snap, IOLENS_VERSION);
-    record["lost"] = kernel_losses(delta);
-    record["lost"]["decode_errors"] = 0;
-    record["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
-    annotate_restart(*job, record);
-    const std::string path = write_job(*job, snap, record);
-    if (!path.empty()) spdlog::info("job {} closed: {}", id, path);
-    table_->take(id);
+    nlohmann::json overrides;
+    overrides["lost"] = kernel_losses(delta);
+    overrides["lost"]["decode_errors"] = 0;
+    overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
+    annotate_restart(*job, overrides);
+    submit_record(id, std::move(overrides), false);
     found_at_start_.erase(id);  // a later job of that id starts after this daemon
-    nlohmann::json summary = record["job"];  // built once, with the record
-    closed_.push_back({id, Closed{summary, path}});
-    while (closed_.size() > 256) closed_.pop_front();
     job_loss_base_.erase(id);
-    wrote = true;
-  }
-  // Saved at once, one save for all the jobs closed in this round (a save costs as much as the
-  // state is big: one per job made closing 100 small jobs beside a big live one take seconds):
-  // a restart must not write these jobs a second time.
-  if (wrote) {
-    state_dirty_ = true;
-    checkpoint(true);
   }
 }
 
-std::string Daemon::write_job(const Job& job, core::RunSnapshot& snap,
-                              const nlohmann::json& record) {
-  const std::string& id = job.identity.id;
-  std::string log;
-  if (cfg_.darshan_logs) {
-    exporters::DarshanJobInfo info = table_->darshan_job_info(job, snap, node_);
-    if (!job.end_ns) {
-      // Written at a stop while still running: Darshan's header needs an end; the stop's.
-      snap.end_ns = clock_ns(CLOCK_REALTIME);
-      info.metadata.emplace_back("state", "interrupted");
+void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool interrupted) {
+  Job* job = table_->find(id);
+  if (!job) return;
+  // Its line in `iolens jobs` until written: what needs no snapshot (a big job's takes long).
+  nlohmann::json line = {{"id", id},
+                         {"kind", job->identity.kind},
+                         {"rule", job->rule},
+                         {"cgroup", job->identity.job_cgroup},
+                         {"labels", job->identity.labels},
+                         {"state", interrupted ? "interrupted" : "closed"},
+                         {"start_ns", job->start_ns},
+                         {"end_ns", job->end_ns ? nlohmann::json(*job->end_ns) : nlohmann::json(nullptr)},
+                         {"processes", job->procs.size() + job->rec->folded_processes()},
+                         {"writing", true}};
+  RecordJob r;
+  r.basis = table_->record_basis();
+  r.overrides = std::move(overrides);
+  r.interrupted = interrupted;
+  r.darshan = cfg_.darshan_logs;
+  r.node = node_;
+  r.version = IOLENS_VERSION;
+  r.job = table_->take(id);
+  r.serial = ++record_serial_;
+  writing_[r.serial] = Writing{std::move(line), r.job};
+  records_->submit(std::move(r));
+}
+
+void Daemon::collect_written(bool save) {
+  for (RecordDone& d : records_->take_done()) {
+    if (!d.darshan) spdlog::error("job {}: Darshan log: {}", d.id, d.darshan.message);
+    if (!d.record) spdlog::error("job {}: {}", d.id, d.record.message);
+    if (!d.path.empty())
+      spdlog::info("job {} {}: {} ({:.1f} s)", d.id,
+                   d.summary.value("state", "") == "interrupted" ? "written at stop (still running)"
+                                                                 : "closed",
+                   d.path, static_cast<double>(d.seconds_ns) / 1e9);
+    auto w = writing_.find(d.serial);
+    if (w != writing_.end()) {
+      if (d.summary.is_null()) {  // the record could not even be made: its line stays
+        d.summary = std::move(w->second.line);
+        d.summary.erase("writing");
+      }
+      records_->dispose(std::move(w->second.job));
+      writing_.erase(w);
     }
-    info.mounts = exporters::read_mounts("/proc/self/mounts");
-    log = exporters::darshan_log(snap, info);
+    closed_.push_back({d.id, Closed{std::move(d.summary), d.path}});
+    while (closed_.size() > 256) closed_.pop_front();
+    save_written_ = true;
   }
-  const JobWritten w = writer_->write(job_file_name(id, job.start_ns), record,
-                                      cfg_.darshan_logs ? &log : nullptr);
-  if (!w.darshan) spdlog::error("job {}: Darshan log: {}", id, w.darshan.message);
-  if (!w.record) spdlog::error("job {}: {}", id, w.record.message);
-  return w.path;
+  // Saved once for all the jobs written (a save costs as much as the state is big), so that a
+  // restart does not write them a second time. Not inside a request: its next pass does it.
+  if (save && save_written_) {
+    state_dirty_ = true;
+    checkpoint(true);
+    save_written_ = false;
+  }
 }
 
 void Daemon::learn_uids() {
@@ -1255,6 +1295,7 @@ nlohmann::json Daemon::status_json() {
                   {"processes_folded", ts.folded_processes}};
   j["drain"] = {{"last_us", last_drain_us_}, {"count", drains_}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
+                 {"writing", writing_.size()},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
                  {"darshan_logs", {{"enabled", cfg_.darshan_logs},
                                    {"written", writer_->darshan_written()},
@@ -1783,10 +1824,13 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
     if (capture_->running()) capture_->out_state = capture_->output->check();
     return capture_->status(now);
   }
+  // A record on disk is a closed job's (saved at the loop's next pass, not in the request).
+  if (cmd == "jobs" || cmd == "job") collect_written(false);
   if (cmd == "jobs") {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& [id, job] : table_->jobs()) list.push_back(table_->job_summary(*job));
     for (const auto& [id, c] : closed_) list.push_back(c.summary);
+    for (const auto& [serial, w] : writing_) list.push_back(w.line);
     return {{"jobs", list}};
   }
   if (cmd == "job") {
@@ -1806,6 +1850,10 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
       throw control::BadRequest("'limit' must be from 1 to " +
                                 std::to_string(control::kJobPageMax));
     if (Job* job = table_->find(id)) return table_->job_page(*job, IOLENS_VERSION, offset, limit);
+    if (std::any_of(writing_.begin(), writing_.end(),
+                    [&](const auto& w) { return w.second.job->identity.id == id; }))
+      throw std::runtime_error("job " + id + " has ended and its record is being written: ask "
+                               "again once `iolens jobs` no longer says it is writing");
     for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
       if (it->first != id) continue;
       // Through the output directory's descriptor, never following a link left at the name.
@@ -1832,16 +1880,18 @@ void Daemon::stop_clean() {
   drain();  // the first pass may have learnt of exits; the second moves their records out
   write_closed();
   // Live jobs: what is held so far, marked as cut short by the stop.
-  for (const auto& [id, job] : table_->jobs()) {
-    core::RunSnapshot snap = table_->job_snapshot(*job);
-    nlohmann::json record = table_->job_json(*job, snap, IOLENS_VERSION);
-    record["job"]["state"] = "interrupted";
-    record["lost"] = kernel_losses(loader_->stats());
-    record["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
-    annotate_restart(*job, record);
-    const std::string path = write_job(*job, snap, record);
-    if (!path.empty()) spdlog::info("job {} written at stop (still running): {}", id, path);
+  std::vector<std::string> live;
+  for (const auto& [id, job] : table_->jobs()) live.push_back(id);
+  for (const std::string& id : live) {
+    const Job& job = *table_->find(id);
+    nlohmann::json overrides;
+    overrides["lost"] = kernel_losses(loader_->stats());
+    overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(job);
+    annotate_restart(job, overrides);
+    submit_record(id, std::move(overrides), true);
   }
+  records_->wait_idle();
+  collect_written(false);  // no save: the state goes below
   loader_->unpin_all();
   unlinkat(state_dir_fd_, kStateName, 0);  // it described kernel state that is gone now
   if (run_cg_) {
@@ -1873,6 +1923,7 @@ int Daemon::run() {
     service_runs();
     note_new_jobs();
     learn_uids();
+    collect_written();
     hooks_policy();
     const int64_t now = clock_ns(CLOCK_MONOTONIC);
     const uint64_t in_map = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - created_baseline_ -
@@ -1917,6 +1968,8 @@ int Daemon::run() {
           log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
           end_capture_for_stop();  // a capture does not survive the hand-over
           drain();
+          records_->wait_idle();  // the next daemon would write them a second time
+          collect_written(false);
           state_dirty_ = true;
           checkpoint(true);
           return 0;

@@ -7,6 +7,7 @@
 
 #include "core/block.hpp"
 #include "daemon/job_metrics.hpp"
+#include "daemon/job_record.hpp"
 #include "exporters/json_report.hpp"
 #include "iolens_abi.h"
 
@@ -27,7 +28,9 @@ std::string parent_of(const std::string& path) {
   return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
 }
 
-std::string state_name(JobState s) {
+}  // namespace
+
+std::string job_state_name(JobState s) {
   switch (s) {
     case JobState::Live: return "live";
     case JobState::Closing: return "closing";
@@ -35,8 +38,6 @@ std::string state_name(JobState s) {
   }
   return "unknown";
 }
-
-}  // namespace
 
 std::map<std::string, std::string> sub_labels(const jobs::Selector& sel, const std::string& path) {
   const jobs::Classification c = sel.classify(path);
@@ -475,47 +476,13 @@ std::string JobTable::cgroup_path(uint64_t id) const {
 }
 
 nlohmann::json JobTable::job_summary(const Job& job) const {
-  return summary_of(job, job.rec->snapshot(clock()));
+  return daemon::job_summary(job, job.rec->snapshot(clock()));
 }
 
-nlohmann::json JobTable::summary_of(const Job& job, const core::RunSnapshot& snap) const {
-  nlohmann::json j;
-  j["id"] = job.identity.id;
-  j["kind"] = job.identity.kind;
-  j["rule"] = job.rule;
-  j["cgroup"] = job.identity.job_cgroup;
-  j["labels"] = job.identity.labels;
-  j["state"] = state_name(job.state);
-  j["start_ns"] = job.start_ns;
-  j["end_ns"] = job.end_ns ? nlohmann::json(*job.end_ns) : nlohmann::json(nullptr);
-  if (job.end_estimated) j["end_estimated"] = true;
-  if (job.start_estimated) j["start_estimated"] = true;
-  j["processes"] = job.procs.size() + job.rec->folded_processes();  // folded ones included
-  j["live_processes"] = job.live.size();
-  j["folded_processes"] = job.rec->folded_processes();
-  core::FileCounters t{};
-  uint64_t files = 0;
-  for (const auto& p : snap.processes) {
-    core::add_totals(t, p.totals);
-    files += p.files;
-  }
-  uint64_t folded_files = 0;
-  for (const auto& p : snap.processes) folded_files += p.folded_files;
-  j["files"] = files;
-  j["folded_files"] = folded_files;          // distinct (process, file) pairs folded
-  j["folded_records"] = snap.folded_records;  // records folded (a file can fold more than once)
-  j["totals"] = {{"reads", t.reads},     {"writes", t.writes}, {"bytes_read", t.bytes_read},
-                 {"bytes_written", t.bytes_written}, {"opens", t.opens}, {"stats", t.stats},
-                 {"seeks", t.seeks},     {"fsyncs", t.fsyncs + t.fdsyncs}};
-  return j;
-}
+RecordBasis JobTable::record_basis() const { return RecordBasis{mono_to_wall_, timing_}; }
 
 core::RunSnapshot JobTable::job_snapshot(const Job& job) const {
-  core::RunSnapshot snap = job.rec->snapshot(clock());
-  snap.start_ns = job.start_ns;
-  snap.end_ns = job.end_ns.value_or(0);
-  snap.timing = timing_;
-  return snap;
+  return daemon::job_snapshot(job, record_basis());
 }
 
 nlohmann::json JobTable::job_json(const Job& job, const std::string& version) const {
@@ -525,32 +492,17 @@ nlohmann::json JobTable::job_json(const Job& job, const std::string& version) co
 nlohmann::json JobTable::job_json(const Job& job, const core::RunSnapshot& snap,
                                   const std::string& version) const {
   nlohmann::json j = exporters::run_to_json(snap, version);
-  j["schema"] = "iolens.job/1";
-  j.erase("command");
-  j.erase("exit_code");
-  if (!job.end_ns) j["end_ns"] = nullptr;
-  j["job"] = summary_of(job, snap);  // the same snapshot: a big job's is costly
-  add_proc_labels(job, j);
+  const exporters::RecordEdits e = job_record_edits(job, daemon::job_summary(job, snap));
+  e.head(j);
+  if (e.process)
+    for (auto& p : j["processes"]) e.process(p);
   return j;
-}
-
-void JobTable::add_proc_labels(const Job& job, nlohmann::json& j) {
-  // Per-process labels below the job: the container or Slurm step each process ran in. By pid
-  // (the record's processes carry no start time on the monotonic clock); one map, not a scan
-  // of the labels per process.
-  std::map<uint32_t, const std::map<std::string, std::string>*> by_pid;
-  for (const auto& [pk, labels] : job.proc_labels) by_pid.try_emplace(pk.pid, &labels);
-  if (by_pid.empty()) return;
-  for (auto& p : j["processes"]) {
-    auto it = by_pid.find(p.value("pid", 0u));
-    if (it != by_pid.end() && p.value("folded_processes", 0u) == 0) p["labels"] = *it->second;
-  }
 }
 
 nlohmann::json JobTable::job_page(const Job& job, const std::string& version, std::size_t offset,
                                   std::size_t limit) const {
   core::RunSnapshot snap = job_snapshot(job);
-  nlohmann::json summary = summary_of(job, snap);  // from the whole snapshot
+  nlohmann::json summary = daemon::job_summary(job, snap);  // from the whole snapshot
   nlohmann::json coverage = exporters::run_coverage_json(snap);
   const std::size_t procs = snap.processes.size(), files = snap.files.size();
   auto slice = [&](auto& v) {
@@ -562,13 +514,11 @@ nlohmann::json JobTable::job_page(const Job& job, const std::string& version, st
   slice(snap.processes);
   slice(snap.files);
   nlohmann::json j = exporters::run_to_json(snap, version);
-  j["schema"] = "iolens.job/1";
-  j.erase("command");
-  j.erase("exit_code");
-  if (!job.end_ns) j["end_ns"] = nullptr;
-  j["job"] = std::move(summary);
+  const exporters::RecordEdits e = job_record_edits(job, std::move(summary));
+  e.head(j);
+  if (e.process)
+    for (auto& p : j["processes"]) e.process(p);
   j["coverage"] = std::move(coverage);
-  add_proc_labels(job, j);
   j["page"] = page_json(offset, limit, procs, files);
   return j;
 }
@@ -608,25 +558,7 @@ nlohmann::json page_json(std::size_t offset, std::size_t limit, std::size_t proc
 
 exporters::DarshanJobInfo JobTable::darshan_job_info(const Job& job, const core::RunSnapshot& snap,
                                                      const std::string& node) const {
-  exporters::DarshanJobInfo info;
-  info.uid = job.uid;
-  // Rank 0, the job's first process, stands for the job as Darshan's rank 0 does.
-  const core::ProcessSnapshot* first = snap.processes.empty() ? nullptr : &snap.processes.front();
-  const auto slurm = job.identity.labels.find("slurm_job");
-  info.jobid = exporters::darshan_jobid(
-      slurm == job.identity.labels.end() ? std::string() : slurm->second, first ? first->pid : 0);
-  if (first) info.exe = first->exe.empty() ? first->comm : first->exe;
-  // The job start on the recorder's clock (job_snapshot's timestamps count from boot).
-  info.timestamp_base_ns = static_cast<uint64_t>(std::max<int64_t>(0, job.start_ns - mono_to_wall_));
-  info.metadata = {{"job_id", job.identity.id},
-                   {"job_kind", job.identity.kind},
-                   {"job_rule", job.rule},
-                   {"job_cgroup", job.identity.job_cgroup},
-                   {"node", node}};
-  if (job.start_estimated) info.metadata.emplace_back("start_estimated", "1");
-  if (job.end_estimated) info.metadata.emplace_back("end_estimated", "1");
-  for (const auto& [key, value] : job.identity.labels) info.metadata.emplace_back(key, value);
-  return info;
+  return daemon::darshan_job_info(job, snap, node, mono_to_wall_);
 }
 
 namespace {
@@ -638,14 +570,19 @@ core::ProcKey proc_of(const nlohmann::json& j) {
 
 }  // namespace
 
-nlohmann::json JobTable::save() const {
+nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over) const {
   nlohmann::json j;
   j["format"] = 1;
   j["mono_to_wall_ns"] = mono_to_wall_;
   auto& cgs = j["cgroups"] = nlohmann::json::array();
   for (const auto& [id, c] : cgroups_) cgs.push_back({id, c.path, c.job_id});
   auto& js = j["jobs"] = nlohmann::json::array();
-  for (const auto& [id, job] : jobs_) {
+  // Handed-over jobs first: load() keeps the last job of an id, and a job whose id came back
+  // while its predecessor's record is written is live, so it must win (the predecessor's
+  // record is then only lost if the daemon is killed before it is written).
+  std::vector<const Job*> all(handed_over.begin(), handed_over.end());
+  for (const auto& [id, job] : jobs_) all.push_back(job.get());
+  for (const Job* job : all) {
     nlohmann::json o;
     o["kind"] = job->identity.kind;
     o["id"] = job->identity.id;
@@ -654,7 +591,10 @@ nlohmann::json JobTable::save() const {
     o["sub"] = job->identity.sub;
     o["rule"] = job->rule;
     o["cgroup_id"] = job->cgroup_id;
-    o["state"] = static_cast<int>(job->state);
+    // A job handed over to be written is closing for the daemon that loads this: it writes it.
+    const bool handed = jobs_.find(job->identity.id) == jobs_.end() ||
+                        jobs_.find(job->identity.id)->second.get() != job;
+    o["state"] = static_cast<int>(handed ? JobState::Closing : job->state);
     o["start_ns"] = job->start_ns;
     o["end_ns"] = job->end_ns ? nlohmann::json(*job->end_ns) : nlohmann::json(nullptr);
     o["end_estimated"] = job->end_estimated;

@@ -36,6 +36,9 @@ struct SelectionChange {
 };
 
 enum class JobState { Live, Closing, Closed };
+/// "live", "closing", "closed": the `state` of records and of `iolens jobs`.
+std::string job_state_name(JobState s);
+struct RecordBasis;
 
 struct Job {
   jobs::Identity identity;
@@ -174,20 +177,22 @@ class JobTable {
   const jobs::Selector& selector() const { return selector_; }
 
   /// Everything the table holds, for the daemon's checkpoint (docs/daemon.md#restart-without-loss); the
-  /// recorders as opaque binary blobs (core::Recorder::save).
-  nlohmann::json save() const;
+  /// recorders as opaque binary blobs (core::Recorder::save). `handed_over`: jobs taken out of
+  /// the table whose record is not written yet, saved as closing (a daemon that loads this
+  /// writes them).
+  nlohmann::json save(const std::vector<const Job*>& handed_over = {}) const;
   /// Replaces the table's contents with a saved one. False (and `error`) if it is malformed;
   /// the table is then unchanged.
   bool load(const nlohmann::json& saved, std::string& error);
   core::ClockBase clock() const;
+  /// What a record of one of its jobs needs of the table (job_record.hpp).
+  RecordBasis record_basis() const;
 
  private:
   struct Cgroup {
     std::string path;
     std::string job_id;  // non-empty when the cgroup is (in) a job
   };
-  nlohmann::json summary_of(const Job& job, const core::RunSnapshot& snap) const;
-  static void add_proc_labels(const Job& job, nlohmann::json& record);
   /// Whether the parent of `path` is an excluded cgroup inside a traced root: its entry (or
   /// its own parent's) already excludes `path`.
   bool parent_excluded(const std::string& path) const;

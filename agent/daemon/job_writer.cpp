@@ -33,7 +33,7 @@ std::string record_stem(const std::string& n) {
   return "";
 }
 
-bool write_all(int fd, const std::string& text) {
+bool write_all(int fd, std::string_view text) {
   size_t off = 0;
   while (off < text.size()) {
     const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
@@ -49,11 +49,18 @@ bool write_all(int fd, const std::string& text) {
 /// a rename that never replaces: an existing `name` is left as it is and the error's errno is
 /// EEXIST (the caller takes the next free name).
 Status write_atomically(int dir_fd, const std::string& dir, const std::string& name,
-                        const std::string& bytes) {
+                        const RecordText& text) {
   const std::string tmp = ".tmp-" + name;
   const int fd = core::create_fresh(dir_fd, tmp, 0640);
   if (fd < 0) return Status::Error("cannot write " + dir + "/" + tmp + ": " + std::strerror(errno), errno);
-  const bool ok = write_all(fd, bytes) && fsync(fd) == 0;
+  bool ok = false;
+  try {
+    ok = text([fd](std::string_view piece) { return write_all(fd, piece); }) && fsync(fd) == 0;
+  } catch (...) {  // making the text failed: no descriptor or temporary left behind
+    close(fd);
+    unlinkat(dir_fd, tmp.c_str(), 0);
+    throw;
+  }
   int e = errno;
   close(fd);
   if (ok) {
@@ -179,6 +186,19 @@ Status JobWriter::prepare() {
 
 JobWritten JobWriter::write(const std::string& name, const nlohmann::json& record,
                              const std::string* darshan_log) {
+  const std::string text = exporters::dump_json(record);
+  return write(name, [&](const Sink& sink) { return sink(text); }, darshan_log);
+}
+
+void JobWriter::rotate(const std::string& keep) {
+  if (dir_fd_ < 0) return;
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  rotated_ += rotate_records(dir_fd_, max_bytes_, max_age_s_, now.tv_sec, keep).removed_jobs;
+}
+
+JobWritten JobWriter::write(const std::string& name, const RecordText& record,
+                             const std::string* darshan_log, bool rotate) {
   JobWritten w;
   if (Status s = prepare(); !s) {
     w.record = s;
@@ -192,7 +212,6 @@ JobWritten JobWriter::write(const std::string& name, const nlohmann::json& recor
   // A stem neither a record nor a log has: a job's two files always share theirs. The renames
   // never replace, so a name taken meanwhile sends the job to the next stem, never over a file.
   const std::string base = name.ends_with(kJson) ? name.substr(0, name.size() - kJson.size()) : name;
-  const std::string text = exporters::dump_json(record) + "\n";
   for (uint64_t n = 0;; ++n) {
     const std::string stem = n == 0 ? base : base + "." + std::to_string(n);
     const std::string record_name = stem + std::string(kJson);
@@ -200,11 +219,12 @@ JobWritten JobWriter::write(const std::string& name, const nlohmann::json& recor
     if (exists_at(dir_fd_, record_name) || exists_at(dir_fd_, log_name)) continue;
     w = JobWritten{};
     if (darshan_log) {
-      w.darshan = write_atomically(dir_fd_, dir_, log_name, *darshan_log);
+      w.darshan = write_atomically(dir_fd_, dir_, log_name,
+                                   [&](const Sink& sink) { return sink(*darshan_log); });
       if (!w.darshan && w.darshan.err == EEXIST && exists_at(dir_fd_, log_name)) continue;
       if (w.darshan) w.darshan_path = dir_ + "/" + log_name;
     }
-    w.record = write_atomically(dir_fd_, dir_, record_name, text);
+    w.record = write_atomically(dir_fd_, dir_, record_name, record);
     if (!w.record && w.record.err == EEXIST && exists_at(dir_fd_, record_name)) {
       if (!w.darshan_path.empty()) unlinkat(dir_fd_, log_name.c_str(), 0);
       continue;
@@ -216,9 +236,7 @@ JobWritten JobWriter::write(const std::string& name, const nlohmann::json& recor
     }
     ++written_;
     w.path = dir_ + "/" + record_name;
-    timespec now{};
-    clock_gettime(CLOCK_REALTIME, &now);
-    rotated_ += rotate_records(dir_fd_, max_bytes_, max_age_s_, now.tv_sec, record_name).removed_jobs;
+    if (rotate) this->rotate(record_name);
     return w;
   }
 }

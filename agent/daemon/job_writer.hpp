@@ -3,8 +3,11 @@
 /// Writes job records into the output directory under stable names, atomically, and keeps the
 /// directory within its size and age limits (docs/daemon.md#output-files).
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -46,6 +49,12 @@ struct JobWritten {
   std::string darshan_path;  ///< where it was written ("" if none or not written)
 };
 
+/// Where a record's text goes, piece by piece: false when a piece could not be written.
+using Sink = std::function<bool(std::string_view)>;
+/// A record's text, written through a Sink: false when the sink failed.
+using RecordText = std::function<bool(const Sink&)>;
+
+/// Used by one thread at a time; the counters may be read from any thread.
 class JobWriter {
  public:
   JobWriter(std::string dir, uint64_t max_bytes, uint64_t max_age_s);
@@ -66,6 +75,16 @@ class JobWriter {
   /// Then rotates.
   JobWritten write(const std::string& name, const nlohmann::json& record,
                    const std::string* darshan_log = nullptr);
+  /// The same with the record's text made piece by piece: `record` hands each piece to the sink
+  /// it is given and returns false as soon as the sink does (exporters::write_run_json): the
+  /// whole text is never held in memory.
+  /// Rotates after writing unless `rotate` is false (then call rotate()).
+  JobWritten write(const std::string& name, const RecordText& record,
+                   const std::string* darshan_log = nullptr, bool rotate = true);
+  /// Keeps the directory within its limits, never removing `keep` (a record's name) or its log.
+  void rotate(const std::string& keep);
+  /// Counts a record that could not even be made (its writer's error): failed() includes it.
+  void count_failed() { ++failed_; }
   uint64_t written() const { return written_; }
   uint64_t rotated() const { return rotated_; }
   uint64_t failed() const { return failed_; }
@@ -79,8 +98,9 @@ class JobWriter {
   std::string dir_;
   int dir_fd_ = -1;  // dir_, opened by prepare()
   uint64_t max_bytes_, max_age_s_;
-  uint64_t written_ = 0, rotated_ = 0, failed_ = 0;
-  uint64_t darshan_written_ = 0, darshan_failed_ = 0;
+  // Atomic: the record writer's thread writes, the daemon's loop reads them for its status.
+  std::atomic<uint64_t> written_ = 0, rotated_ = 0, failed_ = 0;
+  std::atomic<uint64_t> darshan_written_ = 0, darshan_failed_ = 0;
 };
 
 }  // namespace iolens::daemon

@@ -81,11 +81,15 @@ def barrier(ck, d, cg, sub):
 def run_job(ck, d, cg, args, work, sub, wbytes):
     """A job running job_workload in cgroup `sub`: its record must hold exactly its I/O."""
     cg.mkdir(sub)
+    job_id = "cgroup" + cg.rel(sub)
+    # Started once the daemon lists the job: it has then stored its root's trace entry (or
+    # failed to, which is what this test is about). A process started before that is found by
+    # the scan that follows the entry only if it still runs (docs/daemon.md#how-jobs-are-found).
+    d.wait_live(ck, [job_id], timeout=60, hooks=False)
     p = D.run_in_cgroup(cg.abs(sub), [args.workload, "io", work, sub.replace("/", "_"),
                                       str(wbytes), "0"])
     m = D.finish_workload(ck, p, sub)
     cg.rmdir(sub)
-    job_id = "cgroup" + cg.rel(sub)
     doc = d.wait_record(ck, job_id, timeout=30)
     if m is None or doc is None or not D.check_record_shape(ck, doc, job_id):
         return

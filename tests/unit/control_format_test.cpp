@@ -189,6 +189,16 @@ TEST(ControlFormat, Jobs) {
       format_jobs(jobs));
 }
 
+TEST(ControlFormat, AJobWhoseRecordIsBeingWrittenSaysSo) {
+  // The line iolensd gives such a job: no totals, no files (they come with the record).
+  json jobs = {{"jobs", json::array({{{"id", "cgroup/a"}, {"kind", "cgroup"}, {"state", "closed"},
+                                      {"processes", 2}, {"writing", true}}})}};
+  EXPECT_EQ(
+      "ID        KIND    STATE             PROCS  FILES  READ  WRITTEN  OPENS\n"
+      "cgroup/a  cgroup  closed (writing)      2      -     -        -      -\n",
+      format_jobs(jobs));
+}
+
 TEST(ControlFormat, NoJobs) {
   EXPECT_EQ("no jobs\n", format_jobs({{"jobs", json::array()}}));
   EXPECT_EQ("no jobs\n", format_jobs(json::object()));

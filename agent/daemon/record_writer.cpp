@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "daemon/record_writer.hpp"
+
+#include <time.h>
+
+#include <exception>
+
+#include "exporters/darshan_log.hpp"
+#include "exporters/json_report.hpp"
+
+namespace iolens::daemon {
+namespace {
+
+int64_t mono_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+int64_t wall_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+}  // namespace
+
+RecordDone write_record(JobWriter& files, const RecordJob& r) {
+  const Job& job = *r.job;
+  RecordDone d;
+  d.id = job.identity.id;
+  d.serial = r.serial;
+  core::RunSnapshot snap = job_snapshot(job, r.basis);
+  d.summary = job_summary(job, snap);
+  if (r.interrupted) d.summary["state"] = "interrupted";
+  std::string log;
+  if (r.darshan) {
+    exporters::DarshanJobInfo info = darshan_job_info(job, snap, r.node, r.basis.mono_to_wall_ns);
+    const int64_t end = snap.end_ns;
+    if (!job.end_ns) {
+      // Written at a stop while still running: Darshan's header needs an end; the stop's.
+      snap.end_ns = wall_ns();
+      info.metadata.emplace_back("state", "interrupted");
+    }
+    info.mounts = exporters::read_mounts("/proc/self/mounts");
+    log = exporters::darshan_log(snap, info);
+    snap.end_ns = end;
+  }
+  const exporters::RecordEdits edits = job_record_edits(job, d.summary, r.overrides);
+  const JobWritten w = files.write(
+      job_file_name(d.id, job.start_ns),
+      [&](const Sink& sink) { return exporters::write_run_json(snap, r.version, sink, edits); },
+      r.darshan ? &log : nullptr, false);
+  d.path = w.path;
+  d.record = w.record;
+  d.darshan = w.darshan;
+  return d;
+}
+
+RecordWriter::RecordWriter(JobWriter& files) : files_(files), thread_([this] { run(); }) {}
+
+RecordWriter::~RecordWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void RecordWriter::submit(RecordJob job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back({std::move(job), mono_ns()});
+  }
+  wake_.notify_all();
+}
+
+std::vector<RecordDone> RecordWriter::take_done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RecordDone> out;
+  out.swap(done_);
+  return out;
+}
+
+std::size_t RecordWriter::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size() + (busy_since_ns_ != 0) + done_.size();
+}
+
+void RecordWriter::dispose(std::shared_ptr<const Job> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    disposed_.push_back(std::move(job));
+  }
+  wake_.notify_all();
+}
+
+void RecordWriter::wait_idle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [this] { return queue_.empty() && busy_since_ns_ == 0 && !tidying_; });
+}
+
+void RecordWriter::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || !queue_.empty() || !disposed_.empty(); });
+    if (!disposed_.empty()) {
+      std::vector<std::shared_ptr<const Job>> gone;
+      gone.swap(disposed_);
+      lock.unlock();
+      gone.clear();
+      lock.lock();
+      continue;
+    }
+    if (queue_.empty()) return;  // stopping, and everything written
+    Queued q = std::move(queue_.front());
+    queue_.pop_front();
+    busy_since_ns_ = q.submitted_ns;
+    lock.unlock();
+    RecordDone d;
+    try {
+      d = write_record(files_, q.job);
+    } catch (const std::exception& e) {
+      // Not expected (the record is made of checked values): said, never a dead thread.
+      d.id = q.job.job ? q.job.job->identity.id : std::string();
+      d.serial = q.job.serial;
+      d.record = Status::Error(std::string("cannot make the record: ") + e.what());
+      files_.count_failed();
+    }
+    d.seconds_ns = mono_ns() - q.submitted_ns;
+    const std::string keep = d.path.substr(d.path.rfind('/') + 1);
+    lock.lock();
+    // Handed back as soon as the record is there, so a client that sees the file finds the
+    // job closed; the slow rest follows.
+    busy_since_ns_ = 0;
+    done_.push_back(std::move(d));
+    tidying_ = true;
+    lock.unlock();
+    files_.rotate(keep);
+    q.job.job.reset();  // the job's memory goes here (or in dispose()), not on the loop
+    lock.lock();
+    tidying_ = false;
+    if (queue_.empty()) idle_.notify_all();
+  }
+}
+
+}  // namespace iolens::daemon

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+/// Writes closed jobs' records and Darshan logs on a thread of its own. Building and writing a
+/// big job's record takes seconds (a 50,000-file job: ~12 s when the loop did it, with the
+/// whole JSON document in memory); the daemon's loop must keep answering the control socket
+/// and /metrics meanwhile (docs/daemon.md#responsiveness). A job taken out of the table is
+/// handed over whole and never changed again: this thread reads it, and so may the loop (the
+/// daemon saves it in its state, as closing, until its record is written).
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/job_record.hpp"
+#include "daemon/job_table.hpp"
+#include "daemon/job_writer.hpp"
+#include "loader/status.hpp"
+
+namespace iolens::daemon {
+
+/// A job to write, with everything its record needs.
+struct RecordJob {
+  std::shared_ptr<const Job> job;  // taken out of the table (JobTable::take); read-only now
+  RecordBasis basis;
+  nlohmann::json overrides = nlohmann::json::object();  // replace the record's members (lost...)
+  bool interrupted = false;  // written at a stop while still running: `job.state` says so
+  bool darshan = false;      // write its Darshan log too
+  std::string node;          // for the Darshan log's metadata
+  std::string version;
+  uint64_t serial = 0;  // the submitter's, returned in RecordDone (a job id can come back)
+};
+
+/// What became of one.
+struct RecordDone {
+  std::string id;
+  uint64_t serial = 0;
+  std::string path;        // the record's path, "" if it was not written
+  nlohmann::json summary;  // the record's `job` member
+  Status record;           // ok, or why the record was not written
+  Status darshan;          // ok (also without a log), or why the log was not written
+  int64_t seconds_ns = 0;  // from submit() to written
+};
+
+/// Writes one job's record (and log) through `files`, streaming the JSON (no document in
+/// memory), without rotating the directory: what the thread does with each job (then it
+/// rotates). Also used directly (tests).
+RecordDone write_record(JobWriter& files, const RecordJob& r);
+
+class RecordWriter {
+ public:
+  /// `files` must outlive this object; from now on only this object's thread writes through it.
+  explicit RecordWriter(JobWriter& files);
+  /// Writes what is still queued, then joins.
+  ~RecordWriter();
+  RecordWriter(const RecordWriter&) = delete;
+  RecordWriter& operator=(const RecordWriter&) = delete;
+
+  void submit(RecordJob job);
+  /// The jobs written (or failed) since the last call, in submission order.
+  std::vector<RecordDone> take_done();
+  /// Jobs submitted and not yet returned by take_done() (written or not).
+  std::size_t pending() const;
+  /// Blocks until every job submitted so far is written (take_done() then returns them).
+  void wait_idle();
+  /// Lets this thread free `job` (the caller's last reference, once taken back from
+  /// take_done()): a big job's memory takes long to free, and not on the loop.
+  void dispose(std::shared_ptr<const Job> job);
+
+ private:
+  void run();
+
+  JobWriter& files_;
+  mutable std::mutex mu_;
+  std::condition_variable wake_, idle_;
+  struct Queued {
+    RecordJob job;
+    int64_t submitted_ns;
+  };
+  std::deque<Queued> queue_;
+  std::vector<std::shared_ptr<const Job>> disposed_;
+  int64_t busy_since_ns_ = 0;  // the job being written (its submission), 0 when none
+  bool tidying_ = false;       // after a record: rotating the directory, freeing the job
+  std::vector<RecordDone> done_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: started once everything above is
+};
+
+}  // namespace iolens::daemon

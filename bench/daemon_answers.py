@@ -1,0 +1,105 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""How long iolensd keeps a client waiting while it works on a big job, and its peak memory.
+
+Not a test: nothing passes or fails. Root only (it starts iolensd, makes cgroups, runs a job).
+
+    sudo /usr/bin/python3 bench/daemon_answers.py --iolensd BUILD/agent/daemon/iolensd \\
+        --workload BUILD/tests/workloads/job_workload [--iolensd OTHER ...] [--files 50000]
+
+For each iolensd given (one after the other, the same job each): a job cgroup runs
+`job_workload many DIR N 100` on /dev/shm (N files created, written, read back, unlinked), the
+cgroup is removed, and a thread asks `status` on the control socket every 20 ms from the start
+of the job until its record is on disk. Printed per build: the longest wait for an answer while
+the job ran and from the removal to the record (by when the answer came), the answers longer
+than 100 ms, how long the record took to appear, its size, and the daemon's VmHWM. The record
+is not parsed here (a Python parse of a big record holds the interpreter long enough to look
+like a stalled daemon).
+
+Uses the e2e harness (tests/e2e/daemon_common.py) to start the daemon and make the cgroups.
+"""
+import argparse
+import os
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+sys.dont_write_bytecode = True
+import daemon_common as D  # noqa: E402
+import e2e_common as E  # noqa: E402
+
+
+def measure(iolensd, workload, nfiles):
+    ck = E.Checker("daemon_answers")
+    cg = D.Cgroups()
+    data = D.tempdir("answers", base="/dev/shm")
+    rules = '  - cgroup: {paths: ["%s/a/*"]}' % cg.prefix
+    d = D.Daemon(iolensd, rules, args=["--max-files-per-job", str(2 * nfiles)], tag="answers",
+                 extra_config="limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n")
+    d.start(ck)
+    cg.mkdir("a/big")
+    job_id = "cgroup" + cg.rel("a/big")
+    d.wait_live(ck, [job_id])
+    waits = []  # (start, seconds)
+    stop = [False]
+
+    def poll():
+        while not stop[0]:
+            t = time.monotonic()
+            try:
+                d.request({"cmd": "status"}, timeout=120)
+            except OSError:
+                pass
+            waits.append((t, time.monotonic() - t))
+            time.sleep(0.02)
+    th = threading.Thread(target=poll)
+    th.start()
+    t_job = time.monotonic()
+    p = D.run_in_cgroup(cg.abs("a/big"), [workload, "many", data, str(nfiles), "100"])
+    D.finish_workload(ck, p, "job_workload many", timeout=300)
+    t_rm = time.monotonic()
+    cg.rmdir("a/big")
+    name = None
+    while time.monotonic() - t_rm < 300 and name is None:
+        for f in os.listdir(d.output_dir):
+            if f.endswith(".json") and not f.startswith("."):
+                name = f
+        time.sleep(0.01)
+    t_rec = time.monotonic()
+    time.sleep(0.5)
+    stop[0] = True
+    th.join()
+    size = os.path.getsize(os.path.join(d.output_dir, name)) if name else 0
+    hwm = D.read_rss_kib(d.proc.pid)[1]
+    d.stop()
+    # By when the answer came: one asked during the job but answered after the removal waited
+    # for the close.
+    run = [w for t, w in waits if t + w < t_rm]
+    close = [w for t, w in waits if t + w >= t_rm]
+    return {"job_s": t_rm - t_job, "record_s": t_rec - t_rm, "record_mb": size / 1e6,
+            "max_run": max(run or [0]), "max_close": max(close or [0]),
+            "slow_run": sum(w > 0.1 for w in run), "slow_close": sum(w > 0.1 for w in close),
+            "answers": len(waits), "hwm_mib": hwm / 1024}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iolensd", action="append", required=True)
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--files", type=int, default=50000)
+    a = ap.parse_args()
+    D.require_root()
+    print("| iolensd | job | longest wait, job running (> 100 ms) | record after removal "
+          "| longest wait, removal to record (> 100 ms) | record | VmHWM |")
+    print("|---|---|---|---|---|---|---|")
+    for build in a.iolensd:
+        r = measure(os.path.realpath(build), os.path.realpath(a.workload), a.files)
+        print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.0f MB | %.0f MiB |" %
+              (build, a.files, r["job_s"], r["max_run"], r["slow_run"], r["record_s"],
+               r["max_close"], r["slow_close"], r["record_mb"], r["hwm_mib"]), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: iolensd keeps answering while it writes a big job's record (issue 16, item 3).
+
+One job runs `job_workload many DIR 20000 100` on tmpfs: it creates 20,000 files with one
+write of 100 bytes each, reads each back and unlinks it (ground truth: its own manifest). When
+its cgroup is removed, the daemon hands the job to its record writer's thread, which builds and
+writes the 20,000-file record (hundreds of MB of JSON) while the loop goes on. The test asks
+`jobs` over the control socket as fast as it is answered, from the removal until the job is
+listed closed, and checks:
+
+- some answers came while the record was being written: the job listed with `writing: true`
+  (the loop that wrote records itself answered nothing until the record was on disk);
+- `job ID` asked meanwhile is refused with "being written", never answered from a half state;
+- the job's closed line (no `writing`) and its record hold the workload's totals exactly, with
+  `lost` all zero, and `status` shows `output.writing` 0.
+
+Then a second job the same way, and iolensd is killed (SIGKILL) as soon as `jobs` lists it
+writing, and restarted: the job is never lost (docs/daemon.md#restart-without-loss: a job whose
+record is being written is in the saved state as closing, or still live in the state saved
+before it closed). The restarted daemon writes its record, with the workload's totals exactly,
+and `lost` zero; a second record of it is allowed only if the first was on disk before the kill
+(the documented window between a record and the next save).
+
+The longest wait for an answer and the daemon's peak RSS are printed, not asserted (this is not
+a benchmark; bench/README.md "The daemon's answers while it writes a record" has the figures).
+"""
+import os
+import sys
+import time
+
+sys.dont_write_bytecode = True
+import daemon_common as D  # noqa: E402
+import e2e_common as E  # noqa: E402
+
+NFILES = 20000
+SIZE = 100
+
+
+def job_totals_check(ck, doc, manifest, pid, cg_abs, where):
+    t = manifest["totals"]
+    mv = D.self_move_write(pid, cg_abs)
+    moved = [f for f in doc["files"] if f.get("path") == mv["path"]]
+    for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
+        ck.eq("%s: job.totals.%s (the workload's own count)" % (where, k),
+              t[k] + (mv[k] if moved else 0), doc["job"]["totals"].get(k))
+    ck.eq("%s: distinct files" % where, NFILES + len(moved), doc["job"].get("files"))
+    ck.eq("%s: file records (none folded)" % where, NFILES + len(moved), len(doc["files"]))
+    D.check_lost_zero(ck, doc, where)
+    return t, mv, moved
+
+
+def run_job(ck, d, cg, args, data, sub):
+    """The workload run as job `sub` to its end (its cgroup still there): (job id, process,
+    manifest); manifest None if it failed."""
+    cg.mkdir(sub)
+    job_id = "cgroup" + cg.rel(sub)
+    d.wait_live(ck, [job_id])
+    p = D.run_in_cgroup(cg.abs(sub), [args.workload, "many", data, str(NFILES), str(SIZE)])
+    return job_id, p, D.finish_workload(ck, p, "job_workload many in " + sub, timeout=120)
+
+
+def kill_while_writing(ck, d, cg, args, data):
+    sub = "resp/killed"
+    job_id, p, manifest = run_job(ck, d, cg, args, data, sub)
+    if manifest is None:
+        return
+    cg.rmdir(sub)
+    t0 = time.monotonic()
+    writing = False
+    while not writing and time.monotonic() - t0 < 60:
+        lines = [j for j in (d.request({"cmd": "jobs"}).get("result") or {}).get("jobs", [])
+                 if j.get("id") == job_id]
+        writing = bool(lines and lines[-1].get("writing"))
+    killed_at = time.time()
+    d.kill9()
+    ck.check(writing, "job %s was never listed writing" % job_id)
+    on_disk = [p for p, _ in d.records_of(job_id)]
+    D.log("killed while writing the record of %s (%d record(s) on disk then)" %
+          (job_id, len(on_disk)))
+    d.restart(ck)
+    doc = d.wait_record(ck, job_id, timeout=60)
+    # Wait for the restarted daemon to settle: a second record would come within its drains.
+    time.sleep(3)
+    got = d.records_of(job_id)
+    if len(got) > 1:
+        first = min(os.path.getmtime(p) for p, _ in got)
+        ck.check(first <= killed_at, "job %s has %d records, the first written after the kill "
+                 "(%s): written twice" % (job_id, len(got), [p for p, _ in got]))
+    if doc is None or not D.check_record_shape(ck, doc, job_id):
+        return
+    job_totals_check(ck, doc, manifest, p.pid, cg.abs(sub), "record after the kill")
+
+
+def main():
+    args = D.parse_args()
+    D.require_root()
+    ck = E.Checker("daemon_responsive")
+    cg = D.Cgroups()
+    data = D.tempdir("resp", base=os.environ.get("IOLENS_E2E_MANY_TMP", "/dev/shm"))
+    rules = '  - cgroup: {paths: ["%s/resp/*"]}' % cg.prefix
+    # Sized so that the burst of new files loses nothing (as daemon_limits), and no file folds.
+    d = D.Daemon(args.iolensd, rules, args=["--max-files-per-job", str(2 * NFILES)], tag="resp",
+                 extra_config="limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n")
+    d.start(ck)
+    sub = "resp/big"
+    job_id, p, manifest = run_job(ck, d, cg, args, data, sub)
+    if manifest is None:
+        ck.finish()
+
+    cg.rmdir(sub)
+    t0 = time.monotonic()
+    seen = []        # the job's line in each answer: "live", "writing", "closed", or None
+    job_answers = []  # answers to `job ID` asked while it was listed writing
+    longest = 0.0
+    closed_line = None
+    while time.monotonic() - t0 < 120:
+        t = time.monotonic()
+        a = d.request({"cmd": "jobs"})
+        longest = max(longest, time.monotonic() - t)
+        lines = [j for j in (a.get("result") or {}).get("jobs", []) if j.get("id") == job_id]
+        line = lines[-1] if lines else None
+        state = None if line is None else "writing" if line.get("writing") else line.get("state")
+        seen.append(state)
+        if state == "writing" and len(job_answers) < 3:
+            job_answers.append(d.request({"cmd": "job", "id": job_id, "limit": 1}))
+        if state == "closed":
+            closed_line = line
+            break
+    D.log("after the removal, %d answers to `jobs` in %.2f s, the longest %.3f s; the job "
+          "listed writing in %d of them" % (len(seen), time.monotonic() - t0, longest,
+                                            seen.count("writing")))
+    ck.check("writing" in seen, "no answer came while the record was written (states seen: "
+             "%s): the loop did not answer until the record was on disk" % sorted(set(map(str, seen))))
+    ck.check(closed_line is not None, "the job was never listed closed within 120 s")
+    for a in job_answers:
+        # Written between the two requests, the job is answered whole; else refused, clearly.
+        if a.get("ok"):
+            ck.check(a["result"].get("job", {}).get("state") == "closed",
+                     "`job` answered for a job not yet written: %s" % str(a)[:300])
+        else:
+            ck.check("being written" in a.get("error", ""), "`job` while writing: %s" % a)
+    ck.check(job_answers, "`job` was never asked while the record was written")
+
+    doc = d.wait_record(ck, job_id, timeout=60)
+    if doc is None or not D.check_record_shape(ck, doc, job_id):
+        ck.finish()
+    t, mv, moved = job_totals_check(ck, doc, manifest, p.pid, cg.abs(sub), "record")
+    for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
+        ck.eq("closed line totals.%s" % k, t[k] + (mv[k] if moved else 0),
+              ((closed_line or {}).get("totals") or {}).get(k))
+    st = d.status() or {}
+    ck.eq("status output.writing once written", 0, st.get("output", {}).get("writing"))
+    rss = D.read_rss_kib(d.proc.pid)
+    D.log("iolensd RSS %d KiB, VmHWM %d KiB" % rss)
+
+    kill_while_writing(ck, d, cg, args, data)
+    rc, _ = d.stop()
+    ck.eq("iolensd exit code", 0, rc)
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
