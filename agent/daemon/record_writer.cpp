@@ -129,7 +129,8 @@ void RecordWriter::run() {
       files_.count_failed();
     }
     d.seconds_ns = mono_ns() - q.submitted_ns;
-    const std::string keep = d.path.substr(d.path.rfind('/') + 1);
+    // Rotation follows a record written, as it did when the loop wrote (never a failed one).
+    const std::string keep = d.path.empty() ? "" : d.path.substr(d.path.rfind('/') + 1);
     lock.lock();
     // Handed back as soon as the record is there, so a client that sees the file finds the
     // job closed; the slow rest follows.
@@ -137,7 +138,7 @@ void RecordWriter::run() {
     done_.push_back(std::move(d));
     tidying_ = true;
     lock.unlock();
-    files_.rotate(keep);
+    if (!keep.empty()) files_.rotate(keep);
     q.job.job.reset();  // the job's memory goes here (or in dispose()), not on the loop
     lock.lock();
     tidying_ = false;
