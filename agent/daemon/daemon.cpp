@@ -30,10 +30,12 @@
 
 #include "control/peer.hpp"
 #include "control/server.hpp"
+#include "core/clock.hpp"
 #include "core/private_dir.hpp"
 #include "daemon/capture.hpp"
 #include "core/events.hpp"
 #include "daemon/job_metrics.hpp"
+#include "daemon/job_record.hpp"
 #include "daemon/job_table.hpp"
 #include "daemon/job_writer.hpp"
 #include "daemon/record_writer.hpp"
@@ -54,11 +56,7 @@
 namespace iolens::daemon {
 namespace {
 
-int64_t clock_ns(clockid_t c) {
-  timespec ts{};
-  clock_gettime(c, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
+using core::clock_ns;
 
 std::optional<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -1063,16 +1061,9 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
   Job* job = table_->find(id);
   if (!job) return;
   // Its line in `iolens jobs` until written: what needs no snapshot (a big job's takes long).
-  nlohmann::json line = {{"id", id},
-                         {"kind", job->identity.kind},
-                         {"rule", job->rule},
-                         {"cgroup", job->identity.job_cgroup},
-                         {"labels", job->identity.labels},
-                         {"state", interrupted ? "interrupted" : "closed"},
-                         {"start_ns", job->start_ns},
-                         {"end_ns", job->end_ns ? nlohmann::json(*job->end_ns) : nlohmann::json(nullptr)},
-                         {"processes", job->procs.size() + job->rec->folded_processes()},
-                         {"writing", true}};
+  nlohmann::json line = job_head(*job);
+  line["state"] = interrupted ? "interrupted" : "closed";
+  line["writing"] = true;
   RecordJob r;
   r.basis = table_->record_basis();
   r.overrides = std::move(overrides);
@@ -1094,7 +1085,7 @@ void Daemon::collect_written(bool save) {
       spdlog::info("job {} {}: {} ({:.1f} s)", d.id,
                    d.summary.value("state", "") == "interrupted" ? "written at stop (still running)"
                                                                  : "closed",
-                   d.path, static_cast<double>(d.seconds_ns) / 1e9);
+                   d.path, static_cast<double>(d.took_ns) / 1e9);
     auto w = writing_.find(d.serial);
     if (w != writing_.end()) {
       if (d.summary.is_null()) {  // the record could not even be made: its line stays

@@ -17,7 +17,7 @@ core::RunSnapshot job_snapshot(const Job& job, const RecordBasis& basis) {
   return snap;
 }
 
-nlohmann::json job_summary(const Job& job, const core::RunSnapshot& snap) {
+nlohmann::json job_head(const Job& job) {
   nlohmann::json j;
   j["id"] = job.identity.id;
   j["kind"] = job.identity.kind;
@@ -32,6 +32,11 @@ nlohmann::json job_summary(const Job& job, const core::RunSnapshot& snap) {
   j["processes"] = job.procs.size() + job.rec->folded_processes();  // folded ones included
   j["live_processes"] = job.live.size();
   j["folded_processes"] = job.rec->folded_processes();
+  return j;
+}
+
+nlohmann::json job_summary(const Job& job, const core::RunSnapshot& snap) {
+  nlohmann::json j = job_head(job);
   core::FileCounters t{};
   uint64_t files = 0;
   for (const auto& p : snap.processes) {

@@ -27,7 +27,12 @@ struct RecordBasis {
 /// count from boot (the monotonic clock's zero).
 core::RunSnapshot job_snapshot(const Job& job, const RecordBasis& basis);
 
-/// The record's `job` member (and one line of `iolens jobs`), from a snapshot of the job.
+/// What the record's `job` member says of the job without a snapshot of it: identity, state,
+/// times, process counts (the `iolens jobs` line of a job whose record is being written).
+nlohmann::json job_head(const Job& job);
+
+/// The record's `job` member (and one line of `iolens jobs`): job_head() with the files and
+/// totals of a snapshot of the job.
 nlohmann::json job_summary(const Job& job, const core::RunSnapshot& snap);
 
 /// How a run record (exporters::run_to_json, write_run_json) becomes the job's: the schema, no

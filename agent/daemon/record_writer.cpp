@@ -1,29 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/record_writer.hpp"
 
-#include <time.h>
-
 #include <exception>
 
+#include "core/clock.hpp"
 #include "exporters/darshan_log.hpp"
 #include "exporters/json_report.hpp"
 
 namespace iolens::daemon {
-namespace {
-
-int64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-int64_t wall_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-}  // namespace
 
 RecordDone write_record(JobWriter& files, const RecordJob& r) {
   const Job& job = *r.job;
@@ -39,7 +23,7 @@ RecordDone write_record(JobWriter& files, const RecordJob& r) {
     const int64_t end = snap.end_ns;
     if (!job.end_ns) {
       // Written at a stop while still running: Darshan's header needs an end; the stop's.
-      snap.end_ns = wall_ns();
+      snap.end_ns = core::clock_ns(CLOCK_REALTIME);
       info.metadata.emplace_back("state", "interrupted");
     }
     info.mounts = exporters::read_mounts("/proc/self/mounts");
@@ -71,7 +55,7 @@ RecordWriter::~RecordWriter() {
 void RecordWriter::submit(RecordJob job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back({std::move(job), mono_ns()});
+    queue_.push_back({std::move(job), core::clock_ns(CLOCK_MONOTONIC)});
   }
   wake_.notify_all();
 }
@@ -128,7 +112,7 @@ void RecordWriter::run() {
       d.record = Status::Error(std::string("cannot make the record: ") + e.what());
       files_.count_failed();
     }
-    d.seconds_ns = mono_ns() - q.submitted_ns;
+    d.took_ns = core::clock_ns(CLOCK_MONOTONIC) - q.submitted_ns;
     // Rotation follows a record written, as it did when the loop wrote (never a failed one).
     const std::string keep = d.path.empty() ? "" : d.path.substr(d.path.rfind('/') + 1);
     lock.lock();

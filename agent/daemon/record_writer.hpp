@@ -45,7 +45,7 @@ struct RecordDone {
   nlohmann::json summary;  // the record's `job` member
   Status record;           // ok, or why the record was not written
   Status darshan;          // ok (also without a log), or why the log was not written
-  int64_t seconds_ns = 0;  // from submit() to written
+  int64_t took_ns = 0;    // from submit() to written
 };
 
 /// Writes one job's record (and log) through `files`, streaming the JSON (no document in
