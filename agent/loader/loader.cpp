@@ -844,7 +844,8 @@ Status Loader::scan_tasks(bool report_all) {
 int64_t Loader::map_entries(const std::string& name) const {
   bpf_map* m = bpf_object__find_map_by_name(impl_->skel->obj, name.c_str());
   if (!m) return -1;
-  // Hash maps do not report their size; count keys (the status command is rare).
+  // Hash maps do not report their size: count keys, a syscall each (iolensd does it once, at
+  // start; its status and metrics follow the kernel's creation count instead).
   const int fd = bpf_map__fd(m);
   const uint32_t key_size = bpf_map__key_size(m);
   std::vector<uint8_t> key(key_size), next(key_size);

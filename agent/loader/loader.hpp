@@ -117,7 +117,7 @@ class Loader {
   const PinState& pin_state() const { return pin_state_; }
   /// Removes every pin, so the maps and programs go away with this agent (a clean stop).
   void unpin_all();
-  /// Entries of a map now (for status); -1 if unknown.
+  /// Entries of a map now, by walking its keys (a syscall each); -1 if unknown.
   int64_t map_entries(const std::string& name) const;
 
   /// Hands every pending ring-buffer record to `sink`; never blocks. Returns records consumed.

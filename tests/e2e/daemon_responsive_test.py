@@ -15,6 +15,11 @@ listed closed, and checks:
 - the job's closed line (no `writing`) and its record hold the workload's totals exactly, with
   `lost` all zero, and `status` shows `output.writing` 0.
 
+Before these, `status`'s count of the kernel's files map (kept from the kernel's creation count,
+not by walking the map: a walk is a syscall per record) is compared with bpftool's count of the
+same pinned map, while a 2,000-file process is alive and after its exit while its final records
+wait for a save.
+
 Then a second job the same way, and iolensd is killed (SIGKILL) as soon as `jobs` lists it
 writing, and restarted: the job is never lost (docs/daemon.md#restart-without-loss: a job whose
 record is being written is in the saved state as closing, or still live in the state saved
@@ -25,7 +30,9 @@ and `lost` zero; a second record of it is allowed only if the first was on disk 
 The longest wait for an answer and the daemon's peak RSS are printed, not asserted (this is not
 a benchmark; bench/README.md "The daemon's answers while it writes a record" has the figures).
 """
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -35,6 +42,7 @@ import e2e_common as E  # noqa: E402
 
 NFILES = 20000
 SIZE = 100
+COUNT_FILES = 2000
 
 
 def job_totals_check(ck, doc, manifest, pid, cg_abs, where):
@@ -58,6 +66,72 @@ def run_job(ck, d, cg, args, data, sub):
     d.wait_live(ck, [job_id])
     p = D.run_in_cgroup(cg.abs(sub), [args.workload, "many", data, str(NFILES), str(SIZE)])
     return job_id, p, D.finish_workload(ck, p, "job_workload many in " + sub, timeout=120)
+
+
+def kernel_files_entries(d):
+    """Entries of the daemon's pinned `files` map, counted by bpftool (not by iolens)."""
+    pin = os.path.join(d.pin_dir, "files")
+    out = subprocess.run(["bpftool", "-j", "map", "dump", "pinned", pin], capture_output=True,
+                         timeout=120)
+    try:
+        return len(json.loads(out.stdout))
+    except ValueError:
+        D.log("bpftool map dump: exit %d, %s" % (out.returncode, out.stderr[-500:]))
+        return None
+
+
+def status_entries(d):
+    st = d.status() or {}
+    files = [m for m in st.get("maps", []) if m.get("name") == "files"]
+    return (files[0].get("entries") if files else None), st.get("state", {}).get("saves")
+
+
+def same_entries(ck, d, where):
+    """`status` maps.files.entries (from the kernel's creation count, not a walk of the map)
+    against bpftool's count of the same pinned map, at a moment no traced process runs. A save
+    between the two reads deletes the final records it holds: then asked again."""
+    for _ in range(5):
+        got, saves = status_entries(d)
+        t = time.monotonic()
+        truth = kernel_files_entries(d)
+        D.log("bpftool took %.2f s" % (time.monotonic() - t))
+        if status_entries(d)[1] == saves:
+            break
+    D.log("%s: status says %s entries in the files map, bpftool counts %s" % (where, got, truth))
+    ck.check(truth is not None, "%s: bpftool could not count the pinned files map" % where)
+    ck.eq("%s: status maps.files.entries (bpftool's count of the map)" % where, truth, got)
+    return truth
+
+
+def wait_drains(ck, d, n):
+    base = (d.status() or {}).get("drain", {}).get("count", 0)
+    ck.check(D.wait_for("%d drains" % n,
+                        lambda: (d.status() or {}).get("drain", {}).get("count", 0) >= base + n,
+                        30), "iolensd did not complete %d drains within 30 s" % n)
+
+
+def map_count(ck, d, cg, args, data):
+    """`status` counts the files map without walking it (a walk is a syscall per record, and a
+    status asked every 20 ms of a big job took the loop's time): its count is right while a
+    process holds its records, and after its exit while the final records wait for a save."""
+    sub = "resp/count"
+    cg.mkdir(sub)
+    job_id = "cgroup" + cg.rel(sub)
+    d.wait_live(ck, [job_id])
+    p = D.run_in_cgroup(cg.abs(sub), [args.workload, "many", data, str(COUNT_FILES), str(SIZE),
+                                      "--gate-end"], stdin=subprocess.PIPE)
+    D.read_json_line(ck, p, "job_workload many --gate-end", timeout=60)
+    wait_drains(ck, d, 2)
+    live = same_entries(ck, d, "process alive")
+    ck.check(live is not None and live >= COUNT_FILES,
+             "process alive: %s entries, fewer than its %d files" % (live, COUNT_FILES))
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    D.finish_workload(ck, p, "job_workload many --gate-end", timeout=60)
+    wait_drains(ck, d, 2)
+    same_entries(ck, d, "process exited")
+    cg.rmdir(sub)
+    d.wait_record(ck, job_id, timeout=60)
 
 
 def kill_while_writing(ck, d, cg, args, data):
@@ -103,6 +177,7 @@ def main():
     d = D.Daemon(args.iolensd, rules, args=["--max-files-per-job", str(2 * NFILES)], tag="resp",
                  extra_config="limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n")
     d.start(ck)
+    map_count(ck, d, cg, args, data)
     sub = "resp/big"
     job_id, p, manifest = run_job(ck, d, cg, args, data, sub)
     if manifest is None:

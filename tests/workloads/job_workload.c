@@ -287,9 +287,12 @@ static int do_many(int argc, char **argv)
 	char dir[PATH_MAX], p[PATH_MAX + 64];
 	struct tally t = {0};
 	int64_t nfiles, size, ndirs;
+	int gate_end = 0;
 
-	if (argc != 5) {
-		fprintf(stderr, "usage: %s many DIR NFILES SIZE\n", argv[0]);
+	if (argc == 6 && !strcmp(argv[5], "--gate-end"))
+		gate_end = 1;
+	else if (argc != 5) {
+		fprintf(stderr, "usage: %s many DIR NFILES SIZE [--gate-end]\n", argv[0]);
 		return 2;
 	}
 	if (!realpath(argv[2], dir))
@@ -353,6 +356,12 @@ static int do_many(int argc, char **argv)
 		snprintf(p, sizeof(p), "%s/d%03lld", dir, (long long)d);
 		if (rmdir(p) != 0)
 			die("rmdir %s", p);
+	}
+	/* Alive with every file's record still the process's own (not final), until told. */
+	if (gate_end) {
+		printf("{\"phase\": \"done\", \"pid\": %d}\n", (int)getpid());
+		fflush(stdout);
+		gate();
 	}
 	printf("{\"pid\": %d, \"files\": [], \"totals\": {", (int)getpid());
 	print_tally(stdout, &t);
