@@ -295,8 +295,9 @@ int run_traced(const RunOptions& opts) {
     // them.
     using D = loader::Loader::Disposition;
     const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c,
-                      std::size_t in_map) {
+    // The map's fill as the drain begins (the kernel counts what it created, we what we took).
+    const std::size_t in_map = loader->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - removed_records;
+    auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
       if (rec.exited(core::ProcKey{k.tgid, k.pstart_ns})) return D::RemoveFinal;
       if (core::drain_evictable(k, c, in_map, loader->max_file_records(), t0, idle))
         return D::RemoveLive;
@@ -314,7 +315,7 @@ int run_traced(const RunOptions& opts) {
     spdlog::debug("drain: {} file records read, {} moved out, {} us", seen,
                   removed_records - removed_before, (now_ns(CLOCK_MONOTONIC) - t0) / 1000);
     loader->drain_others(
-        [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
+        [&](const iolens_file_key& k, const iolens_file_counters&) {
           return rec.exited(core::ProcKey{k.tgid, k.pstart_ns}) ? D::RemoveFinal : D::Keep;
         },
         [&](const auto& k, const auto& c, bool removed) { rec.on_other(k, c, removed); });

@@ -691,7 +691,9 @@ void Daemon::drain(bool may_save) {
   // Timing off: records have no end times; idleness is told by unchanged counters.
   core::IdleClock* idle = loader_->timing() == IOLENS_TIMING_OFF ? &idle_clock_ : nullptr;
   if (idle) idle->begin();
-  auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map) {
+  // The map's fill as the drain begins decides whether idle live records are taken.
+  const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
+  auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
     const core::ProcKey p{k.tgid, k.pstart_ns};
     if (pending_set_.count(k)) return D::Skip;
     if (!table_->attributed(p)) return unknown_disposition(p, t0);
@@ -719,7 +721,7 @@ void Daemon::drain(bool may_save) {
       &pending_files_);
   if (idle) idle->end();
   loader_->drain_others(
-      [&](const iolens_file_key& k, const iolens_file_counters&, std::size_t) {
+      [&](const iolens_file_key& k, const iolens_file_counters&) {
         const core::ProcKey p{k.tgid, k.pstart_ns};
         if (pending_set_.count(k)) return D::Skip;
         if (!table_->attributed(p)) return unknown_disposition(p, t0);

@@ -247,9 +247,6 @@ struct Uninit {
 static_assert(sizeof(Uninit<iolens_file_counters>) == sizeof(iolens_file_counters),
               "the batch copy writes an array of values");
 
-/// See the end of Loader::drain: ~1-2 minutes of a daemon's drains, a whole `iolens run`.
-constexpr unsigned kSmallDrainsBeforeShrink = 64;
-
 }  // namespace
 
 struct Loader::Impl {
@@ -273,9 +270,9 @@ struct Loader::Impl {
   const uint64_t* ring_producer = nullptr;
   int pin_lock = -1;
   // drain()'s buffers, reused from one drain to the next
+  // One batch of a drain (Loader::drain), kept from one drain to the next.
   std::vector<iolens_file_key> drain_keys;
   std::vector<Uninit<iolens_file_counters>> drain_values;
-  unsigned small_drains = 0;  // drains in a row that used under a quarter of them
   ~Impl() {
     for (bpf_link* l : extra_links)
       if (l) bpf_link__destroy(l);
@@ -1001,10 +998,22 @@ uint64_t Loader::trace_ring_size() const { return bpf_map__max_entries(impl_->sk
 
 namespace {
 
-/// Every record of a hash map, a batch per syscall (BPF_MAP_LOOKUP_BATCH, Linux 5.6+). Returns
-/// false when the kernel cannot do batches, so the caller walks the keys one by one instead.
-template <typename Key, typename Value>
-bool read_batched(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
+/// How a walk of a map in batches ended.
+enum class BatchWalk {
+  Done,         // every record visited
+  Unsupported,  // the kernel refused the first batch: nothing visited (walk the keys instead)
+  Failed,       // a later batch failed: the records before it were visited, the rest not
+};
+
+/// Largest batch a walk asks for once it has grown: ~1 MB of file records (936 bytes each).
+constexpr __u32 kMaxBatch = 1024;
+
+/// Walks a hash map a batch per syscall (BPF_MAP_LOOKUP_BATCH, Linux 5.6+), handing each batch
+/// to `visit(n)` (the first n of `keys` and `values`) before reading the next, so that the
+/// buffers hold one batch whatever the map holds. Deleting records of a batch already read is
+/// safe: the kernel's token is the next bucket to read.
+template <typename Key, typename Value, typename Visit>
+BatchWalk walk_batches(int fd, std::vector<Key>& keys, std::vector<Value>& values, Visit&& visit) {
   LIBBPF_OPTS(bpf_map_batch_opts, opts);
   // Small first, then larger: most drains of `iolens run` read a handful of records, and 1024
   // file records (~1 MB) would be fresh memory (page faults) at every drain.
@@ -1012,28 +1021,42 @@ bool read_batched(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
   __u32 in = 0, out = 0;  // hash maps' batch token: a bucket index
   bool first = true;
   for (;;) {
-    const size_t base = keys.size();
-    keys.resize(base + batch);
-    values.resize(base + batch);
+    if (keys.size() < batch) {
+      // Fresh buffers, not grown ones: growing would copy records about to be overwritten.
+      std::vector<Key>(batch).swap(keys);
+      std::vector<Value>(batch).swap(values);
+    }
     __u32 count = batch;
-    const int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, keys.data() + base,
-                                         values.data() + base, &count, &opts);
-    keys.resize(base + count);
-    values.resize(base + count);
-    if (err == -ENOENT) return true;  // the last batch
+    const int err = bpf_map_lookup_batch(fd, first ? nullptr : &in, &out, keys.data(),
+                                         values.data(), &count, &opts);
     if (err == -ENOSPC && count == 0) {
       batch *= 2;  // one bucket holds more records than a batch
       continue;
     }
-    if (err) {
-      keys.clear();
-      values.clear();
-      return false;
-    }
+    if (err && err != -ENOENT) return first ? BatchWalk::Unsupported : BatchWalk::Failed;
+    if (count > 0) visit(static_cast<std::size_t>(count));
+    if (err == -ENOENT) return BatchWalk::Done;  // the last batch
     in = out;
     first = false;
-    batch = std::min<__u32>(batch * 2, 1024);
+    batch = std::max(batch, std::min<__u32>(batch * 2, kMaxBatch));
   }
+}
+
+/// Every record of a hash map, in batches. Returns false when the kernel cannot do batches (or
+/// failed part way), with `keys` and `values` as they were: the caller walks the keys instead.
+template <typename Key, typename Value>
+bool read_batched(int fd, std::vector<Key>& keys, std::vector<Value>& values) {
+  const std::size_t base = keys.size();
+  std::vector<Key> bk;
+  std::vector<Value> bv;
+  const BatchWalk w = walk_batches(fd, bk, bv, [&](std::size_t n) {
+    keys.insert(keys.end(), bk.begin(), bk.begin() + static_cast<std::ptrdiff_t>(n));
+    values.insert(values.end(), bv.begin(), bv.begin() + static_cast<std::ptrdiff_t>(n));
+  });
+  if (w == BatchWalk::Done) return true;
+  keys.resize(base);
+  values.resize(base);
+  return false;
 }
 
 template <typename Key, typename Value>
@@ -1095,67 +1118,71 @@ void Loader::delete_blocks(const std::vector<iolens_block_key>& keys) {
 
 Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                      std::vector<iolens_file_key>* deferred) {
-  // The buffers outlive the drain: each drain reads every record (~1 KB each), and fresh
-  // vectors cost a reallocation copy per doubling and a page fault per 4 KiB of new memory, the
-  // agent's largest costs on a PyTorch job before (bench/README.md "The agent on a PyTorch
-  // job").
-  auto& keys = impl_->drain_keys;
-  auto& values = impl_->drain_values;
-  keys.clear();
-  values.clear();
-  read_map(map_fd, keys, values, batch_ok_);
   std::vector<iolens_file_key> final_keys;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const auto& k = keys[i];
-    const iolens_file_counters& v = values[i].v;
-    switch (remove(k, v, keys.size())) {
-      case Disposition::Keep:
-        sink(k, v, false);
-        break;
-      case Disposition::RemoveFinal:
-        sink(k, v, true);
-        final_keys.push_back(k);
-        break;
-      case Disposition::Skip:
-        break;
-      case Disposition::RemoveLive: {
-        iolens_file_counters value{};  // 936 bytes: copied only here, not for every record
-        // The batch copy may be old: the file may have been reopened since. Ask again on the
-        // current value, so a record in use is not taken from under the program updating it.
-        if (bpf_map_lookup_elem(map_fd, &k, &value) != 0) break;
-        if (remove(k, value, keys.size()) != Disposition::RemoveLive) {
-          sink(k, value, false);
+  auto visit = [&](const iolens_file_key* keys, const Uninit<iolens_file_counters>* values,
+                   std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& k = keys[i];
+      const iolens_file_counters& v = values[i].v;
+      switch (remove(k, v)) {
+        case Disposition::Keep:
+          sink(k, v, false);
+          break;
+        case Disposition::RemoveFinal:
+          sink(k, v, true);
+          final_keys.push_back(k);
+          break;
+        case Disposition::Skip:
+          break;
+        case Disposition::RemoveLive: {
+          iolens_file_counters value{};  // 936 bytes: copied only here, not for every record
+          // The batch copy may be old: the file may have been reopened since. Ask again on the
+          // current value, so a record in use is not taken from under the program updating it.
+          if (bpf_map_lookup_elem(map_fd, &k, &value) != 0) break;
+          if (remove(k, value) != Disposition::RemoveLive) {
+            sink(k, value, false);
+            break;
+          }
+          // Read and delete in one step so no update between the read and the delete is lost.
+          if (bpf_map_lookup_and_delete_elem(map_fd, &k, &value) == 0) {
+            sink(k, value, true);
+          } else if (errno == kErrNotSupp || errno == EINVAL || errno == EOPNOTSUPP) {
+            // Kernels before 5.14 cannot lookup-and-delete hash maps: read, then delete.
+            if (bpf_map_lookup_elem(map_fd, &k, &value) == 0 && bpf_map_delete_elem(map_fd, &k) == 0)
+              sink(k, value, true);
+          }
           break;
         }
-        // Read and delete in one step so no update between the read and the delete is lost.
-        if (bpf_map_lookup_and_delete_elem(map_fd, &k, &value) == 0) {
-          sink(k, value, true);
-        } else if (errno == kErrNotSupp || errno == EINVAL || errno == EOPNOTSUPP) {
-          // Kernels before 5.14 cannot lookup-and-delete hash maps: read, then delete.
-          if (bpf_map_lookup_elem(map_fd, &k, &value) == 0 && bpf_map_delete_elem(map_fd, &k) == 0)
-            sink(k, value, true);
-        }
-        break;
       }
     }
+  };
+  // Each batch is handled before the next is read: the buffers hold one batch (~1 MB), not the
+  // map (a burst's 60 MiB, grown by copies while it filled: a fifth of the daemon's time in a
+  // 50,000-file burst, bench/README.md "The daemon's answers while it writes a record"), and
+  // they are kept from one drain to the next so a drain touches no fresh memory.
+  auto& keys = impl_->drain_keys;
+  auto& values = impl_->drain_values;
+  BatchWalk walk = BatchWalk::Unsupported;
+  if (batch_ok_)
+    walk = walk_batches(map_fd, keys, values,
+                        [&](std::size_t n) { visit(keys.data(), values.data(), n); });
+  if (walk == BatchWalk::Unsupported) {
+    batch_ok_ = false;
+    // Key by key, the whole map first: deleting the key a walk stands on restarts the walk.
+    std::vector<iolens_file_key> all_keys;
+    std::vector<Uninit<iolens_file_counters>> all_values;
+    read_one_by_one(map_fd, all_keys, all_values);
+    visit(all_keys.data(), all_values.data(), all_keys.size());
   }
+  const int walk_errno = errno;
   if (deferred)
     deferred->insert(deferred->end(), final_keys.begin(), final_keys.end());
   else
     delete_keys(map_fd, final_keys);
-  // Kept for the next drain. Given back only after many drains in a row used under a quarter
-  // of them, so that a burst's buffers (up to the map's size: 60 MiB for 65,536 records) are
-  // not held for the rest of a daemon's life, while the drains of a job whose record count
-  // swings (workers exit, new ones start) do not grow them again each time.
-  if (values.size() < values.capacity() / 4) {
-    if (++impl_->small_drains >= kSmallDrainsBeforeShrink) {
-      std::vector<iolens_file_key>().swap(keys);
-      std::vector<Uninit<iolens_file_counters>>().swap(values);
-      impl_->small_drains = 0;
-    }
-  } else {
-    impl_->small_drains = 0;
-  }
+  // The records not read wait for the next drain.
+  if (walk == BatchWalk::Failed)
+    return Status::Error("reading the kernel's records failed part way: " +
+                         errno_text(walk_errno), walk_errno);
   return Status::Ok();
 }
 

@@ -138,9 +138,10 @@ class Loader {
     RemoveLive,  // it may still be updated: read and delete it in one step
     Skip,        // already reported final and awaiting deletion: neither report nor delete
   };
-  /// Asked for every record; `records_in_map` is how many the map held at this drain.
-  using RemovePredicate = std::function<Disposition(
-      const iolens_file_key&, const iolens_file_counters&, std::size_t records_in_map)>;
+  /// Asked for every record. A drain reads the map a batch at a time and handles each batch
+  /// before reading the next: its memory is one batch, whatever the map holds.
+  using RemovePredicate =
+      std::function<Disposition(const iolens_file_key&, const iolens_file_counters&)>;
   /// `deferred`: when given, RemoveFinal records are reported removed but their keys are
   /// appended here instead of being deleted, so the caller can save its state first and delete
   /// them after (delete_files/delete_others): a crash in between cannot lose or double them.

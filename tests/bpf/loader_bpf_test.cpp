@@ -82,7 +82,7 @@ class BpfTest : public ::testing::Test {
       if (r.ok) rec.on_event(r.event);
     };
     loader_->consume_events(sink);
-    auto never = [](const auto&, const auto&, std::size_t) { return Loader::Disposition::Keep; };
+    auto never = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
     loader_->drain_files(never, [&](const auto& k, const auto& c, bool rm) { rec.on_file(k, c, rm); });
     loader_->drain_others(never, [&](const auto& k, const auto& c, bool rm) { rec.on_other(k, c, rm); });
     return rec.snapshot(iolens::core::ClockBase{});
@@ -297,6 +297,89 @@ TEST_F(BpfTimingOffTest, CountsExactWithNoTime) {
   EXPECT_EQ(total(c.lat_read), 0u);
   EXPECT_EQ(total(c.lat_write), 0u);
   EXPECT_EQ(c.lat_read_sum_ns, 0u);
+}
+
+// A drain reads the map a batch at a time (up to 1024 records) and handles each batch before
+// reading the next, deleting records as it goes. 3,000 files, each written with its own byte
+// count, and a disposition per file chosen by the test: every record must be handed over
+// exactly once with its own count, removed ones never again, deferred ones until deleted.
+TEST_F(BpfTest, DrainHandsEveryRecordOnceAcrossBatches) {
+  constexpr int kFiles = 3000;
+  const pid_t pid = run_child([&] {
+    std::string data(5, 'x');
+    for (int i = 0; i < kFiles; ++i) {
+      const std::string p = path("f" + std::to_string(i));
+      const int fd = open(p.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+      if (fd < 0 || write(fd, data.data(), static_cast<size_t>(i % 5 + 1)) != i % 5 + 1) _exit(1);
+      close(fd);
+    }
+  });
+  std::map<uint64_t, uint64_t> written;  // inode -> bytes, from the files themselves
+  for (int i = 0; i < kFiles; ++i) {
+    struct stat sb {};
+    ASSERT_EQ(stat(path("f" + std::to_string(i)).c_str(), &sb), 0);
+    written[sb.st_ino] = static_cast<uint64_t>(sb.st_size);
+  }
+  ASSERT_EQ(written.size(), static_cast<size_t>(kFiles));
+  using D = Loader::Disposition;
+  // 1 byte: taken live; 2: final, deferred; 3: skipped; 4 and 5: kept.
+  auto disposition = [](uint64_t bytes) {
+    return bytes == 1 ? D::RemoveLive : bytes == 2 ? D::RemoveFinal : bytes == 3 ? D::Skip : D::Keep;
+  };
+  struct Seen {
+    int times = 0;
+    bool removed = false;
+    uint64_t bytes = 0;
+  };
+  auto drain = [&](bool by_test, std::vector<iolens_file_key>* deferred) {
+    std::map<uint64_t, Seen> seen;
+    auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
+      if (k.tgid != static_cast<uint32_t>(pid) || !written.count(k.ino) || !by_test) return D::Keep;
+      return disposition(c.bytes_written);
+    };
+    auto st = loader_->drain_files(
+        remove,
+        [&](const iolens_file_key& k, const iolens_file_counters& c, bool removed) {
+          if (k.tgid != static_cast<uint32_t>(pid) || !written.count(k.ino)) return;
+          Seen& s = seen[k.ino];
+          ++s.times;
+          s.removed = removed;
+          s.bytes = c.bytes_written;
+        },
+        deferred);
+    EXPECT_TRUE(st.ok) << st.message;
+    return seen;
+  };
+  std::vector<iolens_file_key> deferred;
+  const auto first = drain(true, &deferred);
+  size_t expect_deferred = 0;
+  for (const auto& [ino, bytes] : written) {
+    const D d = disposition(bytes);
+    expect_deferred += d == D::RemoveFinal;
+    if (d == D::Skip) {
+      EXPECT_EQ(first.count(ino), 0u) << "skipped record " << ino << " handed over";
+      continue;
+    }
+    ASSERT_EQ(first.count(ino), 1u) << "record of inode " << ino << " not handed over";
+    const Seen& s = first.at(ino);
+    EXPECT_EQ(s.times, 1) << "inode " << ino;
+    EXPECT_EQ(s.bytes, bytes) << "inode " << ino;
+    EXPECT_EQ(s.removed, d == D::RemoveLive || d == D::RemoveFinal) << "inode " << ino;
+  }
+  EXPECT_EQ(deferred.size(), expect_deferred);
+  // Taken live: gone. Deferred: still in the kernel until deleted. Skipped and kept: there.
+  const auto second = drain(false, nullptr);
+  for (const auto& [ino, bytes] : written) {
+    const int times = second.count(ino) ? second.at(ino).times : 0;
+    EXPECT_EQ(times, disposition(bytes) == D::RemoveLive ? 0 : 1) << "inode " << ino;
+  }
+  loader_->delete_files(deferred);
+  const auto third = drain(false, nullptr);
+  for (const auto& [ino, bytes] : written) {
+    const D d = disposition(bytes);
+    EXPECT_EQ(third.count(ino), d == D::RemoveLive || d == D::RemoveFinal ? 0u : 1u)
+        << "inode " << ino;
+  }
 }
 
 TEST_F(BpfTest, LatencyHistogramOfRealReadsAndWrites) {

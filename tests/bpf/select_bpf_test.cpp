@@ -133,7 +133,7 @@ class SelectTest : public ::testing::Test {
       }
       rec.on_event(r.event);
     });
-    auto keep = [](const auto&, const auto&, std::size_t) { return Loader::Disposition::Keep; };
+    auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
     loader_->drain_files(keep, [&](const auto& k, const auto& c, bool rm) { rec.on_file(k, c, rm); });
     for (const auto& f : rec.snapshot({}).files)
       s.written[{f.pid, f.path}] += f.counters.bytes_written;

@@ -492,7 +492,7 @@ TEST_F(TraceTest, ModeOffRecordsNothingAndCountersDoNotDependOnTheMode) {
   expect_records_match(on);
   // By process and inode: the files of the first run were deleted, their inode numbers reused.
   std::map<std::pair<uint32_t, uint64_t>, iolens_file_counters> rec;
-  auto keep = [](const auto&, const auto&, std::size_t) { return Loader::Disposition::Keep; };
+  auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
   ASSERT_TRUE(loader_
                   ->drain_files(keep, [&](const iolens_file_key& k, const iolens_file_counters& c,
                                           bool) { rec[{k.tgid, k.ino}] = c; })
@@ -558,7 +558,7 @@ TEST_F(TraceTest, ModeCgroupRecordsOnlyTasksInTheSubtree) {
   EXPECT_EQ(recs[1].ret, 1234);
   // The task outside was traced all along: its counters are there, only its records are not.
   uint64_t out_written = 0;
-  auto keep = [](const auto&, const auto&, std::size_t) { return Loader::Disposition::Keep; };
+  auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
   loader_->drain_files(keep, [&](const iolens_file_key& k, const iolens_file_counters& c, bool) {
     if (k.tgid == static_cast<uint32_t>(out)) out_written += c.bytes_written;
   });
