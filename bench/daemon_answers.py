@@ -5,7 +5,7 @@
 Not a test: nothing passes or fails. Root only (it starts iolensd, makes cgroups, runs a job).
 
     sudo /usr/bin/python3 bench/daemon_answers.py --iolensd BUILD/agent/daemon/iolensd \\
-        --workload BUILD/tests/workloads/job_workload [--iolensd OTHER ...] [--files 50000]
+        --workload BUILD/tests/workloads/job_workload [--iolensd OTHER ...] [--files 50000] [--why]
 
 For each iolensd given (one after the other, the same job each): a job cgroup runs
 `job_workload many DIR N 100` on /dev/shm (N files created, written, read back, unlinked), the
@@ -14,7 +14,8 @@ of the job until its record is on disk. Printed per build: the longest wait for 
 the job ran and from the removal to the record (by when the answer came), the answers longer
 than 100 ms, how long the record took to appear, its size, and the daemon's VmHWM. The record
 is not parsed here (a Python parse of a big record holds the interpreter long enough to look
-like a stalled daemon).
+like a stalled daemon). With --why, each wait over 100 ms is followed by what the daemon says
+it did meanwhile (its own `status`: drains and saves completed, and how long the last took).
 
 Uses the e2e harness (tests/e2e/daemon_common.py) to start the daemon and make the cgroups.
 """
@@ -43,16 +44,28 @@ def measure(iolensd, workload, nfiles):
     job_id = "cgroup" + cg.rel("a/big")
     d.wait_live(ck, [job_id])
     waits = []  # (start, seconds)
+    slow = []   # what the daemon did during each wait over 100 ms (from its own status)
     stop = [False]
 
     def poll():
+        prev = None
         while not stop[0]:
             t = time.monotonic()
+            st = None
             try:
-                d.request({"cmd": "status"}, timeout=120)
+                a = d.request({"cmd": "status"}, timeout=120)
+                st = a.get("result") if a.get("ok") else None
             except OSError:
                 pass
-            waits.append((t, time.monotonic() - t))
+            w = time.monotonic() - t
+            waits.append((t, w))
+            if st and prev and w > 0.1:
+                dr, sv = st.get("drain", {}), st.get("state", {})
+                pdr, psv = prev.get("drain", {}), prev.get("state", {})
+                slow.append("%.2f s: %d drain(s), the last %.0f ms; %d save(s), the last %.0f ms" %
+                            (w, dr.get("count", 0) - pdr.get("count", 0), dr.get("last_us", 0) / 1e3,
+                             sv.get("saves", 0) - psv.get("saves", 0), sv.get("last_us", 0) / 1e3))
+            prev = st or prev
             time.sleep(0.02)
     th = threading.Thread(target=poll)
     th.start()
@@ -81,7 +94,7 @@ def measure(iolensd, workload, nfiles):
     return {"job_s": t_rm - t_job, "record_s": t_rec - t_rm, "record_mb": size / 1e6,
             "max_run": max(run or [0]), "max_close": max(close or [0]),
             "slow_run": sum(w > 0.1 for w in run), "slow_close": sum(w > 0.1 for w in close),
-            "answers": len(waits), "hwm_mib": hwm / 1024}
+            "answers": len(waits), "hwm_mib": hwm / 1024, "slow": slow}
 
 
 def main():
@@ -89,6 +102,9 @@ def main():
     ap.add_argument("--iolensd", action="append", required=True)
     ap.add_argument("--workload", required=True)
     ap.add_argument("--files", type=int, default=50000)
+    ap.add_argument("--why", action="store_true",
+                    help="after each build's line, what the daemon did during each wait over "
+                         "100 ms: drains and saves completed meanwhile, from its status")
     a = ap.parse_args()
     D.require_root()
     print("| iolensd | job | longest wait, job running (> 100 ms) | record after removal "
@@ -99,6 +115,9 @@ def main():
         print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.0f MB | %.0f MiB |" %
               (build, a.files, r["job_s"], r["max_run"], r["slow_run"], r["record_s"],
                r["max_close"], r["slow_close"], r["record_mb"], r["hwm_mib"]), flush=True)
+        if a.why:
+            for line in r["slow"]:
+                print("    " + line, flush=True)
 
 
 if __name__ == "__main__":
