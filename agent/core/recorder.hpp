@@ -148,8 +148,10 @@ class Recorder {
 
   /// Everything this recorder holds except the canonicalizer (set it again after load()), as a
   /// versioned, checksummed binary blob for the daemon's checkpoint (docs/state-format.md).
-  /// Deterministic: equal recorders give equal bytes.
-  std::string save() const;
+  /// Deterministic: equal recorders give equal bytes. Without `with_live`, the records' live
+  /// parts (copies of what the kernel's map holds now) are left out, all else kept: iolensd's
+  /// checkpoint, whose restart reads them from the kernel again (docs/daemon.md#restart-without-loss).
+  std::string save(bool with_live = true) const;
   /// A recorder equal in every observable way to the one that saved `bytes`: same snapshot(),
   /// memory() and behaviour for every later call. nullptr and `error` when the blob is
   /// malformed, truncated, of another format or kernel ABI version, fails its CRC, or

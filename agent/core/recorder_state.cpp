@@ -96,12 +96,13 @@ struct Recorder::Codec {
   static void put(Writer& w, const FileCounters& c) { w.bytes(&c, sizeof c); }
   static bool get(Reader& r, FileCounters& c) { return r.raw(c); }
 
-  static void put(Writer& w, const FileAcc& a) {
+  static void put(Writer& w, const FileAcc& a, bool with_live) {
     // A part that is absent is new_counters() (accumulate and file_acc keep it so): only the
     // parts present are written.
-    w.u8((a.has_folded() ? kHasFolded : 0) | (a.has_live() ? kHasLive : 0));
+    const bool live = with_live && a.has_live();
+    w.u8((a.has_folded() ? kHasFolded : 0) | (live ? kHasLive : 0));
     if (a.has_folded()) put(w, a.folded());
-    if (a.has_live()) put(w, a.live());
+    if (live) put(w, a.live());
     w.u64(a.rename_sources);
     w.u64(a.unlinks);
     w.string(a.renamed_to);
@@ -174,7 +175,7 @@ struct Recorder::Codec {
   }
 
   // ---- the recorder ----
-  static void put(Writer& w, const Recorder& rec) {
+  static void put(Writer& w, const Recorder& rec, bool with_live) {
     w.u32(rec.root_pid_);
     w.u32(rec.tracer_pid_);
     w.u64(rec.folded_records_);
@@ -192,13 +193,13 @@ struct Recorder::Codec {
     w.u64(rec.files_.size());
     for (const auto& [k, a] : rec.files_) {
       put(w, k);
-      put(w, a);
+      put(w, a, with_live);
     }
     w.u64(rec.others_.size());
     for (const auto& [k, a] : rec.others_) {
       put(w, k.first);
       w.u32(k.second);
-      put(w, a);
+      put(w, a, with_live);
     }
     w.u64(rec.names_.size());
     for (const auto& [id, n] : rec.names_) {
@@ -358,18 +359,25 @@ struct Recorder::Codec {
   }
 };
 
-std::string Recorder::save() const {
+std::string Recorder::save(bool with_live) const {
   std::string out;
-  // The bulk: 936 bytes per part of a record. Growth doubles otherwise, so reserve about it.
+  // The bulk: sizeof(FileCounters) per part of a record written. Growth would double the buffer
+  // and copy it (fresh memory, page faults), so the parts are counted and reserved for.
+  std::size_t parts = 0;
+  auto count = [&](const auto& records) {
+    for (const auto& [k, a] : records) parts += a.has_folded() + (with_live && a.has_live());
+  };
+  count(files_);
+  count(others_);
   out.reserve(kHeaderBytes + kTrailerBytes + 64 * names_.size() + 64 * by_path_.size() +
-              800 * (files_.size() + others_.size()) + 128 * procs_.size() +
-              24 * forgotten_paths_.size());
+              sizeof(FileCounters) * parts + 64 * (files_.size() + others_.size()) +
+              128 * procs_.size() + 24 * forgotten_paths_.size());
   Writer w(out);
   w.bytes(kMagic, sizeof kMagic);
   w.u32(kFormatVersion);
   w.u32(IOLENS_ABI_VERSION);
   w.u64(0);  // payload length, patched below
-  Codec::put(w, *this);
+  Codec::put(w, *this, with_live);
   w.patch_u64(16, out.size() - kHeaderBytes);
   w.u32(crc32_of(out));
   return out;

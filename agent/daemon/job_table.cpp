@@ -570,7 +570,7 @@ core::ProcKey proc_of(const nlohmann::json& j) {
 
 }  // namespace
 
-nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over) const {
+nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool with_live) const {
   nlohmann::json j;
   j["format"] = 1;
   j["mono_to_wall_ns"] = mono_to_wall_;
@@ -617,7 +617,7 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over) const 
       const auto* b = reinterpret_cast<const uint8_t*>(&c);
       bdj.push_back({dev, nlohmann::json::binary(std::vector<uint8_t>(b, b + sizeof(c)))});
     }
-    const std::string blob = job->rec->save();
+    const std::string blob = job->rec->save(with_live);
     o["recorder"] = nlohmann::json::binary(std::vector<uint8_t>(blob.begin(), blob.end()));
     js.push_back(std::move(o));
   }

@@ -179,8 +179,9 @@ class JobTable {
   /// Everything the table holds, for the daemon's checkpoint (docs/daemon.md#restart-without-loss); the
   /// recorders as opaque binary blobs (core::Recorder::save). `handed_over`: jobs taken out of
   /// the table whose record is not written yet, saved as closing (a daemon that loads this
-  /// writes them).
-  nlohmann::json save(const std::vector<const Job*>& handed_over = {}) const;
+  /// writes them). `with_live`: core::Recorder::save's.
+  nlohmann::json save(const std::vector<const Job*>& handed_over = {},
+                      bool with_live = true) const;
   /// Replaces the table's contents with a saved one. False (and `error`) if it is malformed;
   /// the table is then unchanged.
   bool load(const nlohmann::json& saved, std::string& error);

@@ -18,7 +18,8 @@
      in: the victim is unchanged and the record is written (the unfixed daemon wrote the record
      into the victim through the link);
    - state_dir/pressure-drain a symlink to a victim, planted while the daemon runs, then a
-     pressure drain (kernel_file_records 64, a job touching 200 files): the victim is unchanged
+     pressure drain (kernel_file_records 64, a job touching 200 files and staying alive): the
+     victim is unchanged
      (the unfixed daemon truncated it).
 """
 import os
@@ -162,8 +163,11 @@ def planted_cases(ck, args, cg):
     v_marker = victim(os.path.join(d.dir, "victim-marker"))
     os.symlink(v_marker, os.path.join(d.state_dir, "pressure-drain"))
     work = D.tempdir("files-work")
-    p = D.run_in_cgroup(cg.abs("fl/j"), [args.workload, "many", work, "200", "1"])
-    D.finish_workload(ck, p, "many")
+    # Alive with its records (the marker is made only when live records are taken out).
+    p = D.run_in_cgroup(cg.abs("fl/j"), [args.workload, "many", work, "200", "1", "--gate-end"],
+                        stdin=subprocess.PIPE)
+    D.Cleanup.register("kill many", lambda: p.poll() is None and p.kill())
+    D.read_json_line(ck, p, "many")
     # The map's fill makes the next drain a pressure drain: it takes the marker's name (a fresh
     # file in place of the link), or, unfixed, writes through the link.
     marker = os.path.join(d.state_dir, "pressure-drain")
@@ -175,6 +179,9 @@ def planted_cases(ck, args, cg):
         ck.fail("no pressure drain happened (kernel map of 64, 200 files): the case tested nothing")
     victim_intact(ck, "symlinked pressure-drain marker", v_marker)
     D.log("state dir after the pressure drain: %s" % sorted(os.listdir(d.state_dir)))
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    D.finish_workload(ck, p, "many")
 
     cg.rmdir("fl/j")
     rec = d.wait_record(ck, job_id)

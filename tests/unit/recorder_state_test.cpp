@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -173,6 +174,13 @@ class Workload {
     for (int i = 0; i < steps; ++i) step(rs);
   }
 
+  /// What a drain of the kernel's maps gives a daemon: every record still there, live.
+  void drain_into(Recorder& r) const {
+    for (const auto& [k, c] : kernel_files_) r.on_file(k, c, false);
+    for (const auto& [k, c] : kernel_others_) r.on_other(k, c, false);
+  }
+  std::size_t kernel_records() const { return kernel_files_.size() + kernel_others_.size(); }
+
   uint64_t rnd(uint64_t n) {
     seed_ = seed_ * 6364136223846793005ULL + 1442695040888963407ULL;
     return (seed_ >> 33) % n;
@@ -282,6 +290,10 @@ class Workload {
       }
       const bool removed = rnd(3) != 0;
       all([&](Recorder& r) { r.on_file(k, c, removed); });
+      if (removed)
+        kernel_files_.erase(k);
+      else
+        kernel_files_[k] = c;
     } else if (what < 93) {  // a non-file descriptor
       iolens_file_key k{};
       const ProcKey p = any_proc();
@@ -292,6 +304,10 @@ class Workload {
       const FileCounters c = counters();
       const bool removed = rnd(2) != 0;
       all([&](Recorder& r) { r.on_other(k, c, removed); });
+      if (removed)
+        kernel_others_.erase(k);
+      else
+        kernel_others_[k] = c;
     } else if (what < 96) {  // lost counts
       const std::string cause = rnd(2) ? "events" : "custom_cause";
       const uint64_t n = rnd(100);
@@ -317,6 +333,13 @@ class Workload {
   std::vector<ProcKey> procs_{{100, 1000}};
   std::vector<std::string> renamed_;
   uint64_t renames_ = 0;
+  // The kernel's maps as the records given live and removed leave them.
+  struct KeyLess {
+    bool operator()(const iolens_file_key& a, const iolens_file_key& b) const {
+      return std::memcmp(&a, &b, sizeof a) < 0;
+    }
+  };
+  std::map<iolens_file_key, FileCounters, KeyLess> kernel_files_, kernel_others_;
 };
 
 /// A small recorder with a bit of everything, for the byte-level tests.
@@ -369,6 +392,38 @@ TEST(RecorderState, LoadedRecorderIsTheSavedOneNowAndAfterwards) {
       twin = load_ok(twin->save());
       ASSERT_NE(twin, nullptr);
       twin->set_canonicalizer(canonical);
+      expect_same(original, *twin, "reloaded at round " + std::to_string(round), false);
+    }
+  }
+}
+
+// iolensd's checkpoint leaves the live parts out (save(false)): a restart reads them from the
+// kernel's map again. Loaded and then given the kernel's records, the recorder is the one that
+// was saved, now and in everything it does afterwards.
+TEST(RecorderState, SavedWithoutLivePartsAndDrainedIsTheSavedOne) {
+  Recorder original(100, 1);
+  original.set_canonicalizer(canonical);
+  Workload w(99);
+  w.run({&original}, 3000);
+  ASSERT_GT(w.kernel_records(), 30u);
+  ASSERT_GT(original.folded_records(), 100u);
+  const std::string full = original.save();
+  const std::string lean = original.save(false);
+  // A live part is sizeof(FileCounters) of the full blob; none of them is in the lean one.
+  EXPECT_LE(lean.size() + w.kernel_records() * sizeof(FileCounters), full.size());
+  std::unique_ptr<Recorder> twin = load_ok(lean);
+  ASSERT_NE(twin, nullptr);
+  twin->set_canonicalizer(canonical);
+  w.drain_into(*twin);
+  expect_same(original, *twin, "loaded without live parts, then drained");
+  for (int round = 0; round < 30 && !HasFailure(); ++round) {
+    w.run({&original, twin.get()}, 150);
+    expect_same(original, *twin, "round " + std::to_string(round), round % 10 == 9);
+    if (round % 5 == 4) {
+      twin = load_ok(twin->save(false));
+      ASSERT_NE(twin, nullptr);
+      twin->set_canonicalizer(canonical);
+      w.drain_into(*twin);
       expect_same(original, *twin, "reloaded at round " + std::to_string(round), false);
     }
   }
