@@ -2,14 +2,20 @@
 #include "cli/query_command.hpp"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "control/client.hpp"
 #include "control/format.hpp"
+#include "control/unique_fd.hpp"
 
 namespace iolens::cli {
 namespace {
@@ -41,6 +47,39 @@ int QueryCommands::usage_error(CLI::App& app, const CLI::ParseError& e) const {
   return 2;
 }
 
+namespace {
+
+/// A closed job's record from the descriptor the daemon sent with its answer.
+std::optional<nlohmann::json> read_record(int fd, const std::string& path, std::string& error) {
+  if (fd < 0) {
+    error = "iolensd named the record " + path + " but sent no descriptor to read it";
+    return std::nullopt;
+  }
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) {
+      text.append(buf, static_cast<std::size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0) {
+      error = "cannot read the record " + path + ": " + std::strerror(errno);
+      return std::nullopt;
+    } else {
+      break;
+    }
+  }
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    error = "the record " + path + " is not a JSON object";
+    return std::nullopt;
+  }
+  return j;
+}
+
+}  // namespace
+
 int QueryCommands::run() const {
   nlohmann::json request;
   if (status_->parsed()) {
@@ -52,11 +91,20 @@ int QueryCommands::run() const {
       std::fprintf(stderr, "iolens: the job ID is empty\n");
       return 2;
     }
-    request = {{"cmd", "job"}, {"id", job_id_}};
+    // A closed job's record comes as a descriptor to read here (docs/control.md#job).
+    request = {{"cmd", "job"}, {"id", job_id_}, {"fd", true}};
   }
 
   std::string error;
-  auto result = control::request(socket_path_, request, error);
+  int record_fd = -1;
+  auto result = control::request(socket_path_, request, error, 5000, -1,
+                                 job_->parsed() ? &record_fd : nullptr);
+  const control::UniqueFd record(record_fd);
+  if (result && job_->parsed() && result->contains("record")) {
+    // The whole record, as the daemon wrote it: no pages to join.
+    const std::string path = result->value("record", "");
+    result = read_record(record.get(), path, error);
+  }
   // The daemon answers `job` a page at a time (docs/control.md#job): the rest is fetched and
   // joined, so the output is the whole record as before.
   while (result && job_->parsed()) {

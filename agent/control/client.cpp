@@ -47,18 +47,30 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
 /// daemon its own descriptor of the same open file.
 ssize_t send_with_fd(int sock, const std::string& bytes, int pass_fd) {
   FdMessage m(const_cast<char*>(bytes.data()), bytes.size());
-  cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+  m.attach(pass_fd);
   return sendmsg(sock, &m.msg, MSG_NOSIGNAL);
+}
+
+/// recv() that also takes a descriptor sent with the answer (SCM_RIGHTS): the first is kept
+/// in `received` when the caller wants one (`received` not null), every other one is closed.
+ssize_t recv_answer_bytes(int sock, char* buf, size_t size, int* received) {
+  FdMessage m(buf, size);
+  const ssize_t n = recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  m.each_received([&](int fd) {
+    if (received && *received < 0)
+      *received = fd;
+    else
+      close(fd);
+  });
+  return n;
 }
 
 }  // namespace
 
 std::optional<nlohmann::json> request(const std::string& socket_path, const nlohmann::json& req,
-                                      std::string& error, int timeout_ms, int pass_fd) {
+                                      std::string& error, int timeout_ms, int pass_fd,
+                                      int* received_fd) {
   const int timeout = std::max(timeout_ms, 1);
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout);
   const std::string timeout_text =
@@ -117,7 +129,7 @@ std::optional<nlohmann::json> request(const std::string& socket_path, const nloh
   bool complete = false;
   char buf[65536];
   while (!complete) {
-    const ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
+    const ssize_t n = recv_answer_bytes(fd.get(), buf, sizeof(buf), received_fd);
     if (n > 0) {
       const size_t old_size = answer.size();
       answer.append(buf, static_cast<size_t>(n));

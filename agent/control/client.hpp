@@ -21,8 +21,10 @@ inline constexpr std::size_t kMaxAnswerBytes = 512u << 20;
 /// iolensd: ...", "iolensd: <its error text>", a timeout or a malformed answer.
 /// `pass_fd` >= 0: the descriptor travels with the request (SCM_RIGHTS), e.g. the file a
 /// capture is written to, opened by the client with the client's own permissions.
+/// `received_fd`: where a descriptor the daemon sends with its answer goes (the caller closes
+/// it; left as it was when none came); null: any that comes is closed.
 std::optional<nlohmann::json> request(const std::string& socket_path, const nlohmann::json& req,
                                       std::string& error, int timeout_ms = 5000,
-                                      int pass_fd = -1);
+                                      int pass_fd = -1, int* received_fd = nullptr);
 
 }  // namespace iolens::control

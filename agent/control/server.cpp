@@ -86,6 +86,21 @@ bool send_some(int fd, const std::string& data, size_t& offset) {
   return true;
 }
 
+/// The first bytes of an answer with `fd` attached (SCM_RIGHTS), as send_some() otherwise.
+bool send_first_with_fd(int sock, const std::string& data, size_t& offset, int fd) {
+  FdMessage m(const_cast<char*>(data.data()), data.size());
+  m.attach(fd);
+  for (;;) {
+    const ssize_t n = sendmsg(sock, &m.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      offset += static_cast<size_t>(n);
+      return true;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+}
+
 /// One client between accept and close.
 struct Connection {
   UniqueFd fd;
@@ -97,6 +112,7 @@ struct Connection {
   size_t sent = 0;
   bool done = false;
   UniqueFd passed;  // a descriptor sent with the request (SCM_RIGHTS)
+  UniqueFd reply;   // a descriptor for the client, sent with the answer's first bytes
   std::optional<std::size_t> fds_refused_pending;  // read with no descriptors taken: closes then
 };
 
@@ -128,19 +144,14 @@ ssize_t recv_request_bytes(Connection& c, char* buf, size_t size, FdPolicy& fds)
     if (m.msg.msg_flags & MSG_CTRUNC) ++fds.refused;
     return n;
   }
-  for (cmsghdr* cm = CMSG_FIRSTHDR(&m.msg); cm != nullptr; cm = CMSG_NXTHDR(&m.msg, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-        cm->cmsg_len < CMSG_LEN(sizeof(int)))
-      continue;
-    int fd = -1;
-    std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+  m.each_received([&](int fd) {
     if (c.passed.get() < 0) {
       c.passed.reset(fd);
       ++fds.held;
     } else {
       fds.closer.close(fd);
     }
-  }
+  });
   return n;
 }
 
@@ -373,7 +384,7 @@ void Server::serve_pending(const ContextHandler& handler) {
                         std::to_string(*c.fds_refused_pending) +
                         " closes pending (a file system that does not answer?); try again later"
                   : std::string();
-          RequestContext ctx{c.peer, c.passed, refusal};
+          RequestContext ctx{c.peer, c.passed, refusal, c.reply};
           const bool had_fd = c.passed.get() >= 0;
           answer = answer_line(*line, [&](const nlohmann::json& req) { return handler(req, ctx); });
           // Taken by the handler (a capture's output, a run's pipe): no longer the server's to
@@ -388,6 +399,11 @@ void Server::serve_pending(const ContextHandler& handler) {
           c.writing = true;
           c.deadline = Clock::now() + kClientTimeout;  // the handler's time is not the client's
         }
+      }
+      if (c.writing && !c.done && c.reply.get() >= 0 && c.sent == 0) {
+        c.done = !send_first_with_fd(c.fd.get(), c.out, c.sent, c.reply.get());
+        // Sent (the client has its own descriptor now) or failed: ours is not needed.
+        if (c.sent > 0 || c.done) c.reply.reset();
       }
       if (c.writing && !c.done) {
         c.done = !send_some(c.fd.get(), c.out, c.sent) || c.sent == c.out.size();

@@ -38,6 +38,10 @@ struct RequestContext {
   /// Why passed_fd is -1 although the client may have sent one, or empty: the server took no
   /// descriptors while the request came in ("the daemon is not taking descriptors now: ...").
   const std::string& fd_refusal;
+  /// A descriptor the handler gives the client with its answer (SCM_RIGHTS, with the answer's
+  /// first bytes), e.g. a closed job's record, which the client reads itself. The server closes
+  /// its copy once sent, or with the connection.
+  UniqueFd& reply_fd;
 };
 
 class Server {

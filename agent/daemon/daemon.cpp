@@ -101,6 +101,9 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
 constexpr const char* kStateName = "state.cbor";
 constexpr const char* kStateTmpName = "state.cbor.tmp";
 constexpr const char* kMarkerName = "pressure-drain";
+/// The largest closed job's record whose pages the loop cuts itself (parsing it: ~40 ms a MiB
+/// on the VM); a bigger one is handed to the client to read (docs/control.md#job).
+constexpr uint64_t kJobPageInLoopMaxBytes = 2u << 20;
 constexpr const char* kCorruptPrefix = "state.cbor.corrupt-";
 constexpr std::size_t kCorruptKept = 3;  // unusable state files kept for inspection
 constexpr int64_t kInflightSweepEvery = 60'000'000'000;    // ns
@@ -816,8 +819,8 @@ void Daemon::checkpoint(bool force) {
   for (const auto& [serial, w] : writing_) handed_over.push_back(w.job.get());
   // The live records' counts are in the kernel's pinned map, which a restart reads again: they
   // are saved only while a drain may move live records out of it (the map over half full),
-  // which would take them from there. A 50,000-record live job's save fell from ~0.5-0.9 s of
-  // the loop to ... (bench/README.md "The daemon's answers while it writes a record").
+  // which would take them from there. A 50,000-record live job's save fell from 0.5-1.3 s of
+  // the loop to ~60 ms (bench/README.md "The daemon's answers while it writes a record").
   const bool with_live =
       files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)) * 2 > loader_->max_file_records();
   st["table"] = table_->save(handed_over, with_live);
@@ -1873,15 +1876,39 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
                     [&](const auto& w) { return w.second.job->identity.id == id; }))
       throw std::runtime_error("job " + id + " has ended and its record is being written: ask "
                                "again once `iolens jobs` no longer says it is writing");
+    const auto fd_it = req.find("fd");
+    if (fd_it != req.end() && !fd_it->is_boolean())
+      throw control::BadRequest("'fd' must be true or false");
+    const bool hand_fd = fd_it != req.end() && fd_it->get<bool>();
     for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
       if (it->first != id) continue;
-      // Through the output directory's descriptor, never following a link left at the name.
       const std::string& path = it->second.path;
+      const std::string unreadable =
+          "job " + id + " has ended and its record " + path + " cannot be read (rotated away?)";
+      // Through the output directory's descriptor, never following a link left at the name;
+      // O_NONBLOCK so that a FIFO at the name cannot hold the open (it is then refused).
+      control::UniqueFd rfd(openat(writer_->dir_fd(), path.substr(path.rfind('/') + 1).c_str(),
+                                   O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+      struct stat sb {};
+      if (rfd.get() < 0 || fstat(rfd.get(), &sb) != 0 || !S_ISREG(sb.st_mode))
+        throw std::runtime_error(unreadable);
+      if (hand_fd) {
+        // The client reads the record itself: parsing a big one here held every other client
+        // (6 s a request for a 163 MB record, bench/README.md).
+        ctx.reply_fd = std::move(rfd);
+        return {{"id", id}, {"state", "closed"}, {"record", path},
+                {"bytes", static_cast<uint64_t>(sb.st_size)}};
+      }
+      if (static_cast<uint64_t>(sb.st_size) > kJobPageInLoopMaxBytes)
+        throw std::runtime_error(
+            "job " + id + " has ended and its record " + path + " is " +
+            std::to_string(static_cast<uint64_t>(sb.st_size) >> 20) + " MiB: pages are cut "
+            "here only from records up to " + std::to_string(kJobPageInLoopMaxBytes >> 20) +
+            " MiB; ask with \"fd\": true for the record itself (iolens job does)");
       if (auto text = core::read_file_at(writer_->dir_fd(), path.substr(path.rfind('/') + 1))) {
         if (auto j = record_page(*text, offset, limit)) return *j;
       }
-      throw std::runtime_error("job " + id + " has ended and its record " + it->second.path +
-                               " cannot be read (rotated away?)");
+      throw std::runtime_error(unreadable);
     }
     throw std::runtime_error("no job '" + id + "' (see iolens jobs)");
   }

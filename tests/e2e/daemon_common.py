@@ -329,13 +329,15 @@ def read_json_line(ck, p, what, timeout=30):
 CONTROL_TIMEOUT_S = 30.0
 
 
-def control(sock, req, timeout=CONTROL_TIMEOUT_S, fds=()):
+def control(sock, req, timeout=CONTROL_TIMEOUT_S, fds=(), received=None):
     """One request over the control socket (docs/control.md): returns the decoded answer
     ({"ok": true, "result": ...} or {"ok": false, "code", "error"}); raises OSError if the
     socket does not answer. `fds`: descriptors sent with it (SCM_RIGHTS), as `iolens capture`
-    sends its output file."""
+    sends its output file. `received`: a list that gets the descriptors the daemon sends with
+    its answer (the caller closes them); without it they are closed here."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout)
+    got = []
     try:
         s.connect(sock)
         line = (json.dumps(req) + "\n").encode()
@@ -345,12 +347,18 @@ def control(sock, req, timeout=CONTROL_TIMEOUT_S, fds=()):
             s.sendall(line)
         data = b""
         while b"\n" not in data:
-            chunk = s.recv(1 << 20)
+            chunk, new_fds, _, _ = socket.recv_fds(s, 1 << 20, 4)
+            got.extend(new_fds)
             if not chunk:
                 break
             data += chunk
     finally:
         s.close()
+        if received is None:
+            for fd in got:
+                os.close(fd)
+        else:
+            received.extend(got)
     return json.loads(data.split(b"\n", 1)[0].decode())
 
 
@@ -479,6 +487,18 @@ class Daemon:
 
     def request(self, req, timeout=CONTROL_TIMEOUT_S):
         return control(self.socket, req, timeout)
+
+    def closed_record(self, job_id, timeout=CONTROL_TIMEOUT_S):
+        """`job` of a closed job asked with "fd": the answer, and the record read from the
+        descriptor the daemon sent with it (None if none came)."""
+        fds = []
+        a = control(self.socket, {"cmd": "job", "id": job_id, "fd": True}, timeout, received=fds)
+        doc = None
+        for fd in fds:
+            with os.fdopen(fd, "rb") as f:
+                if doc is None:
+                    doc = json.loads(f.read())
+        return a, doc
 
     def status(self):
         a = self.request({"cmd": "status"})

@@ -10,6 +10,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -60,11 +62,15 @@ json handler(const json& req) {
 /// Serves in the background the way the daemon does: poll the fd, then serve_pending().
 class ServingThread {
  public:
-  explicit ServingThread(Server& server)
-      : thread_([this, &server] {
+  explicit ServingThread(Server& server) : ServingThread(server, [](const json& req,
+                                                                    RequestContext&) {
+    return handler(req);
+  }) {}
+  ServingThread(Server& server, Server::ContextHandler with_context)
+      : thread_([this, &server, with_context = std::move(with_context)] {
           while (!stop_) {
             pollfd p{server.fd(), POLLIN, 0};
-            if (poll(&p, 1, 20) > 0) server.serve_pending(handler);
+            if (poll(&p, 1, 20) > 0) server.serve_pending(with_context);
           }
         }) {}
   ~ServingThread() {
@@ -487,6 +493,50 @@ TEST(ControlServer, DescriptorPassedWithTheRequest) {
   EXPECT_EQ(read(pipe_fds[0], buf, sizeof(buf)), 2);
   EXPECT_STREQ(buf, "hi");
   close(pipe_fds[0]);
+}
+
+// A handler gives the client a descriptor with its answer (a closed job's record): the client
+// that asks for it reads it; one that does not gets the answer and no descriptor left open;
+// the server keeps no copy either way.
+TEST(ControlServer, DescriptorSentWithTheAnswer) {
+  TempDir dir;
+  std::string error;
+  auto server = Server::listen(dir / "ctl.sock", std::nullopt, error);
+  ASSERT_TRUE(server) << error;
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  auto serving = std::make_unique<ServingThread>(*server, [&](const json& req,
+                                                              RequestContext& ctx) -> json {
+    if (req.at("cmd") == "give") ctx.reply_fd.reset(dup(pipe_fds[0]));
+    return {{"given", req.at("cmd") == "give"}};
+  });
+  ASSERT_EQ(write(pipe_fds[1], "rec", 3), 3);
+  int got = -1;
+  auto r = request(server->path(), {{"cmd", "give"}}, error, 5000, -1, &got);
+  ASSERT_TRUE(r) << error;
+  EXPECT_EQ(r->at("given"), true);
+  ASSERT_GE(got, 0) << "no descriptor came with the answer";
+  char buf[4] = {};
+  EXPECT_EQ(read(got, buf, sizeof(buf)), 3);
+  EXPECT_STREQ(buf, "rec");
+  close(got);
+  // Asked without wanting one: answered, and the descriptor sent is closed by the client.
+  got = -1;
+  r = request(server->path(), {{"cmd", "give"}}, error);
+  ASSERT_TRUE(r) << error;
+  // No descriptor with an answer that carries none.
+  r = request(server->path(), {{"cmd", "other"}}, error, 5000, -1, &got);
+  ASSERT_TRUE(r) << error;
+  EXPECT_EQ(got, -1);
+  serving.reset();
+  // Every read end is closed now (ours, the handler's dups in the server and in the clients):
+  // a write fails with EPIPE.
+  close(pipe_fds[0]);
+  signal(SIGPIPE, SIG_IGN);
+  errno = 0;
+  EXPECT_EQ(write(pipe_fds[1], "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE) << "a copy of the read end was left open";
+  close(pipe_fds[1]);
 }
 
 // Descriptors a handler keeps are the handler's: the server takes descriptors after any number
