@@ -12,7 +12,10 @@ For each iolensd given (one after the other, the same job each): a job cgroup ru
 cgroup is removed, and a thread asks `status` on the control socket every 20 ms from the start
 of the job until its record is on disk. Printed per build: the longest wait for an answer while
 the job ran and from the removal to the record (by when the answer came), the answers longer
-than 100 ms, how long the record took to appear, its size, and the daemon's VmHWM. The record
+than 100 ms, how long the record took to appear, its size, and the daemon's VmHWM; then how
+long `job` of the closed job takes asked as `iolens job` asks (with "fd": the record comes as a
+descriptor; a daemon that does not know "fd" answers a page) and as an older client asks (a
+page of 10), and the longest wait for `status` meanwhile. The record
 is not parsed here (a Python parse of a big record holds the interpreter long enough to look
 like a stalled daemon). With --why, each wait over 100 ms is followed by what the daemon says
 it did meanwhile (its own `status`: drains and saves completed, and how long the last took).
@@ -82,6 +85,21 @@ def measure(iolensd, workload, nfiles):
         time.sleep(0.01)
     t_rec = time.monotonic()
     time.sleep(0.5)
+    # The closed job asked for as `iolens job` does (with "fd": a daemon that does not know it
+    # answers a page) and as an older client does (a page, no "fd").
+    t_ask = time.monotonic()
+    asked = {}
+    for what, fd in (("fd", True), ("page", False)):
+        t = time.monotonic()
+        fds = []  # the record's descriptor, not read here (see above)
+        req = {"cmd": "job", "id": job_id, "limit": 10}
+        if fd:
+            req["fd"] = True
+        a = D.control(d.socket, req, 300, received=fds)
+        for f in fds:
+            os.close(f)
+        asked[what] = (time.monotonic() - t, "answered" if a.get("ok") else "refused")
+    time.sleep(0.2)
     stop[0] = True
     th.join()
     size = os.path.getsize(os.path.join(d.output_dir, name)) if name else 0
@@ -90,11 +108,13 @@ def measure(iolensd, workload, nfiles):
     # By when the answer came: one asked during the job but answered after the removal waited
     # for the close.
     run = [w for t, w in waits if t + w < t_rm]
-    close = [w for t, w in waits if t + w >= t_rm]
+    close = [w for t, w in waits if t_rm <= t + w < t_ask]
+    ask = [w for t, w in waits if t + w >= t_ask]
     return {"job_s": t_rm - t_job, "record_s": t_rec - t_rm, "record_mb": size / 1e6,
             "max_run": max(run or [0]), "max_close": max(close or [0]),
             "slow_run": sum(w > 0.1 for w in run), "slow_close": sum(w > 0.1 for w in close),
-            "answers": len(waits), "hwm_mib": hwm / 1024, "slow": slow}
+            "answers": len(waits), "hwm_mib": hwm / 1024, "slow": slow, "asked": asked,
+            "max_ask": max(ask or [0])}
 
 
 def main():
@@ -108,13 +128,18 @@ def main():
     a = ap.parse_args()
     D.require_root()
     print("| iolensd | job | longest wait, job running (> 100 ms) | record after removal "
-          "| longest wait, removal to record (> 100 ms) | record | VmHWM |")
-    print("|---|---|---|---|---|---|---|")
+          "| longest wait, removal to record (> 100 ms) | record | VmHWM "
+          "| `job` of the closed job: with fd / a page | longest wait meanwhile |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for build in a.iolensd:
         r = measure(os.path.realpath(build), os.path.realpath(a.workload), a.files)
-        print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.0f MB | %.0f MiB |" %
+        fd_s, fd_how = r["asked"]["fd"]
+        pg_s, pg_how = r["asked"]["page"]
+        print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.0f MB | %.0f MiB "
+              "| %.2f s (%s) / %.2f s (%s) | %.2f s |" %
               (build, a.files, r["job_s"], r["max_run"], r["slow_run"], r["record_s"],
-               r["max_close"], r["slow_close"], r["record_mb"], r["hwm_mib"]), flush=True)
+               r["max_close"], r["slow_close"], r["record_mb"], r["hwm_mib"], fd_s, fd_how, pg_s,
+               pg_how, r["max_ask"]), flush=True)
         if a.why:
             for line in r["slow"]:
                 print("    " + line, flush=True)
