@@ -695,8 +695,19 @@ void Daemon::drain(bool may_save) {
   // Timing off: records have no end times; idleness is told by unchanged counters.
   core::IdleClock* idle = loader_->timing() == IOLENS_TIMING_OFF ? &idle_clock_ : nullptr;
   if (idle) idle->begin();
-  // The map's fill as the drain begins decides whether idle live records are taken.
-  const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
+  // A pressure drain reads and deletes live records in one step: a crash before the next saved
+  // state would lose what they gained since the last one. The marker, made before the first of
+  // them is taken (mark_pressure), lets the next daemon say so (docs/daemon.md). Saves leave
+  // live counts out while no live record can be taken (checkpoint()): once one may be, a save
+  // holds them first, so that what a crash can lose is what they gained since.
+  auto fill = [&] { return files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)); };
+  if (fill() * 2 > max && !last_save_live_) {
+    state_dirty_ = true;
+    checkpoint(true);
+  }
+  // The map's fill as the drain begins (after that save, which deletes the final records it
+  // holds) decides whether idle live records are taken.
+  const std::size_t in_map = fill();
   auto mark_pressure = [&] {
     if (pressure_marked_) return;
     // Created afresh, never through a link left at its name.
@@ -712,15 +723,6 @@ void Daemon::drain(bool may_save) {
     mark_pressure();  // before the loader takes it out
     return D::RemoveLive;
   };
-  // A pressure drain reads and deletes live records in one step: a crash before the next saved
-  // state would lose what they gained since the last one. The marker, made before the first of
-  // them is taken (mark_pressure), lets the next daemon say so (docs/daemon.md). Saves leave
-  // live counts out while no live record can be taken (checkpoint()): once one may be, a save
-  // holds them first, so that what a crash can lose is what they gained since.
-  if (in_map * 2 > max && !last_save_live_) {
-    state_dirty_ = true;
-    checkpoint(true);
-  }
   uint64_t moved = 0;
   loader_->drain_files(
       remove,
