@@ -1952,8 +1952,13 @@ void Daemon::stop_clean() {
 int Daemon::run() {
   if (!setup()) return 1;
   initial_scan();
-  if (restart_.value("resumed", false))
+  if (restart_.value("resumed", false)) {
     for (const auto& [id, job] : table_->jobs()) found_at_start_.insert(id);
+    // The saved state leaves the live records' counts to the kernel's map (checkpoint()): they
+    // are read before anything is answered or published, or a job's totals (and its Prometheus
+    // counters) would go down after a restart and back up at the first drain.
+    drain(false);
+  }
   publish_metrics(true);
   spdlog::info("iolensd {} started: cgroup root {}, watching {}, {} job(s) found", IOLENS_VERSION,
                mount_, fmt::join(sel_->watch_roots(), ", "), table_->jobs().size());

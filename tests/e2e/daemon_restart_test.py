@@ -9,7 +9,9 @@ linked, it prints its own tally of every call):
   C  runs whole while no daemon runs (created, wrote WC, exited).
 Between the SIGKILL and the restart the kernel programs, pinned in bpffs, keep counting; the
 restarted daemon loads its saved state, replays the ring records it consumed after saving, and
-relearns the rest. Then the job's cgroup is removed.
+relearns the rest; its first answers already hold A's and C's counts (it reads the kernel's map
+before answering: the saved state leaves live records' counts there). Then the job's cgroup is
+removed.
 
 Checks: after the SIGKILL the pins are still there (the programs still count); the restarted
 daemon reports restart.resumed and restart.state "loaded"; the job has exactly one record, state
@@ -79,6 +81,15 @@ def main():
     ck.eq("status restart.state", "loaded", restart.get("state"))
     ck.eq("status restart.lost", {}, restart.get("lost"))
     D.log("restart: %s" % restart)
+    # The first answers already hold what the kernel counted: A's records (live when the state
+    # was saved, which leaves live counts to the kernel's map) and C's (never seen by the first
+    # daemon). Totals that went down after a restart would read as a counter reset.
+    lines = [j for j in (d.request({"cmd": "jobs"}).get("result") or {}).get("jobs", [])
+             if j.get("id") == job_id]
+    totals = (lines[-1].get("totals") or {}) if lines else {}
+    ck.check(totals.get("bytes_written", 0) >= WA + WC and totals.get("bytes_read", 0) >= RA,
+             "the first `jobs` after the restart: totals %s, below A's and C's own (written %d, "
+             "read %d)" % (totals, WA + WC, RA))
 
     b.stdin.close()
     b.stdin = None
