@@ -284,6 +284,12 @@ int run_traced(const RunOptions& opts) {
     rec.on_event(r.event);
   };
   uint64_t removed_records = 0;  // taken out of the kernel's files map by us
+  // The map's fill: the kernel counts what it created, we what we took (never below 0: a failed
+  // read of the count gives 0).
+  auto map_fill = [&]() -> uint64_t {
+    const uint64_t created = loader->stat(IOLENS_STAT_FILE_RECORDS_CREATED);
+    return created > removed_records ? created - removed_records : 0;
+  };
   // Timing off: records have no end times; idleness is told by unchanged counters.
   core::IdleClock idle_clock;
   core::IdleClock* idle = loader->timing() == IOLENS_TIMING_OFF ? &idle_clock : nullptr;
@@ -295,8 +301,7 @@ int run_traced(const RunOptions& opts) {
     // them.
     using D = loader::Loader::Disposition;
     const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
-    // The map's fill as the drain begins (the kernel counts what it created, we what we took).
-    const std::size_t in_map = loader->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - removed_records;
+    const std::size_t in_map = map_fill();  // as the drain begins
     auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
       if (rec.exited(core::ProcKey{k.tgid, k.pstart_ns})) return D::RemoveFinal;
       if (core::drain_evictable(k, c, in_map, loader->max_file_records(), t0, idle))
@@ -306,11 +311,12 @@ int run_traced(const RunOptions& opts) {
     const uint64_t removed_before = removed_records;
     std::size_t seen = 0;
     if (idle) idle->begin();
-    loader->drain_files(remove, [&](const auto& k, const auto& c, bool removed) {
+    const Status read = loader->drain_files(remove, [&](const auto& k, const auto& c, bool removed) {
       rec.on_file(k, c, removed);
       removed_records += removed;
       ++seen;
     });
+    if (!read) spdlog::warn("{}: some file records were not read in this drain", read.message);
     if (idle) idle->end();
     spdlog::debug("drain: {} file records read, {} moved out, {} us", seen,
                   removed_records - removed_before, (now_ns(CLOCK_MONOTONIC) - t0) / 1000);
@@ -349,7 +355,7 @@ int run_traced(const RunOptions& opts) {
     // kernel), and at once when the kernel map is half full: a burst of new files between two
     // drains must not find it full. Live records are read only at the end: `run` reports once,
     // and reading them every second cost the agent as much CPU as the job's programs.
-    const uint64_t in_map = loader->stat(IOLENS_STAT_FILE_RECORDS_CREATED) - removed_records;
+    const uint64_t in_map = map_fill();
     if ((exits_pending > 0 && now - last_drain >= opts.drain_interval_ms * 1000000ULL) ||
         in_map * 2 > loader->max_file_records()) {
       drain();

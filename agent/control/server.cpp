@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -86,18 +88,14 @@ bool send_some(int fd, const std::string& data, size_t& offset) {
   return true;
 }
 
-/// The first bytes of an answer with `fd` attached (SCM_RIGHTS), as send_some() otherwise.
-bool send_first_with_fd(int sock, const std::string& data, size_t& offset, int fd) {
+/// The first bytes of an answer with `fd` attached (SCM_RIGHTS). Returns the bytes sent, 0 when
+/// the socket has no room yet (try again), -1 with errno when it cannot be sent.
+ssize_t send_first_with_fd(int sock, const std::string& data, int fd) {
   FdMessage m(const_cast<char*>(data.data()), data.size());
   m.attach(fd);
   for (;;) {
     const ssize_t n = sendmsg(sock, &m.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      offset += static_cast<size_t>(n);
-      return true;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    if (n >= 0 || errno != EINTR) return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : n;
   }
 }
 
@@ -113,6 +111,7 @@ struct Connection {
   bool done = false;
   UniqueFd passed;  // a descriptor sent with the request (SCM_RIGHTS)
   UniqueFd reply;   // a descriptor for the client, sent with the answer's first bytes
+  bool fd_sent = false;
   std::optional<std::size_t> fds_refused_pending;  // read with no descriptors taken: closes then
 };
 
@@ -384,7 +383,7 @@ void Server::serve_pending(const ContextHandler& handler) {
                         std::to_string(*c.fds_refused_pending) +
                         " closes pending (a file system that does not answer?); try again later"
                   : std::string();
-          RequestContext ctx{c.peer, c.passed, refusal, c.reply};
+          RequestContext ctx{c.peer, c.passed, refusal, c.reply, reply_fd_allowed(c.peer.uid)};
           const bool had_fd = c.passed.get() >= 0;
           answer = answer_line(*line, [&](const nlohmann::json& req) { return handler(req, ctx); });
           // Taken by the handler (a capture's output, a run's pipe): no longer the server's to
@@ -400,12 +399,19 @@ void Server::serve_pending(const ContextHandler& handler) {
           c.deadline = Clock::now() + kClientTimeout;  // the handler's time is not the client's
         }
       }
-      if (c.writing && !c.done && c.reply.get() >= 0 && c.sent == 0) {
-        c.done = !send_first_with_fd(c.fd.get(), c.out, c.sent, c.reply.get());
-        // Sent (the client has its own descriptor now) or failed: ours is not needed.
-        if (c.sent > 0 || c.done) c.reply.reset();
+      if (c.writing && !c.done && c.reply.get() >= 0) {
+        const ssize_t n = send_first_with_fd(c.fd.get(), c.out, c.reply.get());
+        if (n > 0) c.sent = static_cast<size_t>(n);
+        if (n < 0) {
+          // Not sendable (e.g. ETOOMANYREFS: too many descriptors in flight): said instead.
+          c.out = error_line(kCodeFailed, std::string("cannot send the descriptor with the "
+                                                      "answer: ") + std::strerror(errno));
+        }
+        // Sent (the client has its own descriptor now) or given up: ours is not needed.
+        if (n > 0) c.fd_sent = true;
+        if (n != 0) closer_.close(c.reply.release());
       }
-      if (c.writing && !c.done) {
+      if (c.writing && !c.done && c.reply.get() < 0) {
         c.done = !send_some(c.fd.get(), c.out, c.sent) || c.sent == c.out.size();
       }
       if (!c.done && Clock::now() >= c.deadline) {
@@ -422,12 +428,38 @@ void Server::serve_pending(const ContextHandler& handler) {
       }
     }
     std::erase_if(conns, [&](Connection& c) {
-      if (c.done) drop_fd(c);
+      if (c.done) {
+        drop_fd(c);
+        if (c.reply.get() >= 0) closer_.close(c.reply.release());
+        // Its client may not have read the descriptor yet: watched until it has.
+        if (c.fd_sent) unread_.push_back({std::move(c.fd), c.peer.uid});
+      }
       return c.done;
     });
   }
-  for (Connection& c : conns) drop_fd(c);
+  for (Connection& c : conns) {
+    drop_fd(c);
+    if (c.reply.get() >= 0) closer_.close(c.reply.release());
+  }
   log_refusals(false);
+}
+
+void Server::prune_unread() {
+  std::erase_if(unread_, [](const Unread& u) {
+    int queued = 0;
+    // What the client has not read yet (AF_UNIX: bytes still charged to our end); a client
+    // that closed its end (POLLHUP) took its queue, descriptor included, with it.
+    pollfd p{u.fd.get(), 0, 0};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR))) return true;
+    return ioctl(u.fd.get(), SIOCOUTQ, &queued) != 0 || queued == 0;
+  });
+}
+
+bool Server::reply_fd_allowed(uid_t uid) {
+  prune_unread();
+  const auto of_uid = static_cast<std::size_t>(
+      std::count_if(unread_.begin(), unread_.end(), [&](const Unread& u) { return u.uid == uid; }));
+  return of_uid < kUnreadReplyFdsPerUid && unread_.size() < kUnreadReplyFds;
 }
 
 void Server::log_refusals(bool final_line) {

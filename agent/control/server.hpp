@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "control/closer.hpp"
 #include "control/peer.hpp"
@@ -29,6 +30,15 @@ inline constexpr std::chrono::milliseconds kClientTimeout{2000};
 /// memory a burst of clients can pin (each may buffer up to kMaxRequestBytes).
 inline constexpr std::size_t kMaxConnectionsPerServe = 64;
 
+/// Answers with a descriptor whose client has not read them, at most, per peer uid and in all.
+/// A descriptor in flight is charged to the daemon's user (root's count of descriptors in
+/// flight is bounded by RLIMIT_NOFILE, past which sendmsg fails with ETOOMANYREFS for every
+/// root process without CAP_SYS_RESOURCE): a client that asks and never reads must not pile
+/// them up. The server keeps such a connection open until its client has read the answer or
+/// gone, and hands no more descriptors to that uid past the bound (docs/control.md#limits).
+inline constexpr std::size_t kUnreadReplyFdsPerUid = 8;
+inline constexpr std::size_t kUnreadReplyFds = 64;
+
 /// What a handler may know about the request beyond its JSON.
 struct RequestContext {
   const Peer& peer;
@@ -42,6 +52,9 @@ struct RequestContext {
   /// first bytes), e.g. a closed job's record, which the client reads itself. The server closes
   /// its copy once sent, or with the connection.
   UniqueFd& reply_fd;
+  /// False when this peer's uid (or all peers) already has kUnreadReplyFds(PerUid) answers
+  /// with a descriptor not read yet: the handler must not set reply_fd then.
+  bool reply_fd_allowed;
 };
 
 class Server {
@@ -99,6 +112,15 @@ class Server {
   std::uint64_t fds_refused_total_ = 0;
   std::chrono::steady_clock::time_point refusal_logged_{};
   void log_refusals(bool final_line);
+  /// Connections whose answer carried a descriptor and whose client has not read it yet.
+  struct Unread {
+    UniqueFd fd;
+    uid_t uid;
+  };
+  std::vector<Unread> unread_;
+  /// Drops the connections whose client has read its answer (or is gone).
+  void prune_unread();
+  bool reply_fd_allowed(uid_t uid);
   // Declared last: destroyed first, after ~Server, waiting a bounded time (kCloserStopWait).
   Closer closer_;
 };

@@ -226,7 +226,8 @@ class Daemon {
   /// takes a syscall per entry: asked every 20 ms while a job held 50,000 records, `status`
   /// spent a quarter of the loop's time there.
   uint64_t files_untaken(uint64_t created) const {
-    return created - created_baseline_ - removed_records_;
+    const uint64_t gone = created_baseline_ + removed_records_;
+    return created > gone ? created - gone : 0;  // never wraps (a failed stat reads 0)
   }
   /// The entries the map holds: those, and the final records kept until the next save.
   uint64_t files_in_map(uint64_t created) const {
@@ -266,6 +267,14 @@ class Daemon {
   bool state_dirty_ = true;
   bool pressure_marked_ = false;  // the pressure-drain marker file exists
   bool last_save_live_ = false;   // the last save held the live records' counts
+  bool live_save_due_ = false;    // no live record is taken until a save holds their counts
+  bool last_drain_complete_ = true;  // the last drain read every record (its walks did not fail)
+  uint64_t drain_failures_ = 0;
+  // The previous daemon died inside a pressure drain: live parts it saved whose kernel records
+  // it had taken are copies nothing refreshes, so every save keeps them (docs/daemon.md).
+  bool always_live_saves_ = false;
+  int64_t last_save_failed_mono_ = INT64_MIN / 2;
+  static constexpr int64_t kSaveRetryEvery = 1'000'000'000;  // ns, after a failed save
   uint64_t checkpoints_ = 0;
   uint64_t checkpoint_failures_ = 0;
   uint64_t last_checkpoint_us_ = 0;
@@ -451,9 +460,12 @@ bool Daemon::setup() {
   if (!setup_runs()) return false;
   new_table();
   resume();
+  // The creation count first: a record made during the walk then makes the fill look higher
+  // than it is, never lower (files_untaken).
+  const uint64_t created = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED);
   const int64_t in_map = loader_->map_entries("files");
-  created_baseline_ = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED) -
-                      static_cast<uint64_t>(in_map > 0 ? in_map : 0);
+  const uint64_t walked = static_cast<uint64_t>(in_map > 0 ? in_map : 0);
+  created_baseline_ = created > walked ? created - walked : 0;
 
   sigset_t mask;
   sigemptyset(&mask);
@@ -698,16 +710,14 @@ void Daemon::drain(bool may_save) {
   // A pressure drain reads and deletes live records in one step: a crash before the next saved
   // state would lose what they gained since the last one. The marker, made before the first of
   // them is taken (mark_pressure), lets the next daemon say so (docs/daemon.md). Saves leave
-  // live counts out while no live record can be taken (checkpoint()): once one may be, a save
-  // holds them first, so that what a crash can lose is what they gained since.
-  auto fill = [&] { return files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)); };
-  if (fill() * 2 > max && !last_save_live_) {
-    state_dirty_ = true;
-    checkpoint(true);
-  }
-  // The map's fill as the drain begins (after that save, which deletes the final records it
-  // holds) decides whether idle live records are taken.
-  const std::size_t in_map = fill();
+  // live counts out while no live record can be taken (checkpoint()): once one may be, none is
+  // taken until a save holds them, made at the end of this drain (its walk has just refreshed
+  // them; a save before it would hold none after a restart), so that what a crash can lose is
+  // what they gained since.
+  // The map's fill as the drain begins decides whether idle live records are taken.
+  const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
+  const bool may_take_live = last_save_live_ || always_live_saves_;
+  if (in_map * 2 > max && !may_take_live) live_save_due_ = true;
   auto mark_pressure = [&] {
     if (pressure_marked_) return;
     // Created afresh, never through a link left at its name.
@@ -719,12 +729,14 @@ void Daemon::drain(bool may_save) {
     if (pending_set_.count(k)) return D::Skip;
     if (!table_->attributed(p)) return unknown_disposition(p, t0);
     if (table_->exited(p)) return D::RemoveFinal;
-    if (!core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle)) return D::Keep;
+    if (!may_take_live ||
+        !core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
+      return D::Keep;
     mark_pressure();  // before the loader takes it out
     return D::RemoveLive;
   };
   uint64_t moved = 0;
-  loader_->drain_files(
+  const Status files_read = loader_->drain_files(
       remove,
       [&](const auto& k, const auto& c, bool removed) {
         table_->on_file(k, c, removed);
@@ -733,7 +745,7 @@ void Daemon::drain(bool may_save) {
       },
       &pending_files_);
   if (idle) idle->end();
-  loader_->drain_others(
+  const Status others_read = loader_->drain_others(
       [&](const iolens_file_key& k, const iolens_file_counters&) {
         const core::ProcKey p{k.tgid, k.pstart_ns};
         if (pending_set_.count(k)) return D::Skip;
@@ -745,6 +757,12 @@ void Daemon::drain(bool may_save) {
         moved += removed;
       },
       &pending_others_);
+  // A walk that failed part way left records unread: no job is written or folded from it.
+  last_drain_complete_ = files_read && others_read;
+  if (!last_drain_complete_ && drain_failures_++ % 60 == 0)
+    spdlog::error("drain: {} ({} drains incomplete)", !files_read ? files_read.message
+                                                                   : others_read.message,
+                  drain_failures_);
   drain_blocks(t0);
   for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
     it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
@@ -753,7 +771,7 @@ void Daemon::drain(bool may_save) {
   pending_set_.insert(pending_files_.begin(), pending_files_.end());
   pending_set_.insert(pending_others_.begin(), pending_others_.end());
   std::vector<core::FileIdentity> forgotten;
-  const std::size_t folded = table_->enforce_limits(&forgotten);
+  const std::size_t folded = last_drain_complete_ ? table_->enforce_limits(&forgotten) : 0;
   if (folded > 0) state_dirty_ = true;
   if (!forgotten.empty()) {  // folded records' names, and evicted node-wide name copies
     std::vector<loader::Loader::NameId> ids;
@@ -764,7 +782,9 @@ void Daemon::drain(bool may_save) {
   if (moved) state_dirty_ = true;
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
   // than the drains (a burst of new files); the marker stays until the next save.
-  if (may_save) checkpoint();
+  // After a failed save (a full or read-only disk), tried again at most once a second: under
+  // pressure drains come every few ms.
+  if (may_save && t0 - last_save_failed_mono_ >= kSaveRetryEvery) checkpoint(live_save_due_);
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
   ++drains_;
@@ -800,7 +820,8 @@ void Daemon::drain_blocks(int64_t now) {
 }
 
 void Daemon::checkpoint(bool force) {
-  if (!state_dirty_ && pending_files_.empty() && pending_others_.empty()) return;
+  if (!state_dirty_ && !live_save_due_ && pending_files_.empty() && pending_others_.empty())
+    return;
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   // Saving costs (a recorder holds ~700 bytes a record): at most every kCheckpointEvery,
   // unless the ring has run far enough that a replay could no longer reach the saved point.
@@ -824,6 +845,7 @@ void Daemon::checkpoint(bool force) {
   // which would take them from there. A 50,000-record live job's save fell from 0.5-1.3 s of
   // the loop to ~60 ms (bench/README.md "The daemon's answers while it writes a record").
   const bool with_live =
+      live_save_due_ || always_live_saves_ ||
       files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)) * 2 > loader_->max_file_records();
   st["table"] = table_->save(handed_over, with_live);
   auto keys = [](const std::vector<iolens_file_key>& v) {
@@ -838,6 +860,7 @@ void Daemon::checkpoint(bool force) {
   const std::optional<std::vector<uint8_t>> encoded = encode_state(st);
   if (!encoded) {
     ++checkpoint_failures_;
+    last_save_failed_mono_ = clock_ns(CLOCK_MONOTONIC);
     spdlog::error("cannot compress the state");
     return;
   }
@@ -860,12 +883,15 @@ void Daemon::checkpoint(bool force) {
   }
   if (!ok) {
     // Without a saved state, deleting the records would risk them: keep them in the kernel.
+    const int err = errno;
+    last_save_failed_mono_ = clock_ns(CLOCK_MONOTONIC);
     if (checkpoint_failures_++ % 60 == 0)
-      spdlog::error("cannot save state to {}: {}", state_path(), std::strerror(errno));
+      spdlog::error("cannot save state to {}: {}", state_path(), std::strerror(err));
     return;
   }
   ++checkpoints_;
   last_save_live_ = with_live;
+  if (with_live) live_save_due_ = false;
   state_dirty_ = false;
   if (pressure_marked_) {
     unlinkat(state_dir_fd_, kMarkerName, 0);
@@ -958,6 +984,7 @@ void Daemon::resume() {
   struct stat marker {};
   if (fstatat(state_dir_fd_, kMarkerName, &marker, AT_SYMLINK_NOFOLLOW) == 0) {
     lost["interrupted_pressure_drain"] = 1;
+    always_live_saves_ = true;
     restart_["pressure_drain"] =
         "the previous daemon died while moving idle records out of the full kernel map; the "
         "counts those records gained since the state saved before it are lost";
@@ -1317,7 +1344,7 @@ nlohmann::json Daemon::status_json() {
   j["records"] = {{"files", table_->file_records()},
                   {"folded", ts.folded_records},
                   {"processes_folded", ts.folded_processes}};
-  j["drain"] = {{"last_us", last_drain_us_}, {"count", drains_}};
+  j["drain"] = {{"last_us", last_drain_us_}, {"count", drains_}, {"incomplete", drain_failures_}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
                  {"writing", writing_.size()},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
@@ -1894,6 +1921,10 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
       struct stat sb {};
       if (rfd.get() < 0 || fstat(rfd.get(), &sb) != 0 || !S_ISREG(sb.st_mode))
         throw std::runtime_error(unreadable);
+      if (hand_fd && !ctx.reply_fd_allowed)
+        throw std::runtime_error(
+            "too many records handed to uid " + std::to_string(ctx.peer.uid) +
+            " and not read by their clients yet: try again once they are read");
       if (hand_fd) {
         // The client reads the record itself: parsing a big one here held every other client
         // (6 s a request for a 163 MB record, bench/README.md).
@@ -1983,7 +2014,7 @@ int Daemon::run() {
     if (drain_soon_ || now - last_drain_ >= interval || in_map * 2 > loader_->max_file_records()) {
       drain_soon_ = false;
       drain();
-      write_closed();
+      if (last_drain_complete_) write_closed();
       publish_metrics();
     }
     // The trace ring wakes us once half full (and is drained every round anyway).

@@ -617,7 +617,9 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
       const auto* b = reinterpret_cast<const uint8_t*>(&c);
       bdj.push_back({dev, nlohmann::json::binary(std::vector<uint8_t>(b, b + sizeof(c)))});
     }
-    const std::string blob = job->rec->save(with_live);
+    // A handed-over job's processes are no longer the table's: a restart would not read their
+    // records from the kernel into it again, so its live parts are saved whatever `with_live`.
+    const std::string blob = job->rec->save(with_live || handed);
     o["recorder"] = nlohmann::json::binary(std::vector<uint8_t>(blob.begin(), blob.end()));
     js.push_back(std::move(o));
   }

@@ -179,7 +179,8 @@ class JobTable {
   /// Everything the table holds, for the daemon's checkpoint (docs/daemon.md#restart-without-loss); the
   /// recorders as opaque binary blobs (core::Recorder::save). `handed_over`: jobs taken out of
   /// the table whose record is not written yet, saved as closing (a daemon that loads this
-  /// writes them). `with_live`: core::Recorder::save's.
+  /// writes them). `with_live`: core::Recorder::save's, for the table's own jobs (handed-over
+  /// ones always keep their live parts: nothing reads them back into those jobs).
   nlohmann::json save(const std::vector<const Job*>& handed_over = {},
                       bool with_live = true) const;
   /// Replaces the table's contents with a saved one. False (and `error`) if it is malformed;

@@ -269,7 +269,6 @@ struct Loader::Impl {
   uint64_t* ring_consumer = nullptr;
   const uint64_t* ring_producer = nullptr;
   int pin_lock = -1;
-  // drain()'s buffers, reused from one drain to the next
   // One batch of a drain (Loader::drain), kept from one drain to the next.
   std::vector<iolens_file_key> drain_keys;
   std::vector<Uninit<iolens_file_counters>> drain_values;

@@ -505,10 +505,14 @@ TEST(ControlServer, DescriptorSentWithTheAnswer) {
   ASSERT_TRUE(server) << error;
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
+  std::atomic<int> gives{0};
   auto serving = std::make_unique<ServingThread>(*server, [&](const json& req,
                                                               RequestContext& ctx) -> json {
-    if (req.at("cmd") == "give") ctx.reply_fd.reset(dup(pipe_fds[0]));
-    return {{"given", req.at("cmd") == "give"}};
+    if (req.at("cmd") != "give") return {{"given", false}};
+    ++gives;
+    if (!ctx.reply_fd_allowed) return {{"given", false}, {"refused", true}};
+    ctx.reply_fd.reset(dup(pipe_fds[0]));
+    return {{"given", true}};
   });
   ASSERT_EQ(write(pipe_fds[1], "rec", 3), 3);
   int got = -1;
@@ -528,6 +532,29 @@ TEST(ControlServer, DescriptorSentWithTheAnswer) {
   r = request(server->path(), {{"cmd", "other"}}, error, 5000, -1, &got);
   ASSERT_TRUE(r) << error;
   EXPECT_EQ(got, -1);
+  // Clients that ask and never read: their descriptors stay in flight (charged to the
+  // server's user), so past kUnreadReplyFdsPerUid the server hands this uid no more, until
+  // those clients have read or gone.
+  std::vector<int> silent;
+  const int before = gives;
+  for (std::size_t i = 0; i < iolens::control::kUnreadReplyFdsPerUid; ++i) {
+    silent.push_back(connect_raw(server->path()));
+    ASSERT_GE(silent.back(), 0);
+    send_all(silent.back(), "{\"cmd\":\"give\"}\n");
+  }
+  for (int i = 0; i < 500 && gives < before + static_cast<int>(silent.size()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(gives, before + static_cast<int>(silent.size()));
+  r = request(server->path(), {{"cmd", "give"}}, error, 5000, -1, &got);
+  ASSERT_TRUE(r) << error;
+  EXPECT_EQ(r->value("refused", false), true) << r->dump();
+  EXPECT_EQ(got, -1);
+  for (int fd : silent) close(fd);  // gone: their queues, descriptors included, with them
+  r = request(server->path(), {{"cmd", "give"}}, error, 5000, -1, &got);
+  ASSERT_TRUE(r) << error;
+  EXPECT_EQ(r->value("given", false), true) << r->dump();
+  ASSERT_GE(got, 0);
+  close(got);
   serving.reset();
   // Every read end is closed now (ours, the handler's dups in the server and in the clients):
   // a write fails with EPIPE.
