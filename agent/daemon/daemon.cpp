@@ -781,7 +781,8 @@ void Daemon::drain(bool may_save) {
   }
   if (moved) state_dirty_ = true;
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
-  // than the drains (a burst of new files); the marker stays until the next save.
+  // than the drains (a burst of new files); the marker stays until the next save. Forced only
+  // once, when live records may be taken and the last save did not hold their counts.
   // After a failed save (a full or read-only disk), tried again at most once a second: under
   // pressure drains come every few ms.
   if (may_save && t0 - last_save_failed_mono_ >= kSaveRetryEvery) checkpoint(live_save_due_);
