@@ -2,7 +2,6 @@
 #include "cli/query_command.hpp"
 
 #include <time.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
@@ -16,6 +15,7 @@
 #include "control/client.hpp"
 #include "control/format.hpp"
 #include "control/unique_fd.hpp"
+#include "core/private_dir.hpp"
 
 namespace iolens::cli {
 namespace {
@@ -55,22 +55,12 @@ std::optional<nlohmann::json> read_record(int fd, const std::string& path, std::
     error = "iolensd named the record " + path + " but sent no descriptor to read it";
     return std::nullopt;
   }
-  std::string text;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n > 0) {
-      text.append(buf, static_cast<std::size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0) {
-      error = "cannot read the record " + path + ": " + std::strerror(errno);
-      return std::nullopt;
-    } else {
-      break;
-    }
+  const std::optional<std::string> text = core::read_all(fd);
+  if (!text) {
+    error = "cannot read the record " + path + ": " + std::strerror(errno);
+    return std::nullopt;
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     error = "the record " + path + " is not a JSON object";
     return std::nullopt;

@@ -98,23 +98,37 @@ int create_fresh(int dir_fd, const std::string& name, mode_t mode) {
   return openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
 }
 
-std::optional<std::string> read_file_at(int dir_fd, const std::string& name) {
+int open_regular_at(int dir_fd, const std::string& name, uint64_t* size) {
   // O_NONBLOCK: a FIFO planted at the name must not hold the daemon's loop in open or read.
   const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
+  if (fd < 0) return -1;
   struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    errno = EINVAL;
+    return -1;
+  }
+  if (size) *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+std::optional<std::string> read_all(int fd) {
   std::string out;
-  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   char buf[65536];
-  while (ok) {
+  for (;;) {
     const ssize_t n = read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n == 0) break;
-    if (n < 0) ok = false;  // a part read is no file: a transient EIO must not pass for its end
-    else out.append(buf, static_cast<size_t>(n));
+    if (n == 0) return out;
+    if (n < 0) return std::nullopt;  // a part read is no file: a transient EIO must not pass for its end
+    out.append(buf, static_cast<size_t>(n));
   }
+}
+
+std::optional<std::string> read_file_at(int dir_fd, const std::string& name) {
+  const int fd = open_regular_at(dir_fd, name);
+  if (fd < 0) return std::nullopt;
+  std::optional<std::string> out = read_all(fd);
   close(fd);
-  if (!ok) return std::nullopt;
   return out;
 }
 

@@ -6,6 +6,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <optional>
 #include <string>
 
@@ -27,7 +29,14 @@ int open_private_dir(const std::string& path, mode_t mode, bool force_mode, cons
 /// through. Returns the descriptor (O_WRONLY, close-on-exec) or -1 with errno set.
 int create_fresh(int dir_fd, const std::string& name, mode_t mode);
 
-/// The whole of `name` in `dir_fd`, opened with O_NOFOLLOW; nullopt if it cannot be opened.
+/// `name` in `dir_fd` opened for reading, only if it is a regular file (O_NOFOLLOW; O_NONBLOCK, so
+/// a FIFO planted at the name cannot hold the open); -1 otherwise. `size`: its size, when given.
+int open_regular_at(int dir_fd, const std::string& name, uint64_t* size = nullptr);
+
+/// The whole of what `fd` reads until its end; nullopt on a read error (a part read is no file).
+std::optional<std::string> read_all(int fd);
+
+/// The whole of `name` in `dir_fd` (open_regular_at, read_all); nullopt if it cannot be read.
 std::optional<std::string> read_file_at(int dir_fd, const std::string& name);
 
 }  // namespace iolens::core

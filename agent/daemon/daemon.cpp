@@ -1915,13 +1915,11 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
       const std::string& path = it->second.path;
       const std::string unreadable =
           "job " + id + " has ended and its record " + path + " cannot be read (rotated away?)";
-      // Through the output directory's descriptor, never following a link left at the name;
-      // O_NONBLOCK so that a FIFO at the name cannot hold the open (it is then refused).
-      control::UniqueFd rfd(openat(writer_->dir_fd(), path.substr(path.rfind('/') + 1).c_str(),
-                                   O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-      struct stat sb {};
-      if (rfd.get() < 0 || fstat(rfd.get(), &sb) != 0 || !S_ISREG(sb.st_mode))
-        throw std::runtime_error(unreadable);
+      // Through the output directory's descriptor, never following a link left at the name.
+      uint64_t size = 0;
+      control::UniqueFd rfd(
+          core::open_regular_at(writer_->dir_fd(), path.substr(path.rfind('/') + 1), &size));
+      if (rfd.get() < 0) throw std::runtime_error(unreadable);
       if (hand_fd && !ctx.reply_fd_allowed)
         throw std::runtime_error(
             "too many records handed to uid " + std::to_string(ctx.peer.uid) +
@@ -1930,16 +1928,16 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
         // The client reads the record itself: parsing a big one here held every other client
         // (6 s a request for a 163 MB record, bench/README.md).
         ctx.reply_fd = std::move(rfd);
-        return {{"id", id}, {"state", "closed"}, {"record", path},
-                {"bytes", static_cast<uint64_t>(sb.st_size)}};
+        return {{"id", id}, {"state", "closed"}, {"record", path}, {"bytes", size}};
       }
-      if (static_cast<uint64_t>(sb.st_size) > kJobPageInLoopMaxBytes)
+      if (size > kJobPageInLoopMaxBytes)
         throw std::runtime_error(
             "job " + id + " has ended and its record " + path + " is " +
-            std::to_string(static_cast<uint64_t>(sb.st_size) >> 20) + " MiB: pages are cut "
+            std::to_string(size >> 20) + " MiB: pages are cut "
             "here only from records up to " + std::to_string(kJobPageInLoopMaxBytes >> 20) +
             " MiB; ask with \"fd\": true for the record itself (iolens job does)");
-      if (auto text = core::read_file_at(writer_->dir_fd(), path.substr(path.rfind('/') + 1))) {
+      // The descriptor already open: the file is read once, through it.
+      if (auto text = core::read_all(rfd.get())) {
         if (auto j = record_page(*text, offset, limit)) return *j;
       }
       throw std::runtime_error(unreadable);

@@ -154,6 +154,8 @@ def closed_job_record(ck, d, job_id, t, mv, moved):
         for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
             ck.eq("record read through the descriptor: job.totals.%s" % k,
                   t[k] + (mv[k] if moved else 0), rec["job"]["totals"].get(k))
+    bad = d.request({"cmd": "job", "id": job_id, "fd": "yes"})
+    ck.eq("`job` with a non-boolean fd: error code", "bad_request", bad.get("code"))
     paged = d.request({"cmd": "job", "id": job_id, "limit": 1})
     ck.check(not paged.get("ok") and "fd" in paged.get("error", ""),
              "a page of a %s-byte record cut in the loop: %s" %
