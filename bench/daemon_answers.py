@@ -18,7 +18,8 @@ descriptor; a daemon that does not know "fd" answers a page) and as an older cli
 page of 10), and the longest wait for `status` meanwhile. The record
 is not parsed here (a Python parse of a big record holds the interpreter long enough to look
 like a stalled daemon). With --why, each wait over 100 ms is followed by what the daemon says
-it did meanwhile (its own `status`: drains and saves completed, and how long the last took).
+it did meanwhile (its own `status`: drains and saves completed, how long the last took, and in
+how many pieces the last drain went).
 
 Uses the e2e harness (tests/e2e/daemon_common.py) to start the daemon and make the cgroups.
 """
@@ -65,8 +66,11 @@ def measure(iolensd, workload, nfiles):
             if st and prev and w > 0.1:
                 dr, sv = st.get("drain", {}), st.get("state", {})
                 pdr, psv = prev.get("drain", {}), prev.get("state", {})
-                slow.append("%.2f s: %d drain(s), the last %.0f ms; %d save(s), the last %.0f ms" %
+                slow.append("%.2f s: %d drain(s), the last %.0f ms in %d piece(s), its longest "
+                            "%.0f ms; %d save(s), the last %.0f ms" %
                             (w, dr.get("count", 0) - pdr.get("count", 0), dr.get("last_us", 0) / 1e3,
+                             dr.get("last_pieces", 1), dr.get("last_longest_piece_us",
+                                                              dr.get("last_us", 0)) / 1e3,
                              sv.get("saves", 0) - psv.get("saves", 0), sv.get("last_us", 0) / 1e3))
             prev = st or prev
             time.sleep(0.02)

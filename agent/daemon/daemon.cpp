@@ -129,9 +129,16 @@ class Daemon {
   void log_unexcluded(int64_t now, bool force = false);
   /// Trace entries that were missing while the job ran, over its cgroup: its lost.untraced_cgroups.
   uint64_t untraced_cgroups_of(const Job& job) const;
-  /// `may_save`: false on a client's request path (run_end), which must not wait for a save
-  /// and its fsync; the loop's next drain saves.
+  /// A whole drain round now: the open one finished, then one begun here (so a job closed
+  /// before the call is ready to be written after it). `may_save`: false on a client's request
+  /// path (run_end), which must not wait for a save and its fsync; the loop's next drain saves.
   void drain(bool may_save = true);
+  /// One piece of the open drain round (one begins if none is open): the kernel's maps are
+  /// walked until CLOCK_MONOTONIC passes `deadline_ns` (0: to their end), so that the loop
+  /// answers clients between the pieces of a big map's walk. Returns true when the round
+  /// ended (every record read): the work that needs them all is done then.
+  bool drain_piece(int64_t deadline_ns, bool may_save);
+  /// Writes the jobs that were closing when a complete round began (closable_).
   void write_closed();
   /// Takes what records_ has written: logs it, lists the jobs as closed, saves the state.
   void collect_written(bool save = true);
@@ -235,6 +242,28 @@ class Daemon {
   }
   uint64_t last_drain_us_ = 0;
   uint64_t drains_ = 0;  // completed drain rounds, for `status` (tests wait on it, not on sleeps)
+  uint64_t drain_pieces_ = 0;
+  /// A drain round: one walk of the files and others maps, in pieces between which the loop
+  /// answers (docs/daemon.md#responsiveness). A record present throughout is read once in it.
+  struct DrainRound {
+    bool open = false;
+    int64_t work_ns = 0;  // the loop's time in its pieces
+    uint32_t pieces = 0;
+    int64_t longest_piece_ns = 0;
+    bool files_done = false;
+    loader::Loader::WalkPosition files, others;
+    Status walks = Status::Ok();  // or the first walk that failed part way (round incomplete)
+    // Jobs closing when it began: their processes had exited before its first read, so once
+    // it ends every record of theirs has been moved out (a job closing meanwhile may still
+    // have records in the part already walked: it waits for the next round).
+    std::vector<std::string> closing;
+  };
+  DrainRound round_;
+  uint32_t last_round_pieces_ = 0;
+  int64_t last_round_longest_piece_ns_ = 0;
+  // Jobs ready to be written: closing when a complete round began (write_closed()).
+  std::set<std::string> closable_;
+
   std::map<std::string, loader::KernelStats> job_loss_base_;
   // Job selection entries the kernel maps could not take (docs/daemon.md#job-selection), by
   // cgroup id: retried when cgroups go away, forgotten when theirs does. Each counted once.
@@ -699,6 +728,11 @@ loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, 
 }
 
 void Daemon::drain(bool may_save) {
+  while (round_.open) drain_piece(0, may_save);
+  drain_piece(0, may_save);
+}
+
+bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
   learn_uids();  // processes that arrived with these events, while they are alive
@@ -706,15 +740,22 @@ void Daemon::drain(bool may_save) {
   const uint32_t max = loader_->max_file_records();
   // Timing off: records have no end times; idleness is told by unchanged counters.
   core::IdleClock* idle = loader_->timing() == IOLENS_TIMING_OFF ? &idle_clock_ : nullptr;
-  if (idle) idle->begin();
+  if (!round_.open) {
+    round_ = DrainRound{};
+    round_.open = true;
+    round_.closing = table_->closing();
+    if (idle) idle->begin();
+  }
+  ++round_.pieces;
+  ++drain_pieces_;
   // A pressure drain reads and deletes live records in one step: a crash before the next saved
   // state would lose what they gained since the last one. The marker, made before the first of
   // them is taken (mark_pressure), lets the next daemon say so (docs/daemon.md). Saves leave
   // live counts out while no live record can be taken (checkpoint()): once one may be, none is
-  // taken until a save holds them, made at the end of this drain (its walk has just refreshed
+  // taken until a save holds them, made at the end of this round (its walk has just refreshed
   // them; a save before it would hold none after a restart), so that what a crash can lose is
-  // what they gained since.
-  // The map's fill as the drain begins decides whether idle live records are taken.
+  // what they gained since. Asked at each piece: a save between two pieces may leave them out.
+  // The map's fill as the piece begins decides whether idle live records are taken.
   const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
   const bool may_take_live = last_save_live_ || always_live_saves_;
   if (in_map * 2 > max && !may_take_live) live_save_due_ = true;
@@ -736,40 +777,66 @@ void Daemon::drain(bool may_save) {
     return D::RemoveLive;
   };
   uint64_t moved = 0;
-  const Status files_read = loader_->drain_files(
-      remove,
-      [&](const auto& k, const auto& c, bool removed) {
-        table_->on_file(k, c, removed);
-        removed_records_ += removed;
-        moved += removed;
-      },
-      &pending_files_);
-  if (idle) idle->end();
-  const Status others_read = loader_->drain_others(
-      [&](const iolens_file_key& k, const iolens_file_counters&) {
-        const core::ProcKey p{k.tgid, k.pstart_ns};
-        if (pending_set_.count(k)) return D::Skip;
-        if (!table_->attributed(p)) return unknown_disposition(p, t0);
-        return table_->exited(p) ? D::RemoveFinal : D::Keep;
-      },
-      [&](const auto& k, const auto& c, bool removed) {
-        table_->on_other(k, c, removed);
-        moved += removed;
-      },
-      &pending_others_);
-  // A walk that failed part way left records unread: no job is written or folded from it.
-  last_drain_complete_ = files_read && others_read;
+  const std::size_t files_before = pending_files_.size();
+  const std::size_t others_before = pending_others_.size();
+  if (!round_.files_done) {
+    const Status read = loader_->drain_files(
+        remove,
+        [&](const auto& k, const auto& c, bool removed) {
+          table_->on_file(k, c, removed);
+          removed_records_ += removed;
+          moved += removed;
+        },
+        &pending_files_, &round_.files, deadline_ns);
+    if (!read && round_.walks) round_.walks = read;
+    if (!round_.files.resume) {
+      round_.files_done = true;
+      if (idle) idle->end();
+    }
+  }
+  if (round_.files_done && (deadline_ns == 0 || clock_ns(CLOCK_MONOTONIC) < deadline_ns)) {
+    const Status read = loader_->drain_others(
+        [&](const iolens_file_key& k, const iolens_file_counters&) {
+          const core::ProcKey p{k.tgid, k.pstart_ns};
+          if (pending_set_.count(k)) return D::Skip;
+          if (!table_->attributed(p)) return unknown_disposition(p, t0);
+          return table_->exited(p) ? D::RemoveFinal : D::Keep;
+        },
+        [&](const auto& k, const auto& c, bool removed) {
+          table_->on_other(k, c, removed);
+          moved += removed;
+        },
+        &pending_others_, &round_.others, deadline_ns);
+    if (!read && round_.walks) round_.walks = read;
+    if (!round_.others.resume) round_.open = false;  // both walks reached their end
+  }
+  // Reported final, kept in the kernel until a save holds them: later pieces and rounds skip
+  // them. Only this piece's: the older ones are in the set already.
+  pending_set_.insert(pending_files_.begin() + static_cast<std::ptrdiff_t>(files_before),
+                      pending_files_.end());
+  pending_set_.insert(pending_others_.begin() + static_cast<std::ptrdiff_t>(others_before),
+                      pending_others_.end());
+  if (moved) state_dirty_ = true;
+  auto account = [&] {
+    const int64_t took = clock_ns(CLOCK_MONOTONIC) - t0;
+    round_.work_ns += took;
+    round_.longest_piece_ns = std::max(round_.longest_piece_ns, took);
+  };
+  if (round_.open) {
+    account();
+    return false;
+  }
+  // The round has ended: every record was read (unless a walk failed part way).
+  last_drain_complete_ = round_.walks.ok;
   if (!last_drain_complete_ && drain_failures_++ % 60 == 0)
-    spdlog::error("drain: {} ({} drains incomplete)", !files_read ? files_read.message
-                                                                   : others_read.message,
-                  drain_failures_);
+    spdlog::error("drain: {} ({} drains incomplete)", round_.walks.message, drain_failures_);
+  // A walk that failed part way left records unread: no job is written or folded from it.
+  if (last_drain_complete_) closable_.insert(round_.closing.begin(), round_.closing.end());
   drain_blocks(t0);
   for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
     it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
              ? unknown_since_.erase(it)
              : std::next(it);
-  pending_set_.insert(pending_files_.begin(), pending_files_.end());
-  pending_set_.insert(pending_others_.begin(), pending_others_.end());
   std::vector<core::FileIdentity> forgotten;
   const std::size_t folded = last_drain_complete_ ? table_->enforce_limits(&forgotten) : 0;
   if (folded > 0) state_dirty_ = true;
@@ -779,17 +846,20 @@ void Daemon::drain(bool may_save) {
     for (const auto& f : forgotten) ids.push_back({f.ino, f.dev, f.gen});
     loader_->forget_names(ids);
   }
-  if (moved) state_dirty_ = true;
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
   // than the drains (a burst of new files); the marker stays until the next save. Forced only
   // once, when live records may be taken and the last save did not hold their counts.
   // After a failed save (a full or read-only disk), tried again at most once a second: under
   // pressure drains come every few ms.
   if (may_save && t0 - last_save_failed_mono_ >= kSaveRetryEvery) checkpoint(live_save_due_);
+  account();
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
-  last_drain_us_ = static_cast<uint64_t>(last_drain_ - t0) / 1000;
+  last_drain_us_ = static_cast<uint64_t>(round_.work_ns) / 1000;
+  last_round_pieces_ = round_.pieces;
+  last_round_longest_piece_ns_ = round_.longest_piece_ns;
   ++drains_;
-  drain_hist_.observe(static_cast<double>(last_drain_ - t0) / 1e9);
+  drain_hist_.observe(static_cast<double>(round_.work_ns) / 1e9);
+  return true;
 }
 
 void Daemon::drain_blocks(int64_t now) {
@@ -1089,9 +1159,12 @@ void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
 }
 
 void Daemon::write_closed() {
-  for (const std::string& id : table_->closing()) {
+  const std::set<std::string> ready = std::move(closable_);
+  closable_.clear();
+  for (const std::string& id : ready) {
     Job* job = table_->find(id);
-    if (!job) continue;
+    // Gone (written, or handed to a run's client), or its id live again.
+    if (!job || job->state != JobState::Closing) continue;
     // Its capture ends here, while its recorder can still name the files.
     if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
     // Node-wide kernel losses while the job was live: a non-zero count may concern it.
@@ -1345,7 +1418,12 @@ nlohmann::json Daemon::status_json() {
   j["records"] = {{"files", table_->file_records()},
                   {"folded", ts.folded_records},
                   {"processes_folded", ts.folded_processes}};
-  j["drain"] = {{"last_us", last_drain_us_}, {"count", drains_}, {"incomplete", drain_failures_}};
+  j["drain"] = {{"last_us", last_drain_us_},
+                {"count", drains_},
+                {"incomplete", drain_failures_},
+                {"pieces", drain_pieces_},
+                {"last_pieces", last_round_pieces_},
+                {"last_longest_piece_us", last_round_longest_piece_ns_ / 1000}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
                  {"writing", writing_.size()},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
@@ -2010,11 +2088,14 @@ int Daemon::run() {
     hooks_policy();
     const int64_t now = clock_ns(CLOCK_MONOTONIC);
     const uint64_t in_map = files_untaken(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
-    if (drain_soon_ || now - last_drain_ >= interval || in_map * 2 > loader_->max_file_records()) {
-      drain_soon_ = false;
-      drain();
-      if (last_drain_complete_) write_closed();
-      publish_metrics();
+    // A round under way goes on; a new one when asked, each interval, or under pressure.
+    if (round_.open || drain_soon_ || now - last_drain_ >= interval ||
+        in_map * 2 > loader_->max_file_records()) {
+      if (!round_.open) drain_soon_ = false;  // asked during a round: the next sees it
+      if (drain_piece(now + static_cast<int64_t>(cfg_.drain_piece_ms) * 1000000LL, true)) {
+        if (last_drain_complete_) write_closed();
+        publish_metrics();
+      }
     }
     // The trace ring wakes us once half full (and is drained every round anyway).
     const bool capturing = capture_ && capture_->window_open();
@@ -2025,7 +2106,11 @@ int Daemon::run() {
     for (const auto& [id, run] : runs_)
       if (run.alive.get() >= 0) fds.push_back({run.alive.get(), POLLIN, 0});
     // Short naps while the map fills fast; otherwise the ring wakes us for what matters.
-    const int timeout = in_map * 4 > loader_->max_file_records() ? 2 : capturing ? 50 : 100;
+    // A round under way: no nap, only what is pending is answered before its next piece.
+    const int timeout = round_.open                                  ? 0
+                        : in_map * 4 > loader_->max_file_records() ? 2
+                        : capturing                                  ? 50
+                                                                     : 100;
     const int n = poll(fds.data(), fds.size(), timeout);
     if (n < 0 && errno != EINTR) {
       spdlog::error("poll: {}", std::strerror(errno));

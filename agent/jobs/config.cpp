@@ -25,12 +25,12 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 20> kTopKeys{
+constexpr std::array<std::string_view, 21> kTopKeys{
     "cgroup_root", "output_dir",    "state_dir",      "pin_dir",
     "socket",      "socket_group",  "drain_interval", "drain_interval_ms",
     "log_level",   "limits",        "rotation",       "grace_period",
     "jobs",        "syscall_hooks", "hooks_idle",     "metrics",
-    "darshan_logs", "disabled_programs", "runs", "timing"};
+    "darshan_logs", "disabled_programs", "runs", "timing", "drain_piece"};
 // YAML 1.2's core schema booleans (yaml-cpp would also take YAML 1.1's y, yes, on...; a typo
 // such as 'ture' must not silently mean false, and 'no' is not a boolean in YAML 1.2).
 constexpr std::array<std::string_view, 3> kTrue{"true", "True", "TRUE"};
@@ -494,6 +494,14 @@ class ConfigParser {
         }
         drain = &e;
         drain_interval(e, c);
+      } else if (k == "drain_piece") {
+        // At most a second: longer, a client would wait longer than its own timeouts.
+        if (const auto ms = check_.duration_ms(e, k, false)) {
+          if (*ms > 1000)
+            check_.error(e.mark, k, "expected at most 1s, got " + quoted(e.value.Scalar()));
+          else
+            c.drain_piece_ms = static_cast<uint32_t>(*ms);
+        }
       } else if (k == "log_level") {
         log_level(e, c);
       } else if (k == "syscall_hooks") {

@@ -103,6 +103,9 @@ struct Config {
   std::string socket_path = "/run/iolens/iolens.sock";  ///< YAML key `socket`
   std::string socket_group;                             ///< empty: root only
   uint32_t drain_interval_ms = 1000;
+  /// `drain_piece`: a drain round walks the kernel's maps in pieces of about this long, the
+  /// control socket answered between them (docs/daemon.md#responsiveness). 1 ms to 1 s.
+  uint32_t drain_piece_ms = 20;
   /// `grace_period`: an ended job's series stay on /metrics this long (whole seconds).
   uint64_t grace_s = 120;
   std::string log_level = "info";  ///< trace, debug, info, warn or error

@@ -1002,6 +1002,7 @@ enum class BatchWalk {
   Done,         // every record visited
   Unsupported,  // the kernel refused the first batch: nothing visited (walk the keys instead)
   Failed,       // a later batch failed: the records before it were visited, the rest not
+  Paused,       // `stop` said so between two batches: `from` holds where to go on
 };
 
 /// Largest batch a walk asks for once it has grown: ~1 MB of file records (936 bytes each).
@@ -1010,15 +1011,19 @@ constexpr __u32 kMaxBatch = 1024;
 /// Walks a hash map a batch per syscall (BPF_MAP_LOOKUP_BATCH, Linux 5.6+), handing each batch
 /// to `visit(n)` (the first n of `keys` and `values`) before reading the next, so that the
 /// buffers hold one batch whatever the map holds. Deleting records of a batch already read is
-/// safe: the kernel's token is the next bucket to read.
-template <typename Key, typename Value, typename Visit>
-BatchWalk walk_batches(int fd, std::vector<Key>& keys, std::vector<Value>& values, Visit&& visit) {
+/// safe: the kernel's token is the next bucket to read. After each batch `stop()` may pause the
+/// walk: `from` then holds the token a later walk goes on from (a hash map never resizes, so
+/// every record present throughout is visited exactly once across the pieces).
+template <typename Key, typename Value, typename Visit, typename Stop>
+BatchWalk walk_batches(int fd, std::vector<Key>& keys, std::vector<Value>& values,
+                       Loader::WalkPosition& from, Visit&& visit, Stop&& stop) {
   LIBBPF_OPTS(bpf_map_batch_opts, opts);
   // Small first, then larger: most drains of `iolens run` read a handful of records, and 1024
   // file records (~1 MB) would be fresh memory (page faults) at every drain.
   __u32 batch = 64;
-  __u32 in = 0, out = 0;  // hash maps' batch token: a bucket index
-  bool first = true;
+  __u32 in = from.token, out = 0;  // hash maps' batch token: a bucket index
+  bool first = !from.resume;
+  from = {};
   for (;;) {
     if (keys.size() < batch) {
       // Fresh buffers, not grown ones: growing would copy records about to be overwritten.
@@ -1037,8 +1042,18 @@ BatchWalk walk_batches(int fd, std::vector<Key>& keys, std::vector<Value>& value
     if (err == -ENOENT) return BatchWalk::Done;  // the last batch
     in = out;
     first = false;
+    if (stop()) {
+      from = {true, in};
+      return BatchWalk::Paused;
+    }
     batch = std::max(batch, std::min<__u32>(batch * 2, kMaxBatch));
   }
+}
+
+template <typename Key, typename Value, typename Visit>
+BatchWalk walk_batches(int fd, std::vector<Key>& keys, std::vector<Value>& values, Visit&& visit) {
+  Loader::WalkPosition whole;
+  return walk_batches(fd, keys, values, whole, visit, [] { return false; });
 }
 
 /// Every record of a hash map, in batches. Returns false when the kernel cannot do batches (or
@@ -1116,7 +1131,8 @@ void Loader::delete_blocks(const std::vector<iolens_block_key>& keys) {
 }
 
 Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
-                     std::vector<iolens_file_key>* deferred) {
+                     std::vector<iolens_file_key>* deferred, WalkPosition* at,
+                     int64_t deadline_ns) {
   std::vector<iolens_file_key> final_keys;
   auto visit = [&](const iolens_file_key* keys, const Uninit<iolens_file_counters>* values,
                    std::size_t n) {
@@ -1162,10 +1178,14 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
   auto& keys = impl_->drain_keys;
   auto& values = impl_->drain_values;
   BatchWalk walk = BatchWalk::Unsupported;
+  WalkPosition whole;
+  WalkPosition& pos = at ? *at : whole;
   if (batch_ok_)
-    walk = walk_batches(map_fd, keys, values,
-                        [&](std::size_t n) { visit(keys.data(), values.data(), n); });
+    walk = walk_batches(
+        map_fd, keys, values, pos, [&](std::size_t n) { visit(keys.data(), values.data(), n); },
+        [&] { return at && deadline_ns > 0 && clock_ns(CLOCK_MONOTONIC) >= deadline_ns; });
   if (walk == BatchWalk::Unsupported) {
+    // (Never paused: this walk is whole.)
     batch_ok_ = false;
     // Key by key, the whole map first: deleting the key a walk stands on restarts the walk.
     std::vector<iolens_file_key> all_keys;
@@ -1186,13 +1206,15 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
 }
 
 Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink,
-                           std::vector<iolens_file_key>* deferred) {
-  return drain(bpf_map__fd(impl_->skel->maps.files), remove, sink, deferred);
+                           std::vector<iolens_file_key>* deferred, WalkPosition* at,
+                           int64_t deadline_ns) {
+  return drain(bpf_map__fd(impl_->skel->maps.files), remove, sink, deferred, at, deadline_ns);
 }
 
 Status Loader::drain_others(const RemovePredicate& remove, const RecordSink& sink,
-                            std::vector<iolens_file_key>* deferred) {
-  return drain(bpf_map__fd(impl_->skel->maps.others), remove, sink, deferred);
+                            std::vector<iolens_file_key>* deferred, WalkPosition* at,
+                            int64_t deadline_ns) {
+  return drain(bpf_map__fd(impl_->skel->maps.others), remove, sink, deferred, at, deadline_ns);
 }
 
 void Loader::delete_files(const std::vector<iolens_file_key>& keys) {

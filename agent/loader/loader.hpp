@@ -145,10 +145,22 @@ class Loader {
   /// `deferred`: when given, RemoveFinal records are reported removed but their keys are
   /// appended here instead of being deleted, so the caller can save its state first and delete
   /// them after (delete_files/delete_others): a crash in between cannot lose or double them.
+  ///
+  /// A walk in pieces: with `at`, the drain stops between two batches once CLOCK_MONOTONIC
+  /// passes `deadline_ns`, leaving in `*at` where the next drain given it goes on (`at->resume`
+  /// false: the walk reached the map's end, or failed). Every record in the map from the
+  /// first piece to the last is handed over exactly once; one created meanwhile may be or not.
+  /// Without `at`, the whole map.
+  struct WalkPosition {
+    bool resume = false;  // a walk is under way: the next piece starts at `token`
+    uint32_t token = 0;   // the kernel's batch token (a hash map's next bucket)
+  };
   Status drain_files(const RemovePredicate& remove, const RecordSink& sink,
-                     std::vector<iolens_file_key>* deferred = nullptr);
+                     std::vector<iolens_file_key>* deferred = nullptr,
+                     WalkPosition* at = nullptr, int64_t deadline_ns = 0);
   Status drain_others(const RemovePredicate& remove, const RecordSink& sink,
-                      std::vector<iolens_file_key>* deferred = nullptr);
+                      std::vector<iolens_file_key>* deferred = nullptr,
+                      WalkPosition* at = nullptr, int64_t deadline_ns = 0);
   void delete_files(const std::vector<iolens_file_key>& keys);
   /// The kernel sends each file's name once; after the agent forgot names (folded records),
   /// this makes it send them again if the files are used again. Entries of another
@@ -228,7 +240,7 @@ class Loader {
                                              Status& status, std::string& failed_prog,
                                              std::string& failed_line, PhaseTimes& times);
   Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
-               std::vector<iolens_file_key>* deferred);
+               std::vector<iolens_file_key>* deferred, WalkPosition* at, int64_t deadline_ns);
   Status attach_one(const std::string& name, bool pin);
   void set_program_state(const std::string& name, bool attached, const std::string& error);
   void delete_keys(int map_fd, const std::vector<iolens_file_key>& keys);

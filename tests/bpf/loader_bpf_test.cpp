@@ -52,6 +52,8 @@ class BpfTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
   virtual uint32_t max_records() const { return 65536; }
+  /// Files written by a child, drained three times with each disposition (whole, or in pieces).
+  void check_drain_hands_every_record_once(const std::string& prefix, bool in_pieces);
 
   /// Forks a waiting child, marks it traced (or not), releases it to run `body`.
   pid_t run_child(const std::function<void()>& body, bool traced = true) {
@@ -303,12 +305,12 @@ TEST_F(BpfTimingOffTest, CountsExactWithNoTime) {
 // reading the next, deleting records as it goes. 3,000 files, each written with its own byte
 // count, and a disposition per file chosen by the test: every record must be handed over
 // exactly once with its own count, removed ones never again, deferred ones until deleted.
-TEST_F(BpfTest, DrainHandsEveryRecordOnceAcrossBatches) {
+void BpfTest::check_drain_hands_every_record_once(const std::string& prefix, bool in_pieces) {
   constexpr int kFiles = 3000;
   const pid_t pid = run_child([&] {
     std::string data(5, 'x');
     for (int i = 0; i < kFiles; ++i) {
-      const std::string p = path("f" + std::to_string(i));
+      const std::string p = path(prefix + std::to_string(i));
       const int fd = open(p.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
       if (fd < 0 || write(fd, data.data(), static_cast<size_t>(i % 5 + 1)) != i % 5 + 1) _exit(1);
       close(fd);
@@ -317,7 +319,7 @@ TEST_F(BpfTest, DrainHandsEveryRecordOnceAcrossBatches) {
   std::map<uint64_t, uint64_t> written;  // inode -> bytes, from the files themselves
   for (int i = 0; i < kFiles; ++i) {
     struct stat sb {};
-    ASSERT_EQ(stat(path("f" + std::to_string(i)).c_str(), &sb), 0);
+    ASSERT_EQ(stat(path(prefix + std::to_string(i)).c_str(), &sb), 0);
     written[sb.st_ino] = static_cast<uint64_t>(sb.st_size);
   }
   ASSERT_EQ(written.size(), static_cast<size_t>(kFiles));
@@ -337,17 +339,28 @@ TEST_F(BpfTest, DrainHandsEveryRecordOnceAcrossBatches) {
       if (k.tgid != static_cast<uint32_t>(pid) || !written.count(k.ino) || !by_test) return D::Keep;
       return disposition(c.bytes_written);
     };
-    auto st = loader_->drain_files(
-        remove,
-        [&](const iolens_file_key& k, const iolens_file_counters& c, bool removed) {
-          if (k.tgid != static_cast<uint32_t>(pid) || !written.count(k.ino)) return;
-          Seen& s = seen[k.ino];
-          ++s.times;
-          s.removed = removed;
-          s.bytes = c.bytes_written;
-        },
-        deferred);
-    EXPECT_TRUE(st.ok) << st.message;
+    auto sink = [&](const iolens_file_key& k, const iolens_file_counters& c, bool removed) {
+      if (k.tgid != static_cast<uint32_t>(pid) || !written.count(k.ino)) return;
+      Seen& s = seen[k.ino];
+      ++s.times;
+      s.removed = removed;
+      s.bytes = c.bytes_written;
+    };
+    if (!in_pieces) {
+      auto st = loader_->drain_files(remove, sink, deferred);
+      EXPECT_TRUE(st.ok) << st.message;
+      return seen;
+    }
+    Loader::WalkPosition at;
+    int pieces = 0;
+    do {
+      auto st = loader_->drain_files(remove, sink, deferred, &at, 1);
+      EXPECT_TRUE(st.ok) << st.message;
+      ++pieces;
+    } while (at.resume && pieces < 1000);
+    // 3,000 of ours and whatever else the map holds, at most 1,024 a batch.
+    EXPECT_GE(pieces, 3);
+    EXPECT_FALSE(at.resume);
     return seen;
   };
   std::vector<iolens_file_key> deferred;
@@ -379,6 +392,16 @@ TEST_F(BpfTest, DrainHandsEveryRecordOnceAcrossBatches) {
     const D d = disposition(bytes);
     EXPECT_EQ(third.count(ino), d == D::RemoveLive || d == D::RemoveFinal ? 0u : 1u)
         << "inode " << ino;
+  }
+}
+
+
+// Whole, and in pieces (a deadline already passed: the walk pauses after each batch and goes
+// on from where it stood, as the daemon's loop does between answers).
+TEST_F(BpfTest, DrainHandsEveryRecordOnceAcrossBatches) {
+  for (const bool in_pieces : {false, true}) {
+    SCOPED_TRACE(in_pieces ? "in pieces" : "whole");
+    check_drain_hands_every_record_once(in_pieces ? "p" : "w", in_pieces);
   }
 }
 

@@ -47,17 +47,19 @@ import e2e_common as E  # noqa: E402
 NFILES = 20000
 SIZE = 100
 COUNT_FILES = 2000
+SHORT_JOBS = 12
+SHORT_FILES = 5
 
 
-def job_totals_check(ck, doc, manifest, pid, cg_abs, where):
+def job_totals_check(ck, doc, manifest, pid, cg_abs, where, nfiles=NFILES):
     t = manifest["totals"]
     mv = D.self_move_write(pid, cg_abs)
     moved = [f for f in doc["files"] if f.get("path") == mv["path"]]
     for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
         ck.eq("%s: job.totals.%s (the workload's own count)" % (where, k),
               t[k] + (mv[k] if moved else 0), doc["job"]["totals"].get(k))
-    ck.eq("%s: distinct files" % where, NFILES + len(moved), doc["job"].get("files"))
-    ck.eq("%s: file records (none folded)" % where, NFILES + len(moved), len(doc["files"]))
+    ck.eq("%s: distinct files" % where, nfiles + len(moved), doc["job"].get("files"))
+    ck.eq("%s: file records (none folded)" % where, nfiles + len(moved), len(doc["files"]))
     D.check_lost_zero(ck, doc, where)
     return t, mv, moved
 
@@ -138,6 +140,50 @@ def map_count(ck, d, cg, args, data):
     d.wait_record(ck, job_id, timeout=60)
 
 
+def short_jobs_during_pieces(ck, d, cg, args, data):
+    """A drain round over a big map goes in pieces, the loop answering between them
+    (docs/daemon.md#responsiveness). A job closes in the middle of one: part of the map was read
+    before its process exited, so it is written only after a round begun after its close. Short
+    jobs, one after the other, while a live process holds NFILES records (each round then takes
+    several pieces): every record holds exactly what its workload did."""
+    hold = "resp/hold"
+    cg.mkdir(hold)
+    d.wait_live(ck, ["cgroup" + cg.rel(hold)])
+    os.makedirs(data + "/hold")
+    holder = D.run_in_cgroup(cg.abs(hold), [args.workload, "many", data + "/hold", str(NFILES),
+                                            str(SIZE), "--gate-end"], stdin=subprocess.PIPE)
+    D.read_json_line(ck, holder, "job_workload many --gate-end (holder)", timeout=120)
+    wait_drains(ck, d, 2)
+    most_pieces = 0
+    jobs = []
+    for i in range(SHORT_JOBS):
+        sub = "resp/short%d" % i
+        cg.mkdir(sub)
+        job_id = "cgroup" + cg.rel(sub)
+        d.wait_live(ck, [job_id])
+        os.makedirs("%s/short%d" % (data, i))
+        p = D.run_in_cgroup(cg.abs(sub), [args.workload, "many", "%s/short%d" % (data, i),
+                                          str(SHORT_FILES), str(SIZE)])
+        m = D.finish_workload(ck, p, "job_workload many in " + sub, timeout=60)
+        cg.rmdir(sub)
+        jobs.append((job_id, p.pid, cg.abs(sub), m))
+        most_pieces = max(most_pieces, (d.status() or {}).get("drain", {}).get("last_pieces", 0))
+    for job_id, pid, cg_abs, m in jobs:
+        doc = d.wait_record(ck, job_id, timeout=60)
+        if m is None or doc is None or not D.check_record_shape(ck, doc, job_id):
+            continue
+        job_totals_check(ck, doc, m, pid, cg_abs, job_id, nfiles=SHORT_FILES)
+    D.log("drain rounds with a %d-record process alive: up to %d pieces" % (NFILES, most_pieces))
+    # Else the rounds were whole and this tested nothing about pieces.
+    ck.check(most_pieces >= 2, "no drain round went in pieces with %d records in the map (%d)"
+             % (NFILES, most_pieces))
+    holder.stdin.write(b"\n")
+    holder.stdin.flush()
+    D.finish_workload(ck, holder, "job_workload many --gate-end (holder)", timeout=60)
+    cg.rmdir(hold)
+    d.wait_record(ck, "cgroup" + cg.rel(hold), timeout=60)
+
+
 def closed_job_record(ck, d, job_id, t, mv, moved):
     """A closed job's record is handed to the client as a descriptor (docs/control.md#job): the
     loop no longer parses a big record for each page (6 s a request for a 163 MB one, during
@@ -212,11 +258,14 @@ def main():
     data = D.tempdir("resp", base=os.environ.get("IOLENS_E2E_MANY_TMP", "/dev/shm"))
     rules = '  - cgroup: {paths: ["%s/resp/*"]}' % cg.prefix
     # Sized so that the burst of new files loses nothing (as daemon_limits), and no file folds.
+    # Pieces of 5 ms: a round over NFILES records goes in several on any machine.
     d = D.Daemon(args.iolensd, rules, args=["--max-files-per-job", str(2 * NFILES)], tag="resp",
                  iolens=args.iolens,
-                 extra_config="limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n")
+                 extra_config="drain_piece: 5ms\nlimits:\n  kernel_file_records: 262144\n"
+                              "  ring_size: 64MiB\n")
     d.start(ck)
     map_count(ck, d, cg, args, data)
+    short_jobs_during_pieces(ck, d, cg, args, data)
     sub = "resp/big"
     job_id, p, manifest = run_job(ck, d, cg, args, data, sub)
     if manifest is None:

@@ -273,6 +273,9 @@ limits: {kernel_file_records: 4294967295, max_records: "18446744073709551615"}
   EXPECT_EQ(c.limits.max_records, 18446744073709551615ull);
   EXPECT_EQ(parsed(kJobs + "drain_interval: 49d").drain_interval_ms, 49u * 86400000);
   EXPECT_EQ(parsed(kJobs + "drain_interval: 4294967295ms").drain_interval_ms, 4294967295u);
+  EXPECT_EQ(parsed(kJobs).drain_piece_ms, 20u);
+  EXPECT_EQ(parsed(kJobs + "drain_piece: 5ms").drain_piece_ms, 5u);
+  EXPECT_EQ(parsed(kJobs + "drain_piece: 1s").drain_piece_ms, 1000u);
 }
 
 TEST(JobsConfig, PackagedExampleParsesClean) {
@@ -443,6 +446,10 @@ TEST(JobsConfigErrors, SizesAndDurations) {
             "t.yaml:4:3: rotation.max_age: expected a positive duration, got '0d'");
   EXPECT_EQ(error_of(kJobs + "rotation:\n  max_age: 1500ms\n"),
             "t.yaml:4:3: rotation.max_age: expected a whole number of seconds, got '1500ms'");
+  EXPECT_EQ(error_of(kJobs + "drain_piece: 1001ms\n"),
+            "t.yaml:3:1: drain_piece: expected at most 1s, got '1001ms'");
+  EXPECT_EQ(error_of(kJobs + "drain_piece: 0ms\n"),
+            "t.yaml:3:1: drain_piece: expected a positive duration, got '0ms'");
   EXPECT_EQ(error_of(kJobs + "drain_interval: soon\n"),
             "t.yaml:3:1: drain_interval: " + duration + ", got 'soon'");
   EXPECT_EQ(error_of(kJobs + "drain_interval: 0ms\n"),
