@@ -71,7 +71,9 @@ def measure(iolensd, workload, nfiles):
                             (w, dr.get("count", 0) - pdr.get("count", 0), dr.get("last_us", 0) / 1e3,
                              dr.get("last_pieces", 1), dr.get("last_longest_piece_us",
                                                               dr.get("last_us", 0)) / 1e3,
-                             sv.get("saves", 0) - psv.get("saves", 0), sv.get("last_us", 0) / 1e3))
+                             sv.get("saves", 0) - psv.get("saves", 0), sv.get("last_us", 0) / 1e3)
+                            + ("" if "last_in_loop_us" not in sv else
+                               " (%.0f ms of it in the loop)" % (sv["last_in_loop_us"] / 1e3)))
             prev = st or prev
             time.sleep(0.02)
     th = threading.Thread(target=poll)

@@ -41,6 +41,7 @@
 #include "daemon/record_writer.hpp"
 #include "daemon/runs.hpp"
 #include "daemon/state_file.hpp"
+#include "daemon/state_saver.hpp"
 #include "daemon/metrics_server.hpp"
 #include "exporters/darshan_log.hpp"
 #include "iolens_abi.h"
@@ -150,7 +151,15 @@ class Daemon {
   void hooks_policy();
   void note_new_jobs();
   void stop_clean();
-  void checkpoint(bool force = false);
+  /// Gathers the state and hands it to saver_ when a save is due (or `force`). Returns false
+  /// when one was due and could not be started (a save still under way: the caller tries
+  /// again).
+  bool checkpoint(bool force = false);
+  /// Takes a finished save's outcome: the final records it holds leave the kernel, the
+  /// pressure marker goes if no live record was taken since it was gathered.
+  void collect_saved();
+  /// Waits for the save under way, if any, and takes its outcome (stop, hand-over).
+  void finish_save();
   void publish_metrics(bool force = false);
   core::DaemonHealth health();
   loader::Loader::Disposition unknown_disposition(const core::ProcKey& p, int64_t now);
@@ -304,6 +313,20 @@ class Daemon {
   bool always_live_saves_ = false;
   int64_t last_save_failed_mono_ = INT64_MIN / 2;
   static constexpr int64_t kSaveRetryEvery = 1'000'000'000;  // ns, after a failed save
+  // The state is encoded and written by a thread (docs/daemon.md#restart-without-loss), one
+  // save at a time; what a save under way holds, so that its outcome is applied to that only.
+  std::unique_ptr<StateSaver> saver_;
+  struct SaveUnderWay {
+    bool with_live = false;
+    std::size_t pending_files = 0;   // the first this many of pending_files_ are in it as final
+    std::size_t pending_others = 0;  // the same for pending_others_
+    uint64_t live_taken = 0;         // live_taken_ when it was gathered
+    int64_t gathered_mono = 0;
+    int64_t gather_ns = 0;           // the loop's time gathering it
+  };
+  std::optional<SaveUnderWay> save_under_way_;
+  uint64_t live_taken_ = 0;  // records taken live (RemoveLive) by this daemon
+  uint64_t last_save_loop_us_ = 0;  // the loop's part of the last save (gathering, collecting)
   uint64_t checkpoints_ = 0;
   uint64_t checkpoint_failures_ = 0;
   uint64_t last_checkpoint_us_ = 0;
@@ -425,6 +448,7 @@ bool Daemon::setup() {
                     cfg_.state_dir, std::strerror(errno));
       return false;
     }
+    saver_ = std::make_unique<StateSaver>(state_dir_fd_, kStateTmpName, kStateName);
   }
   std::optional<gid_t> group;
   if (!cfg_.socket_group.empty()) {
@@ -752,9 +776,10 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   // state would lose what they gained since the last one. The marker, made before the first of
   // them is taken (mark_pressure), lets the next daemon say so (docs/daemon.md). Saves leave
   // live counts out while no live record can be taken (checkpoint()): once one may be, none is
-  // taken until a save holds them, made at the end of this round (its walk has just refreshed
-  // them; a save before it would hold none after a restart), so that what a crash can lose is
-  // what they gained since. Asked at each piece: a save between two pieces may leave them out.
+  // taken until a save that holds them is on disk, gathered at the end of this round (its walk
+  // has just refreshed them; a save before it would hold none after a restart), so that what a
+  // crash can lose is what they gained since. Asked at each piece: a save gathered between two
+  // pieces may leave them out.
   // The map's fill as the piece begins decides whether idle live records are taken.
   const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
   const bool may_take_live = last_save_live_ || always_live_saves_;
@@ -774,6 +799,7 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
         !core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
       return D::Keep;
     mark_pressure();  // before the loader takes it out
+    ++live_taken_;
     return D::RemoveLive;
   };
   uint64_t moved = 0;
@@ -890,16 +916,18 @@ void Daemon::drain_blocks(int64_t now) {
   state_dirty_ = true;
 }
 
-void Daemon::checkpoint(bool force) {
+bool Daemon::checkpoint(bool force) {
+  collect_saved();
   if (!state_dirty_ && !live_save_due_ && pending_files_.empty() && pending_others_.empty())
-    return;
+    return true;
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   // Saving costs (a recorder holds ~700 bytes a record): at most every kCheckpointEvery,
   // unless the ring has run far enough that a replay could no longer reach the saved point.
   const uint64_t ring_run = loader_->ring_consumer_pos() - last_checkpoint_pos_;
   if (!force && t0 - last_checkpoint_mono_ < kCheckpointEvery &&
       ring_run < loader_->ring_size() / 2)
-    return;
+    return true;
+  if (save_under_way_) return false;  // one at a time: what changed since waits for the next
   nlohmann::json st;
   st["format"] = 1;
   st["abi"] = IOLENS_ABI_VERSION;
@@ -928,54 +956,78 @@ void Daemon::checkpoint(bool force) {
   nlohmann::json bases = nlohmann::json::object();
   for (const auto& [id, b] : job_loss_base_) bases[id] = b;
   st["job_loss_base"] = bases;
-  const std::optional<std::vector<uint8_t>> encoded = encode_state(st);
-  if (!encoded) {
-    ++checkpoint_failures_;
-    last_save_failed_mono_ = clock_ns(CLOCK_MONOTONIC);
-    spdlog::error("cannot compress the state");
-    return;
-  }
-  const std::vector<uint8_t>& bytes = *encoded;
-  bool ok = false;
-  // Created afresh (a file or link left at the temporary's name is removed, never written
-  // through), then renamed over state.cbor, all inside the checked state directory.
-  const int fd = core::create_fresh(state_dir_fd_, kStateTmpName, 0600);
-  if (fd >= 0) {
-    size_t off = 0;
-    while (off < bytes.size()) {
-      const ssize_t n = write(fd, bytes.data() + off, bytes.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
-    }
-    ok = off == bytes.size() && fsync(fd) == 0;
-    close(fd);
-    ok = ok && renameat(state_dir_fd_, kStateTmpName, state_dir_fd_, kStateName) == 0;
-  }
-  if (!ok) {
-    // Without a saved state, deleting the records would risk them: keep them in the kernel.
-    const int err = errno;
-    last_save_failed_mono_ = clock_ns(CLOCK_MONOTONIC);
+  // What changes from here on is for the next save; this one's outcome is taken by
+  // collect_saved(). A save without the live counts on its way: no live record is taken from
+  // now (the one on disk may hold them, the next will not).
+  save_under_way_ = SaveUnderWay{with_live, pending_files_.size(), pending_others_.size(),
+                                 live_taken_, t0, 0};
+  if (!with_live) last_save_live_ = false;
+  state_dirty_ = false;
+  last_checkpoint_mono_ = t0;
+  last_checkpoint_pos_ = st["ring_pos"].get<uint64_t>();
+  saver_->submit(std::move(st));
+  save_under_way_->gather_ns = clock_ns(CLOCK_MONOTONIC) - t0;
+  return true;
+}
+
+void Daemon::collect_saved() {
+  if (!save_under_way_) return;
+  const std::optional<StateSaved> r = saver_->take();
+  if (!r) return;  // still being written
+  const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  const SaveUnderWay s = *save_under_way_;
+  save_under_way_.reset();
+  if (!r->ok) {
+    // Without a saved state, deleting the records would risk them: they stay in the kernel,
+    // and what the save held is saved by the next (after a failure, at most once a second).
+    state_dirty_ = true;
+    last_save_failed_mono_ = t0;
     if (checkpoint_failures_++ % 60 == 0)
-      spdlog::error("cannot save state to {}: {}", state_path(), std::strerror(err));
+      spdlog::error("cannot save state to {}: {}", state_path(), r->error);
     return;
   }
   ++checkpoints_;
-  last_save_live_ = with_live;
-  if (with_live) live_save_due_ = false;
-  state_dirty_ = false;
-  if (pressure_marked_) {
+  if (s.with_live) {
+    last_save_live_ = true;
+    live_save_due_ = false;
+  }
+  // Every live record taken before the gathering is in the saved state: the marker's window
+  // is closed, unless records were taken since (then the next save closes it).
+  if (pressure_marked_ && live_taken_ == s.live_taken) {
     unlinkat(state_dir_fd_, kMarkerName, 0);
     pressure_marked_ = false;
   }
-  last_checkpoint_mono_ = t0;
-  last_checkpoint_pos_ = st["ring_pos"].get<uint64_t>();
-  loader_->delete_files(pending_files_);
-  loader_->delete_others(pending_others_);
-  pending_files_.clear();
-  pending_others_.clear();
+  // The final records this save holds leave the kernel now; those reported final since wait
+  // for the next save.
+  auto release = [](std::vector<iolens_file_key>& pending, std::size_t n, auto&& del) {
+    n = std::min(n, pending.size());
+    if (n == 0) return;
+    if (n == pending.size()) {
+      del(pending);
+      pending.clear();
+      return;
+    }
+    const std::vector<iolens_file_key> saved(pending.begin(),
+                                             pending.begin() + static_cast<std::ptrdiff_t>(n));
+    del(saved);
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(n));
+  };
+  release(pending_files_, s.pending_files,
+          [&](const std::vector<iolens_file_key>& k) { loader_->delete_files(k); });
+  release(pending_others_, s.pending_others,
+          [&](const std::vector<iolens_file_key>& k) { loader_->delete_others(k); });
   pending_set_.clear();
-  last_checkpoint_us_ = static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC) - t0) / 1000;
+  pending_set_.insert(pending_files_.begin(), pending_files_.end());
+  pending_set_.insert(pending_others_.begin(), pending_others_.end());
+  last_checkpoint_us_ = static_cast<uint64_t>(r->finished_ns - s.gathered_mono) / 1000;
+  last_save_loop_us_ =
+      static_cast<uint64_t>(s.gather_ns + (clock_ns(CLOCK_MONOTONIC) - t0)) / 1000;
+}
+
+void Daemon::finish_save() {
+  if (!save_under_way_) return;
+  saver_->wait();
+  collect_saved();
 }
 
 void Daemon::resume() {
@@ -1236,8 +1288,7 @@ void Daemon::collect_written(bool save) {
   // restart does not write them a second time. Not inside a request: its next pass does it.
   if (save && save_written_) {
     state_dirty_ = true;
-    checkpoint(true);
-    save_written_ = false;
+    if (checkpoint(true)) save_written_ = false;  // else a save is under way: the next pass
   }
 }
 
@@ -1434,7 +1485,8 @@ nlohmann::json Daemon::status_json() {
   j["restart"] = restart_;
   j["restart"]["note"] = pins.discarded;
   j["state"] = {{"path", state_path()}, {"saves", checkpoints_}, {"failures", checkpoint_failures_},
-                {"last_us", last_checkpoint_us_}};
+                {"last_us", last_checkpoint_us_}, {"last_in_loop_us", last_save_loop_us_},
+                {"under_way", save_under_way_.has_value()}};
   if (metrics_)
     j["metrics"] = {{"listen", cfg_.metrics.listen}, {"ports", metrics_->ports()},
                     {"scrapes", metrics_->scrapes()}, {"jobs_retained", retained_.size()}};
@@ -2048,6 +2100,7 @@ void Daemon::stop_clean() {
   }
   records_->wait_idle();
   collect_written(false);  // no save: the state goes below
+  finish_save();  // the saver's rename must not bring it back after the unlink
   loader_->unpin_all();
   unlinkat(state_dir_fd_, kStateName, 0);  // it described kernel state that is gone now
   if (run_cg_) {
@@ -2078,6 +2131,7 @@ int Daemon::run() {
       if (Status s = loader_->scan_tasks(); !s) spdlog::warn("{}", s.message);
     }
     loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+    collect_saved();
     reconcile();
     retry_selection();
     service_capture(clock_ns(CLOCK_MONOTONIC));
@@ -2137,8 +2191,10 @@ int Daemon::run() {
           drain();
           records_->wait_idle();  // the next daemon would write them a second time
           collect_written(false);
+          finish_save();
           state_dirty_ = true;
           checkpoint(true);
+          finish_save();  // on disk before the next daemon reads it
           return 0;
         }
         spdlog::info("signal {}: stopping", strsignal(static_cast<int>(si.ssi_signo)));

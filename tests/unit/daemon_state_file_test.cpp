@@ -4,9 +4,17 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "daemon/state_file.hpp"
+#include "daemon/state_saver.hpp"
 #include "loader/loader.hpp"
 
 using iolens::daemon::decode_state;
@@ -140,4 +148,71 @@ TEST(StateFile, TruncationsAndDamageAreRefused) {
   // Garbage after the header, and valid zlib around bytes that are not CBOR.
   refused(header(100, std::string(40, '\xff')), "damaged");
   refused(wrapped({0xff, 0xff, 0x00}), "not valid CBOR");
+}
+
+namespace {
+
+class StateSaverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/iolens-state-saver-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    fd_ = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(fd_, 0);
+  }
+  void TearDown() override {
+    close(fd_);
+    std::filesystem::remove_all(dir_);
+  }
+  std::string read(const std::string& name) const {
+    std::ifstream in(dir_ + "/" + name);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  std::string dir_;
+  int fd_ = -1;
+};
+
+}  // namespace
+
+TEST_F(StateSaverTest, TheThreadWritesAStateThatDecodesToWhatWasSubmitted) {
+  iolens::daemon::StateSaver saver(fd_, "state.tmp", "state");
+  EXPECT_FALSE(saver.busy());
+  EXPECT_FALSE(saver.take());
+  saver.submit(good_state());
+  EXPECT_TRUE(saver.busy());
+  saver.wait();
+  EXPECT_TRUE(saver.busy());  // finished, not yet taken
+  const auto r = saver.take();
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->ok) << r->error;
+  EXPECT_FALSE(saver.busy());
+  const std::string bytes = read("state");
+  EXPECT_EQ(r->bytes, bytes.size());
+  nlohmann::json st;
+  std::string error;
+  ASSERT_TRUE(decode_state(bytes, st, error)) << error;
+  EXPECT_EQ(st, good_state());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/state.tmp"));
+}
+
+TEST_F(StateSaverTest, AFailedSaveSaysWhyAndLeavesTheLastStateAlone) {
+  iolens::daemon::StateSaver saver(fd_, "state.tmp", "state");
+  saver.submit(good_state());
+  saver.wait();
+  ASSERT_TRUE(saver.take()->ok);
+  const std::string before = read("state");
+  // The temporary's name taken by a non-empty directory: it can be neither removed nor created.
+  std::filesystem::create_directories(dir_ + "/state.tmp/x");
+  nlohmann::json other = good_state();
+  other["ring_pos"] = uint64_t{8192};
+  saver.submit(other);
+  saver.wait();
+  const auto r = saver.take();
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
+  EXPECT_NE(r->error.find("state.tmp"), std::string::npos) << r->error;
+  EXPECT_EQ(read("state"), before);
 }

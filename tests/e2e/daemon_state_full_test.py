@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""e2e: iolensd's state directory full (ENOSPC): the save fails, is counted, and nothing is lost.
+
+The state is saved by a thread of its own (docs/daemon.md#restart-without-loss); the records of
+exited processes leave the kernel's map only once a save that holds them is on disk. Here the
+state directory is a small tmpfs, filled up (a filler file) while jobs run; ground truth is each
+workload's own tally (`job_workload many DIR N SIZE`: N files created, written, read, unlinked).
+
+1. Filled, a job runs whole (its process exits): the next saves fail. `status` counts them
+   (`state.failures`), the log says so, and the exited process's final records stay in the
+   kernel (bpftool counts the pinned map: at least N entries). Space freed, a save succeeds and
+   deletes them (the map back under N). The job's record holds the workload's totals exactly.
+2. Filled again, a second job runs whole, saves fail, and iolensd is killed (SIGKILL) before any
+   succeeds; space freed and restarted, the new daemon finds the records still in the kernel and
+   writes the job's record with the workload's totals exactly.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.dont_write_bytecode = True
+import daemon_common as D  # noqa: E402
+import e2e_common as E  # noqa: E402
+
+NFILES = 300
+SIZE = 100
+
+
+def kernel_files_entries(d):
+    """Entries of the daemon's pinned `files` map, counted by bpftool (not by iolens)."""
+    out = subprocess.run(["bpftool", "-j", "map", "dump", "pinned", os.path.join(d.pin_dir, "files")],
+                         capture_output=True, timeout=120)
+    try:
+        return len(json.loads(out.stdout))
+    except ValueError:
+        D.log("bpftool map dump: exit %d, %s" % (out.returncode, out.stderr[-500:]))
+        return None
+
+
+def fill(path):
+    """Writes a filler file into `path` until the file system is full."""
+    filler = os.path.join(path, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (65536, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def failures(d):
+    return ((d.status() or {}).get("state") or {}).get("failures", 0)
+
+
+def saves(d):
+    return ((d.status() or {}).get("state") or {}).get("saves", 0)
+
+
+def run_job(ck, d, cg, args, data, sub):
+    cg.mkdir(sub)
+    job_id = "cgroup" + cg.rel(sub)
+    d.wait_live(ck, [job_id])
+    os.makedirs(os.path.join(data, sub.replace("/", "_")))
+    p = D.run_in_cgroup(cg.abs(sub), [args.workload, "many", os.path.join(data, sub.replace("/", "_")),
+                                      str(NFILES), str(SIZE)])
+    m = D.finish_workload(ck, p, "job_workload many in " + sub, timeout=60)
+    return job_id, p.pid, m
+
+
+def check_record(ck, d, cg, job_id, pid, sub, m, where):
+    doc = d.wait_record(ck, job_id, timeout=60)
+    if m is None or doc is None or not D.check_record_shape(ck, doc, job_id):
+        return
+    mv = D.self_move_write(pid, cg.abs(sub))
+    moved = [f for f in doc["files"] if f.get("path") == mv["path"]]
+    for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
+        ck.eq("%s: job.totals.%s (the workload's own count)" % (where, k),
+              m["totals"][k] + (mv[k] if moved else 0), doc["job"]["totals"].get(k))
+    ck.eq("%s: distinct files" % where, NFILES + len(moved), doc["job"].get("files"))
+
+
+def main():
+    args = D.parse_args()
+    D.require_root()
+    ck = E.Checker("daemon_state_full")
+    cg = D.Cgroups()
+    data = D.tempdir("state-full", base="/dev/shm")
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/sf/*"]}' % cg.prefix, tag="sf")
+    os.makedirs(d.state_dir, mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", d.state_dir],
+                   check=True)
+    D.Cleanup.register("unmount the state tmpfs",
+                       lambda: subprocess.run(["umount", "-l", d.state_dir]))
+    d.start(ck)
+
+    # 1. Saves fail while the directory is full; the final records wait in the kernel.
+    filler = fill(d.state_dir)
+    base_fail = failures(d)
+    sub = "sf/a"
+    job_id, pid, m = run_job(ck, d, cg, args, data, sub)
+    ck.check(D.wait_for("a failed save", lambda: failures(d) > base_fail, 30),
+             "no failed save counted within 30 s with the state directory full")
+    entries = kernel_files_entries(d)
+    ck.check(entries is not None and entries >= NFILES,
+             "full: %s entries in the kernel's map, fewer than the exited process's %d records "
+             "(deleted without a save that holds them)" % (entries, NFILES))
+    with open(d.log_path, "rb") as f:
+        ck.check(b"cannot save state" in f.read(), "no 'cannot save state' in the daemon's log")
+    os.unlink(filler)
+    base_saves = saves(d)
+    ck.check(D.wait_for("a save after the space came back", lambda: saves(d) > base_saves, 30),
+             "no save within 30 s of freeing the state directory")
+    ck.check(D.wait_for("the final records deleted",
+                        lambda: (kernel_files_entries(d) or 0) < NFILES, 30),
+             "the exited process's records still in the kernel 30 s after a save")
+    cg.rmdir(sub)
+    check_record(ck, d, cg, job_id, pid, sub, m, "after a failed save")
+
+    # 2. Killed while saves fail: the restarted daemon finds the records in the kernel.
+    filler = fill(d.state_dir)
+    base_fail = failures(d)
+    sub = "sf/b"
+    job_id, pid, m = run_job(ck, d, cg, args, data, sub)
+    ck.check(D.wait_for("a failed save", lambda: failures(d) > base_fail, 30),
+             "no failed save counted within 30 s with the state directory full (2)")
+    d.kill9()
+    os.unlink(filler)
+    d.restart(ck)
+    cg.rmdir(sub)
+    check_record(ck, d, cg, job_id, pid, sub, m, "killed while saves failed")
+    rc, _ = d.stop()
+    ck.eq("iolensd exit code", 0, rc)
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
