@@ -475,6 +475,17 @@ class Daemon:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
+    def kernel_map_entries(self, name="files"):
+        """Entries of one of the daemon's pinned maps, counted by bpftool (not by iolens);
+        None if bpftool could not."""
+        out = subprocess.run(["bpftool", "-j", "map", "dump", "pinned",
+                              os.path.join(self.pin_dir, name)], capture_output=True, timeout=120)
+        try:
+            return len(json.loads(out.stdout))
+        except ValueError:
+            log("bpftool map dump: exit %d, %s" % (out.returncode, out.stderr[-500:]))
+            return None
+
     def _cleanup(self):
         if self.alive():
             self.proc.kill()

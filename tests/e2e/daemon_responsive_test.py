@@ -74,18 +74,6 @@ def run_job(ck, d, cg, args, data, sub):
     return job_id, p, D.finish_workload(ck, p, "job_workload many in " + sub, timeout=120)
 
 
-def kernel_files_entries(d):
-    """Entries of the daemon's pinned `files` map, counted by bpftool (not by iolens)."""
-    pin = os.path.join(d.pin_dir, "files")
-    out = subprocess.run(["bpftool", "-j", "map", "dump", "pinned", pin], capture_output=True,
-                         timeout=120)
-    try:
-        return len(json.loads(out.stdout))
-    except ValueError:
-        D.log("bpftool map dump: exit %d, %s" % (out.returncode, out.stderr[-500:]))
-        return None
-
-
 def status_entries(d):
     st = d.status() or {}
     files = [m for m in st.get("maps", []) if m.get("name") == "files"]
@@ -99,7 +87,7 @@ def same_entries(ck, d, where):
     for _ in range(5):
         got, saves = status_entries(d)
         t = time.monotonic()
-        truth = kernel_files_entries(d)
+        truth = d.kernel_map_entries("files")
         D.log("bpftool took %.2f s" % (time.monotonic() - t))
         if status_entries(d)[1] == saves:
             break

@@ -15,7 +15,6 @@ workload's own tally (`job_workload many DIR N SIZE`: N files created, written, 
    succeeds; space freed and restarted, the new daemon finds the records still in the kernel and
    writes the job's record with the workload's totals exactly.
 """
-import json
 import os
 import subprocess
 import sys
@@ -27,17 +26,6 @@ import e2e_common as E  # noqa: E402
 
 NFILES = 300
 SIZE = 100
-
-
-def kernel_files_entries(d):
-    """Entries of the daemon's pinned `files` map, counted by bpftool (not by iolens)."""
-    out = subprocess.run(["bpftool", "-j", "map", "dump", "pinned", os.path.join(d.pin_dir, "files")],
-                         capture_output=True, timeout=120)
-    try:
-        return len(json.loads(out.stdout))
-    except ValueError:
-        D.log("bpftool map dump: exit %d, %s" % (out.returncode, out.stderr[-500:]))
-        return None
 
 
 def fill(path):
@@ -75,6 +63,17 @@ def run_job(ck, d, cg, args, data, sub):
     return job_id, p.pid, m
 
 
+def job_while_full(ck, d, cg, args, data, sub):
+    """The state directory filled, a job run whole, and a failed save waited for: (the filler,
+    job id, pid, manifest)."""
+    filler = fill(d.state_dir)
+    base = failures(d)
+    job_id, pid, m = run_job(ck, d, cg, args, data, sub)
+    ck.check(D.wait_for("a failed save", lambda: failures(d) > base, 30),
+             "%s: no failed save counted within 30 s with the state directory full" % sub)
+    return filler, job_id, pid, m
+
+
 def check_record(ck, d, cg, job_id, pid, sub, m, where):
     doc = d.wait_record(ck, job_id, timeout=60)
     if m is None or doc is None or not D.check_record_shape(ck, doc, job_id):
@@ -102,13 +101,9 @@ def main():
     d.start(ck)
 
     # 1. Saves fail while the directory is full; the final records wait in the kernel.
-    filler = fill(d.state_dir)
-    base_fail = failures(d)
     sub = "sf/a"
-    job_id, pid, m = run_job(ck, d, cg, args, data, sub)
-    ck.check(D.wait_for("a failed save", lambda: failures(d) > base_fail, 30),
-             "no failed save counted within 30 s with the state directory full")
-    entries = kernel_files_entries(d)
+    filler, job_id, pid, m = job_while_full(ck, d, cg, args, data, sub)
+    entries = d.kernel_map_entries("files")
     ck.check(entries is not None and entries >= NFILES,
              "full: %s entries in the kernel's map, fewer than the exited process's %d records "
              "(deleted without a save that holds them)" % (entries, NFILES))
@@ -119,18 +114,14 @@ def main():
     ck.check(D.wait_for("a save after the space came back", lambda: saves(d) > base_saves, 30),
              "no save within 30 s of freeing the state directory")
     ck.check(D.wait_for("the final records deleted",
-                        lambda: (kernel_files_entries(d) or 0) < NFILES, 30),
+                        lambda: (d.kernel_map_entries("files") or 0) < NFILES, 30),
              "the exited process's records still in the kernel 30 s after a save")
     cg.rmdir(sub)
     check_record(ck, d, cg, job_id, pid, sub, m, "after a failed save")
 
     # 2. Killed while saves fail: the restarted daemon finds the records in the kernel.
-    filler = fill(d.state_dir)
-    base_fail = failures(d)
     sub = "sf/b"
-    job_id, pid, m = run_job(ck, d, cg, args, data, sub)
-    ck.check(D.wait_for("a failed save", lambda: failures(d) > base_fail, 30),
-             "no failed save counted within 30 s with the state directory full (2)")
+    filler, job_id, pid, m = job_while_full(ck, d, cg, args, data, sub)
     d.kill9()
     os.unlink(filler)
     d.restart(ck)
