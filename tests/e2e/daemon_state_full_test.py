@@ -18,7 +18,6 @@ workload's own tally (`job_workload many DIR N SIZE`: N files created, written, 
 import os
 import subprocess
 import sys
-import time
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
