@@ -418,6 +418,10 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
   counter(b.family("iolens_state_save_failures_total", "Restart checkpoints that failed.",
                    MetricType::Counter),
           {}, d(h.state_save_failures));
+  counter(b.family("iolens_state_marker_failures_total",
+                   "Pressure-drain markers that could not be created (no live record taken then).",
+                   MetricType::Counter),
+          {}, d(h.state_marker_failures));
   gauge(b.family("iolens_metrics_snapshot_duration_seconds",
                  "Time the last metrics snapshot took to build.", MetricType::Gauge),
         {}, h.snapshot_duration_s);

@@ -265,13 +265,14 @@ class Daemon {
     // Jobs closing when it began: their processes had exited before its first read, so once
     // it ends every record of theirs has been moved out (a job closing meanwhile may still
     // have records in the part already walked: it waits for the next round).
-    std::vector<std::string> closing;
+    std::vector<std::pair<std::string, uint64_t>> closing;  // (id, cgroup id)
   };
   DrainRound round_;
   uint32_t last_round_pieces_ = 0;
   int64_t last_round_longest_piece_ns_ = 0;
-  // Jobs ready to be written: closing when a complete round began (write_closed()).
-  std::set<std::string> closable_;
+  // Jobs ready to be written: closing when a complete round began (write_closed()), with their
+  // cgroup id then (a cgroup made again at the same path gives the job a new one: not ready).
+  std::set<std::pair<std::string, uint64_t>> closable_;
 
   std::map<std::string, loader::KernelStats> job_loss_base_;
   // Job selection entries the kernel maps could not take (docs/daemon.md#job-selection), by
@@ -321,11 +322,13 @@ class Daemon {
     std::size_t pending_files = 0;   // the first this many of pending_files_ are in it as final
     std::size_t pending_others = 0;  // the same for pending_others_
     uint64_t live_taken = 0;         // live_taken_ when it was gathered
+    uint64_t ring_pos = 0;           // the ring's consumer position it holds
     int64_t gathered_mono = 0;
     int64_t gather_ns = 0;           // the loop's time gathering it
   };
   std::optional<SaveUnderWay> save_under_way_;
   uint64_t live_taken_ = 0;  // records taken live (RemoveLive) by this daemon
+  uint64_t marker_failures_ = 0;  // pressure-drain markers that could not be created
   uint64_t last_save_loop_us_ = 0;  // the loop's part of the last save (gathering, collecting)
   uint64_t checkpoints_ = 0;
   uint64_t checkpoint_failures_ = 0;
@@ -767,7 +770,8 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   if (!round_.open) {
     round_ = DrainRound{};
     round_.open = true;
-    round_.closing = table_->closing();
+    for (const std::string& id : table_->closing())
+      if (const Job* job = table_->find(id)) round_.closing.emplace_back(id, job->cgroup_id);
     if (idle) idle->begin();
   }
   ++round_.pieces;
@@ -784,11 +788,24 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
   const bool may_take_live = last_save_live_ || always_live_saves_;
   if (in_map * 2 > max && !may_take_live) live_save_due_ = true;
+  // Without the marker, a crash before the next save would lose what the taken records gained
+  // since the last one with nobody told: while it cannot be made (the state directory full or
+  // read-only), no live record is taken (the map fills, and the kernel counts what it cannot
+  // store), and each failure is counted.
   auto mark_pressure = [&] {
-    if (pressure_marked_) return;
+    if (pressure_marked_) return true;
     // Created afresh, never through a link left at its name.
-    if (const int fd = core::create_fresh(state_dir_fd_, kMarkerName, 0600); fd >= 0) close(fd);
+    const int fd = core::create_fresh(state_dir_fd_, kMarkerName, 0600);
+    if (fd < 0) {
+      if (marker_failures_++ % 60 == 0)
+        spdlog::error("cannot create the pressure-drain marker {}/{}: {}; no live record is "
+                      "taken until it can be ({} failures)",
+                      cfg_.state_dir, kMarkerName, std::strerror(errno), marker_failures_);
+      return false;
+    }
+    close(fd);
     pressure_marked_ = true;
+    return true;
   };
   auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
     const core::ProcKey p{k.tgid, k.pstart_ns};
@@ -798,14 +815,15 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     if (!may_take_live ||
         !core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
       return D::Keep;
-    mark_pressure();  // before the loader takes it out
+    if (!mark_pressure()) return D::Keep;  // before the loader takes it out
     ++live_taken_;
     return D::RemoveLive;
   };
   uint64_t moved = 0;
   const std::size_t files_before = pending_files_.size();
   const std::size_t others_before = pending_others_.size();
-  if (!round_.files_done) {
+  const bool walk_files = !round_.files_done;
+  if (walk_files) {
     const Status read = loader_->drain_files(
         remove,
         [&](const auto& k, const auto& c, bool removed) {
@@ -820,7 +838,11 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
       if (idle) idle->end();
     }
   }
-  if (round_.files_done && (deadline_ns == 0 || clock_ns(CLOCK_MONOTONIC) < deadline_ns)) {
+  // A piece that read no files batch reads at least one of others (the walk reads a batch before
+  // it looks at the clock): else a piece whose events took longer than the deadline (a storm of
+  // new processes) would never end the round.
+  if (round_.files_done &&
+      (deadline_ns == 0 || !walk_files || clock_ns(CLOCK_MONOTONIC) < deadline_ns)) {
     const Status read = loader_->drain_others(
         [&](const iolens_file_key& k, const iolens_file_counters&) {
           const core::ProcKey p{k.tgid, k.pstart_ns};
@@ -959,12 +981,11 @@ bool Daemon::checkpoint(bool force) {
   // What changes from here on is for the next save; this one's outcome is taken by
   // collect_saved(). A save without the live counts on its way: no live record is taken from
   // now (the one on disk may hold them, the next will not).
-  save_under_way_ = SaveUnderWay{with_live, pending_files_.size(), pending_others_.size(),
-                                 live_taken_, t0, 0};
+  save_under_way_ = SaveUnderWay{with_live,   pending_files_.size(),
+                                 pending_others_.size(), live_taken_,
+                                 st["ring_pos"].get<uint64_t>(), t0, 0};
   if (!with_live) last_save_live_ = false;
   state_dirty_ = false;
-  last_checkpoint_mono_ = t0;
-  last_checkpoint_pos_ = st["ring_pos"].get<uint64_t>();
   saver_->submit(std::move(st));
   save_under_way_->gather_ns = clock_ns(CLOCK_MONOTONIC) - t0;
   return true;
@@ -987,6 +1008,10 @@ void Daemon::collect_saved() {
     return;
   }
   ++checkpoints_;
+  // The next save is timed from this one's gathering, and the ring's run from what it holds:
+  // only once it is on disk (after a failure, the next drain tries again).
+  last_checkpoint_mono_ = s.gathered_mono;
+  last_checkpoint_pos_ = s.ring_pos;
   if (s.with_live) {
     last_save_live_ = true;
     live_save_due_ = false;
@@ -1211,12 +1236,13 @@ void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
 }
 
 void Daemon::write_closed() {
-  const std::set<std::string> ready = std::move(closable_);
+  const std::set<std::pair<std::string, uint64_t>> ready = std::move(closable_);
   closable_.clear();
-  for (const std::string& id : ready) {
+  for (const auto& [id, cgroup_id] : ready) {
     Job* job = table_->find(id);
-    // Gone (written, or handed to a run's client), or its id live again.
-    if (!job || job->state != JobState::Closing) continue;
+    // Gone (written, or handed to a run's client), its id live again, or its cgroup made again
+    // since (the next round that begins after that decides).
+    if (!job || job->state != JobState::Closing || job->cgroup_id != cgroup_id) continue;
     // Its capture ends here, while its recorder can still name the files.
     if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
     // Node-wide kernel losses while the job was live: a non-zero count may concern it.
@@ -1359,6 +1385,7 @@ core::DaemonHealth Daemon::health() {
   h.darshan_logs_failed = writer_->darshan_failed();
   h.state_saves = checkpoints_;
   h.state_save_failures = checkpoint_failures_;
+  h.state_marker_failures = marker_failures_;
   h.snapshot_duration_s = last_snapshot_s_;
   return h;
 }
@@ -1486,7 +1513,8 @@ nlohmann::json Daemon::status_json() {
   j["restart"]["note"] = pins.discarded;
   j["state"] = {{"path", state_path()}, {"saves", checkpoints_}, {"failures", checkpoint_failures_},
                 {"last_us", last_checkpoint_us_}, {"last_in_loop_us", last_save_loop_us_},
-                {"under_way", save_under_way_.has_value()}};
+                {"under_way", save_under_way_.has_value()},
+                {"marker_failures", marker_failures_}};
   if (metrics_)
     j["metrics"] = {{"listen", cfg_.metrics.listen}, {"ports", metrics_->ports()},
                     {"scrapes", metrics_->scrapes()}, {"jobs_retained", retained_.size()}};
@@ -2132,6 +2160,11 @@ int Daemon::run() {
     }
     loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
     collect_saved();
+    // No live record is taken until a save holds their counts: one that was due while another
+    // save was under way is started as soon as that one is done, not at the next round's end.
+    if (live_save_due_ && !save_under_way_ &&
+        clock_ns(CLOCK_MONOTONIC) - last_save_failed_mono_ >= kSaveRetryEvery)
+      checkpoint(true);
     reconcile();
     retry_selection();
     service_capture(clock_ns(CLOCK_MONOTONIC));

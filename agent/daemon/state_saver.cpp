@@ -56,6 +56,12 @@ StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* 
     ok = false;
     r.err = errno;
   }
+  // The rename made durable too: after a power loss, an older state (whose final records the
+  // daemon has since deleted from the kernel) must not come back.
+  if (ok && fsync(dir_fd) != 0) {
+    ok = false;
+    r.err = errno;
+  }
   r.ok = ok;
   if (!ok) r.error = std::strerror(r.err);
   r.bytes = ok ? bytes.size() : 0;

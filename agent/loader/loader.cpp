@@ -1185,7 +1185,7 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
         map_fd, keys, values, pos, [&](std::size_t n) { visit(keys.data(), values.data(), n); },
         [&] { return at && deadline_ns > 0 && clock_ns(CLOCK_MONOTONIC) >= deadline_ns; });
   if (walk == BatchWalk::Unsupported) {
-    // (Never paused: this walk is whole.)
+    pos = {};  // never paused: this walk is whole
     batch_ok_ = false;
     // Key by key, the whole map first: deleting the key a walk stands on restarts the walk.
     std::vector<iolens_file_key> all_keys;

@@ -14,6 +14,10 @@ workload's own tally (`job_workload many DIR N SIZE`: N files created, written, 
 2. Filled again, a second job runs whole, saves fail, and iolensd is killed (SIGKILL) before any
    succeeds; space freed and restarted, the new daemon finds the records still in the kernel and
    writes the job's record with the workload's totals exactly.
+3. Another daemon, a 512-entry kernel map and a non-empty directory planted at the pressure-drain
+   marker's name: with a live process holding 450 idle closed-file records (over 3/4 of the map,
+   which a pressure drain takes at once), none is taken while the marker cannot be made (bpftool:
+   the map keeps them), the refusals are counted and logged, and the record is exact.
 """
 import os
 import subprocess
@@ -25,6 +29,7 @@ import e2e_common as E  # noqa: E402
 
 NFILES = 300
 SIZE = 100
+MARKER_FILES = 450
 
 
 def fill(path):
@@ -66,14 +71,21 @@ def job_while_full(ck, d, cg, args, data, sub):
     """The state directory filled, a job run whole, and a failed save waited for: (the filler,
     job id, pid, manifest)."""
     filler = fill(d.state_dir)
-    base = failures(d)
     job_id, pid, m = run_job(ck, d, cg, args, data, sub)
+    # Two drain rounds after the exit: the process's records have been read as final (the
+    # first round may have begun before the exit was known). A save that fails after them
+    # held them.
+    drains = lambda: ((d.status() or {}).get("drain") or {}).get("count", 0)  # noqa: E731
+    base = drains()
+    ck.check(D.wait_for("two drains", lambda: drains() >= base + 2, 30),
+             "%s: iolensd did not complete 2 drains within 30 s" % sub)
+    base = failures(d)
     ck.check(D.wait_for("a failed save", lambda: failures(d) > base, 30),
              "%s: no failed save counted within 30 s with the state directory full" % sub)
     return filler, job_id, pid, m
 
 
-def check_record(ck, d, cg, job_id, pid, sub, m, where):
+def check_record(ck, d, cg, job_id, pid, sub, m, where, nfiles=NFILES):
     doc = d.wait_record(ck, job_id, timeout=60)
     if m is None or doc is None or not D.check_record_shape(ck, doc, job_id):
         return
@@ -82,7 +94,43 @@ def check_record(ck, d, cg, job_id, pid, sub, m, where):
     for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
         ck.eq("%s: job.totals.%s (the workload's own count)" % (where, k),
               m["totals"][k] + (mv[k] if moved else 0), doc["job"]["totals"].get(k))
-    ck.eq("%s: distinct files" % where, NFILES + len(moved), doc["job"].get("files"))
+    ck.eq("%s: distinct files" % where, nfiles + len(moved), doc["job"].get("files"))
+
+
+def marker_refused(ck, cg, args, data):
+    """3. The pressure-drain marker cannot be made (a non-empty directory planted at its name):
+    no live record is taken, and each refusal is counted. A 512-entry map and a live process
+    holding MARKER_FILES closed-file records (over 3/4 of the map: taken at once otherwise)."""
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/sm/*"]}' % cg.prefix, tag="sm",
+                 extra_config="limits:\n  kernel_file_records: 512\n")
+    os.makedirs(os.path.join(d.state_dir, "pressure-drain", "planted"))
+    d.start(ck)
+    sub = "sm/a"
+    cg.mkdir(sub)
+    job_id = "cgroup" + cg.rel(sub)
+    d.wait_live(ck, [job_id])
+    os.makedirs(os.path.join(data, "marker"))
+    p = D.run_in_cgroup(cg.abs(sub), [args.workload, "many", os.path.join(data, "marker"),
+                                      str(MARKER_FILES), str(SIZE), "--gate-end"],
+                        stdin=subprocess.PIPE)
+    D.read_json_line(ck, p, "job_workload many --gate-end", timeout=60)
+    refusals = lambda: ((d.status() or {}).get("state") or {}).get("marker_failures", 0)  # noqa
+    ck.check(D.wait_for("a refused marker", lambda: refusals() > 0, 30),
+             "no marker failure counted within 30 s with the map over 3/4 full of idle records")
+    entries = d.kernel_map_entries("files")
+    ck.check(entries is not None and entries >= MARKER_FILES,
+             "marker refused: %s entries in the kernel's map, fewer than the live process's %d "
+             "records (taken with no marker)" % (entries, MARKER_FILES))
+    with open(d.log_path, "rb") as f:
+        ck.check(b"cannot create the pressure-drain marker" in f.read(),
+                 "no 'cannot create the pressure-drain marker' in the daemon's log")
+    p.stdin.write(b"\n")
+    p.stdin.flush()
+    m = D.finish_workload(ck, p, "job_workload many --gate-end", timeout=60)
+    cg.rmdir(sub)
+    check_record(ck, d, cg, job_id, p.pid, sub, m, "marker refused", nfiles=MARKER_FILES)
+    rc, _ = d.stop()
+    ck.eq("iolensd exit code (marker refused)", 0, rc)
 
 
 def main():
@@ -128,6 +176,7 @@ def main():
     check_record(ck, d, cg, job_id, pid, sub, m, "killed while saves failed")
     rc, _ = d.stop()
     ck.eq("iolensd exit code", 0, rc)
+    marker_refused(ck, cg, args, data)
     ck.finish()
 
 
