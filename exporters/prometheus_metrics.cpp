@@ -418,6 +418,11 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
   counter(b.family("iolens_state_save_failures_total", "Restart checkpoints that failed.",
                    MetricType::Counter),
           {}, d(h.state_save_failures));
+  counter(b.family("iolens_jobs_before_hooks_total",
+                   "Jobs with a process selected while the on-demand syscall hooks were detached "
+                   "(their calls until the attach were not counted).",
+                   MetricType::Counter),
+          {}, d(h.jobs_before_hooks));
   counter(b.family("iolens_state_marker_failures_total",
                    "Pressure-drain markers that could not be created (no live record taken then).",
                    MetricType::Counter),

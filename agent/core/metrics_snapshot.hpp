@@ -98,6 +98,8 @@ struct DaemonHealth {
   bool timing_exact = true;
   uint64_t jobs_live = 0, jobs_closing = 0, jobs_closed_total = 0;
   uint64_t jobs_dropped = 0;  // left off by metrics.max_jobs
+  /// Jobs with a process selected while the on-demand syscall hooks were detached.
+  uint64_t jobs_before_hooks = 0;
   uint64_t file_records = 0, records_folded_total = 0, unattributed_processes = 0;
   uint64_t processes_folded_total = 0;
   uint64_t records_written = 0, records_failed = 0;

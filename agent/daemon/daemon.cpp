@@ -168,6 +168,9 @@ class Daemon {
   void drain_blocks(int64_t now);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
+  /// lost.before_hooks, and `syscall_hooks` when a process of the job was selected while the
+  /// on-demand hooks were detached (docs/daemon.md#cost).
+  void annotate_hooks(const Job& job, nlohmann::json& record) const;
   void resume();
   /// A fresh, empty job table (at start, and in place of one a bad state half loaded).
   void new_table();
@@ -536,6 +539,8 @@ void Daemon::new_table() {
   if (metrics_) table_->set_file_classes(cfg_.metrics.classes);
   table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
   if (loader_) table_->set_timing(loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact");
+  // Detached (on-demand, no job yet): a process selected before the first attach says so.
+  if (loader_ && !loader_->syscall_hooks()) table_->hooks_detached(0);
 }
 
 std::optional<std::string> Daemon::resolve_cgroup(uint64_t id) {
@@ -1235,6 +1240,16 @@ void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
     for (auto l = it->begin(); l != it->end(); ++l) record["lost"]["restart_" + l.key()] = l.value();
 }
 
+void Daemon::annotate_hooks(const Job& job, nlohmann::json& record) const {
+  record["lost"]["before_hooks"] = job.unhooked_since ? 1 : 0;
+  if (!job.unhooked_since) return;
+  auto wall = [&](uint64_t mono) { return static_cast<int64_t>(mono) + mono_to_wall_; };
+  record["syscall_hooks"] = {
+      {"first_selected_ns", wall(job.unhooked_since)},
+      {"attached_ns", job.unhooked_until ? nlohmann::json(wall(job.unhooked_until))
+                                         : nlohmann::json(nullptr)}};
+}
+
 void Daemon::write_closed() {
   const std::set<std::pair<std::string, uint64_t>> ready = std::move(closable_);
   closable_.clear();
@@ -1262,6 +1277,7 @@ void Daemon::write_closed() {
     overrides["lost"]["decode_errors"] = 0;
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
     annotate_restart(*job, overrides);
+    annotate_hooks(*job, overrides);
     submit_record(id, std::move(overrides), false);
     found_at_start_.erase(id);  // a later job of that id starts after this daemon
     job_loss_base_.erase(id);
@@ -1386,6 +1402,7 @@ core::DaemonHealth Daemon::health() {
   h.state_saves = checkpoints_;
   h.state_save_failures = checkpoint_failures_;
   h.state_marker_failures = marker_failures_;
+  h.jobs_before_hooks = table_->jobs_unhooked();
   h.snapshot_duration_s = last_snapshot_s_;
   return h;
 }
@@ -1440,10 +1457,12 @@ void Daemon::hooks_policy() {
       return;
     }
     hooks_since_mono_ = now;
+    table_->hooks_attached(static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC)));
     ++hooks_attach_count_;
     spdlog::info("syscall hooks attached ({} live job(s))", table_->active_jobs());
   } else if (attached && !always && !active &&
              now - last_active_ > static_cast<int64_t>(opts_.hooks_idle_s) * 1000000000LL) {
+    table_->hooks_detached(static_cast<uint64_t>(now));
     loader_->set_syscall_hooks(false);
     hooks_since_mono_ = -1;
     spdlog::info("syscall hooks detached (no live job for {} s)", opts_.hooks_idle_s);
@@ -1492,7 +1511,8 @@ nlohmann::json Daemon::status_json() {
   j["unattributed_held"] = table_->unattributed_held();  // bounded; exited ones leave
   j["jobs"] = {{"live", table_->active_jobs()},
                {"closed", ts.jobs_closed},
-               {"closed_without_event", jobs_closed_by_reconcile_}};
+               {"closed_without_event", jobs_closed_by_reconcile_},
+               {"before_hooks", table_->jobs_unhooked()}};
   j["records"] = {{"files", table_->file_records()},
                   {"folded", ts.folded_records},
                   {"processes_folded", ts.folded_processes}};
@@ -2124,6 +2144,7 @@ void Daemon::stop_clean() {
     overrides["lost"] = kernel_losses(loader_->stats());
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(job);
     annotate_restart(job, overrides);
+    annotate_hooks(job, overrides);
     submit_record(id, std::move(overrides), true);
   }
   records_->wait_idle();
@@ -2156,6 +2177,9 @@ int Daemon::run() {
   for (;;) {
     if (scan_needed_) {
       scan_needed_ = false;
+      // The hooks first, if a job is live: a task the scan marks is then counted from its mark
+      // (marked while they are detached, its job would say calls may be missing: before_hooks).
+      hooks_policy();
       if (Status s = loader_->scan_tasks(); !s) spdlog::warn("{}", s.message);
     }
     loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });

@@ -202,8 +202,34 @@ Job* JobTable::job_of_cgroup(uint64_t cgroup_id) {
   return job;
 }
 
+void JobTable::hooks_detached(uint64_t at_mono) {
+  if (!unhooked_.empty() && unhooked_.back().second == UINT64_MAX) return;  // already
+  unhooked_.emplace_back(at_mono, UINT64_MAX);
+}
+
+void JobTable::hooks_attached(uint64_t at_mono) {
+  if (unhooked_.empty() || unhooked_.back().second != UINT64_MAX) return;  // already
+  unhooked_.back().second = at_mono;
+  // Jobs selected meanwhile: their window ends here.
+  for (auto& [id, job] : jobs_)
+    if (job->unhooked_since && !job->unhooked_until) job->unhooked_until = at_mono;
+  while (!unhooked_.empty() && unhooked_.front().second != UINT64_MAX &&
+         at_mono - unhooked_.front().second > kUnhookedKeep)
+    unhooked_.erase(unhooked_.begin());
+}
+
 void JobTable::attribute(Job& job, const core::ProcKey& p, const core::ProcKey& parent,
                          const std::string& comm, uint64_t cgroup_id, uint64_t ts) {
+  // Selected while the hooks were detached (the event is read later: by its time).
+  for (const auto& [from, to] : unhooked_) {
+    if (ts < from || ts >= to) continue;
+    if (!job.unhooked_since) ++jobs_unhooked_;
+    if (!job.unhooked_since || ts < job.unhooked_since) {
+      job.unhooked_since = ts;
+      job.unhooked_until = to == UINT64_MAX ? 0 : to;
+    }
+    break;
+  }
   proc_job_[p] = job.identity.id;
   job.procs.insert(p);
   job.live.insert(p);
@@ -600,6 +626,7 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
     o["end_estimated"] = job->end_estimated;
     o["start_estimated"] = job->start_estimated;
     o["uid"] = job->uid;
+    o["unhooked"] = {job->unhooked_since, job->unhooked_until};
     auto& procs = o["procs"] = nlohmann::json::array();
     for (const auto& p : job->procs) procs.push_back(proc_json(p));
     auto& live = o["live"] = nlohmann::json::array();
@@ -660,6 +687,10 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
       job->end_estimated = o.value("end_estimated", false);
       job->start_estimated = o.value("start_estimated", false);
       job->uid = o.value("uid", int64_t{-1});  // absent in older states
+      if (auto u = o.find("unhooked"); u != o.end()) {  // absent in older states
+        job->unhooked_since = u->at(0).get<uint64_t>();
+        job->unhooked_until = u->at(1).get<uint64_t>();
+      }
       for (const auto& p : o.at("procs")) job->procs.insert(proc_of(p));
       for (const auto& p : o.at("live")) job->live.insert(proc_of(p));
       for (const auto& pl : o.at("proc_labels"))

@@ -69,6 +69,12 @@ struct Job {
   /// latest values of the live processes' records.
   std::map<uint32_t, iolens_block_counters> block_done;
   std::map<core::ProcKey, std::map<uint32_t, iolens_block_counters>> block_live;
+  /// A process of the job was selected while the on-demand syscall hooks were detached
+  /// (docs/daemon.md#cost): its calls from then until the hooks were attached were not counted.
+  /// Monotonic ns: the earliest such selection (0: none), and the attach that followed it (0:
+  /// not attached yet).
+  uint64_t unhooked_since = 0;
+  uint64_t unhooked_until = 0;
 };
 
 /// Counts of what could not be attributed to a job (shown in status and metrics).
@@ -97,6 +103,12 @@ class JobTable {
   void set_cgroup_resolver(CgroupResolver r) { resolve_ = std::move(r); }
   /// How the daemon's programs time calls ("exact" or "off"), for every job record.
   void set_timing(std::string timing) { timing_ = std::move(timing); }
+  /// The syscall hooks' state (monotonic ns), so that a job whose process is selected while
+  /// they are detached says so (Job::unhooked_since). A table starts with them attached.
+  void hooks_detached(uint64_t at_mono);
+  void hooks_attached(uint64_t at_mono);
+  /// Jobs that have had a process selected while the hooks were detached, since the start.
+  uint64_t jobs_unhooked() const { return jobs_unhooked_; }
 
   /// A cgroup that exists (found by a scan, `created` = false) or was just created. Returns the
   /// selection changes it needs: a watched root gets TRACE, an excluded cgroup under a root
@@ -209,6 +221,11 @@ class JobTable {
   int64_t mono_to_wall_;
   CgroupResolver resolve_;
   std::string timing_ = "exact";
+  /// When the hooks were detached: [from, to) in monotonic ns, `to` UINT64_MAX while they are.
+  /// Events are read within seconds; intervals that ended over kUnhookedKeep ago are dropped.
+  std::vector<std::pair<uint64_t, uint64_t>> unhooked_;  // (a deque would make the table not nothrow-movable)
+  static constexpr uint64_t kUnhookedKeep = 600'000'000'000ULL;
+  uint64_t jobs_unhooked_ = 0;
   std::map<uint64_t, Cgroup> cgroups_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<core::ProcKey, std::string> proc_job_;

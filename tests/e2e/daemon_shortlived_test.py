@@ -17,7 +17,11 @@ Two modes must pass, three trials each:
 Then on-demand hooks on an idle node (`--hooks-idle-s 1`, each trial waits until status says
 the hooks are detached): every short job must get its record (the cgroup hooks are always
 attached); how much of its I/O the record holds is reported, not asserted, since the job races
-the attachment of the syscall hooks and nothing bounds that race (docs/daemon.md).
+the attachment of the syscall hooks and nothing bounds that race (docs/daemon.md); a record that
+lost I/O must carry lost.before_hooks = 1. Last, the daemon is stopped (SIGSTOP) while a burst
+job runs whole on an idle node: its record must carry lost.before_hooks = 1 and `syscall_hooks`
+with the first selection and the later attach, and `status` must count it (jobs.before_hooks).
+In modes 1 and 2 `lost` zero includes before_hooks = 0.
 """
 import json
 import os
@@ -167,6 +171,14 @@ def main():
                               if f.get("path") == mf["path"]) for k in keys}
             ck.check(doc, "idle node, %s start: no record of the short job %s (the cgroup "
                      "hooks are always attached: every job gets one)" % (variant, job_id))
+            # A job that lost I/O to the attach says so in its record (the converse is not
+            # asserted: a process selected before the attach may have made no call yet).
+            flagged = bool(doc) and (doc[0][1].get("lost") or {}).get("before_hooks") == 1
+            if doc and got != want:
+                ck.check(flagged, "idle node, %s start: job %s lost I/O before the hooks were "
+                         "attached (recorded %s of %s) and its record has lost.before_hooks %r"
+                         % (variant, job_id, got, want,
+                            (doc[0][1].get("lost") or {}).get("before_hooks")))
             report.append((lifetime, want, doc is not None, got))
         D.log("REPORT on-demand hooks, idle node, %s start: %d short jobs" %
               (variant, len(report)))
@@ -192,8 +204,20 @@ def main():
         cg.rmdir(sub)
         job_id = "cgroup" + cg.rel(sub)
         doc = D.wait_for("record of " + job_id, lambda: d.records_of(job_id), 10)
+        ck.check(doc, "daemon stopped during a burst job on an idle node: no record")
         if doc:
             doc = doc[0][1]
+            # Its process was selected while no hook could be attached: the record says so.
+            ck.eq("daemon stopped: lost.before_hooks", 1, (doc.get("lost") or {}).get("before_hooks"))
+            sh = doc.get("syscall_hooks") or {}
+            ck.check(isinstance(sh.get("first_selected_ns"), int) and
+                     isinstance(sh.get("attached_ns"), int) and
+                     sh["attached_ns"] > sh["first_selected_ns"],
+                     "daemon stopped: syscall_hooks %r: expected the first selection, then the "
+                     "attach after it" % sh)
+            st = d.status() or {}
+            ck.check((st.get("jobs") or {}).get("before_hooks", 0) >= 1,
+                     "daemon stopped: status jobs.before_hooks %r" % st.get("jobs"))
             D.log("REPORT daemon stopped during a burst job on an idle node: record written, "
                   "%d process record(s) %s, %d file record(s) %s, non-zero lost: %s "
                   "(the workload did %s)" %

@@ -619,3 +619,42 @@ TEST_F(JobTableTest, TheJobAnswerIsPagedAndThePagesMakeTheRecord) {
   }
   EXPECT_FALSE(daemon::record_page("not json", 0, 10));
 }
+
+// The on-demand syscall hooks (docs/daemon.md#cost): a process selected while they were
+// detached marks its job with the earliest such selection and the attach that ended it, by the
+// event's own time (its event may be read after the attach); one selected while they were
+// attached does not. Kept across a save and a load.
+TEST_F(JobTableTest, AJobSelectedWhileTheHooksWereDetachedSaysSo) {
+  auto t = make({cgroup_rule("/dl/*")});
+  t.hooks_detached(0);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 10);
+  t.on_cgroup(3, "/dl/b", true, 10);
+  t.on_cgroup(4, "/dl/c", true, 10);
+  ASSERT_TRUE(t.on_mark(mark(100, 2, 50)));  // a: selected before the first attach...
+  t.hooks_attached(80);
+  ASSERT_TRUE(t.on_mark(mark(101, 2, 60)));  // ...and another, read after it: the earliest stays
+  ASSERT_TRUE(t.on_mark(mark(200, 3, 90)));  // b: after the attach
+  t.hooks_detached(300);
+  ASSERT_TRUE(t.on_mark(mark(300, 4, 350)));  // c: detached again, not yet attached
+  const auto job = [&](const std::string& id) -> const daemon::Job& { return *t.find(id); };
+  EXPECT_EQ(job("cgroup/dl/a").unhooked_since, 50u);
+  EXPECT_EQ(job("cgroup/dl/a").unhooked_until, 80u);
+  EXPECT_EQ(job("cgroup/dl/b").unhooked_since, 0u);
+  EXPECT_EQ(job("cgroup/dl/c").unhooked_since, 350u);
+  EXPECT_EQ(job("cgroup/dl/c").unhooked_until, 0u);
+  EXPECT_EQ(t.jobs_unhooked(), 2u);
+  t.hooks_attached(400);  // c's window ends here; a's stays
+  EXPECT_EQ(job("cgroup/dl/c").unhooked_until, 400u);
+  EXPECT_EQ(job("cgroup/dl/a").unhooked_until, 80u);
+  // Attached or detached twice: nothing moves.
+  t.hooks_attached(500);
+  EXPECT_EQ(job("cgroup/dl/c").unhooked_until, 400u);
+  auto u = make({cgroup_rule("/dl/*")});
+  std::string error;
+  ASSERT_TRUE(u.load(t.save(), error)) << error;
+  EXPECT_EQ(u.find("cgroup/dl/a")->unhooked_since, 50u);
+  EXPECT_EQ(u.find("cgroup/dl/a")->unhooked_until, 80u);
+  EXPECT_EQ(u.find("cgroup/dl/c")->unhooked_until, 400u);
+  EXPECT_EQ(u.find("cgroup/dl/b")->unhooked_since, 0u);
+}
