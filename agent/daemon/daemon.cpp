@@ -1090,6 +1090,15 @@ void Daemon::resume() {
     } else {
       restart_["state"] = "loaded";
       restart_["saved_wall_ns"] = st["saved_wall_ns"].get<int64_t>();
+      // The syscall hooks since the save (before the ring's records are replayed against the
+      // times they were detached): attached now, a window the save left open ends now (when
+      // the dead daemon attached them is unknown: the later end); detached now while the save
+      // had them attached, they count as detached from the save on.
+      const int64_t saved_mono = st["saved_wall_ns"].get<int64_t>() - mono_to_wall_;
+      if (loader_->syscall_hooks())
+        table_->hooks_attached(static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC)));
+      else
+        table_->hooks_detached(static_cast<uint64_t>(std::max<int64_t>(saved_mono, 0)));
       for (auto b = st["job_loss_base"].begin(); b != st["job_loss_base"].end(); ++b) {
         loader::KernelStats base{};  // a shorter array (an older version's) leaves zeros
         for (size_t i = 0; i < b.value().size() && i < base.size(); ++i)
@@ -1144,7 +1153,9 @@ void Daemon::resume() {
     unlinkat(state_dir_fd_, kMarkerName, 0);
   }
   restart_["lost"] = lost;
-  // Processes the saved state does not know (it was older, or absent) are relearned here.
+  // Processes the saved state does not know (it was older, or absent) are relearned here; the
+  // hooks first if a job is live, so that they count from their mark.
+  hooks_policy();
   if (Status s = loader_->scan_tasks(true); !s) spdlog::warn("{}", s.message);
   spdlog::info("resumed: state {}, {}", restart_.value("state", "?"), restart_.dump());
 }
@@ -1458,11 +1469,13 @@ void Daemon::hooks_policy() {
     }
     hooks_since_mono_ = now;
     table_->hooks_attached(static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC)));
+    state_dirty_ = true;  // the saved state keeps when they were detached
     ++hooks_attach_count_;
     spdlog::info("syscall hooks attached ({} live job(s))", table_->active_jobs());
   } else if (attached && !always && !active &&
              now - last_active_ > static_cast<int64_t>(opts_.hooks_idle_s) * 1000000000LL) {
     table_->hooks_detached(static_cast<uint64_t>(now));
+    state_dirty_ = true;
     loader_->set_syscall_hooks(false);
     hooks_since_mono_ = -1;
     spdlog::info("syscall hooks detached (no live job for {} s)", opts_.hooks_idle_s);

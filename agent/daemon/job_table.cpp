@@ -650,6 +650,8 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
     o["recorder"] = nlohmann::json::binary(std::vector<uint8_t>(blob.begin(), blob.end()));
     js.push_back(std::move(o));
   }
+  auto& uh = j["unhooked"] = nlohmann::json::array();
+  for (const auto& [from, to] : unhooked_) uh.push_back({from, to});
   auto& pj = j["proc_job"] = nlohmann::json::array();
   for (const auto& [p, id] : proc_job_) pj.push_back({proc_json(p), id});
   auto& un = j["unattributed"] = nlohmann::json::array();
@@ -750,12 +752,17 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
     // Absent in older states.
     if (st.size() > 5) stats.folded_processes = st.at(5).get<uint64_t>();
     if (st.size() > 6) stats.unattributed_forgotten = st.at(6).get<uint64_t>();
+    // The hooks' detached times (absent in older states: none known).
+    std::vector<std::pair<uint64_t, uint64_t>> unhooked;
+    if (auto uh = j.find("unhooked"); uh != j.end())
+      for (const auto& i : *uh) unhooked.emplace_back(i.at(0).get<uint64_t>(), i.at(1).get<uint64_t>());
     // Read before anything is replaced: a bad field leaves the table as it was.
     const int64_t mono_to_wall = j.at("mono_to_wall_ns").get<int64_t>();
     cgroups_ = std::move(cgroups);
     jobs_ = std::move(jobs);
     proc_job_ = std::move(proc_job);
     unattributed_ = std::move(unattributed);
+    unhooked_ = std::move(unhooked);
     stats_ = stats;
     mono_to_wall_ = mono_to_wall;
     return true;

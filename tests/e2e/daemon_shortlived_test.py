@@ -194,6 +194,7 @@ def main():
     if D.wait_for("hooks detached", lambda: d.status().get("syscall_hooks") == "detached", 15):
         sub = "short/idle-stopped"
         cg.created.append(cg.abs(sub))
+        flagged_before = ((d.status() or {}).get("jobs") or {}).get("before_hooks", 0)
         d.proc.send_signal(signal.SIGSTOP)
         try:
             run = subprocess.run([args.workload, "burst", cg.abs(sub), work, "idle-stopped",
@@ -201,6 +202,11 @@ def main():
                                  timeout=30)
         finally:
             d.proc.send_signal(signal.SIGCONT)
+        # The job is live until its cgroup goes: the hooks come for it (else, read together
+        # with the removal, it would be written before any attach: attached_ns null).
+        ck.check(D.wait_for("hooks attached", lambda: d.status().get("syscall_hooks") ==
+                            "attached", 15),
+                 "daemon stopped: the hooks were not attached for the live job within 15 s")
         cg.rmdir(sub)
         job_id = "cgroup" + cg.rel(sub)
         doc = D.wait_for("record of " + job_id, lambda: d.records_of(job_id), 10)
@@ -216,8 +222,8 @@ def main():
                      "daemon stopped: syscall_hooks %r: expected the first selection, then the "
                      "attach after it" % sh)
             st = d.status() or {}
-            ck.check((st.get("jobs") or {}).get("before_hooks", 0) >= 1,
-                     "daemon stopped: status jobs.before_hooks %r" % st.get("jobs"))
+            ck.eq("daemon stopped: status jobs.before_hooks (one more)", flagged_before + 1,
+                  (st.get("jobs") or {}).get("before_hooks"))
             D.log("REPORT daemon stopped during a burst job on an idle node: record written, "
                   "%d process record(s) %s, %d file record(s) %s, non-zero lost: %s "
                   "(the workload did %s)" %

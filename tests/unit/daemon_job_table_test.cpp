@@ -650,6 +650,7 @@ TEST_F(JobTableTest, AJobSelectedWhileTheHooksWereDetachedSaysSo) {
   // Attached or detached twice: nothing moves.
   t.hooks_attached(500);
   EXPECT_EQ(job("cgroup/dl/c").unhooked_until, 400u);
+  t.hooks_detached(600);  // saved detached: the loaded table goes on with that window
   auto u = make({cgroup_rule("/dl/*")});
   std::string error;
   ASSERT_TRUE(u.load(t.save(), error)) << error;
@@ -657,4 +658,25 @@ TEST_F(JobTableTest, AJobSelectedWhileTheHooksWereDetachedSaysSo) {
   EXPECT_EQ(u.find("cgroup/dl/a")->unhooked_until, 80u);
   EXPECT_EQ(u.find("cgroup/dl/c")->unhooked_until, 400u);
   EXPECT_EQ(u.find("cgroup/dl/b")->unhooked_since, 0u);
+  u.on_cgroup(5, "/dl/d", true, 10);
+  u.on_cgroup(6, "/dl/e", true, 10);
+  ASSERT_TRUE(u.on_mark(mark(500, 5, 650)));  // in the saved open window (a replayed event)
+  ASSERT_TRUE(u.on_mark(mark(501, 6, 350)));  // in a saved closed one
+  u.hooks_attached(700);
+  EXPECT_EQ(u.find("cgroup/dl/d")->unhooked_since, 650u);
+  EXPECT_EQ(u.find("cgroup/dl/d")->unhooked_until, 700u);
+  EXPECT_EQ(u.find("cgroup/dl/e")->unhooked_since, 350u);
+  EXPECT_EQ(u.find("cgroup/dl/e")->unhooked_until, 400u);
+  // A fork of a process selected while they were attached is selected at its own time.
+  core::ForkEvent f{{502, 5020}, {500, 5000}, 800, "python3", 5};
+  u.on_event(f);
+  EXPECT_EQ(u.find("cgroup/dl/d")->unhooked_since, 650u);  // the earliest stays
+  // An older state, without the windows: none known.
+  nlohmann::json older = t.save();
+  older.erase("unhooked");
+  auto v = make({cgroup_rule("/dl/*")});
+  ASSERT_TRUE(v.load(older, error)) << error;
+  v.on_cgroup(7, "/dl/f", true, 10);
+  ASSERT_TRUE(v.on_mark(mark(600, 7, 650)));
+  EXPECT_EQ(v.find("cgroup/dl/f")->unhooked_since, 0u);
 }
