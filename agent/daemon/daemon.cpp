@@ -168,6 +168,9 @@ class Daemon {
   void drain_blocks(int64_t now);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
+  /// A job record's `lost` from the kernel's loss counters and this daemon's decode errors
+  /// while the job was live (docs/daemon.md: the same meaning in closed and interrupted ones).
+  nlohmann::json job_losses(const std::string& id);
   /// lost.before_hooks, and `syscall_hooks` when a process of the job was selected while the
   /// on-demand hooks were detached (docs/daemon.md#cost).
   void annotate_hooks(const Job& job, nlohmann::json& record) const;
@@ -278,6 +281,7 @@ class Daemon {
   std::set<std::pair<std::string, uint64_t>> closable_;
 
   std::map<std::string, loader::KernelStats> job_loss_base_;
+  std::map<std::string, uint64_t> job_decode_base_;  // decode_errors_ when each job was first seen
   // Job selection entries the kernel maps could not take (docs/daemon.md#job-selection), by
   // cgroup id: retried when cgroups go away, forgotten when theirs does. Each counted once.
   std::map<uint64_t, SelectionChange> sel_pending_;
@@ -737,6 +741,7 @@ void Daemon::note_new_jobs() {
   for (const auto& [id, job] : table_->jobs()) {
     if (job_loss_base_.count(id)) continue;
     job_loss_base_[id] = loader_->stats();
+    job_decode_base_[id] = decode_errors_;
     // Optional enrichment: the pod's namespace and name, from the kubelet's log directory.
     auto& labels = job->identity.labels;
     if (job->identity.kind == "kubernetes" && labels.count("pod_uid") && !labels.count("pod")) {
@@ -1137,6 +1142,7 @@ void Daemon::resume() {
     // Whatever was taken from the file is dropped: the jobs continue as after a corrupt state.
     new_table();
     job_loss_base_.clear();
+    job_decode_base_.clear();
     lost = nlohmann::json::object();
     restart_.erase("saved_wall_ns");
     restart_.erase("replayed_bytes");
@@ -1261,6 +1267,21 @@ void Daemon::annotate_hooks(const Job& job, nlohmann::json& record) const {
                                          : nlohmann::json(nullptr)}};
 }
 
+nlohmann::json Daemon::job_losses(const std::string& id) {
+  // The node's kernel loss counters while the job was live (the kernel counts per node: a
+  // non-zero count may concern another job live at the time), the same in a closed and an
+  // interrupted record; ring records this daemon could not decode meanwhile likewise.
+  const loader::KernelStats now = loader_->stats();
+  const loader::KernelStats& base = job_loss_base_[id];
+  loader::KernelStats delta{};
+  for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] > base[i] ? now[i] - base[i] : 0;
+  nlohmann::json lost = kernel_losses(delta);
+  // (No base: a job this daemon loaded from a saved state, live since before it started.)
+  const auto d = job_decode_base_.find(id);
+  lost["decode_errors"] = decode_errors_ - (d == job_decode_base_.end() ? 0 : d->second);
+  return lost;
+}
+
 void Daemon::write_closed() {
   const std::set<std::pair<std::string, uint64_t>> ready = std::move(closable_);
   closable_.clear();
@@ -1271,11 +1292,6 @@ void Daemon::write_closed() {
     if (!job || job->state != JobState::Closing || job->cgroup_id != cgroup_id) continue;
     // Its capture ends here, while its recorder can still name the files.
     if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
-    // Node-wide kernel losses while the job was live: a non-zero count may concern it.
-    const loader::KernelStats now = loader_->stats();
-    const loader::KernelStats& base = job_loss_base_[id];
-    loader::KernelStats delta{};
-    for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] - base[i];
     job->state = JobState::Closed;
     if (metrics_) {
       // Its series stay, final, for the grace period: the last values get scraped.
@@ -1284,14 +1300,14 @@ void Daemon::write_closed() {
                                static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
     }
     nlohmann::json overrides;
-    overrides["lost"] = kernel_losses(delta);
-    overrides["lost"]["decode_errors"] = 0;
+    overrides["lost"] = job_losses(id);
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
     annotate_restart(*job, overrides);
     annotate_hooks(*job, overrides);
     submit_record(id, std::move(overrides), false);
     found_at_start_.erase(id);  // a later job of that id starts after this daemon
     job_loss_base_.erase(id);
+    job_decode_base_.erase(id);
   }
 }
 
@@ -1697,6 +1713,7 @@ void Daemon::take_run_job(const std::string& id) {
                              static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
   table_->take(id);
   job_loss_base_.erase(id);
+  job_decode_base_.erase(id);
   state_dirty_ = true;  // saved with the next checkpoint: a restart must not find it live
 }
 
@@ -2154,7 +2171,7 @@ void Daemon::stop_clean() {
   for (const std::string& id : live) {
     const Job& job = *table_->find(id);
     nlohmann::json overrides;
-    overrides["lost"] = kernel_losses(loader_->stats());
+    overrides["lost"] = job_losses(id);
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(job);
     annotate_restart(job, overrides);
     annotate_hooks(job, overrides);
