@@ -627,6 +627,38 @@ def self_move_write(pid, cg_abs):
             "writes": 1, "bytes_read": 0, "bytes_written": n}
 
 
+def start_many(ck, d, cg, workload, data, sub, nfiles, size, gate_end=False):
+    """A live job cgroup `sub` running `job_workload many` (nfiles files of `size` bytes
+    created, written, read back, unlinked) in a fresh directory below `data`: (job id, process).
+    With gate_end, returns once the work is done, the process alive until its stdin says."""
+    cg.mkdir(sub)
+    job_id = "cgroup" + cg.rel(sub)
+    d.wait_live(ck, [job_id])
+    wd = os.path.join(data, sub.replace("/", "_"))
+    os.makedirs(wd)
+    argv = [workload, "many", wd, str(nfiles), str(size)] + (["--gate-end"] if gate_end else [])
+    p = run_in_cgroup(cg.abs(sub), argv,
+                      stdin=subprocess.PIPE if gate_end else subprocess.DEVNULL)
+    if gate_end:
+        read_json_line(ck, p, "job_workload many --gate-end in " + sub, timeout=120)
+    return job_id, p
+
+
+def check_many_totals(ck, doc, manifest, pid, cg_abs, where, nfiles=None):
+    """A `job_workload many` job's record against the workload's own totals (its manifest
+    lists no files), the shell's move into the cgroup included if the record holds it; with
+    nfiles, its distinct files too. Returns (totals, the move's write, moved records)."""
+    t = manifest["totals"]
+    mv = self_move_write(pid, cg_abs)
+    moved = [f for f in doc["files"] if f.get("path") == mv["path"]]
+    for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
+        ck.eq("%s: job.totals.%s (the workload's own count)" % (where, k),
+              t[k] + (mv[k] if moved else 0), doc["job"]["totals"].get(k))
+    if nfiles is not None:
+        ck.eq("%s: distinct files" % where, nfiles + len(moved), doc["job"].get("files"))
+    return t, mv, moved
+
+
 def check_manifest_files(ck, doc, manifests, where, strict=True, moves=()):
     """Every file of every manifest has exactly its counters; with `strict`, the record holds
     no other file and no process but the manifests' and the job totals equal their sums.

@@ -14,7 +14,6 @@ are the workload's own.
 """
 import os
 import signal
-import subprocess
 import sys
 
 sys.dont_write_bytecode = True
@@ -54,13 +53,7 @@ def main():
                  "1,000 records with nobody draining it" % got)
 
     # B: live when iolensd stops; no loss while it was live.
-    cg.mkdir("dl/b")
-    job_b = "cgroup" + cg.rel("dl/b")
-    d.wait_live(ck, [job_b])
-    os.makedirs(os.path.join(data, "b"))
-    pb = D.run_in_cgroup(cg.abs("dl/b"), [args.workload, "many", os.path.join(data, "b"), "5",
-                                          str(SIZE), "--gate-end"], stdin=subprocess.PIPE)
-    D.read_json_line(ck, pb, "job_workload many --gate-end (B)", timeout=60)
+    job_b, pb = D.start_many(ck, d, cg, args.workload, data, "dl/b", 5, SIZE, gate_end=True)
     rc, _ = d.stop()
     ck.eq("iolensd exit code", 0, rc)
     pb.stdin.write(b"\n")
@@ -72,11 +65,7 @@ def main():
         doc = docs[0][1]
         ck.eq("B: state", "interrupted", doc["job"].get("state"))
         D.check_lost_zero(ck, doc, "B (interrupted)")
-        mv = D.self_move_write(pb.pid, cg.abs("dl/b"))
-        moved = [f for f in doc["files"] if f.get("path") == mv["path"]]
-        for k in ("opens", "writes", "bytes_written", "reads", "bytes_read"):
-            ck.eq("B: job.totals.%s (the workload's own count)" % k,
-                  m["totals"][k] + (mv[k] if moved else 0), doc["job"]["totals"].get(k))
+        D.check_many_totals(ck, doc, m, pb.pid, cg.abs("dl/b"), "B", nfiles=5)
     ck.finish()
 
 

@@ -52,13 +52,7 @@ SHORT_FILES = 5
 
 
 def job_totals_check(ck, doc, manifest, pid, cg_abs, where, nfiles=NFILES):
-    t = manifest["totals"]
-    mv = D.self_move_write(pid, cg_abs)
-    moved = [f for f in doc["files"] if f.get("path") == mv["path"]]
-    for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
-        ck.eq("%s: job.totals.%s (the workload's own count)" % (where, k),
-              t[k] + (mv[k] if moved else 0), doc["job"]["totals"].get(k))
-    ck.eq("%s: distinct files" % where, nfiles + len(moved), doc["job"].get("files"))
+    t, mv, moved = D.check_many_totals(ck, doc, manifest, pid, cg_abs, where, nfiles)
     ck.eq("%s: file records (none folded)" % where, nfiles + len(moved), len(doc["files"]))
     D.check_lost_zero(ck, doc, where)
     return t, mv, moved

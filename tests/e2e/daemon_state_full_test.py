@@ -56,22 +56,12 @@ def saves(d):
     return ((d.status() or {}).get("state") or {}).get("saves", 0)
 
 
-def run_job(ck, d, cg, args, data, sub):
-    cg.mkdir(sub)
-    job_id = "cgroup" + cg.rel(sub)
-    d.wait_live(ck, [job_id])
-    os.makedirs(os.path.join(data, sub.replace("/", "_")))
-    p = D.run_in_cgroup(cg.abs(sub), [args.workload, "many", os.path.join(data, sub.replace("/", "_")),
-                                      str(NFILES), str(SIZE)])
-    m = D.finish_workload(ck, p, "job_workload many in " + sub, timeout=60)
-    return job_id, p.pid, m
-
-
 def job_while_full(ck, d, cg, args, data, sub):
     """The state directory filled, a job run whole, and a failed save waited for: (the filler,
     job id, pid, manifest)."""
     filler = fill(d.state_dir)
-    job_id, pid, m = run_job(ck, d, cg, args, data, sub)
+    job_id, p = D.start_many(ck, d, cg, args.workload, data, sub, NFILES, SIZE)
+    pid, m = p.pid, D.finish_workload(ck, p, "job_workload many in " + sub, timeout=60)
     # Two drain rounds after the exit: the process's records have been read as final (the
     # first round may have begun before the exit was known). A save that fails after them
     # held them.
@@ -89,12 +79,7 @@ def check_record(ck, d, cg, job_id, pid, sub, m, where, nfiles=NFILES):
     doc = d.wait_record(ck, job_id, timeout=60)
     if m is None or doc is None or not D.check_record_shape(ck, doc, job_id):
         return
-    mv = D.self_move_write(pid, cg.abs(sub))
-    moved = [f for f in doc["files"] if f.get("path") == mv["path"]]
-    for k in ("opens", "reads", "writes", "bytes_read", "bytes_written"):
-        ck.eq("%s: job.totals.%s (the workload's own count)" % (where, k),
-              m["totals"][k] + (mv[k] if moved else 0), doc["job"]["totals"].get(k))
-    ck.eq("%s: distinct files" % where, nfiles + len(moved), doc["job"].get("files"))
+    D.check_many_totals(ck, doc, m, pid, cg.abs(sub), where, nfiles)
 
 
 def marker_refused(ck, cg, args, data):
@@ -106,14 +91,8 @@ def marker_refused(ck, cg, args, data):
     os.makedirs(os.path.join(d.state_dir, "pressure-drain", "planted"))
     d.start(ck)
     sub = "sm/a"
-    cg.mkdir(sub)
-    job_id = "cgroup" + cg.rel(sub)
-    d.wait_live(ck, [job_id])
-    os.makedirs(os.path.join(data, "marker"))
-    p = D.run_in_cgroup(cg.abs(sub), [args.workload, "many", os.path.join(data, "marker"),
-                                      str(MARKER_FILES), str(SIZE), "--gate-end"],
-                        stdin=subprocess.PIPE)
-    D.read_json_line(ck, p, "job_workload many --gate-end", timeout=60)
+    job_id, p = D.start_many(ck, d, cg, args.workload, data, sub, MARKER_FILES, SIZE,
+                             gate_end=True)
     refusals = lambda: ((d.status() or {}).get("state") or {}).get("marker_failures", 0)  # noqa
     ck.check(D.wait_for("a refused marker", lambda: refusals() > 0, 30),
              "no marker failure counted within 30 s with the map over 3/4 full of idle records")
