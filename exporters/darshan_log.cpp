@@ -8,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/by_file.hpp"
+
 namespace iolens::exporters {
 namespace {
 
@@ -346,14 +348,18 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     name_region += '\0';
   }
 
-  // POSIX region: one 704-byte record per (process, file).
-  std::string posix;
-  posix.reserve(run.files.size() * kDarshanPosixRecordSize);
-  for (const auto& f : run.files) {
+  // POSIX region: 704-byte records. A file every process of the log has a row of (two
+  // processes at least) gets one shared record, rank -1, reduced as Darshan reduces a file all
+  // MPI ranks opened (docs/darshan-log.md#shared-files); the others one record per (process,
+  // file). Shared records come last, as Darshan writes them.
+  struct Extremes {
+    int64_t fastest_rank, slowest_rank;
+    uint64_t fastest_bytes, slowest_bytes, fastest_ns, slowest_ns;
+    double variance_time_s2 = 0, variance_bytes = 0;
+  };
+  auto posix_record = [&](const std::string& path, const core::FileCounters& c,
+                          uint64_t rename_sources, int64_t rank, const Extremes& x) {
     std::string rec(kDarshanPosixRecordSize, '\0');
-    const auto r = rank_of.find({f.pid, f.proc_start_ns});
-    const int64_t rank = r == rank_of.end() ? -1 : r->second;
-    const core::FileCounters& c = f.counters;
     int64_t v[kDarshanPosixCounters] = {};
     auto set = [&](const char* name, int64_t value) { v[darshan_posix_counter_index(name)] = value; };
     // iolens's counters carry Darshan's names and semantics (docs/counters.md): each one whose
@@ -365,14 +371,14 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
       const int idx = darshan_posix_counter_index(name);
       if (idx >= 0) v[idx] = core::counter_value(c, field);
     }
-    set("RENAME_SOURCES", static_cast<int64_t>(f.rename_sources));
+    set("RENAME_SOURCES", static_cast<int64_t>(rename_sources));
     // Not observed by iolens: -1, Darshan's mark for a counter it did not collect.
     for (const char* n : {"MEM_NOT_ALIGNED", "MEM_ALIGNMENT", "FILE_NOT_ALIGNED", "FILE_ALIGNMENT"})
       set(n, -1);
-    set("FASTEST_RANK", rank);
-    set("FASTEST_RANK_BYTES", static_cast<int64_t>(c.bytes_read + c.bytes_written));
-    set("SLOWEST_RANK", rank);
-    set("SLOWEST_RANK_BYTES", static_cast<int64_t>(c.bytes_read + c.bytes_written));
+    set("FASTEST_RANK", x.fastest_rank);
+    set("FASTEST_RANK_BYTES", static_cast<int64_t>(x.fastest_bytes));
+    set("SLOWEST_RANK", x.slowest_rank);
+    set("SLOWEST_RANK_BYTES", static_cast<int64_t>(x.slowest_bytes));
 
     double fv[kDarshanPosixFCounters] = {};
     auto fset = [&](const char* name, double value) { fv[darshan_posix_fcounter_index(name)] = value; };
@@ -383,15 +389,47 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
                      ? static_cast<double>(static_cast<int64_t>(ns - info.timestamp_base_ns)) / 1e9
                      : seconds(ns));
     }
-    fset("F_FASTEST_RANK_TIME", seconds(c.read_time_ns + c.write_time_ns + c.meta_time_ns));
-    fset("F_SLOWEST_RANK_TIME", seconds(c.read_time_ns + c.write_time_ns + c.meta_time_ns));
+    fset("F_FASTEST_RANK_TIME", seconds(x.fastest_ns));
+    fset("F_SLOWEST_RANK_TIME", seconds(x.slowest_ns));
+    fset("F_VARIANCE_RANK_TIME", x.variance_time_s2);
+    fset("F_VARIANCE_RANK_BYTES", x.variance_bytes);
 
-    put<uint64_t>(rec, 0, darshan_record_id(f.path));
+    put<uint64_t>(rec, 0, darshan_record_id(path));
     put<int64_t>(rec, 8, rank);
     std::memcpy(rec.data() + 16, v, sizeof(v));
     std::memcpy(rec.data() + 16 + sizeof(v), fv, sizeof(fv));
-    posix += rec;
+    return rec;
+  };
+  const core::FilesAcrossProcesses by_file(run);
+  std::vector<bool> in_shared(run.files.size(), false);
+  std::string shared;
+  const auto rank_of_share = [&](const core::ProcessShare& s) {
+    const auto r = rank_of.find({s.pid, s.proc_start_ns});
+    return r == rank_of.end() ? int64_t{-1} : r->second;
+  };
+  for (std::size_t i = 0; i < by_file.size(); ++i) {
+    const core::FileAcrossProcesses f = by_file.at(i);
+    if (run.processes.size() < 2 || f.processes != run.processes.size()) continue;
+    for (const uint32_t r : by_file.rows(i)) in_shared[r] = true;
+    const Extremes x{rank_of_share(f.fastest), rank_of_share(f.slowest), f.fastest.bytes,
+                     f.slowest.bytes, f.fastest.time_ns, f.slowest.time_ns,
+                     f.variance_time_s2, f.variance_bytes};
+    shared += posix_record(f.file->path, f.counters, f.rename_sources, -1, x);
   }
+  std::string posix;
+  posix.reserve(run.files.size() * kDarshanPosixRecordSize);
+  for (std::size_t r = 0; r < run.files.size(); ++r) {
+    if (in_shared[r]) continue;
+    const core::FileSnapshot& f = run.files[r];
+    const auto it = rank_of.find({f.pid, f.proc_start_ns});
+    const int64_t rank = it == rank_of.end() ? -1 : it->second;
+    const core::FileCounters& c = f.counters;
+    const uint64_t bytes = c.bytes_read + c.bytes_written;
+    const uint64_t ns = c.read_time_ns + c.write_time_ns + c.meta_time_ns;
+    posix += posix_record(f.path, c, f.rename_sources, rank,
+                          Extremes{rank, rank, bytes, bytes, ns, ns});
+  }
+  posix += shared;
 
   const std::string zjob = deflate_region(region);
   const std::string znames = deflate_region(name_region);

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/by_file.hpp"
+
 namespace iolens::exporters {
 namespace {
 
@@ -151,6 +153,32 @@ json file_json(const core::FileSnapshot& f) {
   return fj;
 }
 
+json share_json(const core::ProcessShare& s) {
+  return {{"pid", s.pid}, {"proc_start_ns", s.proc_start_ns}, {"bytes", s.bytes},
+          {"time_ns", s.time_ns}};
+}
+
+json by_file_json(const core::FileAcrossProcesses& f) {
+  json fj;
+  put_string(fj, "path", f.file->path);
+  if (!f.file->path_known) fj["path_unknown"] = true;
+  if (f.file->path_incomplete) fj["path_incomplete"] = true;
+  fj["dev"] = f.file->dev;
+  fj["ino"] = f.file->ino;
+  fj["processes"] = f.processes;
+  json c = counters_json(f.counters);
+  c["rename_sources"] = f.rename_sources;
+  c["unlinks"] = f.unlinks;
+  fj["counters"] = std::move(c);
+  fj["coverage"] = coverage_json(f.counters);
+  fj["fastest"] = share_json(f.fastest);
+  fj["slowest"] = share_json(f.slowest);
+  fj["variance_time_s2"] = f.variance_time_s2;
+  fj["variance_bytes"] = f.variance_bytes;
+  if (f.folded) fj["folded"] = true;
+  return fj;
+}
+
 /// Every member of the record but its processes and files (the large ones).
 json run_head_json(const core::RunSnapshot& run, const std::string& version) {
   json j;
@@ -252,11 +280,9 @@ const std::vector<std::pair<std::string_view, int>>& sorted_file_counter_keys() 
 /// re-indented 2 deeper. Written directly: building the ~130-member DOM of a file and dumping
 /// it cost ~30 us per file, most of the end of a run with --json (bench/README.md "The run's
 /// JSON record"). The unit tests compare it with the DOM's text byte for byte.
-void append_file_json(std::string& out, const core::FileSnapshot& f) {
-  // members in key order: counters, coverage, dev, ino, path(_hex), path_incomplete,
-  // path_unknown, pid, proc_start_ns, renamed_to(_hex)
-  bool first = true;
-  out += '{';
+/// A row's "counters" and "coverage" members (the first two of both kinds of rows).
+void append_counters_and_coverage(std::string& out, bool& first, const core::FileCounters& c,
+                                  uint64_t rename_sources, uint64_t unlinks) {
   append_key(out, first, 3, "counters");
   out += '{';
   bool first_counter = true;
@@ -264,22 +290,20 @@ void append_file_json(std::string& out, const core::FileSnapshot& f) {
   for (const auto& [name, index] : sorted_file_counter_keys()) {
     append_key(out, first_counter, 4, name);
     if (index == -1)
-      append_uint(out, f.rename_sources);
+      append_uint(out, rename_sources);
     else if (index == -2)
-      append_uint(out, f.unlinks);
+      append_uint(out, unlinks);
     else
-      append_int(out, core::counter_value(f.counters, fields[static_cast<std::size_t>(index)]));
+      append_int(out, core::counter_value(c, fields[static_cast<std::size_t>(index)]));
   }
   out += "\n   }";
   // six members with two doubles: coverage_json's own text (a small DOM) keeps one definition
   append_key(out, first, 3, "coverage");
-  append_indented(out,
-                  coverage_json(f.counters).dump(1, ' ', false, json::error_handler_t::replace),
-                  3);
-  append_key(out, first, 3, "dev");
-  append_uint(out, f.dev);
-  append_key(out, first, 3, "ino");
-  append_uint(out, f.ino);
+  append_indented(out, coverage_json(c).dump(1, ' ', false, json::error_handler_t::replace), 3);
+}
+
+/// path(_hex), path_incomplete, path_unknown: consecutive in key order in both kinds of rows.
+void append_path_members(std::string& out, bool& first, const core::FileSnapshot& f) {
   append_string_member(out, first, 3, "path", f.path);
   if (f.path_incomplete) {
     append_key(out, first, 3, "path_incomplete");
@@ -289,6 +313,19 @@ void append_file_json(std::string& out, const core::FileSnapshot& f) {
     append_key(out, first, 3, "path_unknown");
     out += "true";
   }
+}
+
+void append_file_json(std::string& out, const core::FileSnapshot& f) {
+  // members in key order: counters, coverage, dev, ino, path(_hex), path_incomplete,
+  // path_unknown, pid, proc_start_ns, renamed_to(_hex)
+  bool first = true;
+  out += '{';
+  append_counters_and_coverage(out, first, f.counters, f.rename_sources, f.unlinks);
+  append_key(out, first, 3, "dev");
+  append_uint(out, f.dev);
+  append_key(out, first, 3, "ino");
+  append_uint(out, f.ino);
+  append_path_members(out, first, f);
   append_key(out, first, 3, "pid");
   append_uint(out, f.pid);
   append_key(out, first, 3, "proc_start_ns");
@@ -297,8 +334,60 @@ void append_file_json(std::string& out, const core::FileSnapshot& f) {
   out += "\n  }";
 }
 
+void append_share(std::string& out, bool& first, std::string_view key,
+                  const core::ProcessShare& share) {
+  append_key(out, first, 3, key);
+  out += '{';
+  bool first_member = true;
+  append_key(out, first_member, 4, "bytes");
+  append_uint(out, share.bytes);
+  append_key(out, first_member, 4, "pid");
+  append_uint(out, share.pid);
+  append_key(out, first_member, 4, "proc_start_ns");
+  append_int(out, share.proc_start_ns);
+  append_key(out, first_member, 4, "time_ns");
+  append_uint(out, share.time_ns);
+  out += "\n   }";
+}
+
+/// One row of `by_file`, as write_run_json streams it: dump(by_file_json(f)) at indent 1,
+/// re-indented 2 deeper, written directly as append_file_json is (the unit tests compare them).
+void append_by_file_json(std::string& out, const core::FileAcrossProcesses& f) {
+  // members in key order: counters, coverage, dev, fastest, folded, ino, path(_hex),
+  // path_incomplete, path_unknown, processes, slowest, variance_bytes, variance_time_s2
+  bool first = true;
+  out += '{';
+  append_counters_and_coverage(out, first, f.counters, f.rename_sources, f.unlinks);
+  append_key(out, first, 3, "dev");
+  append_uint(out, f.file->dev);
+  append_share(out, first, "fastest", f.fastest);
+  if (f.folded) {
+    append_key(out, first, 3, "folded");
+    out += "true";
+  }
+  append_key(out, first, 3, "ino");
+  append_uint(out, f.file->ino);
+  append_path_members(out, first, *f.file);
+  append_key(out, first, 3, "processes");
+  append_uint(out, f.processes);
+  append_share(out, first, "slowest", f.slowest);
+  append_key(out, first, 3, "variance_bytes");
+  append_scalar(out, json(f.variance_bytes));
+  append_key(out, first, 3, "variance_time_s2");
+  append_scalar(out, json(f.variance_time_s2));
+  out += "\n  }";
+}
+
 
 }  // namespace
+
+json by_file_json(const core::RunSnapshot& run, std::size_t offset, std::size_t limit) {
+  const core::FilesAcrossProcesses by_file(run);
+  json rows = json::array();
+  for (std::size_t i = offset; i < by_file.size() && i - offset < limit; ++i)
+    rows.push_back(by_file_json(by_file.at(i)));
+  return rows;
+}
 
 json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   json j = run_head_json(run, version);
@@ -308,6 +397,10 @@ json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   json files = json::array();
   for (const auto& f : run.files) files.push_back(file_json(f));
   j["files"] = std::move(files);
+  const core::FilesAcrossProcesses by_file(run);
+  json across = json::array();
+  for (std::size_t i = 0; i < by_file.size(); ++i) across.push_back(by_file_json(by_file.at(i)));
+  j["by_file"] = std::move(across);
   return j;
 }
 
@@ -330,6 +423,7 @@ bool write_run_json(const core::RunSnapshot& run, const std::string& version,
   if (edits.head) edits.head(members);
   members["processes"] = nullptr;  // placeholders: their place in the key order
   members["files"] = nullptr;
+  members["by_file"] = nullptr;
   buf += "{\n";
   bool first = true;
   for (const auto& [key, value] : members.items()) {
@@ -359,6 +453,19 @@ bool write_run_json(const core::RunSnapshot& run, const std::string& version,
         return j;
       };
       if (!stream(run.processes, edited)) return false;
+    } else if (key == "by_file") {
+      const core::FilesAcrossProcesses by_file(run);
+      if (by_file.size() == 0) {
+        buf += "[]";
+        continue;
+      }
+      buf += "[\n";
+      for (std::size_t i = 0; i < by_file.size(); ++i) {
+        buf += i == 0 ? "  " : ",\n  ";
+        append_by_file_json(buf, by_file.at(i));
+        if (!flush(64 * 1024)) return false;
+      }
+      buf += "\n ]";
     } else if (key == "files") {
       if (run.files.empty()) {
         buf += "[]";

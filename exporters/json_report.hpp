@@ -18,6 +18,10 @@ nlohmann::json run_to_json(const core::RunSnapshot& run, const std::string& vers
 /// record written in parts (a paged answer), from the whole snapshot.
 nlohmann::json run_coverage_json(const core::RunSnapshot& run);
 
+/// Rows [offset, offset + limit) of the record's `by_file` (docs/run-json.md#by-file), as
+/// run_to_json makes them: for a record answered in pages.
+nlohmann::json by_file_json(const core::RunSnapshot& run, std::size_t offset, std::size_t limit);
+
 /// Writes dump_json(run_to_json(run, version)) through `write` in pieces of about 64 KiB,
 /// making each process and file record as it goes: memory stays that of one record, not of the
 /// whole document twice (a 10,000-file job's record is ~100 MB of JSON objects). False as soon

@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "core/by_file.hpp"
 #include "exporters/json_report.hpp"
 #include "exporters/units.hpp"
 
@@ -168,21 +169,32 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
                p.exit_code ? std::to_string(*p.exit_code).c_str() : "running");
   }
 
+  // Files across processes (docs/run-json.md#by-file): a dataset file every DataLoader worker
+  // read is one line with its total, not one line per worker.
+  const core::FilesAcrossProcesses by_file(run);
+  std::vector<core::FileAcrossProcesses> top;
+  for (std::size_t i = 0; i < by_file.size(); ++i) {
+    top.push_back(by_file.at(i));
+    const auto bytes = [](const core::FileAcrossProcesses& f) {
+      return f.counters.bytes_read + f.counters.bytes_written;
+    };
+    // ties keep by_file's order (by path): the same run always prints the same way
+    std::stable_sort(top.begin(), top.end(), [&](const auto& a, const auto& b) {
+      return bytes(a) > bytes(b);
+    });
+    if (top.size() > opts.top_files) top.pop_back();
+  }
+  out += fmt("\ntop %zu files by bytes (all processes)\n", top.size());
+  out += fmt("%10s %10s %8s %8s %6s  %s\n", "READ", "WRITTEN", "READS", "WRITES", "PROCS", "PATH");
+  for (const auto& f : top) {
+    out += fmt("%10s %10s %8s %8s %6s  %s\n", human_bytes(f.counters.bytes_read).c_str(),
+               human_bytes(f.counters.bytes_written).c_str(),
+               human_count(f.counters.reads).c_str(), human_count(f.counters.writes).c_str(),
+               human_count(f.processes).c_str(), printable(f.file->path).c_str());
+  }
+
   std::vector<const core::FileSnapshot*> files;
   for (const auto& f : run.files) files.push_back(&f);
-  std::sort(files.begin(), files.end(), [](const auto* a, const auto* b) {
-    return a->counters.bytes_read + a->counters.bytes_written >
-           b->counters.bytes_read + b->counters.bytes_written;
-  });
-  out += fmt("\ntop %zu files by bytes (per process)\n", std::min(opts.top_files, files.size()));
-  out += fmt("%10s %10s %8s %8s %8s  %s\n", "READ", "WRITTEN", "READS", "WRITES", "PID", "PATH");
-  for (std::size_t i = 0; i < files.size() && i < opts.top_files; ++i) {
-    const auto* f = files[i];
-    out += fmt("%10s %10s %8s %8s %8u  %s\n", human_bytes(f->counters.bytes_read).c_str(),
-               human_bytes(f->counters.bytes_written).c_str(),
-               human_count(f->counters.reads).c_str(), human_count(f->counters.writes).c_str(),
-               f->pid, printable(f->path).c_str());
-  }
 
   // Where the bytes went, by directory: a dataset directory, a checkpoint directory and Python's
   // own files separate at a glance.

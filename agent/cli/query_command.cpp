@@ -109,7 +109,7 @@ int QueryCommands::run() const {
       result.reset();
       break;
     }
-    for (const char* key : {"processes", "files"}) {
+    for (const char* key : {"processes", "files", "by_file"}) {
       auto& into = (*result)[key];
       const auto& part = (*more)[key];
       if (!into.is_array() || !part.is_array()) continue;

@@ -508,9 +508,13 @@ std::string format_job(const json& result, uint64_t now_ns, std::size_t top_file
     }
   }
 
-  if (field(result, "files") == nullptr)
+  // Files across processes (`by_file`, docs/run-json.md#by-file) when the record has them;
+  // a record of an older daemon has only the per-process rows.
+  const bool across = field(result, "by_file") != nullptr;
+  const char* list = across ? "by_file" : "files";
+  if (field(result, list) == nullptr)
     return out;  // not sent: say nothing rather than "no files"
-  const json& all_files = array_or_empty(result, "files");
+  const json& all_files = array_or_empty(result, list);
   std::vector<const json*> files;
   for (const json& f : all_files) files.push_back(&f);
   const std::size_t shown = std::min(top_files, files.size());
@@ -533,15 +537,16 @@ std::string format_job(const json& result, uint64_t now_ns, std::size_t top_file
     const json& counters = object_or_empty(*files[i], "counters");
     rows.push_back({bytes_of(counters, "bytes_read"), bytes_of(counters, "bytes_written"),
                     number_text(counters, "reads"), number_text(counters, "writes"),
-                    text_or_missing(*files[i], "pid"), text_or_missing(*files[i], "path")});
+                    across ? number_text(*files[i], "processes") : text_or_missing(*files[i], "pid"),
+                    text_or_missing(*files[i], "path")});
   }
-  out +=
-      "\ntop " + std::to_string(shown) + " of " + human_count(files.size()) + " files by bytes\n";
+  out += "\ntop " + std::to_string(shown) + " of " + human_count(files.size()) +
+         " files by bytes" + (across ? " (all processes)" : "") + "\n";
   out += table({{"READ", true},
                 {"WRITTEN", true},
                 {"READS", true},
                 {"WRITES", true},
-                {"PID", true},
+                {across ? "PROCS" : "PID", true},
                 {"PATH", false}},
                rows);
   return out;

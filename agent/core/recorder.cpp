@@ -887,6 +887,10 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
   folded_files.erase(std::unique(folded_files.begin(), folded_files.end()), folded_files.end());
   for (const auto& f : folded_files)
     s.folded_only_files += !std::binary_search(row_files.begin(), row_files.end(), f);
+  s.folded_files.reserve(folded_files.size());
+  for (const auto& [dev, ino] : folded_files) s.folded_files.emplace_back(kernel_dev_to_user(dev), ino);
+  // kernel_dev_to_user keeps the order of distinct devices only by chance: sort again
+  std::sort(s.folded_files.begin(), s.folded_files.end());
 
   for (const auto& [k, acc] : others_) {
     auto pi = index.find(k.first);

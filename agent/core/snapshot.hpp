@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/block.hpp"
@@ -69,6 +70,10 @@ struct RunSnapshot {
   /// Distinct (dev, ino) that are only in processes' `folded` records, in no `files` row: the
   /// run's distinct files are those of `files` plus these.
   uint64_t folded_only_files = 0;
+  /// (dev, ino), as stat(2) shows them, of every file some of whose counters are in a
+  /// process's `folded` record, sorted: its rows, and its row across processes (by_file.hpp),
+  /// lack that part.
+  std::vector<std::pair<uint64_t, uint64_t>> folded_files;
   /// Kernel programs that are not attached and why (an optional one the kernel lacks or
   /// refused): what this run could not see. Empty when everything is attached.
   std::map<std::string, std::string> not_attached;

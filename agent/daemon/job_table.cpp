@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "core/block.hpp"
+#include "core/by_file.hpp"
 #include "daemon/job_metrics.hpp"
 #include "daemon/job_record.hpp"
 #include "exporters/json_report.hpp"
@@ -531,6 +532,9 @@ nlohmann::json JobTable::job_page(const Job& job, const std::string& version, st
   nlohmann::json summary = daemon::job_summary(job, snap);  // from the whole snapshot
   nlohmann::json coverage = exporters::run_coverage_json(snap);
   const std::size_t procs = snap.processes.size(), files = snap.files.size();
+  // The rows across processes come from every row of the file, so from the whole snapshot.
+  nlohmann::json by_file = exporters::by_file_json(snap, offset, limit);
+  const std::size_t by_file_rows = core::FilesAcrossProcesses(snap).size();
   auto slice = [&](auto& v) {
     const std::size_t from = std::min(offset, v.size());
     const std::size_t to = from + std::min(limit, v.size() - from);
@@ -545,7 +549,8 @@ nlohmann::json JobTable::job_page(const Job& job, const std::string& version, st
   if (e.process)
     for (auto& p : j["processes"]) e.process(p);
   j["coverage"] = std::move(coverage);
-  j["page"] = page_json(offset, limit, procs, files);
+  j["by_file"] = std::move(by_file);
+  j["page"] = page_json(offset, limit, procs, files, by_file_rows);
   return j;
 }
 
@@ -553,32 +558,36 @@ std::optional<nlohmann::json> record_page(std::string_view text, std::size_t off
                                           std::size_t limit) {
   using E = nlohmann::json::parse_event_t;
   std::string key;  // the top-level key whose value is being parsed
-  std::size_t processes = 0, files = 0;
+  std::size_t processes = 0, files = 0, by_file = 0;
   auto keep = [&](int depth, E ev, nlohmann::json& parsed) {
     if (depth == 1 && ev == E::key) {
       key = parsed.is_string() ? parsed.get<std::string>() : std::string();
       return true;
     }
     if (depth != 2 || ev != E::object_end) return true;  // an element ends at depth 2
-    std::size_t* n = key == "processes" ? &processes : key == "files" ? &files : nullptr;
+    std::size_t* n = key == "processes" ? &processes
+                     : key == "files"   ? &files
+                     : key == "by_file" ? &by_file
+                                        : nullptr;
     if (!n) return true;
     const std::size_t i = (*n)++;
     return i >= offset && i - offset < limit;
   };
   nlohmann::json j = nlohmann::json::parse(text, keep, false);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
-  j["page"] = page_json(offset, limit, processes, files);
+  j["page"] = page_json(offset, limit, processes, files, by_file);
   return j;
 }
 
 nlohmann::json page_json(std::size_t offset, std::size_t limit, std::size_t processes,
-                         std::size_t files) {
+                         std::size_t files, std::size_t by_file) {
   const std::size_t end = offset + limit;
-  const bool more = limit > 0 && end > offset && end < std::max(processes, files);
+  const bool more = limit > 0 && end > offset && end < std::max({processes, files, by_file});
   return {{"offset", offset},
           {"limit", limit},
           {"processes", processes},
           {"files", files},
+          {"by_file", by_file},
           {"next", more ? nlohmann::json(end) : nlohmann::json(nullptr)}};
 }
 

@@ -243,9 +243,9 @@ class JobTable {
 };
 
 /// The `page` object of a paged `job` answer: the totals, and `next` (the next offset, null
-/// when this page reached the end of both lists).
+/// when this page reached the end of all three lists).
 nlohmann::json page_json(std::size_t offset, std::size_t limit, std::size_t processes,
-                         std::size_t files);
+                         std::size_t files, std::size_t by_file);
 
 /// One page of a written record (`text`, iolens.job/1) as job_page() pages a live job's: the
 /// elements of `processes` and `files` outside [offset, offset + limit) are dropped while

@@ -274,6 +274,28 @@ TEST(ControlFormat, Job) {
       format_job(result, kStart + 3725 * kSecond, 4));
 }
 
+// A record with `by_file` (files across processes) lists those, with the processes of each.
+TEST(ControlFormat, JobTopFilesAreFilesAcrossProcessesWhenTheRecordHasThem) {
+  json result = {{"job", job_entry("k8s/0f3e", "closed")}, {"processes", json::array()}};
+  result["files"] = json::array({file("/data/shared", 1, 4096, 0), file("/data/shared", 2, 8192, 0),
+                                 file("/data/own", 1, 8192, 0)});
+  json shared = file("/data/shared", 0, 12288, 0);
+  shared.erase("pid");
+  shared["processes"] = 2;
+  json own = file("/data/own", 0, 8192, 0);
+  own.erase("pid");
+  own["processes"] = 1;
+  result["by_file"] = json::array({own, shared});
+  const std::string text = format_job(result, 0);
+  const auto top = text.find("top 2 of 2 files by bytes (all processes)\n");
+  ASSERT_NE(top, std::string::npos) << text;
+  EXPECT_EQ(
+      "    READ  WRITTEN  READS  WRITES  PROCS  PATH\n"
+      "12.0 KiB      0 B      3       0      2  /data/shared\n"
+      "8.00 KiB      0 B      2       0      1  /data/own\n",
+      text.substr(text.find('\n', top) + 1));
+}
+
 TEST(ControlFormat, ClosedJobAndEmptyParts) {
   json result = {{"job", job_entry("slurm/1234", "closed")}, {"files", json::array()}};
   result["job"].erase("labels");

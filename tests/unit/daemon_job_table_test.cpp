@@ -604,11 +604,14 @@ TEST_F(JobTableTest, TheJobAnswerIsPagedAndThePagesMakeTheRecord) {
       EXPECT_LE(page["files"].size(), 1000u);
       EXPECT_EQ(page["page"]["files"], 2500u);
       EXPECT_EQ(page["page"]["processes"], 1u);
+      EXPECT_EQ(page["page"]["by_file"], 2500u);
+      EXPECT_LE(page["by_file"].size(), 1000u);
       EXPECT_EQ(page["job"], whole["job"]);
       if (joined.is_null()) {
         joined = page;
       } else {
         for (const auto& f : page["files"]) joined["files"].push_back(f);
+        for (const auto& f : page["by_file"]) joined["by_file"].push_back(f);
       }
       if (page["page"]["next"].is_null()) break;
       offset = page["page"]["next"].get<uint64_t>();

@@ -438,3 +438,58 @@ TEST(DarshanLog, TimingOffIsSaidInTheJobMetadata) {
   EXPECT_EQ(off.posix[0].counters[static_cast<size_t>(darshan_posix_counter_index("BYTES_READ"))],
             6530);
 }
+
+// A file every process has a row of is one shared record (rank -1) reduced as Darshan's
+// posix_record_reduction_op reduces a file all MPI ranks opened; a file only some processes
+// touched keeps one record per process; shared records come last.
+TEST(DarshanLog, AFileEveryProcessTouchedIsOneSharedRecord) {
+  auto run = sample();  // ranks 0 (pid 100) and 1 (pid 101); a.npy by 101, model.pt by 100
+  core::FileSnapshot f = run.files[0];  // pid 100 reads a.npy too
+  f.pid = 100;
+  f.proc_start_ns = 1700000000000000100;
+  f.counters = core::new_counters();
+  f.counters.opens = 1;
+  f.counters.reads = 1;
+  f.counters.bytes_read = 100;
+  f.counters.max_byte_read = 9999;
+  f.counters.read_time_ns = 4'000'000'000;
+  f.counters.max_read_time_ns = 4'000'000'000;
+  f.counters.max_read_time_size = 100;
+  f.counters.read_start_ns = 1'000'000'000;
+  run.files.push_back(f);
+  DarshanLogContents c;
+  std::string err;
+  ASSERT_TRUE(read_darshan_log(darshan_log(run, info()), c, err)) << err;
+  ASSERT_EQ(c.posix.size(), 2u);
+  auto n = [&](const DarshanPosixRecord& r, const char* name) {
+    return r.counters[static_cast<size_t>(darshan_posix_counter_index(name))];
+  };
+  auto fn = [&](const DarshanPosixRecord& r, const char* name) {
+    return r.fcounters[static_cast<size_t>(darshan_posix_fcounter_index(name))];
+  };
+  const auto& own = c.posix[0];
+  EXPECT_EQ(c.names.at(own.id), "/ckpt/model.pt");
+  EXPECT_EQ(own.rank, 0);
+  const auto& shared = c.posix[1];
+  EXPECT_EQ(c.names.at(shared.id), "/data/a.npy");
+  EXPECT_EQ(shared.rank, -1);
+  EXPECT_EQ(n(shared, "OPENS"), 3);
+  EXPECT_EQ(n(shared, "READS"), 4);
+  EXPECT_EQ(n(shared, "BYTES_READ"), 6630);
+  EXPECT_EQ(n(shared, "MAX_BYTE_READ"), 9999);
+  EXPECT_EQ(n(shared, "MAX_READ_TIME_SIZE"), 100);  // follows F_MAX_READ_TIME
+  // rank 1: 1500 ns, 6530 bytes; rank 0: 4 s, 100 bytes
+  EXPECT_EQ(n(shared, "FASTEST_RANK"), 1);
+  EXPECT_EQ(n(shared, "FASTEST_RANK_BYTES"), 6530);
+  EXPECT_EQ(n(shared, "SLOWEST_RANK"), 0);
+  EXPECT_EQ(n(shared, "SLOWEST_RANK_BYTES"), 100);
+  EXPECT_DOUBLE_EQ(fn(shared, "F_FASTEST_RANK_TIME"), 1.5e-6);
+  EXPECT_DOUBLE_EQ(fn(shared, "F_SLOWEST_RANK_TIME"), 4.0);
+  EXPECT_DOUBLE_EQ(fn(shared, "F_READ_TIME"), 4.0 + 1.5e-6);
+  EXPECT_DOUBLE_EQ(fn(shared, "F_READ_START_TIMESTAMP"), 1.0);  // the earlier start
+  const double dt = (4.0 - 1.5e-6) / 2;
+  EXPECT_NEAR(fn(shared, "F_VARIANCE_RANK_TIME"), dt * dt, 1e-9);
+  EXPECT_DOUBLE_EQ(fn(shared, "F_VARIANCE_RANK_BYTES"), (6530.0 - 100) / 2 * (6530.0 - 100) / 2);
+  // per-process records keep F_VARIANCE_* at 0, as Darshan's unreduced ones
+  EXPECT_EQ(fn(own, "F_VARIANCE_RANK_TIME"), 0.0);
+}

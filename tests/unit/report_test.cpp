@@ -552,3 +552,32 @@ TEST(TextReport, TimingOffShowsNoIoTimeAndSaysSo) {
   ASSERT_NE(row_off, std::string::npos);
   EXPECT_EQ(exact.substr(row_exact, 90), off.substr(row_off, 90));
 }
+
+// The summary's top files are files across processes: a file two processes read is one line
+// with both processes' bytes and PROCS 2, above a file of one process with fewer bytes.
+TEST(TextReport, TopFilesAreFilesAcrossProcesses) {
+  auto s = sample();  // pid 10 read 3 MiB of /data/x.npy
+  core::FileSnapshot g = s.files[0];
+  g.pid = 11;
+  g.counters.reads = 1;
+  g.counters.bytes_read = 1048576;
+  s.files.push_back(g);
+  core::FileSnapshot h = s.files[0];
+  h.path = "/data/y.npy";
+  h.ino = 56;
+  h.counters.bytes_read = 3 * 1048576 + 1;  // more than either part of x.npy, less than both
+  s.files.push_back(h);
+  exporters::TextOptions opts;
+  opts.top_files = 2;
+  const std::string t = exporters::run_summary(s, opts);
+  const auto head = t.find("top 2 files by bytes (all processes)");
+  ASSERT_NE(head, std::string::npos) << t;
+  const auto x = t.find("  /data/x.npy", head), y = t.find("  /data/y.npy", head);
+  ASSERT_NE(x, std::string::npos) << t;
+  ASSERT_NE(y, std::string::npos) << t;
+  EXPECT_LT(x, y) << t;
+  const std::string x_line = t.substr(t.rfind('\n', x) + 1, x - t.rfind('\n', x) - 1);
+  EXPECT_NE(x_line.find("4.00 MiB"), std::string::npos) << x_line;
+  EXPECT_NE(x_line.find(" 4 "), std::string::npos) << x_line;  // 3 + 1 reads
+  EXPECT_NE(x_line.find(" 2"), std::string::npos) << x_line;   // PROCS
+}
