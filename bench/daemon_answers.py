@@ -36,13 +36,14 @@ import daemon_common as D  # noqa: E402
 import e2e_common as E  # noqa: E402
 
 
-def measure(iolensd, workload, nfiles):
+def measure(iolensd, workload, nfiles, compression=None):
     ck = E.Checker("daemon_answers")
     cg = D.Cgroups()
     data = D.tempdir("answers", base="/dev/shm")
     rules = '  - cgroup: {paths: ["%s/a/*"]}' % cg.prefix
     d = D.Daemon(iolensd, rules, args=["--max-files-per-job", str(2 * nfiles)], tag="answers",
-                 extra_config="limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n")
+                 extra_config="limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n" +
+                 ("record_compression: %s\n" % compression if compression else ""))
     d.start(ck)
     cg.mkdir("a/big")
     job_id = "cgroup" + cg.rel("a/big")
@@ -86,7 +87,7 @@ def measure(iolensd, workload, nfiles):
     name = None
     while time.monotonic() - t_rm < 300 and name is None:
         for f in os.listdir(d.output_dir):
-            if f.endswith(".json") and not f.startswith("."):
+            if f.endswith((".json", ".json.zst")) and not f.startswith("."):
                 name = f
         time.sleep(0.01)
     t_rec = time.monotonic()
@@ -131,17 +132,22 @@ def main():
     ap.add_argument("--why", action="store_true",
                     help="after each build's line, what the daemon did during each wait over "
                          "100 ms: drains and saves completed meanwhile, from its status")
+    ap.add_argument("--record-compression", action="append", choices=("zstd", "none"),
+                    help="run each build once per value given, with that record_compression "
+                         "(builds before it existed refuse the key: leave it out for them)")
     a = ap.parse_args()
     D.require_root()
     print("| iolensd | job | longest wait, job running (> 100 ms) | record after removal "
           "| longest wait, removal to record (> 100 ms) | record | VmHWM "
           "| `job` of the closed job: with fd / a page | longest wait meanwhile |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for build in a.iolensd:
-        r = measure(os.path.realpath(build), os.path.realpath(a.workload), a.files)
+    for build, compression in [(b, c) for b in a.iolensd for c in a.record_compression or [None]]:
+        r = measure(os.path.realpath(build), os.path.realpath(a.workload), a.files, compression)
+        if compression:
+            build = "%s (%s)" % (build, compression)
         fd_s, fd_how = r["asked"]["fd"]
         pg_s, pg_how = r["asked"]["page"]
-        print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.0f MB | %.0f MiB "
+        print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.1f MB | %.0f MiB "
               "| %.2f s (%s) / %.2f s (%s) | %.2f s |" %
               (build, a.files, r["job_s"], r["max_run"], r["slow_run"], r["record_s"],
                r["max_close"], r["slow_close"], r["record_mb"], r["hwm_mib"], fd_s, fd_how, pg_s,

@@ -400,7 +400,8 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     std::memcpy(rec.data() + 16 + sizeof(v), fv, sizeof(fv));
     return rec;
   };
-  const core::FilesAcrossProcesses by_file(run);
+  // By path, as Darshan keys records (its id is a hash of the path).
+  const core::FilesAcrossProcesses by_file(run, core::Grouping::Path);
   std::vector<bool> in_shared(run.files.size(), false);
   std::string shared;
   const auto rank_of_share = [&](const core::ProcessShare& s) {
@@ -410,7 +411,14 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   for (std::size_t i = 0; i < by_file.size(); ++i) {
     const core::FileAcrossProcesses f = by_file.at(i);
     if (run.processes.size() < 2 || f.processes != run.processes.size()) continue;
-    for (const uint32_t r : by_file.rows(i)) in_shared[r] = true;
+    // Every process of the log, each a rank (a row of a process outside the snapshot's list
+    // would stand in for one that has none).
+    const auto ranked = [&](uint32_t r) {
+      return rank_of.count({run.files[r].pid, run.files[r].proc_start_ns}) > 0;
+    };
+    const auto rows = by_file.rows(i);
+    if (!std::all_of(rows.begin(), rows.end(), ranked)) continue;
+    for (const uint32_t r : rows) in_shared[r] = true;
     const Extremes x{rank_of_share(f.fastest), rank_of_share(f.slowest), f.fastest.bytes,
                      f.slowest.bytes, f.fastest.time_ns, f.slowest.time_ns,
                      f.variance_time_s2, f.variance_bytes};

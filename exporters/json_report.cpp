@@ -381,8 +381,8 @@ void append_by_file_json(std::string& out, const core::FileAcrossProcesses& f) {
 
 }  // namespace
 
-json by_file_json(const core::RunSnapshot& run, std::size_t offset, std::size_t limit) {
-  const core::FilesAcrossProcesses by_file(run);
+json by_file_json(const core::FilesAcrossProcesses& by_file, std::size_t offset,
+                  std::size_t limit) {
   json rows = json::array();
   for (std::size_t i = offset; i < by_file.size() && i - offset < limit; ++i)
     rows.push_back(by_file_json(by_file.at(i)));

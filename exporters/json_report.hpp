@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/by_file.hpp"
 #include "core/snapshot.hpp"
 
 namespace iolens::exporters {
@@ -20,7 +21,8 @@ nlohmann::json run_coverage_json(const core::RunSnapshot& run);
 
 /// Rows [offset, offset + limit) of the record's `by_file` (docs/run-json.md#by-file), as
 /// run_to_json makes them: for a record answered in pages.
-nlohmann::json by_file_json(const core::RunSnapshot& run, std::size_t offset, std::size_t limit);
+nlohmann::json by_file_json(const core::FilesAcrossProcesses& by_file, std::size_t offset,
+                            std::size_t limit);
 
 /// Writes dump_json(run_to_json(run, version)) through `write` in pieces of about 64 KiB,
 /// making each process and file record as it goes: memory stays that of one record, not of the

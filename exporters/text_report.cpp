@@ -172,21 +172,18 @@ std::string run_summary(const core::RunSnapshot& run, const TextOptions& opts) {
   // Files across processes (docs/run-json.md#by-file): a dataset file every DataLoader worker
   // read is one line with its total, not one line per worker.
   const core::FilesAcrossProcesses by_file(run);
-  std::vector<core::FileAcrossProcesses> top;
-  for (std::size_t i = 0; i < by_file.size(); ++i) {
-    top.push_back(by_file.at(i));
-    const auto bytes = [](const core::FileAcrossProcesses& f) {
-      return f.counters.bytes_read + f.counters.bytes_written;
-    };
-    // ties keep by_file's order (by path): the same run always prints the same way
-    std::stable_sort(top.begin(), top.end(), [&](const auto& a, const auto& b) {
-      return bytes(a) > bytes(b);
-    });
-    if (top.size() > opts.top_files) top.pop_back();
-  }
-  out += fmt("\ntop %zu files by bytes (all processes)\n", top.size());
+  std::vector<std::pair<uint64_t, std::size_t>> ranked;  // (bytes, index): reduced only if top_n
+  for (std::size_t i = 0; i < by_file.size(); ++i) ranked.emplace_back(by_file.bytes(i), i);
+  const std::size_t top_n = std::min(opts.top_files, ranked.size());
+  // ties by by_file's order (by path): the same run always prints the same way
+  std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(top_n),
+                    ranked.end(), [](const auto& a, const auto& b) {
+                      return a.first != b.first ? a.first > b.first : a.second < b.second;
+                    });
+  out += fmt("\ntop %zu files by bytes (all processes)\n", top_n);
   out += fmt("%10s %10s %8s %8s %6s  %s\n", "READ", "WRITTEN", "READS", "WRITES", "PROCS", "PATH");
-  for (const auto& f : top) {
+  for (std::size_t k = 0; k < top_n; ++k) {
+    const core::FileAcrossProcesses f = by_file.at(ranked[k].second);
     out += fmt("%10s %10s %8s %8s %6s  %s\n", human_bytes(f.counters.bytes_read).c_str(),
                human_bytes(f.counters.bytes_written).c_str(),
                human_count(f.counters.reads).c_str(), human_count(f.counters.writes).c_str(),

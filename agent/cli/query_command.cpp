@@ -16,9 +16,15 @@
 #include "control/format.hpp"
 #include "control/unique_fd.hpp"
 #include "core/private_dir.hpp"
+#include "core/zstd_stream.hpp"
 
 namespace iolens::cli {
 namespace {
+
+/// A compressed record inflates to at most this: well above any record iolensd writes (its
+/// default limits bound a job to 50,000 file rows: ~400 MB of JSON with by_file), and the
+/// memory the JSON parse of it would need anyway.
+constexpr std::size_t kMaxRecordBytes = std::size_t{4} << 30;
 
 uint64_t wall_now_ns() {
   timespec ts{};
@@ -55,10 +61,20 @@ std::optional<nlohmann::json> read_record(int fd, const std::string& path, std::
     error = "iolensd named the record " + path + " but sent no descriptor to read it";
     return std::nullopt;
   }
-  const std::optional<std::string> text = core::read_all(fd);
+  std::optional<std::string> text = core::read_all(fd);
   if (!text) {
     error = "cannot read the record " + path + ": " + std::strerror(errno);
     return std::nullopt;
+  }
+  if (core::is_zstd_frame(*text)) {
+    // iolensd's records are zstd unless its record_compression is none (docs/daemon.md).
+    std::string why;
+    auto json = core::zstd_decompress(*text, kMaxRecordBytes, why);
+    if (!json) {
+      error = "cannot read the record " + path + ": " + why;
+      return std::nullopt;
+    }
+    text = std::move(json);
   }
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
@@ -110,10 +126,13 @@ int QueryCommands::run() const {
       break;
     }
     for (const char* key : {"processes", "files", "by_file"}) {
-      auto& into = (*result)[key];
-      const auto& part = (*more)[key];
-      if (!into.is_array() || !part.is_array()) continue;
-      for (const auto& e : part) into.push_back(e);
+      // find, not []: a list the daemon does not send (an older one has no by_file) stays
+      // absent instead of becoming null
+      const auto into = result->find(key);
+      const auto part = more->find(key);
+      if (into == result->end() || part == more->end() || !into->is_array() || !part->is_array())
+        continue;
+      for (const auto& e : *part) into->push_back(e);
     }
     (*result)["page"] = (*more)["page"];
   }

@@ -510,7 +510,8 @@ std::string format_job(const json& result, uint64_t now_ns, std::size_t top_file
 
   // Files across processes (`by_file`, docs/run-json.md#by-file) when the record has them;
   // a record of an older daemon has only the per-process rows.
-  const bool across = field(result, "by_file") != nullptr;
+  const json* by_file = field(result, "by_file");
+  const bool across = by_file != nullptr && by_file->is_array();
   const char* list = across ? "by_file" : "files";
   if (field(result, list) == nullptr)
     return out;  // not sent: say nothing rather than "no files"

@@ -25,7 +25,8 @@ double variance(const std::vector<double>& values) {
 
 }  // namespace
 
-FilesAcrossProcesses::FilesAcrossProcesses(const RunSnapshot& run) : run_(&run) {
+FilesAcrossProcesses::FilesAcrossProcesses(const RunSnapshot& run, Grouping grouping)
+    : run_(&run) {
   const auto& files = run.files;
   if (files.size() >= std::numeric_limits<uint32_t>::max()) {
     // Not reachable with the record bounds (iolensd's max_records); say nothing rather than
@@ -34,11 +35,17 @@ FilesAcrossProcesses::FilesAcrossProcesses(const RunSnapshot& run) : run_(&run) 
   }
   order_.resize(files.size());
   std::iota(order_.begin(), order_.end(), 0u);
+  // Within a file, by process start: ties of fastest/slowest go to the earlier process (the
+  // lower rank in a Darshan log).
+  const bool by_path = grouping == Grouping::Path;
   std::sort(order_.begin(), order_.end(), [&](uint32_t i, uint32_t j) {
     const FileSnapshot& a = files[i];
     const FileSnapshot& b = files[j];
-    return std::tie(a.path, a.dev, a.ino, a.pid, a.proc_start_ns, i) <
-           std::tie(b.path, b.dev, b.ino, b.pid, b.proc_start_ns, j);
+    if (by_path)
+      return std::tie(a.path, a.proc_start_ns, a.pid, a.dev, a.ino, i) <
+             std::tie(b.path, b.proc_start_ns, b.pid, b.dev, b.ino, j);
+    return std::tie(a.path, a.dev, a.ino, a.proc_start_ns, a.pid, i) <
+           std::tie(b.path, b.dev, b.ino, b.proc_start_ns, b.pid, j);
   });
   for (std::size_t p = 0; p < order_.size(); ++p) {
     const FileSnapshot& f = files[order_[p]];
@@ -47,10 +54,16 @@ FilesAcrossProcesses::FilesAcrossProcesses(const RunSnapshot& run) : run_(&run) 
       continue;
     }
     const FileSnapshot& prev = files[order_[p - 1]];
-    if (f.path != prev.path || f.dev != prev.dev || f.ino != prev.ino)
+    if (f.path != prev.path || (!by_path && (f.dev != prev.dev || f.ino != prev.ino)))
       starts_.push_back(static_cast<uint32_t>(p));
   }
   if (!order_.empty()) starts_.push_back(static_cast<uint32_t>(order_.size()));
+}
+
+uint64_t FilesAcrossProcesses::bytes(std::size_t i) const {
+  uint64_t sum = 0;
+  for (const uint32_t r : rows(i)) sum += run_->files[r].counters.bytes_read + run_->files[r].counters.bytes_written;
+  return sum;
 }
 
 FileAcrossProcesses FilesAcrossProcesses::at(std::size_t i) const {
@@ -67,6 +80,7 @@ FileAcrossProcesses FilesAcrossProcesses::at(std::size_t i) const {
     out.rename_sources += f.rename_sources;
     out.unlinks += f.unlinks;
     // A process's rows are adjacent (sorted by process within the file): one share each.
+    // (With Grouping::Path a process may hold two inodes of the path: still one share.)
     if (shares.empty() || shares.back().pid != f.pid ||
         shares.back().proc_start_ns != f.proc_start_ns)
       shares.push_back(ProcessShare{f.pid, f.proc_start_ns, 0, 0});

@@ -33,8 +33,8 @@ struct FileAcrossProcesses {
   FileCounters counters{};
   uint64_t rename_sources = 0, unlinks = 0;
   /// The processes with the least and the most I/O time (read + write + meta, as Darshan's
-  /// FASTEST_RANK / SLOWEST_RANK; ties: the earlier process), each with its own bytes and time
-  /// summed over its rows.
+  /// FASTEST_RANK / SLOWEST_RANK; ties: the earlier started process, i.e. the lower rank), each
+  /// with its own bytes and time summed over its rows.
   ProcessShare fastest, slowest;
   /// Population variance over the processes of the file of their I/O time (in s^2, as
   /// Darshan's F_VARIANCE_RANK_TIME) and of their bytes (F_VARIANCE_RANK_BYTES).
@@ -45,14 +45,20 @@ struct FileAcrossProcesses {
   bool folded = false;
 };
 
-/// The rows of a snapshot grouped by file: (dev, ino, path), sorted by path, then dev and ino.
-/// Holds a pointer to `run`, which must outlive it and not change.
+/// What makes rows one file: (dev, ino, path), the JSON record's `by_file`; or the path alone,
+/// as Darshan keys its records (a hash of the path): the Darshan log's shared records.
+enum class Grouping { File, Path };
+
+/// The rows of a snapshot grouped by file, sorted by path, then dev and ino; within a file by
+/// process start (then pid). Holds a pointer to `run`, which must outlive it and not change.
 class FilesAcrossProcesses {
  public:
-  explicit FilesAcrossProcesses(const RunSnapshot& run);
+  explicit FilesAcrossProcesses(const RunSnapshot& run, Grouping grouping = Grouping::File);
   std::size_t size() const { return starts_.empty() ? 0 : starts_.size() - 1; }
   /// The i-th file, reduced from its rows now (O(rows of the file)).
   FileAcrossProcesses at(std::size_t i) const;
+  /// The i-th file's bytes read + written over its rows (at()'s without the rest).
+  uint64_t bytes(std::size_t i) const;
   /// The i-th file's rows: indexes into run.files, by process.
   std::span<const uint32_t> rows(std::size_t i) const {
     return {order_.data() + starts_.at(i), order_.data() + starts_.at(i + 1)};

@@ -32,6 +32,7 @@
 #include "control/server.hpp"
 #include "core/clock.hpp"
 #include "core/private_dir.hpp"
+#include "core/zstd_stream.hpp"
 #include "daemon/capture.hpp"
 #include "core/events.hpp"
 #include "daemon/job_metrics.hpp"
@@ -427,7 +428,8 @@ bool Daemon::setup() {
     return false;
   }
   writer_ = std::make_unique<JobWriter>(cfg_.output_dir, cfg_.rotation.max_bytes,
-                                        cfg_.rotation.max_age_s);
+                                        cfg_.rotation.max_age_s,
+                                        cfg_.record_compression == "zstd");
   if (Status s = writer_->prepare(); !s) {
     spdlog::error("{}", s.message);
     return false;
@@ -1552,7 +1554,7 @@ nlohmann::json Daemon::status_json() {
                 {"last_pieces", last_round_pieces_},
                 {"last_longest_piece_us", last_round_longest_piece_ns_ / 1000}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
-                 {"writing", writing_.size()},
+                 {"writing", writing_.size()}, {"compression", cfg_.record_compression},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
                  {"darshan_logs", {{"enabled", cfg_.darshan_logs},
                                    {"written", writer_->darshan_written()},
@@ -2138,14 +2140,26 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
         ctx.reply_fd = std::move(rfd);
         return {{"id", id}, {"state", "closed"}, {"record", path}, {"bytes", size}};
       }
-      if (size > kJobPageInLoopMaxBytes)
-        throw std::runtime_error(
-            "job " + id + " has ended and its record " + path + " is " +
-            std::to_string(size >> 20) + " MiB: pages are cut "
-            "here only from records up to " + std::to_string(kJobPageInLoopMaxBytes >> 20) +
-            " MiB; ask with \"fd\": true for the record itself (iolens job does)");
+      const auto too_big = [&](const std::string& how_big) {
+        return std::runtime_error(
+            "job " + id + " has ended and its record " + path + " is " + how_big +
+            ": pages are cut here only from records up to " +
+            std::to_string(kJobPageInLoopMaxBytes >> 20) +
+            " MiB of JSON; ask with \"fd\": true for the record itself (iolens job does)");
+      };
+      if (size > kJobPageInLoopMaxBytes) throw too_big(std::to_string(size >> 20) + " MiB");
       // The descriptor already open: the file is read once, through it.
       if (auto text = core::read_all(rfd.get())) {
+        if (core::is_zstd_frame(*text)) {
+          // A compressed record: inflated only up to the bound the loop allows itself.
+          std::string error;
+          bool over = false;
+          auto json = core::zstd_decompress(*text, kJobPageInLoopMaxBytes, error, &over);
+          if (over)
+            throw too_big("over " + std::to_string(kJobPageInLoopMaxBytes >> 20) + " MiB of JSON");
+          if (!json) throw std::runtime_error(unreadable + ": " + error);
+          *text = std::move(*json);
+        }
         if (auto j = record_page(*text, offset, limit)) return *j;
       }
       throw std::runtime_error(unreadable);

@@ -533,8 +533,9 @@ nlohmann::json JobTable::job_page(const Job& job, const std::string& version, st
   nlohmann::json coverage = exporters::run_coverage_json(snap);
   const std::size_t procs = snap.processes.size(), files = snap.files.size();
   // The rows across processes come from every row of the file, so from the whole snapshot.
-  nlohmann::json by_file = exporters::by_file_json(snap, offset, limit);
-  const std::size_t by_file_rows = core::FilesAcrossProcesses(snap).size();
+  const core::FilesAcrossProcesses across(snap);  // sorts the rows once
+  nlohmann::json by_file = exporters::by_file_json(across, offset, limit);
+  const std::size_t by_file_rows = across.size();
   auto slice = [&](auto& v) {
     const std::size_t from = std::min(offset, v.size());
     const std::size_t to = from + std::min(limit, v.size() - from);

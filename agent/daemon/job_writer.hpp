@@ -27,7 +27,7 @@ struct RotationResult {
   uint64_t kept_bytes = 0;
 };
 
-/// A job's files are its record `<stem>.json` and, with `darshan_logs`, its Darshan log
+/// A job's files are its record `<stem>.json` (or `<stem>.json.zst`) and, with `darshan_logs`, its Darshan log
 /// `<stem>.darshan`: they count and go together. Removes the oldest jobs' files (by modification
 /// time, i.e. when written, the newest of a job's files; then by name) while the directory's
 /// files exceed `max_bytes` in total, and every job's files older than `max_age_s`.
@@ -57,7 +57,9 @@ using RecordText = std::function<bool(const Sink&)>;
 /// Used by one thread at a time; the counters may be read from any thread.
 class JobWriter {
  public:
-  JobWriter(std::string dir, uint64_t max_bytes, uint64_t max_age_s);
+  /// `compress`: records are written as one zstd frame, `<stem>.json.zst` (config
+  /// `record_compression`, docs/daemon.md#output-files); else as `<stem>.json`.
+  JobWriter(std::string dir, uint64_t max_bytes, uint64_t max_age_s, bool compress = false);
   ~JobWriter();
   JobWriter(const JobWriter&) = delete;
   JobWriter& operator=(const JobWriter&) = delete;
@@ -66,10 +68,11 @@ class JobWriter {
   /// not owned by the daemon's user or writable by others (core::open_private_dir); an error
   /// names the directory and the reason. write() calls it when it has not been called.
   Status prepare();
-  /// Writes `record` as `dir/name` through a temporary file (created afresh: never written
-  /// through a link) and a rename that never replaces, so a reader never sees half a record
-  /// and no record overwrites another; an existing record (or log) of that name gets the
-  /// first free ".N" suffix before ".json" (no upper bound). With `darshan_log` (a Darshan log's bytes), that log is written first, the same
+  /// Writes `record` as `dir/name` (`name` ends in ".json"; compressed: ".json.zst" in its
+  /// place) through a temporary file (created afresh: never written through a link) and a
+  /// rename that never replaces, so a reader never sees half a record and no record overwrites
+  /// another; a stem taken by a record of either kind (or a log) gets the first free ".N"
+  /// suffix before the suffix (no upper bound). With `darshan_log` (a Darshan log's bytes), that log is written first, the same
   /// way, as `<stem>.darshan`: when a record appears, its log is there. A log that cannot be
   /// written is counted apart (darshan_failed()) and never keeps the record from being written.
   /// Then rotates.
@@ -98,6 +101,7 @@ class JobWriter {
   std::string dir_;
   int dir_fd_ = -1;  // dir_, opened by prepare()
   uint64_t max_bytes_, max_age_s_;
+  bool compress_;
   // Atomic: the record writer's thread writes, the daemon's loop reads them for its status.
   std::atomic<uint64_t> written_ = 0, rotated_ = 0, failed_ = 0;
   std::atomic<uint64_t> darshan_written_ = 0, darshan_failed_ = 0;

@@ -25,12 +25,13 @@ namespace {
 
 using Keys = std::span<const std::string_view>;
 
-constexpr std::array<std::string_view, 21> kTopKeys{
+constexpr std::array<std::string_view, 22> kTopKeys{
     "cgroup_root", "output_dir",    "state_dir",      "pin_dir",
     "socket",      "socket_group",  "drain_interval", "drain_interval_ms",
     "log_level",   "limits",        "rotation",       "grace_period",
     "jobs",        "syscall_hooks", "hooks_idle",     "metrics",
-    "darshan_logs", "disabled_programs", "runs", "timing", "drain_piece"};
+    "darshan_logs", "disabled_programs", "runs", "timing", "drain_piece",
+    "record_compression"};
 // YAML 1.2's core schema booleans (yaml-cpp would also take YAML 1.1's y, yes, on...; a typo
 // such as 'ture' must not silently mean false, and 'no' is not a boolean in YAML 1.2).
 constexpr std::array<std::string_view, 3> kTrue{"true", "True", "TRUE"};
@@ -508,6 +509,8 @@ class ConfigParser {
         syscall_hooks(e, c);
       } else if (k == "timing") {
         timing(e, c);
+      } else if (k == "record_compression") {
+        record_compression(e, c);
       } else if (k == "disabled_programs") {
         // Names are checked against the object's programs when iolensd loads them.
         if (auto names = string_list(e, k, "a list of optional program names",
@@ -705,6 +708,16 @@ class ConfigParser {
       return;
     }
     check_.error(e.mark, e.key, "expected on-demand or always, got " + quoted(*text));
+  }
+
+  void record_compression(const Entry& e, Config& c) {
+    auto text = check_.scalar(e, e.key, "zstd or none");
+    if (!text) return;
+    if (*text == "zstd" || *text == "none") {
+      c.record_compression = *text;
+      return;
+    }
+    check_.error(e.mark, e.key, "expected zstd or none, got " + quoted(*text));
   }
 
   void timing(const Entry& e, Config& c) {

@@ -98,6 +98,9 @@ struct Config {
   std::string output_dir = "/var/lib/iolens/jobs";
   /// Also write each job's Darshan log (`<record stem>.darshan`) next to its JSON record.
   bool darshan_logs = false;
+  /// `record_compression`: "zstd" (job records written as `.json.zst`, one zstd frame) or
+  /// "none" (`.json`). docs/daemon.md#output-files.
+  std::string record_compression = "zstd";
   std::string state_dir = "/var/lib/iolens/state";
   std::string pin_dir = "/sys/fs/bpf/iolens";
   std::string socket_path = "/run/iolens/iolens.sock";  ///< YAML key `socket`

@@ -74,6 +74,47 @@ def parse_args(extra=None, workload=True):
 
 # --- cleanup ------------------------------------------------------------------------------------
 
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def record_json_bytes(data):
+    """A job record's JSON bytes from the bytes iolensd wrote: one zstd frame (its default
+    `record_compression: zstd`, decompressed here by the zstd tool, an independent reader) or
+    the JSON itself (`none`)."""
+    if data[:4] != ZSTD_MAGIC:
+        return data
+    try:
+        r = subprocess.run(["zstd", "-dcq"], input=data, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, check=False)
+    except OSError as e:  # not FileNotFoundError to callers: that means "rotated away" there
+        raise RuntimeError("cannot run the zstd tool to read a job record (apt-get install "
+                           "zstd; .ci/setup does): %s" % e)
+    if r.returncode != 0:
+        raise ValueError("zstd -d failed: %s" % r.stderr.decode("utf-8", "replace").strip())
+    return r.stdout
+
+
+def record_stem(path):
+    """A job record's path without its ".json" or ".json.zst" (its Darshan log is the stem's
+    ".darshan")."""
+    for suffix in (".json.zst", ".json"):
+        if path.endswith(suffix):
+            return path[:-len(suffix)]
+    raise ValueError("%s is not named like a job record" % path)
+
+
+def load_record(path):
+    """A job record file (`.json` or `.json.zst`) as a document: valid UTF-8, valid JSON; a
+    compressed one must be named `.json.zst` and a plain one `.json`."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if path.endswith(".json.zst") != (raw[:4] == ZSTD_MAGIC):
+        raise ValueError("%s: the name does not say what the file is (zstd magic: %s)" %
+                         (path, raw[:4] == ZSTD_MAGIC))
+    return json.loads(record_json_bytes(raw).decode("utf-8"))
+
+
 class _Cleanup:
     """Undo actions run in reverse order of registration, once, each guarded."""
 
@@ -508,7 +549,7 @@ class Daemon:
         for fd in fds:
             with os.fdopen(fd, "rb") as f:
                 if doc is None:
-                    doc = json.loads(f.read())
+                    doc = json.loads(record_json_bytes(f.read()).decode("utf-8"))
         return a, doc
 
     def status(self):
@@ -539,7 +580,7 @@ class Daemon:
         except FileNotFoundError:
             return []
         return sorted(os.path.join(self.output_dir, n) for n in names
-                      if n.endswith(".json") and not n.startswith("."))
+                      if n.endswith((".json", ".json.zst")) and not n.startswith("."))
 
     def records(self):
         """Every job record in the output dir: {path: doc}. The daemon writes a record under a
@@ -548,7 +589,7 @@ class Daemon:
         out = {}
         for p in self.record_files():
             try:
-                out[p] = E.load_json_strict(p)
+                out[p] = load_record(p)
             except FileNotFoundError:
                 continue  # rotated away between the listing and the read
             except (OSError, ValueError, UnicodeDecodeError) as e:

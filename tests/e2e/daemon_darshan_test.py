@@ -85,7 +85,7 @@ def scrape(d, ck):
 def check_log(ck, d, doc, json_path, manifests, want):
     """The .darshan beside `json_path` against its record `doc` and the workloads' own counts."""
     jid = doc["job"]["id"]
-    log_path = json_path[:-len(".json")] + ".darshan"
+    log_path = D.record_stem(json_path) + ".darshan"
     if not ck.check(os.path.exists(log_path), "%s: no Darshan log %s beside its record (dir: %s)"
                     % (jid, log_path, sorted(os.listdir(d.output_dir)))):
         return
@@ -117,6 +117,8 @@ def check_log(ck, d, doc, json_path, manifests, want):
 
     by_key = {}
     for r in log["recs"]:
+        # the jobs' workloads share no file among all their processes: no rank -1 record here
+        # (tests/e2e/by_file_test.py checks those)
         if not ck.check(0 <= r["rank"] < len(ranks), "%s: rank %d out of range" %
                         (jid, r["rank"])):
             continue
@@ -237,7 +239,8 @@ def main():
                                moves=[(a2.pid, cg.abs("dj/a"))])
         ck.eq("A: ranks in start order", [a1.pid, a2.pid], [p["pid"] for p in doc_a["processes"]])
         check_log(ck, d, doc_a, got[0][0], [m_a1, m_a2], {"uid": NOBODY, "jobid": a1.pid})
-    a_files = [os.path.basename(got[0][0])[:-5] + s for s in (".json", ".darshan")] if got else []
+    a_files = [os.path.basename(got[0][0]), os.path.basename(D.record_stem(got[0][0])) + ".darshan"
+               ] if got else []
 
     # --- job B: a Slurm job; writing it rotates A's pair away ---------------------------------
     b_sub = "slurm/uid_0/job_777"
@@ -258,7 +261,8 @@ def main():
     for n in a_files:
         ck.check(n not in names, "rotation (max_size 1) kept %s of job A after B was written: %s"
                  % (n, names))
-    b_files = [os.path.basename(got[0][0])[:-5] + s for s in (".json", ".darshan")] if got else []
+    b_files = [os.path.basename(got[0][0]), os.path.basename(D.record_stem(got[0][0])) + ".darshan"
+               ] if got else []
     for n in b_files:
         ck.check(n in names, "job B's %s is missing: %s" % (n, names))
     ck.eq("status output.rotated after B (A's record and log: one job)", 1,
@@ -279,7 +283,8 @@ def main():
     doc_c = d.wait_record(ck, c_id)
     got = d.records_of(c_id)
     if doc_c and D.check_record_shape(ck, doc_c, c_id) and m_c:
-        ck.eq("C's record file", stem + ".json", os.path.basename(got[0][0]))
+        ck.eq("C's record file (record_compression: zstd, the default)", stem + ".json.zst",
+              os.path.basename(got[0][0]))
         ck.eq("C state", "closed", doc_c["job"].get("state"))
         D.check_manifest_files(ck, doc_c, [m_c], c_id, moves=[(c.pid, cg.abs("dj/c"))])
     names = sorted(os.listdir(d.output_dir))
@@ -322,7 +327,7 @@ def main():
     d.wait_record(ck, d_id)
     got = d.records_of(d_id)
     if got:
-        ck.check(os.path.exists(got[0][0][:-5] + ".darshan"), "job D after the failure has no "
+        ck.check(os.path.exists(D.record_stem(got[0][0]) + ".darshan"), "job D after the failure has no "
                  "log: %s" % sorted(os.listdir(d.output_dir)))
     ck.eq("status output.darshan_logs at the end", {"enabled": True, "written": 3, "failed": 1},
           output_status(d).get("darshan_logs"))

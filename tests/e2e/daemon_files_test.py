@@ -149,7 +149,8 @@ def planted_cases(ck, args, cg):
     safe = job_id.replace("/", "_")
     for t in range(t0 - 1, t0 + 4):
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t))
-        os.link(v_rec, os.path.join(d.output_dir, ".tmp-%s_%s.json" % (stamp, safe)))
+        for suffix in (".json", ".json.zst"):  # record_compression none or zstd (the default)
+            os.link(v_rec, os.path.join(d.output_dir, ".tmp-%s_%s%s" % (stamp, safe, suffix)))
     cg.mkdir("fl/j")
     d.wait_live(ck, [job_id])
     if not D.wait_for("a saved state", lambda: os.path.exists(state) and

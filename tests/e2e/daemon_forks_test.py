@@ -141,6 +141,10 @@ def main():
              "a closed job's page of limit 50 holds %d files" % len(closed.get("files", [])))
     ck.eq("closed job's page.processes", len(doc["processes"]),
           (closed.get("page") or {}).get("processes"))
+    # cut from the compressed record (record_compression: zstd, the default), inflated in the loop
+    ck.eq("closed job's page.by_file", len(doc.get("by_file", [])),
+          (closed.get("page") or {}).get("by_file"))
+    ck.check(len(doc.get("by_file", [])) > 0, "the record has no by_file rows")
 
     rss = D.read_rss_kib(d.proc.pid)
     D.log("iolensd RSS %d KiB, VmHWM %d KiB; status answered %d times while the job forked" %

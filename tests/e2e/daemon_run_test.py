@@ -371,7 +371,7 @@ def main():
                      lambda: set(d.record_files()) - before, 15)
     ck.eq("run cgroups after the orphan's command ended", [], run_children(runs_abs))
     if ck.check(new, "no record of the run after the daemon's restart") and m7 and line:
-        doc = load(ck, "restart case record", sorted(new)[0])
+        doc = D.load_record(sorted(new)[0])
         rows = file_rows(doc or {}, m7["pid"])
         for f in m7["files"]:
             got = rows.get(f["path"], {})
@@ -397,7 +397,7 @@ def main():
     ck.check(b"could not be had" in err, "stop case: stderr %r" % err[-300:])
     new = set(d.record_files()) - before
     if ck.check(new, "no record of the run the stop ended") and line:
-        doc = load(ck, "stop case record", sorted(new)[0]) or {}
+        doc = D.load_record(sorted(new)[0]) or {}
         ck.eq("stop case: record state", "closed", doc.get("job", {}).get("state"))
         rows = file_rows(doc, line.get("pid"))
         ck.eq("stop case: bytes written before the stop",

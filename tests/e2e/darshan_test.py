@@ -191,6 +191,8 @@ def main():
     ranks = [p["pid"] for p in doc["processes"]]  # ranks are processes in start order
     by_key = {}
     for r in log["recs"]:
+        # io_workload has no file every process touches, so no shared (rank -1) record here:
+        # tests/e2e/by_file_test.py checks those.
         ck.check(0 <= r["rank"] < len(ranks), "rank %d out of range" % r["rank"])
         path = log["names"].get(r["id"])
         ck.check(path is not None, "record id %x has no name" % r["id"])

@@ -149,6 +149,8 @@ TEST(ByFile, TheStreamedRowsAreTheDumpedOnes) {
   EXPECT_FALSE(j["by_file"][0].contains("folded"));
   EXPECT_EQ(j["by_file"][2]["path_unknown"], true);
   // the paged rows are the same rows
-  EXPECT_EQ(exporters::by_file_json(s, 1, 5), nlohmann::json({j["by_file"][1], j["by_file"][2]}));
-  EXPECT_EQ(exporters::by_file_json(s, 9, 5), nlohmann::json::array());
+  const core::FilesAcrossProcesses across(s);
+  EXPECT_EQ(exporters::by_file_json(across, 1, 5),
+            nlohmann::json({j["by_file"][1], j["by_file"][2]}));
+  EXPECT_EQ(exporters::by_file_json(across, 9, 5), nlohmann::json::array());
 }

@@ -294,6 +294,13 @@ TEST(ControlFormat, JobTopFilesAreFilesAcrossProcessesWhenTheRecordHasThem) {
       "12.0 KiB      0 B      3       0      2  /data/shared\n"
       "8.00 KiB      0 B      2       0      1  /data/own\n",
       text.substr(text.find('\n', top) + 1));
+  // no by_file, or not a list (null): the per-process rows, as from an older daemon
+  for (const json& none : {json(nullptr), json("x")}) {
+    result["by_file"] = none;
+    const std::string old = format_job(result, 0);
+    EXPECT_NE(old.find(" of 3 files by bytes\n"), std::string::npos) << old;
+    EXPECT_NE(old.find("PID"), std::string::npos) << old;
+  }
 }
 
 TEST(ControlFormat, ClosedJobAndEmptyParts) {

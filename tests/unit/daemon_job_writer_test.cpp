@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 
+#include "core/zstd_stream.hpp"
 #include "daemon/job_writer.hpp"
 
 namespace fs = std::filesystem;
@@ -322,4 +323,41 @@ TEST_F(WriterTest, AStaleTemporaryIsNeverWrittenThrough) {
   std::string content;
   std::getline(std::ifstream(victim), content);
   EXPECT_EQ(content, "precious");
+}
+
+// record_compression: zstd (the daemon's default): the record is `<stem>.json.zst`, one zstd
+// frame whose text is the record's; a stem taken by a record of the other kind is not reused;
+// rotation counts and removes compressed records with their logs.
+TEST_F(WriterTest, CompressedRecordsAreOneZstdFrameOfTheText) {
+  JobWriter w(dir_, 0, 0, true);
+  const std::string log = "log";
+  const JobWritten a = w.write("20261122T031500Z_x.json", {{"a", 1}}, &log);
+  ASSERT_TRUE(a.record.ok) << a.record.message;
+  EXPECT_EQ(a.path, dir_ + "/20261122T031500Z_x.json.zst");
+  EXPECT_EQ(a.darshan_path, dir_ + "/20261122T031500Z_x.darshan");
+  std::ifstream in(a.path, std::ios::binary);
+  const std::string bytes(std::istreambuf_iterator<char>(in), {});
+  ASSERT_TRUE(iolens::core::is_zstd_frame(bytes));
+  std::string error;
+  const auto text = iolens::core::zstd_decompress(bytes, 1 << 20, error);
+  ASSERT_TRUE(text) << error;
+  EXPECT_EQ(*text, "{\n \"a\": 1\n}\n");
+  // an uncompressed record of stem y (written before the setting changed) keeps y taken
+  std::ofstream(dir_ + "/20261122T031500Z_y.json") << "{}";
+  EXPECT_EQ(w.write("20261122T031500Z_y.json", {{"a", 2}}).path,
+            dir_ + "/20261122T031500Z_y.1.json.zst");
+  JobWriter plain(dir_, 0, 0, false);
+  EXPECT_EQ(plain.write("20261122T031500Z_x.json", {{"a", 3}}).path,
+            dir_ + "/20261122T031500Z_x.1.json");
+  // a record whose text cannot be made leaves nothing behind
+  const JobWritten bad = w.write("20261122T031500Z_z.json", [](const Sink&) { return false; });
+  EXPECT_FALSE(bad.record.ok);
+  for (const auto& n : names()) EXPECT_NE(n.rfind(".tmp", 0), 0u) << "temporary left behind: " << n;
+  // rotation: a compressed record and its log are one job
+  put("20261101T000000Z_old.json.zst", 10, 1000);
+  put("20261101T000000Z_old.darshan", 10, 1000);
+  const RotationResult r = rotate_records(dir_, 0, 60, 2000);
+  EXPECT_EQ(r.removed_jobs, 1u);
+  EXPECT_EQ(std::set<std::string>(r.removed.begin(), r.removed.end()),
+            (std::set<std::string>{"20261101T000000Z_old.json.zst", "20261101T000000Z_old.darshan"}));
 }

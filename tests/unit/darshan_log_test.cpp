@@ -492,4 +492,25 @@ TEST(DarshanLog, AFileEveryProcessTouchedIsOneSharedRecord) {
   EXPECT_DOUBLE_EQ(fn(shared, "F_VARIANCE_RANK_BYTES"), (6530.0 - 100) / 2 * (6530.0 - 100) / 2);
   // per-process records keep F_VARIANCE_* at 0, as Darshan's unreduced ones
   EXPECT_EQ(fn(own, "F_VARIANCE_RANK_TIME"), 0.0);
+
+  // Darshan keys records by path: two inodes at one path (a file replaced between the two
+  // processes' opens) that every process touched are one shared record still.
+  run.files.back().ino = 999;
+  DarshanLogContents c2;
+  ASSERT_TRUE(read_darshan_log(darshan_log(run, info()), c2, err)) << err;
+  ASSERT_EQ(c2.posix.size(), 2u);
+  EXPECT_EQ(c2.posix[1].rank, -1);
+  EXPECT_EQ(n(c2.posix[1], "BYTES_READ"), 6630);
+  // A row of a process that is no rank of the log (not in the snapshot's processes) does not
+  // stand in for a rank that has none.
+  run.files.back().pid = 555;
+  DarshanLogContents c3;
+  ASSERT_TRUE(read_darshan_log(darshan_log(run, info()), c3, err)) << err;
+  EXPECT_EQ(c3.posix.size(), 3u);  // rank 1's own record of a.npy is kept
+  bool rank1_own = false;
+  for (const auto& r : c3.posix) {
+    EXPECT_NE(n(r, "BYTES_READ"), 6630) << "reduced with a process that is no rank";
+    rank1_own |= r.rank == 1 && c3.names.at(r.id) == "/data/a.npy";
+  }
+  EXPECT_TRUE(rank1_own);
 }

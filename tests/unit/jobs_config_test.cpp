@@ -540,6 +540,15 @@ TEST(JobsConfig, TimingExactOrOff) {
   EXPECT_EQ(parse_config(kJobs + "timing: [exact]\n", "t.yaml").errors.size(), 1u);
 }
 
+TEST(JobsConfig, RecordCompressionZstdOrNone) {
+  EXPECT_EQ(parsed(kJobs).record_compression, "zstd");  // the default
+  EXPECT_EQ(parsed(kJobs + "record_compression: none\n").record_compression, "none");
+  EXPECT_EQ(parsed(kJobs + "record_compression: zstd\n").record_compression, "zstd");
+  EXPECT_EQ(error_of(kJobs + "record_compression: gzip\n"),
+            "t.yaml:3:1: record_compression: expected zstd or none, got 'gzip'");
+  EXPECT_FALSE(parse_config(kJobs + "record_compression: [zstd]\n", "t.yaml").ok());
+}
+
 TEST(JobsConfig, DarshanLogs) {
   EXPECT_FALSE(parsed(kJobs).darshan_logs);
   for (const char* yes : {"true", "True", "TRUE", "\"true\""})
