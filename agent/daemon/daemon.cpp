@@ -2123,6 +2123,9 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
     for (auto it = closed_.rbegin(); it != closed_.rend(); ++it) {
       if (it->first != id) continue;
       const std::string& path = it->second.path;
+      if (path.empty())
+        throw std::runtime_error("job " + id + " has ended and its record could not be written "
+                                 "(iolens status: output.failed; the daemon's log says why)");
       const std::string unreadable =
           "job " + id + " has ended and its record " + path + " cannot be read (rotated away?)";
       // Through the output directory's descriptor, never following a link left at the name.
