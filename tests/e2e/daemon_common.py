@@ -668,6 +668,16 @@ def self_move_write(pid, cg_abs):
             "writes": 1, "bytes_read": 0, "bytes_written": n}
 
 
+def mount_small_tmpfs(path, size, mode):
+    """A tmpfs of `size` ("64k", "2m") at `path` (created with `mode`), unmounted at exit: a
+    daemon directory that fills up or goes read-only (mount -o remount,...) when a test says."""
+    os.makedirs(path, mode=mode)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=%o" % (size, mode), "tmpfs", path],
+                   check=True)
+    Cleanup.register("unmount the tmpfs at " + path,
+                     lambda: subprocess.run(["umount", "-l", path]))
+
+
 def start_many(ck, d, cg, workload, data, sub, nfiles, size, gate_end=False):
     """A live job cgroup `sub` running `job_workload many` (nfiles files of `size` bytes
     created, written, read back, unlinked) in a fresh directory below `data`: (job id, process).

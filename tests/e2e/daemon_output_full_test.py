@@ -59,11 +59,7 @@ def main():
     cg = D.Cgroups()
     data = D.tempdir("output-full", base="/dev/shm")
     d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/of/*"]}' % cg.prefix, tag="of")
-    os.makedirs(d.output_dir, mode=0o750)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0750", "tmpfs", d.output_dir],
-                   check=True)
-    D.Cleanup.register("unmount the output tmpfs",
-                       lambda: subprocess.run(["umount", "-l", d.output_dir]))
+    D.mount_small_tmpfs(d.output_dir, "64k", 0o750)
     d.start(ck)
 
     # 1. No room: the record fails, counted and said; the job's line keeps its totals.

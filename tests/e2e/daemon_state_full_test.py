@@ -20,7 +20,6 @@ workload's own tally (`job_workload many DIR N SIZE`: N files created, written, 
    the map keeps them), the refusals are counted and logged, and the record is exact.
 """
 import os
-import subprocess
 import sys
 
 sys.dont_write_bytecode = True
@@ -119,11 +118,7 @@ def main():
     cg = D.Cgroups()
     data = D.tempdir("state-full", base="/dev/shm")
     d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/sf/*"]}' % cg.prefix, tag="sf")
-    os.makedirs(d.state_dir, mode=0o700)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", d.state_dir],
-                   check=True)
-    D.Cleanup.register("unmount the state tmpfs",
-                       lambda: subprocess.run(["umount", "-l", d.state_dir]))
+    D.mount_small_tmpfs(d.state_dir, "2m", 0o700)
     d.start(ck)
 
     # 1. Saves fail while the directory is full; the final records wait in the kernel.
