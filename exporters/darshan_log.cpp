@@ -288,11 +288,14 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
 
 std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info,
                         const DarshanDxt& dxt) {
-  // Ranks: processes in start order.
+  // Ranks: processes in start order; then, each a rank of its own, the processes a file row
+  // names that the run does not list (their events lost): rank -1 means a shared record.
   std::map<std::pair<uint32_t, int64_t>, int64_t> rank_of;
   for (std::size_t i = 0; i < run.processes.size(); ++i)
     rank_of[{run.processes[i].pid, run.processes[i].start_ns}] = static_cast<int64_t>(i);
-  const int64_t nprocs = std::max<int64_t>(1, static_cast<int64_t>(run.processes.size()));
+  for (const auto& f : run.files)
+    rank_of.try_emplace({f.pid, f.proc_start_ns}, static_cast<int64_t>(rank_of.size()));
+  const int64_t nprocs = std::max<int64_t>(1, static_cast<int64_t>(rank_of.size()));
 
   // Job region: struct darshan_job, then the command line, then "\n<fstype>\t<mountpoint>".
   std::string job(kDarshanJobSize, '\0');
@@ -410,14 +413,9 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   };
   for (std::size_t i = 0; i < by_file.size(); ++i) {
     const core::FileAcrossProcesses f = by_file.at(i);
-    if (run.processes.size() < 2 || f.processes != run.processes.size()) continue;
-    // Every process of the log, each a rank (a row of a process outside the snapshot's list
-    // would stand in for one that has none).
-    const auto ranked = [&](uint32_t r) {
-      return rank_of.count({run.files[r].pid, run.files[r].proc_start_ns}) > 0;
-    };
+    // Every rank of the log (every row has a rank, so distinct processes are distinct ranks).
+    if (nprocs < 2 || f.processes != static_cast<uint64_t>(nprocs)) continue;
     const auto rows = by_file.rows(i);
-    if (!std::all_of(rows.begin(), rows.end(), ranked)) continue;
     for (const uint32_t r : rows) in_shared[r] = true;
     const Extremes x{rank_of_share(f.fastest), rank_of_share(f.slowest), f.fastest.bytes,
                      f.slowest.bytes, f.fastest.time_ns, f.slowest.time_ns,
@@ -429,8 +427,7 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   for (std::size_t r = 0; r < run.files.size(); ++r) {
     if (in_shared[r]) continue;
     const core::FileSnapshot& f = run.files[r];
-    const auto it = rank_of.find({f.pid, f.proc_start_ns});
-    const int64_t rank = it == rank_of.end() ? -1 : it->second;
+    const int64_t rank = rank_of.at({f.pid, f.proc_start_ns});
     const core::FileCounters& c = f.counters;
     const uint64_t bytes = c.bytes_read + c.bytes_written;
     const uint64_t ns = c.read_time_ns + c.write_time_ns + c.meta_time_ns;

@@ -527,7 +527,10 @@ std::string format_job(const json& result, uint64_t now_ns, std::size_t top_file
                       const std::string pa = text_of(*a, "path").value_or("");
                       const std::string pb = text_of(*b, "path").value_or("");
                       if (pa != pb) return pa < pb;
-                      return count_of(*a, "pid").value_or(0) < count_of(*b, "pid").value_or(0);
+                      // files rows: by pid; by_file rows (no pid): two inodes at one path by ino
+                      const auto pid_a = count_of(*a, "pid"), pid_b = count_of(*b, "pid");
+                      if (pid_a != pid_b) return pid_a.value_or(0) < pid_b.value_or(0);
+                      return count_of(*a, "ino").value_or(0) < count_of(*b, "ino").value_or(0);
                     });
   if (files.empty()) {
     out += "\nno files\n";

@@ -25,7 +25,8 @@ class ZstdWriter {
   ~ZstdWriter();
   ZstdWriter(const ZstdWriter&) = delete;
   ZstdWriter& operator=(const ZstdWriter&) = delete;
-  /// False, now and for every later call, once `out` failed or zstd did (no context: ENOMEM).
+  /// False, now and for every later call, once `out` failed or zstd did (a context it could
+  /// not allocate, an error of its own).
   bool write(std::string_view piece);
   /// Ends the frame and hands over the rest. False as write().
   bool finish();

@@ -642,6 +642,13 @@ def expected_timing():
     return "off" if re.search(r"^timing:\s*off\s*$", extra, re.M) else "exact"
 
 
+def expected_record_suffix():
+    """The name of every record the generated configs make: ".json" when
+    IOLENS_E2E_DAEMON_CONFIG sets record_compression: none, else ".json.zst" (the default)."""
+    extra = os.environ.get("IOLENS_E2E_DAEMON_CONFIG", "").replace("\\n", "\n")
+    return ".json" if re.search(r"^record_compression:\s*none\s*$", extra, re.M) else ".json.zst"
+
+
 def check_record_shape(ck, doc, job_id):
     ck.eq("%s schema" % job_id, JOB_SCHEMA, doc.get("schema"))
     ck.eq("%s timing" % job_id, expected_timing(), doc.get("timing"))

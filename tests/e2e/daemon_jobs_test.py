@@ -333,6 +333,11 @@ def main():
                          (os.path.basename(path), name, f.get("path"), doc["job"].get("id")))
             ck.check(f.get("pid") not in noise_pids, "%s: file record of noise pid %r" %
                      (os.path.basename(path), f.get("pid")))
+    suffix = D.expected_record_suffix()  # record_compression of the config (zstd or none)
+    for path in d.record_files():
+        ck.check(path.endswith(suffix), "record %s is not named *%s" % (path, suffix))
+    ck.eq("status output.compression", "none" if suffix == ".json" else "zstd",
+          ((d.status() or {}).get("output") or {}).get("compression"))
     ids = sorted(doc["job"]["id"] for doc in d.records().values() if doc)
     ck.eq("job records written (one per job, none for the noise cgroups)",
           sorted(v[0] for v in jobs.values()), ids)

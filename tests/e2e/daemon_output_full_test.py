@@ -6,11 +6,12 @@ left, the daemon goes on, and the next record is written exactly once there is r
 
 The output directory is a small tmpfs (64 KiB). Ground truth is each workload's own tally
 (`job_workload many DIR N SIZE`: N files created, written, read back, unlinked).
-1. Job A (600 files: its compressed record is far over 64 KiB) closes: `status` counts the
+1. Job A (2,000 files: its compressed record is over 5 times 64 KiB) closes: `status` counts the
    failure (`output.failed` 1, `written` 0), the log names the record and ENOSPC, no temporary
    file is left, `iolens jobs` still lists A as closed with the workload's totals, and `job`
    of A says its record could not be written.
-2. The tmpfs remounted at 16 MiB: job B's record is written, with the workload's totals.
+2. The tmpfs remounted at 16 MiB: job B (the same work as A) has its record written, with the
+   workload's totals, and bigger than twice 64 KiB (so A's could not have fitted).
 3. Remounted read-only: job C's record fails (EROFS), counted (`failed` 2) and logged.
 4. Read-write again: job D's record is written, with the workload's totals; `written` 2.
 """
@@ -23,6 +24,9 @@ import daemon_common as D  # noqa: E402
 import e2e_common as E  # noqa: E402
 
 SIZE = 100
+# A's and B's jobs: a compressed record of ~180 bytes a file, 2,000 files: ~360 KB, over 5
+# times the 64 KiB file system (B's record, written once there is room, checks it).
+NFILES_A = 2000
 
 
 def output(d):
@@ -47,6 +51,19 @@ def wait_failed(ck, d, n, what):
     ck.eq("%s: output.failed" % what, n, output(d).get("failed"))
 
 
+def wait_written(ck, d, n, what):
+    # counted once renamed into place: a moment after the file appears
+    D.wait_for("%d records written" % n, lambda: output(d).get("written", 0) >= n, 10)
+    ck.eq("%s: output.written" % what, n, output(d).get("written"))
+
+
+def log_line(d, job_id, error):
+    """Whether one line of the daemon's log names the job's record and `error`."""
+    with open(d.log_path, "rb") as f:
+        return any(("job %s: " % job_id).encode() in line and error in line
+                   for line in f.read().splitlines())
+
+
 def no_temporaries(ck, d, what):
     left = [n for n in os.listdir(d.output_dir) if n.startswith(".tmp-")]
     ck.eq("%s: temporary files left in the output directory" % what, [], left)
@@ -63,13 +80,12 @@ def main():
     d.start(ck)
 
     # 1. No room: the record fails, counted and said; the job's line keeps its totals.
-    a_id, a_pid, m_a = run_job(ck, d, cg, args, data, "of/a", 600)
+    a_id, a_pid, m_a = run_job(ck, d, cg, args, data, "of/a", NFILES_A)
     wait_failed(ck, d, 1, "full")
     ck.eq("full: output.written", 0, output(d).get("written"))
-    with open(d.log_path, "rb") as f:
-        log = f.read()
-    ck.check(b"No space left on device" in log and a_id.encode() in log,
-             "the daemon's log does not name job %s's record and ENOSPC" % a_id)
+    # The loop logs it when it takes the writer's outcome, after the count: wait for the line.
+    ck.check(D.wait_for("the failure logged", lambda: log_line(d, a_id, b"No space left on device"),
+                        15), "the daemon's log has no line naming job %s and ENOSPC" % a_id)
     no_temporaries(ck, d, "full")
     ck.eq("full: records in the output directory", [], d.record_files())
     line = next((j for j in (d.request({"cmd": "jobs"}).get("result") or {}).get("jobs", [])
@@ -91,20 +107,23 @@ def main():
 
     # 2. Room again: the next record is written, exact.
     remount(d, "size=16m")
-    b_id, b_pid, m_b = run_job(ck, d, cg, args, data, "of/b", 200)
+    b_id, b_pid, m_b = run_job(ck, d, cg, args, data, "of/b", NFILES_A)
     doc = d.wait_record(ck, b_id, timeout=30)
     if doc and m_b and D.check_record_shape(ck, doc, b_id):
-        D.check_many_totals(ck, doc, m_b, b_pid, cg.abs("of/b"), "room again", 200)
+        D.check_many_totals(ck, doc, m_b, b_pid, cg.abs("of/b"), "room again", NFILES_A)
         D.check_lost_zero(ck, doc, b_id)
-    ck.eq("room again: output.written", 1, output(d).get("written"))
+    wait_written(ck, d, 1, "room again")
+    # B did what A did: A's record would not have fitted in 64 KiB either
+    size = sum(os.path.getsize(p) for p in d.record_files())
+    ck.check(size > 2 * 65536, "job B's record is %d bytes: too small to prove that A's could "
+             "not fit in the 64 KiB file system" % size)
 
     # 3. Read-only: counted and said.
     remount(d, "ro")
     c_id, _, _ = run_job(ck, d, cg, args, data, "of/c", 50)
     wait_failed(ck, d, 2, "read-only")
-    with open(d.log_path, "rb") as f:
-        ck.check(b"Read-only file system" in f.read(),
-                 "the daemon's log does not say EROFS for job %s" % c_id)
+    ck.check(D.wait_for("the failure logged", lambda: log_line(d, c_id, b"Read-only file system"),
+                        15), "the daemon's log has no line naming job %s and EROFS" % c_id)
 
     # 4. Writable again.
     remount(d, "rw")
@@ -112,7 +131,7 @@ def main():
     doc = d.wait_record(ck, d_id, timeout=30)
     if doc and m_d and D.check_record_shape(ck, doc, d_id):
         D.check_many_totals(ck, doc, m_d, d_pid, cg.abs("of/d"), "writable again", 100)
-    ck.eq("writable again: output.written", 2, output(d).get("written"))
+    wait_written(ck, d, 2, "writable again")
     no_temporaries(ck, d, "at the end")
     ck.check(d.proc.poll() is None, "iolensd is not running after the failed records")
     rc, _ = d.stop()
