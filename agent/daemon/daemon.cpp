@@ -1102,9 +1102,16 @@ void Daemon::resume() {
       // the dead daemon attached them is unknown: the later end); detached now while the save
       // had them attached, they count as detached from the save on.
       const int64_t saved_mono = st["saved_wall_ns"].get<int64_t>() - mono_to_wall_;
-      if (loader_->syscall_hooks())
-        table_->hooks_attached(static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC)));
-      else
+      if (loader_->syscall_hooks()) {
+        // Attached from the dead daemon's link pins: bpffs stamped the pin when it attached
+        // them, so a window the save left open ends then, not now (a job started after that
+        // attach is not flagged). Kept within [the save, now] (a clock step).
+        const int64_t now_mono = clock_ns(CLOCK_MONOTONIC);
+        int64_t at = now_mono;
+        if (const auto wall = loader_->syscall_hooks_pinned_wall_ns())
+          at = std::clamp(*wall - mono_to_wall_, std::max<int64_t>(saved_mono, 0), now_mono);
+        table_->hooks_attached(static_cast<uint64_t>(at));
+      } else
         table_->hooks_detached(static_cast<uint64_t>(std::max<int64_t>(saved_mono, 0)));
       for (auto b = st["job_loss_base"].begin(); b != st["job_loss_base"].end(); ++b) {
         loader::KernelStats base{};  // a shorter array (an older version's) leaves zeros

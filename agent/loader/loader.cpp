@@ -755,6 +755,14 @@ bool Loader::syscall_hooks() const {
          l.sys_exit != nullptr;
 }
 
+std::optional<int64_t> Loader::syscall_hooks_pinned_wall_ns() const {
+  if (pin_dir_.empty() || !pin_state_.resumed || !syscall_hooks()) return std::nullopt;
+  struct stat st {};
+  // sys_exit is attached last (set_syscall_hooks): its pin is the moment both were attached.
+  if (::stat((pin_dir_ + "/link_sys_exit").c_str(), &st) != 0) return std::nullopt;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+}
+
 void Loader::unpin_all() {
   if (pin_dir_.empty()) return;
   for (auto& p : impl_->progs)

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -109,6 +110,10 @@ class Loader {
   /// attached (bench/README.md), so the daemon attaches them only while a job is alive.
   Status set_syscall_hooks(bool attached);
   bool syscall_hooks() const;
+  /// When the syscall hooks a previous daemon left attached (resumed from their link pins) were
+  /// attached: the wall-clock time of their link pin (bpffs stamps it at creation, right after
+  /// the attach). nullopt when they are not attached from a previous daemon's pins.
+  std::optional<int64_t> syscall_hooks_pinned_wall_ns() const;
   /// The timing the programs run with: Options::timing, unless off was asked for and could
   /// not be had (timing_note() says why).
   iolens_timing timing() const { return timing_; }
