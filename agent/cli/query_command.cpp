@@ -66,15 +66,12 @@ std::optional<nlohmann::json> read_record(int fd, const std::string& path, std::
     error = "cannot read the record " + path + ": " + std::strerror(errno);
     return std::nullopt;
   }
-  if (core::is_zstd_frame(*text)) {
-    // iolensd's records are zstd unless its record_compression is none (docs/daemon.md).
-    std::string why;
-    auto json = core::zstd_decompress(*text, kMaxRecordBytes, why);
-    if (!json) {
-      error = "cannot read the record " + path + ": " + why;
-      return std::nullopt;
-    }
-    text = std::move(json);
+  // iolensd's records are zstd unless its record_compression is none (docs/daemon.md).
+  std::string why;
+  text = core::text_of_record(std::move(*text), kMaxRecordBytes, why);
+  if (!text) {
+    error = "cannot read the record " + path + ": " + why;
+    return std::nullopt;
   }
   nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {

@@ -94,4 +94,11 @@ std::optional<std::string> zstd_decompress(std::string_view in, std::size_t max_
   return out;
 }
 
+std::optional<std::string> text_of_record(std::string bytes, std::size_t max_out,
+                                          std::string& error, bool* over_bound) {
+  if (over_bound) *over_bound = false;
+  if (!is_zstd_frame(bytes)) return bytes;
+  return zstd_decompress(bytes, max_out, error, over_bound);
+}
+
 }  // namespace iolens::core

@@ -50,4 +50,10 @@ class ZstdWriter {
 std::optional<std::string> zstd_decompress(std::string_view in, std::size_t max_out,
                                            std::string& error, bool* over_bound = nullptr);
 
+/// A record file's text whichever way it was written: `bytes` itself, or decompressed (up to
+/// `max_out`, as zstd_decompress) when it starts with the zstd magic. The one rule every reader
+/// of iolensd's records follows (record_compression: zstd or none).
+std::optional<std::string> text_of_record(std::string bytes, std::size_t max_out,
+                                          std::string& error, bool* over_bound = nullptr);
+
 }  // namespace iolens::core

@@ -2159,17 +2159,15 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
       };
       if (size > kJobPageInLoopMaxBytes) throw too_big(std::to_string(size >> 20) + " MiB");
       // The descriptor already open: the file is read once, through it.
-      if (auto text = core::read_all(rfd.get())) {
-        if (core::is_zstd_frame(*text)) {
-          // A compressed record: inflated only up to the bound the loop allows itself.
-          std::string error;
-          bool over = false;
-          auto json = core::zstd_decompress(*text, kJobPageInLoopMaxBytes, error, &over);
-          if (over)
-            throw too_big("over " + std::to_string(kJobPageInLoopMaxBytes >> 20) + " MiB of JSON");
-          if (!json) throw std::runtime_error(unreadable + ": " + error);
-          *text = std::move(*json);
-        }
+      if (auto bytes = core::read_all(rfd.get())) {
+        // A compressed record is inflated only up to the bound the loop allows itself.
+        std::string error;
+        bool over = false;
+        const auto text =
+            core::text_of_record(std::move(*bytes), kJobPageInLoopMaxBytes, error, &over);
+        if (over)
+          throw too_big("over " + std::to_string(kJobPageInLoopMaxBytes >> 20) + " MiB of JSON");
+        if (!text) throw std::runtime_error(unreadable + ": " + error);
         if (auto j = record_page(*text, offset, limit)) return *j;
       }
       throw std::runtime_error(unreadable);

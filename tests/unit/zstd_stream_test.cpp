@@ -78,6 +78,23 @@ TEST(ZstdStream, TheReaderRefusesWhatItCannotTrust) {
   EXPECT_EQ(*two, in + "tail");
 }
 
+// Every reader of iolensd's records: plain JSON as it is, zstd decompressed, a damaged or too
+// big one refused with why.
+TEST(ZstdStream, ARecordsTextWhicheverWayItWasWritten) {
+  const std::string json = text(100000);
+  const std::string z = compress(json, 777);
+  std::string error;
+  bool over = true;
+  EXPECT_EQ(text_of_record(json, 10, error, &over), json);  // plain: no bound applies
+  EXPECT_FALSE(over);
+  EXPECT_EQ(text_of_record(z, json.size(), error, &over), json);
+  EXPECT_FALSE(text_of_record(z, json.size() - 1, error, &over));
+  EXPECT_TRUE(over);
+  EXPECT_FALSE(text_of_record(z.substr(0, z.size() / 2), SIZE_MAX, error, &over));
+  EXPECT_FALSE(over);
+  EXPECT_NE(error.find("cut"), std::string::npos) << error;
+}
+
 TEST(ZstdStream, AFailedOutputStopsTheWriter) {
   int calls = 0;
   ZstdWriter z([&](std::string_view) { return ++calls < 2; }, 3);
