@@ -9,26 +9,34 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 namespace iolens::core {
 
-class Writer {
+/// Appends to `Bytes`: a std::string, or a std::vector<uint8_t> (what a JSON binary value holds,
+/// so that a blob for iolensd's state file is made in place rather than copied there).
+template <class Bytes>
+class BasicWriter {
  public:
-  explicit Writer(std::string& out) : out_(out) {}
+  explicit BasicWriter(Bytes& out) : out_(out) {}
 
-  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
+  void u8(uint8_t v) { out_.push_back(static_cast<typename Bytes::value_type>(v)); }
   void u32(uint32_t v) { le(v, 4); }
   void u64(uint64_t v) { le(v, 8); }
   void i32(int32_t v) { u32(static_cast<uint32_t>(v)); }
-  void bytes(const void* p, std::size_t n) { out_.append(static_cast<const char*>(p), n); }
+  void bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const typename Bytes::value_type*>(p);
+    out_.insert(out_.end(), b, b + n);
+  }
   /// u32 length, then the bytes. Strings longer than 4 GiB do not occur here (paths, comms).
   void string(std::string_view s) {
     u32(static_cast<uint32_t>(s.size()));
-    out_.append(s);
+    bytes(s.data(), s.size());
   }
   /// Overwrites 8 bytes at `at` (a length known only at the end).
   void patch_u64(std::size_t at, uint64_t v) {
-    for (int i = 0; i < 8; ++i) out_[at + i] = static_cast<char>(v >> (8 * i));
+    for (int i = 0; i < 8; ++i)
+      out_[at + i] = static_cast<typename Bytes::value_type>(v >> (8 * i));
   }
   std::size_t size() const { return out_.size(); }
 
@@ -36,10 +44,12 @@ class Writer {
   void le(uint64_t v, int n) {
     char b[8];
     for (int i = 0; i < n; ++i) b[i] = static_cast<char>(v >> (8 * i));
-    out_.append(b, static_cast<std::size_t>(n));
+    bytes(b, static_cast<std::size_t>(n));
   }
-  std::string& out_;
+  Bytes& out_;
 };
+using Writer = BasicWriter<std::string>;
+using ByteWriter = BasicWriter<std::vector<uint8_t>>;
 
 /// Reads `bytes` front to back. Every read checks the bytes left first; the first failure is
 /// sticky (later reads fail too) and error() says what was being read and at which offset, so a

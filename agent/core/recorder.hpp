@@ -152,6 +152,9 @@ class Recorder {
   /// parts (copies of what the kernel's map holds now) are left out, all else kept: iolensd's
   /// checkpoint, whose restart reads them from the kernel again (docs/daemon.md#restart-without-loss).
   std::string save(bool with_live = true) const;
+  /// The same bytes as save(), made in the container a JSON binary value holds (iolensd's
+  /// state file takes it without a copy: one copy less of a big job's blob in memory).
+  std::vector<uint8_t> save_bytes(bool with_live = true) const;
   /// A recorder equal in every observable way to the one that saved `bytes`: same snapshot(),
   /// memory() and behaviour for every later call. nullptr and `error` when the blob is
   /// malformed, truncated, of another format or kernel ABI version, fails its CRC, or

@@ -67,13 +67,13 @@ bool read_sorted(Reader& r, std::size_t min_entry, const char* what, Get get) {
 
 struct Recorder::Codec {
   // ---- keys ----
-  static void put(Writer& w, const ProcKey& k) {
+  static void put(ByteWriter& w, const ProcKey& k) {
     w.u32(k.pid);
     w.u64(k.start_ns);
   }
   static bool get(Reader& r, ProcKey& k) { return r.u32(k.pid) && r.u64(k.start_ns); }
 
-  static void put(Writer& w, const FileIdentity& id) {
+  static void put(ByteWriter& w, const FileIdentity& id) {
     w.u32(id.dev);
     w.u64(id.ino);
     w.u32(id.gen);
@@ -82,7 +82,7 @@ struct Recorder::Codec {
     return r.u32(id.dev) && r.u64(id.ino) && r.u32(id.gen);
   }
 
-  static void put(Writer& w, const FileKey& k) {
+  static void put(ByteWriter& w, const FileKey& k) {
     w.u32(k.dev);
     w.u64(k.ino);
     w.u32(k.gen);
@@ -93,10 +93,10 @@ struct Recorder::Codec {
   }
 
   // ---- values ----
-  static void put(Writer& w, const FileCounters& c) { w.bytes(&c, sizeof c); }
+  static void put(ByteWriter& w, const FileCounters& c) { w.bytes(&c, sizeof c); }
   static bool get(Reader& r, FileCounters& c) { return r.raw(c); }
 
-  static void put(Writer& w, const FileAcc& a, bool with_live) {
+  static void put(ByteWriter& w, const FileAcc& a, bool with_live) {
     // A part that is absent is new_counters() (accumulate and file_acc keep it so): only the
     // parts present are written.
     const bool live = with_live && a.has_live();
@@ -124,7 +124,7 @@ struct Recorder::Codec {
     return r.u64(a.rename_sources) && r.u64(a.unlinks) && r.string(a.renamed_to);
   }
 
-  static void put(Writer& w, const Proc& p) {
+  static void put(ByteWriter& w, const Proc& p) {
     put(w, p.key);
     put(w, p.parent);
     w.u8(p.parent_known);
@@ -175,7 +175,7 @@ struct Recorder::Codec {
   }
 
   // ---- the recorder ----
-  static void put(Writer& w, const Recorder& rec, bool with_live) {
+  static void put(ByteWriter& w, const Recorder& rec, bool with_live) {
     w.u32(rec.root_pid_);
     w.u32(rec.tracer_pid_);
     w.u64(rec.folded_records_);
@@ -359,8 +359,8 @@ struct Recorder::Codec {
   }
 };
 
-std::string Recorder::save(bool with_live) const {
-  std::string out;
+std::vector<uint8_t> Recorder::save_bytes(bool with_live) const {
+  std::vector<uint8_t> out;
   // The bulk: sizeof(FileCounters) per part of a record written. Growth would double the buffer
   // and copy it (fresh memory, page faults), so the parts are counted and reserved for.
   std::size_t parts = 0;
@@ -372,15 +372,20 @@ std::string Recorder::save(bool with_live) const {
   out.reserve(kHeaderBytes + kTrailerBytes + 64 * names_.size() + 64 * by_path_.size() +
               sizeof(FileCounters) * parts + 64 * (files_.size() + others_.size()) +
               128 * procs_.size() + 24 * forgotten_paths_.size());
-  Writer w(out);
+  ByteWriter w(out);
   w.bytes(kMagic, sizeof kMagic);
   w.u32(kFormatVersion);
   w.u32(IOLENS_ABI_VERSION);
   w.u64(0);  // payload length, patched below
   Codec::put(w, *this, with_live);
   w.patch_u64(16, out.size() - kHeaderBytes);
-  w.u32(crc32_of(out));
+  w.u32(crc32_of(std::string_view(reinterpret_cast<const char*>(out.data()), out.size())));
   return out;
+}
+
+std::string Recorder::save(bool with_live) const {
+  const std::vector<uint8_t> b = save_bytes(with_live);
+  return std::string(b.begin(), b.end());
 }
 
 std::unique_ptr<Recorder> Recorder::load(std::string_view bytes, std::string& error) {

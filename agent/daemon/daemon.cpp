@@ -1756,7 +1756,7 @@ nlohmann::json Daemon::end_run(const nlohmann::json& req, control::RequestContex
     runs_.erase(it);
     throw std::runtime_error("the run's job " + run.job_id + " was already written");
   }
-  const std::string blob = job->rec->save();
+  const std::vector<uint8_t> blob = job->rec->save_bytes();
   std::size_t done = 0;
   while (done < blob.size()) {
     const ssize_t n = pwrite(out, blob.data() + done, blob.size() - done,

@@ -656,8 +656,7 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
     }
     // A handed-over job's processes are no longer the table's: a restart would not read their
     // records from the kernel into it again, so its live parts are saved whatever `with_live`.
-    const std::string blob = job->rec->save(with_live || handed);
-    o["recorder"] = nlohmann::json::binary(std::vector<uint8_t>(blob.begin(), blob.end()));
+    o["recorder"] = nlohmann::json::binary(job->rec->save_bytes(with_live || handed));
     js.push_back(std::move(o));
   }
   auto& uh = j["unhooked"] = nlohmann::json::array();

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/record_writer.hpp"
 
+#include <malloc.h>
+
 #include <exception>
 
 #include "core/clock.hpp"
@@ -94,6 +96,10 @@ void RecordWriter::run() {
       gone.swap(disposed_);
       lock.unlock();
       gone.clear();
+      // A closed job's records were most of the heap; freed, they stay the process's (glibc
+      // keeps freed pages mapped) until given back: without this, iolensd's RSS stayed near its
+      // peak after a big job (bench/README.md "Memory"). Here, off the loop.
+      malloc_trim(0);
       lock.lock();
       continue;
     }

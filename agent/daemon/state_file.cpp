@@ -6,6 +6,8 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <ostream>
+#include <streambuf>
 
 #include "loader/loader.hpp"
 
@@ -128,17 +130,115 @@ bool check_fields(const nlohmann::json& st, std::string& error) {
 
 }  // namespace
 
+namespace {
+
+/// Counts what is written through it: the CBOR's length, which the header gives before the data.
+class CountingBuf : public std::streambuf {
+ public:
+  uint64_t count = 0;
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!traits_type::eq_int_type(c, traits_type::eof())) ++count;
+    return traits_type::not_eof(c);
+  }
+  std::streamsize xsputn(const char*, std::streamsize n) override {
+    count += static_cast<uint64_t>(n);
+    return n;
+  }
+};
+
+/// Compresses what is written through it (zlib, level 1) and hands the compressed bytes to
+/// `out` in pieces of kOutBytes: neither the whole CBOR nor the whole compressed data is held.
+class DeflateBuf : public std::streambuf {
+ public:
+  explicit DeflateBuf(const StateOut& out) : out_(out), in_(kInBytes), z_(kOutBytes) {
+    ok_ = deflateInit(&zs_, 1) == Z_OK;
+    setp(in_.data(), in_.data() + in_.size());
+  }
+  ~DeflateBuf() override { deflateEnd(&zs_); }
+  DeflateBuf(const DeflateBuf&) = delete;
+  DeflateBuf& operator=(const DeflateBuf&) = delete;
+
+  /// Compresses what is left and ends the stream. False if zlib or `out` failed at any point.
+  bool finish() { return pump(Z_FINISH) && ok_; }
+  bool ok() const { return ok_; }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (!pump(Z_NO_FLUSH)) return traits_type::eof();
+    if (!traits_type::eq_int_type(c, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+
+ private:
+  static constexpr std::size_t kInBytes = 256 << 10, kOutBytes = 256 << 10;
+
+  /// Deflates the put area (with `flush`), handing full output buffers to `out_`.
+  bool pump(int flush) {
+    if (!ok_) return false;
+    zs_.next_in = reinterpret_cast<Bytef*>(pbase());
+    zs_.avail_in = static_cast<uInt>(pptr() - pbase());
+    int rc = Z_OK;
+    do {
+      zs_.next_out = z_.data();
+      zs_.avail_out = static_cast<uInt>(z_.size());
+      rc = deflate(&zs_, flush);
+      if (rc == Z_STREAM_ERROR) return ok_ = false;
+      const std::size_t n = z_.size() - zs_.avail_out;
+      if (n && !out_(std::string_view(reinterpret_cast<const char*>(z_.data()), n)))
+        return ok_ = false;
+    } while (zs_.avail_out == 0);
+    // Room left in the output: deflate took all the input, and a finish has ended the stream.
+    if (flush == Z_FINISH && rc != Z_STREAM_END) return ok_ = false;
+    setp(in_.data(), in_.data() + in_.size());
+    return true;
+  }
+
+  const StateOut& out_;
+  std::vector<char> in_;
+  std::vector<Bytef> z_;
+  z_stream zs_{};
+  bool ok_ = false;
+};
+
+}  // namespace
+
+bool write_state(const nlohmann::json& state, const StateOut& out) {
+  // Twice through the CBOR writer: once to count (the header holds the length, and the file is
+  // written front to back), once into zlib. CBOR of a big job is mostly its recorder blobs,
+  // which the writer copies through in bulk: the second pass costs far less than holding it.
+  CountingBuf counter;
+  {
+    std::ostream os(&counter);
+    nlohmann::json::to_cbor(state, os);
+  }
+  char head[kHeaderBytes];
+  std::memcpy(head, kMagic, sizeof kMagic);
+  const uint64_t raw_len = counter.count;
+  std::memcpy(head + 8, &raw_len, 8);
+  if (!out(std::string_view(head, sizeof head))) return false;
+  DeflateBuf z(out);
+  if (!z.ok()) return false;
+  {
+    std::ostream os(&z);
+    nlohmann::json::to_cbor(state, os);
+    os.flush();
+    if (!os) return false;
+  }
+  return z.finish();
+}
+
 std::optional<std::vector<uint8_t>> encode_state(const nlohmann::json& state) {
-  const std::vector<uint8_t> raw = nlohmann::json::to_cbor(state);
-  // Compressed: the counters are mostly zeros (about 20x smaller, docs/daemon.md#restart-without-loss).
-  std::vector<uint8_t> bytes(kHeaderBytes + compressBound(raw.size()));
-  std::memcpy(bytes.data(), kMagic, sizeof kMagic);
-  const uint64_t raw_len = raw.size();
-  std::memcpy(bytes.data() + 8, &raw_len, 8);
-  uLongf zlen = bytes.size() - kHeaderBytes;
-  if (compress2(bytes.data() + kHeaderBytes, &zlen, raw.data(), raw.size(), 1) != Z_OK)
-    return std::nullopt;
-  bytes.resize(kHeaderBytes + zlen);
+  std::vector<uint8_t> bytes;
+  const bool ok = write_state(state, [&](std::string_view piece) {
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
+    return true;
+  });
+  if (!ok) return std::nullopt;
   return bytes;
 }
 

@@ -6,6 +6,7 @@
 /// the daemon or make it allocate more than the file can hold.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,7 +19,17 @@ namespace iolens::daemon {
 /// The longest CBOR a state file may claim: no node's state comes near it.
 inline constexpr uint64_t kMaxStateRawBytes = uint64_t{4} << 30;
 
-/// `state` (the object Daemon::checkpoint builds) as the file's bytes; nullopt if zlib fails.
+/// Where write_state puts the file's bytes, piece by piece; false: stop (a write failed).
+using StateOut = std::function<bool(std::string_view)>;
+
+/// `state` (the object Daemon::checkpoint builds) as the file's bytes, handed to `out` as they
+/// are made: the header, then the CBOR compressed as the CBOR writer goes. Neither the whole CBOR
+/// nor the whole compressed data is ever held: for a 50,000-record job they were ~180 MB at
+/// once on the saver thread, on top of the state itself (bench/README.md "Memory"). False if
+/// zlib or `out` failed (what was handed over is then not a whole file).
+bool write_state(const nlohmann::json& state, const StateOut& out);
+
+/// The same bytes in memory (tests); nullopt if zlib fails.
 std::optional<std::vector<uint8_t>> encode_state(const nlohmann::json& state);
 
 /// Decodes and checks a state file: its magic; its claimed length against the file's size (zlib

@@ -2,6 +2,7 @@
 #include "daemon/state_saver.hpp"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,13 +27,6 @@ int64_t mono_ns() {
 StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* tmp_name,
                            const char* name) {
   StateSaved r;
-  const std::optional<std::vector<uint8_t>> encoded = encode_state(state);
-  if (!encoded) {
-    r.error = "cannot compress the state";
-    r.finished_ns = mono_ns();
-    return r;
-  }
-  const std::vector<uint8_t>& bytes = *encoded;
   // Created afresh (a file or link left at the temporary's name is removed, never written
   // through), then renamed over the state, all inside the checked state directory.
   const int fd = core::create_fresh(dir_fd, tmp_name, 0600);
@@ -42,15 +36,27 @@ StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* 
     r.finished_ns = mono_ns();
     return r;
   }
-  size_t off = 0;
-  while (off < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    off += static_cast<size_t>(n);
-  }
-  bool ok = off == bytes.size() && fsync(fd) == 0;
-  r.err = ok ? 0 : errno ? errno : EIO;
+  // Written as it is encoded (write_state): the encoded state is never held whole.
+  uint64_t written = 0;
+  int write_err = 0;
+  const bool encoded = write_state(state, [&](std::string_view piece) {
+    std::size_t off = 0;
+    while (off < piece.size()) {
+      const ssize_t n = write(fd, piece.data() + off, piece.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        write_err = n < 0 ? errno : ENOSPC;
+        return false;
+      }
+      off += static_cast<std::size_t>(n);
+    }
+    written += piece.size();
+    return true;
+  });
+  errno = 0;
+  bool ok = encoded && fsync(fd) == 0;
+  r.err = ok ? 0 : write_err ? write_err : errno ? errno : EIO;
+  if (!encoded && !write_err) r.error = "cannot compress the state";
   close(fd);
   if (ok && renameat(dir_fd, tmp_name, dir_fd, name) != 0) {
     ok = false;
@@ -63,8 +69,8 @@ StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* 
     r.err = errno;
   }
   r.ok = ok;
-  if (!ok) r.error = std::strerror(r.err);
-  r.bytes = ok ? bytes.size() : 0;
+  if (!ok && r.error.empty()) r.error = std::strerror(r.err);
+  r.bytes = ok ? written : 0;
   r.finished_ns = mono_ns();
   return r;
 }
@@ -125,6 +131,7 @@ void StateSaver::run() {
       r.finished_ns = mono_ns();
     }
     state = nlohmann::json();  // freed here, not on the loop
+    malloc_trim(0);  // and given back: a big job's state is tens of MB (bench/README.md "Memory")
     lock.lock();
     result_ = std::move(r);
     working_ = false;

@@ -16,7 +16,8 @@ records, and the process's file records plus its folded "other files" record add
 totals (opens, closes, reads, writes, bytes); the process's unlinks are 200,000; `lost` is all
 zero (nothing dropped in the kernel). The daemon's RSS is sampled all along and printed; its
 peak (VmHWM) must stay under RSS_LIMIT_MIB, a bound that 200,000 records kept unfolded would
-break (see the note at RSS_LIMIT_MIB).
+break (see the note at RSS_LIMIT_MIB), and once the job's memory is freed its RSS must come back
+to within RESTING_LIMIT_MIB of its RSS at start.
 """
 import os
 import sys
@@ -38,7 +39,16 @@ MAX_FILES = 50000
 # Since the counters carry latency histograms (720 bytes instead of 512) and the daemon builds
 # a metrics snapshot after each drain, measured: 650-720 MiB while the job runs, VmHWM 870 MiB
 # after the record, once 1.1 GiB in a full-suite run. Still well under the unfolded 2.6 GiB.
-RSS_LIMIT_MIB = int(os.environ.get("IOLENS_E2E_RSS_LIMIT_MIB", "1536"))
+# Since the state is written as it is encoded (no whole CBOR nor whole compressed copy on the
+# saver thread) and the recorder blobs are made where the state holds them (issue 16, item 2):
+# about 520 MiB while the job runs and VmHWM 640-660 MiB after the record, here with the rings
+# of this test (64 MiB + 16 MiB, each mapped twice: 160 MiB of the RSS from the start).
+RSS_LIMIT_MIB = int(os.environ.get("IOLENS_E2E_RSS_LIMIT_MIB", "1024"))
+# After the record is written and the job's memory freed, the daemon's RSS must come back to
+# within this of its RSS at start: freed memory is given back to the system (malloc_trim on the
+# threads that free a closed job and a saved state). Measured: +110-120 MiB (the node-wide
+# cache of 200,000 names and what the allocator keeps); +370 MiB when nothing was given back.
+RESTING_LIMIT_MIB = int(os.environ.get("IOLENS_E2E_RESTING_LIMIT_MIB", "224"))
 # IOLENS_E2E_DAEMON_NICE: run iolensd at this nice value (default 0, as installed). Measured on
 # the 2-CPU dev VM when the workload runs fast (6-11 s for the 200,000 files): at nice 0 and
 # -10 alike the kernel dropped 30,000-230,000 of this job's file records (map of 65,536) and
@@ -123,6 +133,19 @@ def main():
            rss1[1]))
     ck.check(rss1[1] < RSS_LIMIT_MIB * 1024, "iolensd peak RSS (VmHWM) %d KiB is over %d MiB" %
              (rss1[1], RSS_LIMIT_MIB))
+    # The closed job's memory is freed and given back on the record writer's thread once the
+    # loop has taken the record: wait for it (a few seconds at most), then compare with start.
+    deadline = time.monotonic() + 15
+    rss2 = D.read_rss_kib(d.proc.pid)
+    while rss2[0] - rss0[0] >= RESTING_LIMIT_MIB * 1024 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        rss2 = D.read_rss_kib(d.proc.pid)
+    D.log("iolensd RSS once the job's memory is freed: %d KiB (%+d KiB from start)" %
+          (rss2[0], rss2[0] - rss0[0]))
+    ck.check(rss2[0] - rss0[0] < RESTING_LIMIT_MIB * 1024,
+             "iolensd RSS %d KiB 15 s after the record is %d KiB over its start (%d KiB): the "
+             "closed job's memory was not given back (limit %d MiB)" %
+             (rss2[0], rss2[0] - rss0[0], rss0[0], RESTING_LIMIT_MIB))
     if doc is None or not D.check_record_shape(ck, doc, job_id):
         ck.finish()
 

@@ -79,6 +79,41 @@ TEST(StateFile, RoundTrips) {
   EXPECT_EQ(st, good_state());
 }
 
+TEST(StateFile, ABigStateIsWrittenInBoundedPiecesAsItIsEncoded) {
+  // A state whose recorder blob is 24 MiB (a big job's): what write_state hands over comes in
+  // pieces of at most 256 KiB plus the 16-byte header, adds up to a file that decodes to the
+  // state, and is the same as the whole-file encoding. The pieces' bound is what keeps the
+  // saver from holding the whole CBOR or the whole compressed file (bench/README.md "Memory").
+  nlohmann::json st = good_state();
+  std::vector<uint8_t> blob(24u << 20);
+  uint32_t x = 2463;
+  for (std::size_t i = 0; i < blob.size(); i += 7) {  // compressible, not trivially so
+    x = x * 1103515245u + 12345u;
+    blob[i] = static_cast<uint8_t>(x >> 24);
+  }
+  st["table"]["jobs"] = {{{"recorder", nlohmann::json::binary(blob)}}};
+  std::string file;
+  std::size_t pieces = 0, largest = 0;
+  ASSERT_TRUE(iolens::daemon::write_state(st, [&](std::string_view piece) {
+    ++pieces;
+    largest = std::max(largest, piece.size());
+    file.append(piece);
+    return true;
+  }));
+  EXPECT_GT(pieces, 4u);
+  EXPECT_LE(largest, std::size_t{256} << 10);
+  EXPECT_LT(file.size(), blob.size());
+  EXPECT_EQ(file, file_of(st));
+  nlohmann::json back;
+  std::string error;
+  ASSERT_TRUE(decode_state(file, back, error)) << error;
+  EXPECT_EQ(back, st);
+  // The sink refusing (a failed write) stops the encoding and says so.
+  std::size_t calls = 0;
+  EXPECT_FALSE(iolens::daemon::write_state(st, [&](std::string_view) { return ++calls < 3; }));
+  EXPECT_EQ(calls, 3u);
+}
+
 TEST(StateFile, AWrongTypeIsAnErrorNotAnException) {
   // The crash loop of issue 21: a field of the wrong type threw type_error out of resume().
   for (const auto& [key, value] :
