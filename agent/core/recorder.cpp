@@ -123,66 +123,60 @@ Recorder::FileAcc::FileAcc(const FileAcc& o)
     : rename_sources(o.rename_sources),
       unlinks(o.unlinks),
       renamed_to(o.renamed_to),
-      first_(o.first_),
-      second_(o.second_ ? std::make_unique<FileCounters>(*o.second_) : nullptr),
-      has_folded_(o.has_folded_),
-      has_live_(o.has_live_) {}
+      folded_(o.folded_),
+      live_(o.live_ ? std::make_unique<FileCounters>(*o.live_) : nullptr),
+      has_folded_(o.has_folded_) {}
 
 Recorder::FileAcc& Recorder::FileAcc::operator=(const FileAcc& o) {
   if (this != &o) *this = FileAcc(o);
   return *this;
 }
 
-const FileCounters& Recorder::FileAcc::folded() const {
-  return has_folded_ ? first_ : empty_counters();
+FileCounters Recorder::FileAcc::folded() const {
+  return has_folded_ ? folded_.unpack() : new_counters();
 }
 
 const FileCounters& Recorder::FileAcc::live() const {
-  if (!has_live_) return empty_counters();
-  return has_folded_ ? *second_ : first_;
+  return live_ ? *live_ : empty_counters();
 }
 
 FileCounters Recorder::FileAcc::total() const {
   if (!has_folded_) return live();
-  FileCounters t = first_;
-  if (has_live_) fold_counters(t, *second_);
+  FileCounters t = folded_.unpack();
+  if (live_) fold_counters(t, *live_);
   return t;
 }
 
 void Recorder::FileAcc::set_live(const FileCounters& c) {
-  if (!has_folded_)
-    first_ = c;
-  else if (second_)
-    *second_ = c;
+  if (live_)
+    *live_ = c;
   else
-    second_ = std::make_unique<FileCounters>(c);
-  has_live_ = true;
+    live_ = std::make_unique<FileCounters>(c);
 }
 
 void Recorder::FileAcc::add_removed(const FileCounters& c) {
-  if (has_folded_)
-    fold_counters(first_, c);
-  else
-    first_ = c;  // over the live copy, if any: the removed one is newer
-  second_.reset();
+  if (has_folded_) {
+    FileCounters f = folded_.unpack();
+    fold_counters(f, c);
+    folded_ = PackedCounters(f);
+  } else {
+    folded_ = PackedCounters(c);  // over the live copy, if any: the removed one is newer
+  }
+  live_.reset();
   has_folded_ = true;
-  has_live_ = false;
 }
 
 void Recorder::FileAcc::set_folded(const FileCounters& c) {
-  first_ = c;
-  second_.reset();
+  folded_ = PackedCounters(c);
+  live_.reset();
   has_folded_ = true;
-  has_live_ = false;
 }
 
-FileCounters& Recorder::FileAcc::folded_for_update() {
-  if (!has_folded_) {
-    if (has_live_) second_ = std::make_unique<FileCounters>(first_);
-    first_ = new_counters();
-    has_folded_ = true;
-  }
-  return first_;
+void Recorder::FileAcc::set_folded_last_io(uint32_t io) {
+  FileCounters f = folded();
+  f.last_io_type = io;
+  folded_ = PackedCounters(f);
+  has_folded_ = true;
 }
 
 // ---- FoldedIds ----
@@ -266,7 +260,7 @@ Recorder::FileAcc& Recorder::file_acc(const FileKey& k, Proc& p) {
       // Seen again after fold_to took its earlier part: the new record goes on from where that
       // part ended, so a read/write switch between them is counted (fold_counters) as it would
       // have been in one record, and the process totals stay exact.
-      it->second.folded_for_update().last_io_type = *io;
+      it->second.set_folded_last_io(*io);
     }
   }
   return it->second;
@@ -513,8 +507,8 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
   std::set<FileIdentity> unnamed;  // names counted as gone by the estimate below
   using It = std::map<FileKey, FileAcc>::iterator;
 
-  auto stored = [](const FileAcc& a) -> const FileCounters& {
-    return a.has_folded() ? a.folded() : a.live();  // has_live() is false for every candidate
+  auto stored = [](const FileAcc& a) {
+    return a.folded();  // has_live() is false for every candidate: the folded part is all
   };
   auto eligible = [&](const FileAcc& a) {
     // A live record is still in the kernel map: the next drain would send it again.
@@ -556,14 +550,14 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
     if (!eligible(it->second) || (it->first.gen == 0 && joined.count(it->first))) continue;
     Candidate c;
     c.it = it;
-    const FileCounters& t = stored(it->second);
+    const FileCounters t = stored(it->second);
     c.bytes = t.bytes_read + t.bytes_written;
     c.calls = calls_of(t);
     c.last = last_activity_of(t);
     if (!stat_of.empty()) {
       if (auto s = stat_of.find(it->first); s != stat_of.end()) {
         c.stat = s->second;
-        const FileCounters& st = stored(s->second->second);
+        const FileCounters st = stored(s->second->second);
         c.bytes += st.bytes_read + st.bytes_written;
         c.calls += calls_of(st);
         c.last = std::max(c.last, last_activity_of(st));
@@ -584,7 +578,7 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
     Proc& p = procs_.at(it->first.proc);
     if (!p.folded) p.folded = std::make_unique<Folded>();
     const FileAcc& a = it->second;
-    const FileCounters& c = stored(a);
+    const FileCounters c = stored(a);
     combine_counters(p.folded->counters, c);
     p.folded->rename_sources += a.rename_sources;
     p.folded->unlinks += a.unlinks;
@@ -732,6 +726,8 @@ Recorder::Memory Recorder::memory() const {
       m.names * (kTreeNode + sizeof(FileIdentity) + sizeof(Name)) +
       m.paths * (kHashNode + sizeof(void*) + sizeof(std::string) + sizeof(FileIdentity)) +
       m.folded_files * sizeof(FileIdentity) + m.forgotten_paths * sizeof(ForgottenPath);
+  for (const auto& [k, a] : files_) m.approx_bytes += a.heap_bytes();
+  for (const auto& [k, a] : others_) m.approx_bytes += a.heap_bytes();
   return m;
 }
 

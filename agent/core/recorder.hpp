@@ -19,6 +19,7 @@
 
 #include "core/counters.hpp"
 #include "core/events.hpp"
+#include "core/packed_counters.hpp"
 #include "core/snapshot.hpp"
 #include "iolens_abi.h"
 
@@ -171,9 +172,8 @@ class Recorder {
     std::size_t paths = 0;            // path -> file entries for rename/unlink attribution
     std::size_t folded_files = 0;     // (process, file) identities folded, 16 bytes each
     std::size_t forgotten_paths = 0;  // hashed paths of forgotten names, 24 bytes each
-    /// Fixed size of all the entries above (string contents, allocator overhead and the second
-    /// part of a record folded and then used again not included): an order of magnitude, not
-    /// an exact figure.
+    /// Size of all the entries above, the records' packed and live counters included (string
+    /// contents and allocator overhead not): an order of magnitude, not an exact figure.
     std::size_t approx_bytes = 0;
   };
   Memory memory() const;
@@ -224,11 +224,11 @@ class Recorder {
   };
   /// What the drains reported of one record: the sum of its copies removed from the kernel
   /// ("folded") and the newest copy still there ("live"). A part that is absent reads as
-  /// new_counters(). Most records have one part at a time (live while the process runs, then
-  /// folded), so one FileCounters (~1 KB) is inline and a second is allocated only while both
-  /// exist (a record moved out idle, then used again): half the memory per record, and half the
-  /// fresh pages the agent faults in as a job opens files (bench/README.md "The agent on a
-  /// PyTorch job").
+  /// new_counters(). The folded part no longer changes (until the file is used again), so it is
+  /// kept packed (PackedCounters: ~100-200 bytes for a file read once, against 936); the live
+  /// part, replaced at every drain while the kernel holds the record, is kept whole, and only
+  /// while it exists. A kept record is ~3x smaller than when both parts were whole counters
+  /// (bench/README.md "Memory: records kept packed").
   class FileAcc {
    public:
     FileAcc() = default;
@@ -238,8 +238,8 @@ class Recorder {
     FileAcc& operator=(FileAcc&&) noexcept = default;
 
     bool has_folded() const { return has_folded_; }
-    bool has_live() const { return has_live_; }
-    const FileCounters& folded() const;
+    bool has_live() const { return live_ != nullptr; }
+    FileCounters folded() const;
     const FileCounters& live() const;
     FileCounters total() const;
     /// The newest live copy replaces the previous one.
@@ -248,17 +248,21 @@ class Recorder {
     void add_removed(const FileCounters& c);
     /// Everything replaced by one folded part (a stat joined into a record, a restored state).
     void set_folded(const FileCounters& c);
-    /// The folded part, created empty if absent, to be updated in place.
-    FileCounters& folded_for_update();
+    /// Sets the folded part's last data-call kind (created empty if absent): the record goes
+    /// on from a part fold_to took earlier (file_acc).
+    void set_folded_last_io(uint32_t io);
+    /// Heap bytes held besides the object itself (Recorder::memory()).
+    std::size_t heap_bytes() const {
+      return folded_.heap_bytes() + (live_ ? sizeof(FileCounters) : 0);
+    }
 
     uint64_t rename_sources = 0, unlinks = 0;
     std::string renamed_to;
 
    private:
-    FileCounters first_ = new_counters();   // folded when has_folded_, else live (or empty)
-    std::unique_ptr<FileCounters> second_;  // live, when both parts exist
+    PackedCounters folded_;                // when has_folded_
+    std::unique_ptr<FileCounters> live_;   // the live part, when the kernel holds the record
     bool has_folded_ = false;
-    bool has_live_ = false;
   };
   struct Name {
     std::string path;
