@@ -3,15 +3,17 @@
 
 #include <array>
 #include <cstring>
+#include <string>
 
 namespace iolens::core {
 namespace {
 
 constexpr std::size_t kWords = sizeof(FileCounters) / 8;
 static_assert(sizeof(FileCounters) % 8 == 0, "counters are whole 64-bit words");
-static_assert(kWords <= 128, "two mask words cover every counter");
+static_assert(kWords > 64 && kWords < 128, "two mask words cover every counter, the second in part");
 constexpr std::size_t kMaskBytes = 16;
 constexpr std::size_t kMaxVarint = 10;
+static_assert(PackedCounters::kMaxBytes == kMaskBytes + kWords * kMaxVarint);
 
 using Words = std::array<uint64_t, kWords>;
 
@@ -29,10 +31,9 @@ const Words& base() {
 
 }  // namespace
 
-PackedCounters::PackedCounters(const FileCounters& c) {
+std::size_t PackedCounters::pack(const FileCounters& c, uint8_t* buf) {
   const Words w = words_of(c);
   const Words& b = base();
-  uint8_t buf[kMaskBytes + kWords * kMaxVarint];
   uint64_t mask[2] = {0, 0};
   std::size_t n = kMaskBytes;
   for (std::size_t i = 0; i < kWords; ++i) {
@@ -45,8 +46,15 @@ PackedCounters::PackedCounters(const FileCounters& c) {
     }
     buf[n++] = static_cast<uint8_t>(d);
   }
-  if (n == kMaskBytes) return;  // new_counters(): nothing to hold
+  if (n == kMaskBytes) return 0;  // new_counters(): nothing
   std::memcpy(buf, mask, kMaskBytes);
+  return n;
+}
+
+PackedCounters::PackedCounters(const FileCounters& c) {
+  uint8_t buf[kMaxBytes];
+  const std::size_t n = pack(c, buf);
+  if (!n) return;
   data_ = std::make_unique_for_overwrite<uint8_t[]>(n);
   std::memcpy(data_.get(), buf, n);
   size_ = static_cast<uint32_t>(n);
@@ -61,6 +69,63 @@ PackedCounters::PackedCounters(const PackedCounters& o) : size_(o.size_) {
 PackedCounters& PackedCounters::operator=(const PackedCounters& o) {
   if (this != &o) *this = PackedCounters(o);
   return *this;
+}
+
+std::optional<PackedCounters> PackedCounters::from_bytes(std::string_view b, std::string& error) {
+  if (b.empty()) return PackedCounters();
+  if (b.size() < kMaskBytes) {
+    error = "packed counters of " + std::to_string(b.size()) + " bytes (masks are 16)";
+    return std::nullopt;
+  }
+  uint64_t mask[2];
+  std::memcpy(mask, b.data(), kMaskBytes);
+  constexpr uint64_t kHighWords = (uint64_t{1} << (kWords - 64)) - 1;
+  if ((mask[0] | mask[1]) == 0 || (mask[1] & ~kHighWords)) {
+    error = mask[0] | mask[1] ? "packed counters name a word past the counters"
+                              : "packed counters with no word (new counters are empty)";
+    return std::nullopt;
+  }
+  std::size_t at = kMaskBytes;
+  const std::size_t words = static_cast<std::size_t>(__builtin_popcountll(mask[0]) +
+                                                     __builtin_popcountll(mask[1]));
+  for (std::size_t k = 0; k < words; ++k) {
+    // LEB128: at most 10 bytes, the tenth holding bit 63 only; the last byte non-zero unless
+    // it is the only one (shortest form), and that one non-zero too (a difference).
+    std::size_t len = 0;
+    for (;;) {
+      if (at + len >= b.size()) {
+        error = "packed counters cut inside word " + std::to_string(k);
+        return std::nullopt;
+      }
+      const uint8_t byte = static_cast<uint8_t>(b[at + len]);
+      ++len;
+      if (len == kMaxVarint && byte > 1) {
+        error = "packed counter over 64 bits";
+        return std::nullopt;
+      }
+      if (!(byte & 0x80)) {
+        if (byte == 0) {
+          error = len == 1 ? "packed counter of no difference" : "packed counter not in its shortest form";
+          return std::nullopt;
+        }
+        break;
+      }
+      if (len == kMaxVarint) {
+        error = "packed counter over 64 bits";
+        return std::nullopt;
+      }
+    }
+    at += len;
+  }
+  if (at != b.size()) {
+    error = std::to_string(b.size() - at) + " bytes after the packed counters";
+    return std::nullopt;
+  }
+  PackedCounters p;
+  p.data_ = std::make_unique_for_overwrite<uint8_t[]>(b.size());
+  std::memcpy(p.data_.get(), b.data(), b.size());
+  p.size_ = static_cast<uint32_t>(b.size());
+  return p;
 }
 
 FileCounters PackedCounters::unpack() const {

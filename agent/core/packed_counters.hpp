@@ -8,6 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "core/counters.hpp"
 
@@ -23,10 +26,28 @@ class PackedCounters {
   PackedCounters(PackedCounters&&) noexcept = default;
   PackedCounters& operator=(PackedCounters&&) noexcept = default;
 
+  /// The most bytes a packed form takes: both masks and a 10-byte varint per word.
+  static constexpr std::size_t kMaxBytes = 16 + sizeof(FileCounters) / 8 * 10;
+  /// Packs `c` into `buf` (kMaxBytes long) without holding it; returns the bytes written (0 for
+  /// new_counters()). What the constructor keeps, and what a state blob writes of a live part.
+  static std::size_t pack(const FileCounters& c, uint8_t* buf);
+
   /// The counters, exactly as given.
   FileCounters unpack() const;
   /// Bytes held on the heap (0 for new_counters()).
   std::size_t heap_bytes() const { return size_; }
+  /// The packed form itself, as a recorder's state blob holds it (docs/state-format.md):
+  /// empty for new_counters(), else two little-endian u64 masks of the words present (bit i:
+  /// word i), then for each, in order, the LEB128 varint of (word - new_counters() word) mod 2^64.
+  std::string_view bytes() const {
+    return {reinterpret_cast<const char*>(data_.get()), size_};
+  }
+  /// Packed bytes read back from a state blob, which is never trusted: the masks must name
+  /// only counter words and at least one, each word present must have one varint of a non-zero
+  /// difference in its shortest form that fits 64 bits, and nothing may follow. So a blob
+  /// accepted is the canonical form of its counters (saving it again gives the same bytes).
+  /// nullopt and `error` otherwise.
+  static std::optional<PackedCounters> from_bytes(std::string_view b, std::string& error);
 
  private:
   std::unique_ptr<uint8_t[]> data_;  // two u64 masks of the words present, then their varints

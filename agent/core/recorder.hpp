@@ -248,6 +248,13 @@ class Recorder {
     void add_removed(const FileCounters& c);
     /// Everything replaced by one folded part (a stat joined into a record, a restored state).
     void set_folded(const FileCounters& c);
+    /// The folded part as held (a state blob writes it as it is), and its restore.
+    const PackedCounters& folded_packed() const { return folded_; }
+    void set_folded_packed(PackedCounters p) {
+      folded_ = std::move(p);
+      live_.reset();
+      has_folded_ = true;
+    }
     /// Sets the folded part's last data-call kind (created empty if absent): the record goes
     /// on from a part fold_to took earlier (file_acc).
     void set_folded_last_io(uint32_t io);

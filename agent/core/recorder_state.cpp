@@ -16,7 +16,9 @@ namespace iolens::core {
 namespace {
 
 constexpr char kMagic[8] = {'I', 'O', 'L', 'E', 'N', 'S', 'R', 'C'};
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
+// Version 1 (before records were kept packed) is still read: an upgrade keeps its checkpoint.
+constexpr uint32_t kOldestVersion = 1;
 constexpr std::size_t kHeaderBytes = 24;  // magic, format version, kernel ABI, payload length
 constexpr std::size_t kTrailerBytes = 4;  // CRC-32 of header and payload
 
@@ -98,28 +100,48 @@ struct Recorder::Codec {
 
   static void put(ByteWriter& w, const FileAcc& a, bool with_live) {
     // A part that is absent is new_counters() (accumulate and file_acc keep it so): only the
-    // parts present are written.
+    // parts present are written, packed (version 2): the folded part as the record holds it.
     const bool live = with_live && a.has_live();
     w.u8((a.has_folded() ? kHasFolded : 0) | (live ? kHasLive : 0));
-    if (a.has_folded()) put(w, a.folded());
-    if (live) put(w, a.live());
+    if (a.has_folded()) w.string(a.folded_packed().bytes());
+    if (live) {
+      uint8_t buf[PackedCounters::kMaxBytes];
+      const std::size_t n = PackedCounters::pack(a.live(), buf);
+      w.u32(static_cast<uint32_t>(n));
+      w.bytes(buf, n);
+    }
     w.u64(a.rename_sources);
     w.u64(a.unlinks);
     w.string(a.renamed_to);
   }
-  static bool get(Reader& r, FileAcc& a) {
+  /// A part: whole counters (version 1) or packed ones (version 2, checked).
+  static bool get_part(Reader& r, uint32_t version, PackedCounters& out) {
+    if (version == 1) {
+      FileCounters c = new_counters();
+      if (!get(r, c)) return false;
+      out = PackedCounters(c);
+      return true;
+    }
+    std::string packed, why;
+    if (!r.string(packed)) return false;
+    auto p = PackedCounters::from_bytes(packed, why);
+    if (!p) return r.fail(why);
+    out = std::move(*p);
+    return true;
+  }
+  static bool get(Reader& r, FileAcc& a, uint32_t version) {
     uint8_t parts = 0;
     if (!r.u8(parts)) return false;
     if (parts & ~(kHasFolded | kHasLive))
       return r.fail("unknown record parts " + std::to_string(parts));
-    FileCounters c = new_counters();
+    PackedCounters c;
     if (parts & kHasFolded) {
-      if (!get(r, c)) return false;
-      a.set_folded(c);
+      if (!get_part(r, version, c)) return false;
+      a.set_folded_packed(std::move(c));
     }
     if (parts & kHasLive) {
-      if (!get(r, c)) return false;
-      a.set_live(c);
+      if (!get_part(r, version, c)) return false;
+      a.set_live(c.unpack());
     }
     return r.u64(a.rename_sources) && r.u64(a.unlinks) && r.string(a.renamed_to);
   }
@@ -261,7 +283,7 @@ struct Recorder::Codec {
     return true;
   }
 
-  static std::unique_ptr<Recorder> get(Reader& r) {
+  static std::unique_ptr<Recorder> get(Reader& r, uint32_t version) {
     uint32_t root = 0, tracer = 0;
     if (!(r.u32(root) && r.u32(tracer))) return nullptr;
     auto rec = std::make_unique<Recorder>(root, tracer);
@@ -290,7 +312,7 @@ struct Recorder::Codec {
     };
     auto file = [&](FileKey& k) {
       FileAcc a;
-      if (!(get(r, k) && get(r, a))) return false;
+      if (!(get(r, k) && get(r, a, version))) return false;
       // fold_to and snapshot() look the process up: every record's process exists.
       if (!rec->procs_.count(k.proc))
         return r.fail("file record of unknown process " + std::to_string(k.proc.pid));
@@ -299,7 +321,7 @@ struct Recorder::Codec {
     };
     auto other = [&](std::pair<ProcKey, uint32_t>& k) {
       FileAcc a;
-      if (!(get(r, k.first) && r.u32(k.second) && get(r, a))) return false;
+      if (!(get(r, k.first) && r.u32(k.second) && get(r, a, version))) return false;
       if (!rec->procs_.count(k.first))
         return r.fail("other record of unknown process " + std::to_string(k.first.pid));
       rec->others_.emplace_hint(rec->others_.end(), k, std::move(a));
@@ -361,17 +383,19 @@ struct Recorder::Codec {
 
 std::vector<uint8_t> Recorder::save_bytes(bool with_live) const {
   std::vector<uint8_t> out;
-  // The bulk: sizeof(FileCounters) per part of a record written. Growth would double the buffer
-  // and copy it (fresh memory, page faults), so the parts are counted and reserved for.
-  std::size_t parts = 0;
+  // The bulk: the records' packed parts. Growth would double the buffer and copy it (fresh
+  // memory, page faults), so their bytes are counted and reserved for: the folded parts' exactly,
+  // the live ones (packed as they are written) at a typical size.
+  std::size_t counters = 0;
   auto count = [&](const auto& records) {
-    for (const auto& [k, a] : records) parts += a.has_folded() + (with_live && a.has_live());
+    for (const auto& [k, a] : records)
+      counters += 4 + a.folded_packed().heap_bytes() + (with_live && a.has_live() ? 4 + 256 : 0);
   };
   count(files_);
   count(others_);
   out.reserve(kHeaderBytes + kTrailerBytes + 64 * names_.size() + 64 * by_path_.size() +
-              sizeof(FileCounters) * parts + 64 * (files_.size() + others_.size()) +
-              128 * procs_.size() + 24 * forgotten_paths_.size());
+              counters + 64 * (files_.size() + others_.size()) + 128 * procs_.size() +
+              24 * forgotten_paths_.size());
   ByteWriter w(out);
   w.bytes(kMagic, sizeof kMagic);
   w.u32(kFormatVersion);
@@ -406,9 +430,9 @@ std::unique_ptr<Recorder> Recorder::load(std::string_view bytes, std::string& er
   h.u32(version);
   h.u32(abi);
   h.u64(payload);
-  if (version != kFormatVersion)
-    return refuse("format version " + std::to_string(version) + ", this build reads version " +
-                  std::to_string(kFormatVersion));
+  if (version < kOldestVersion || version > kFormatVersion)
+    return refuse("format version " + std::to_string(version) + ", this build reads versions " +
+                  std::to_string(kOldestVersion) + " to " + std::to_string(kFormatVersion));
   if (abi != IOLENS_ABI_VERSION)
     return refuse("saved with kernel ABI version " + std::to_string(abi) +
                   ", this build has version " + std::to_string(IOLENS_ABI_VERSION));
@@ -423,7 +447,7 @@ std::unique_ptr<Recorder> Recorder::load(std::string_view bytes, std::string& er
   if (crc != actual) return refuse("CRC mismatch (damaged)");
 
   Reader r(bytes.substr(kHeaderBytes, held));
-  auto rec = Codec::get(r);
+  auto rec = Codec::get(r, version);
   if (!rec) return refuse(r.ok() ? "malformed" : r.error());
   if (r.remaining() != 0)
     return refuse(std::to_string(r.remaining()) + " unread bytes at the end of the payload");
