@@ -84,12 +84,7 @@ def measure(iolensd, workload, nfiles, compression=None):
     D.finish_workload(ck, p, "job_workload many", timeout=300)
     t_rm = time.monotonic()
     cg.rmdir("a/big")
-    name = None
-    while time.monotonic() - t_rm < 300 and name is None:
-        for f in os.listdir(d.output_dir):
-            if f.endswith((".json", ".json.zst")) and not f.startswith("."):
-                name = f
-        time.sleep(0.01)
+    name = d.wait_record_file(300)
     t_rec = time.monotonic()
     time.sleep(0.5)
     # The closed job asked for as `iolens job` does (with "fd": a daemon that does not know it

@@ -600,6 +600,19 @@ class Daemon:
         return [(p, d) for p, d in self.records().items()
                 if d and d.get("job", {}).get("id") == job_id]
 
+    def wait_record_file(self, timeout, poll=0.01):
+        """The name of the first record file to appear in the output directory (a job's JSON,
+        plain or zstd; not a temporary), or None after `timeout` s. Not parsed: a benchmark
+        times its appearance without holding the interpreter on a big record."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for f in os.listdir(self.output_dir):
+                if f.endswith((".json", ".json.zst")) and not f.startswith("."):
+                    return f
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(poll)
+
     def wait_record(self, ck, job_id, timeout=15):
         """The one record of `job_id` (fatal if none appears in time)."""
         got = wait_for("the record of job %s" % job_id, lambda: self.records_of(job_id), timeout)
