@@ -77,7 +77,9 @@ def measure(iolensd, workload, nfiles, defaults):
     D.finish_workload(ck, p, "job_workload many", timeout=600)
     t_rm = time.monotonic()
     cg.rmdir("a/big")
-    d.wait_record_file(600)
+    if d.wait_record_file(600) is None:
+        ck.fatal("no record 600 s after the job's cgroup was removed; log tail:\n%s" %
+                 d.log()[-3000:])
     t_rec = time.monotonic()
     time.sleep(4)
     stop[0] = True

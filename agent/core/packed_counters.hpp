@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "core/counters.hpp"
 
@@ -23,8 +24,14 @@ class PackedCounters {
   explicit PackedCounters(const FileCounters& c);
   PackedCounters(const PackedCounters& o);
   PackedCounters& operator=(const PackedCounters& o);
-  PackedCounters(PackedCounters&&) noexcept = default;
-  PackedCounters& operator=(PackedCounters&&) noexcept = default;
+  /// A moved-from object is new_counters() again (its size goes with its bytes).
+  PackedCounters(PackedCounters&& o) noexcept
+      : data_(std::move(o.data_)), size_(std::exchange(o.size_, 0)) {}
+  PackedCounters& operator=(PackedCounters&& o) noexcept {
+    data_ = std::move(o.data_);
+    size_ = std::exchange(o.size_, 0);
+    return *this;
+  }
 
   /// The most bytes a packed form takes: both masks and a 10-byte varint per word.
   static constexpr std::size_t kMaxBytes = 16 + sizeof(FileCounters) / 8 * 10;

@@ -10,6 +10,12 @@
 #include "exporters/json_report.hpp"
 
 namespace iolens::daemon {
+namespace {
+
+/// Records (and processes) a disposed job must have held for its memory to be given back.
+constexpr std::size_t kTrimAfterRecords = 4096;
+
+}  // namespace
 
 RecordDone write_record(JobWriter& files, const RecordJob& r) {
   const Job& job = *r.job;
@@ -95,11 +101,16 @@ void RecordWriter::run() {
       std::vector<std::shared_ptr<const Job>> gone;
       gone.swap(disposed_);
       lock.unlock();
+      std::size_t held = 0;
+      for (const auto& job : gone)
+        if (job && job->rec) held += job->rec->file_records() + job->rec->processes();
       gone.clear();
-      // A closed job's records were most of the heap; freed, they stay the process's (glibc
+      // A big closed job's records were most of the heap; freed, they stay the process's (glibc
       // keeps freed pages mapped) until given back: without this, iolensd's RSS stayed near its
-      // peak after a big job (bench/README.md "Memory"). Here, off the loop.
-      malloc_trim(0);
+      // peak after a big job (bench/README.md "Memory: records kept packed, ..."). Here, off
+      // the loop, and only after a big job: the trim holds each arena's lock while it gives
+      // pages back, the loop's too.
+      if (held >= kTrimAfterRecords) malloc_trim(0);
       lock.lock();
       continue;
     }

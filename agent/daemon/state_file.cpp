@@ -207,7 +207,11 @@ class DeflateBuf : public std::streambuf {
 
 }  // namespace
 
-bool write_state(const nlohmann::json& state, const StateOut& out) {
+bool write_state(const nlohmann::json& state, const StateOut& out, std::string* why) {
+  auto fail = [&](const char* what) {
+    if (why) *why = what;
+    return false;
+  };
   // Twice through the CBOR writer: once to count (the header holds the length, and the file is
   // written front to back), once into zlib. CBOR of a big job is mostly its recorder blobs,
   // which the writer copies through in bulk: the second pass costs far less than holding it.
@@ -219,17 +223,19 @@ bool write_state(const nlohmann::json& state, const StateOut& out) {
   char head[kHeaderBytes];
   std::memcpy(head, kMagic, sizeof kMagic);
   const uint64_t raw_len = counter.count;
+  if (raw_len > kMaxStateRawBytes) return fail("the state's CBOR is over 4 GiB");
   std::memcpy(head + 8, &raw_len, 8);
-  if (!out(std::string_view(head, sizeof head))) return false;
+  if (!out(std::string_view(head, sizeof head))) return fail("the write failed");
   DeflateBuf z(out);
-  if (!z.ok()) return false;
+  if (!z.ok()) return fail("zlib: deflateInit failed");
   {
     std::ostream os(&z);
     nlohmann::json::to_cbor(state, os);
     os.flush();
-    if (!os) return false;
+    if (!os) return fail("the write failed, or zlib did");
   }
-  return z.finish();
+  if (!z.finish()) return fail("the write failed, or zlib did");
+  return true;
 }
 
 std::optional<std::vector<uint8_t>> encode_state(const nlohmann::json& state) {

@@ -25,9 +25,11 @@ using StateOut = std::function<bool(std::string_view)>;
 /// `state` (the object Daemon::checkpoint builds) as the file's bytes, handed to `out` as they
 /// are made: the header, then the CBOR compressed as the CBOR writer goes. Neither the whole CBOR
 /// nor the whole compressed data is ever held: for a 50,000-record job they were ~180 MB at
-/// once on the saver thread, on top of the state itself (bench/README.md "Memory"). False if
-/// zlib or `out` failed (what was handed over is then not a whole file).
-bool write_state(const nlohmann::json& state, const StateOut& out);
+/// once on the saver thread, on top of the state itself (bench/README.md "Memory: records kept
+/// packed, the state written as it is encoded"). False, and `why` (when given) says what, if
+/// zlib or `out` failed or the CBOR is over kMaxStateRawBytes (no start would read it): what was
+/// handed over is then not a whole file. May throw what the JSON library throws (bad_alloc).
+bool write_state(const nlohmann::json& state, const StateOut& out, std::string* why = nullptr);
 
 /// The same bytes in memory (tests); nullopt if zlib fails.
 std::optional<std::vector<uint8_t>> encode_state(const nlohmann::json& state);

@@ -39,7 +39,7 @@ StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* 
   // Written as it is encoded (write_state): the encoded state is never held whole.
   uint64_t written = 0;
   int write_err = 0;
-  const bool encoded = write_state(state, [&](std::string_view piece) {
+  auto to_file = [&](std::string_view piece) {
     std::size_t off = 0;
     while (off < piece.size()) {
       const ssize_t n = write(fd, piece.data() + off, piece.size() - off);
@@ -52,12 +52,20 @@ StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* 
     }
     written += piece.size();
     return true;
-  });
+  };
+  std::string why;
+  bool encoded = false;
+  try {
+    encoded = write_state(state, to_file, &why);
+  } catch (const std::exception& e) {  // bad_alloc: the descriptor and temporary not left behind
+    why = std::string("cannot encode the state: ") + e.what();
+  }
   errno = 0;
   bool ok = encoded && fsync(fd) == 0;
   r.err = ok ? 0 : write_err ? write_err : errno ? errno : EIO;
-  if (!encoded && !write_err) r.error = "cannot compress the state";
+  if (!encoded && !write_err) r.error = why.empty() ? "cannot encode the state" : why;
   close(fd);
+  if (!encoded) unlinkat(dir_fd, tmp_name, 0);  // a partial file: never renamed, not kept
   if (ok && renameat(dir_fd, tmp_name, dir_fd, name) != 0) {
     ok = false;
     r.err = errno;
@@ -131,7 +139,13 @@ void StateSaver::run() {
       r.finished_ns = mono_ns();
     }
     state = nlohmann::json();  // freed here, not on the loop
-    malloc_trim(0);  // and given back: a big job's state is tens of MB (bench/README.md "Memory")
+    // And given back when it was big (a big job's state is tens of MB), at most once a minute:
+    // the trim holds each arena's lock while it gives pages back, the loop's too, and the
+    // loop's next gathering takes the pages again.
+    if (r.bytes >= kTrimAfterBytes && (last_trim_ns_ == 0 || r.finished_ns - last_trim_ns_ >= kTrimEveryNs)) {
+      malloc_trim(0);
+      last_trim_ns_ = mono_ns();
+    }
     lock.lock();
     result_ = std::move(r);
     working_ = false;

@@ -60,6 +60,10 @@ class StateSaver {
   std::optional<StateSaved> result_;
   bool working_ = false;
   bool stopping_ = false;
+  int64_t last_trim_ns_ = 0;  // the thread's own: when it last gave memory back
+  /// A state file this big (its compressed bytes) held tens of MB while it was gathered.
+  static constexpr uint64_t kTrimAfterBytes = 1 << 20;
+  static constexpr int64_t kTrimEveryNs = 60'000'000'000;
   std::thread thread_;  // last: started once everything above is
 };
 

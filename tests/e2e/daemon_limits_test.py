@@ -41,8 +41,9 @@ MAX_FILES = 50000
 # after the record, once 1.1 GiB in a full-suite run. Still well under the unfolded 2.6 GiB.
 # Since the state is written as it is encoded (no whole CBOR nor whole compressed copy on the
 # saver thread) and the recorder blobs are made where the state holds them (issue 16, item 2):
-# about 520 MiB while the job runs and VmHWM 640-660 MiB after the record, here with the rings
-# of this test (64 MiB + 16 MiB, each mapped twice: 160 MiB of the RSS from the start).
+# about 520 MiB while the job runs and VmHWM 590-660 MiB after the record; with records kept
+# packed too, 406-460 and 473-518 MiB (bench/daemon_memory.py), here with the rings of this
+# test (64 MiB + 16 MiB, each mapped twice: 160 MiB of the RSS from the start).
 RSS_LIMIT_MIB = int(os.environ.get("IOLENS_E2E_RSS_LIMIT_MIB", "1024"))
 # After the record is written and the job's memory freed, the daemon's RSS must come back to
 # within this of its RSS at start: freed memory is given back to the system (malloc_trim on the

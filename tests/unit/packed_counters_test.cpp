@@ -101,3 +101,73 @@ TEST(PackedCounters, EveryWordAnyValueRoundTrips) {
   EXPECT_TRUE(same(PackedCounters(c).unpack(), c));
   EXPECT_GT(PackedCounters(c).heap_bytes(), 0u);
 }
+
+namespace {
+
+/// `bytes` refused by from_bytes, with a reason that contains `why`.
+void expect_refused(const std::string& bytes, const std::string& why) {
+  std::string error;
+  EXPECT_FALSE(PackedCounters::from_bytes(bytes, error).has_value()) << why;
+  EXPECT_NE(error.find(why), std::string::npos) << "wanted '" << why << "', got '" << error << "'";
+}
+
+/// Two masks (little-endian) then `tail`.
+std::string masks(uint64_t lo, uint64_t hi, const std::string& tail) {
+  std::string s(16, '\0');
+  std::memcpy(s.data(), &lo, 8);
+  std::memcpy(s.data() + 8, &hi, 8);
+  return s + tail;
+}
+
+}  // namespace
+
+TEST(PackedCounters, BytesReadBackAreCheckedAndGiveTheSameCounters) {
+  // What a state blob holds comes back exactly: the same bytes, the same counters.
+  const PackedCounters p(read_once());
+  std::string error;
+  const auto back = PackedCounters::from_bytes(std::string(p.bytes()), error);
+  ASSERT_TRUE(back.has_value()) << error;
+  EXPECT_EQ(back->bytes(), p.bytes());
+  EXPECT_TRUE(same(back->unpack(), read_once()));
+  const auto empty = PackedCounters::from_bytes("", error);
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_TRUE(same(empty->unpack(), new_counters()));
+  // The longest varint: all ones (new_counters() value 0) is ten bytes, the tenth 0x01.
+  const std::string all_ones = std::string(9, '\xff') + '\x01';
+  const auto ones = PackedCounters::from_bytes(masks(1, 0, all_ones), error);
+  ASSERT_TRUE(ones.has_value()) << error;
+  EXPECT_EQ(ones->unpack().opens, ~uint64_t{0});
+  // A word of the second mask (word 64 + 3) and its value 5.
+  const auto high = PackedCounters::from_bytes(masks(0, 1u << 3, "\x05"), error);
+  ASSERT_TRUE(high.has_value()) << error;
+  uint64_t w[sizeof(FileCounters) / 8];
+  const FileCounters c = high->unpack();
+  std::memcpy(w, &c, sizeof c);
+  EXPECT_EQ(w[64 + 3], 5u);
+
+  // Each way a blob may lie, refused with its reason; never read past its end.
+  expect_refused(std::string(15, '\x01'), "masks are 16");
+  expect_refused(masks(0, 0, ""), "no word");
+  expect_refused(masks(0, uint64_t{1} << 53, "\x01"), "past the counters");  // word 117
+  expect_refused(masks(1, 0, ""), "cut inside word 0");
+  expect_refused(masks(3, 0, "\x01"), "cut inside word 1");
+  expect_refused(masks(1, 0, "\x81"), "cut inside word 0");  // a continuation, then nothing
+  expect_refused(masks(1, 0, std::string("\x00", 1)), "no difference");
+  expect_refused(masks(1, 0, std::string("\x81\x00", 2)), "shortest form");
+  expect_refused(masks(1, 0, std::string(9, '\xff') + '\x02'), "over 64 bits");
+  expect_refused(masks(1, 0, std::string(10, '\xff') + '\x01'), "over 64 bits");
+  expect_refused(masks(1, 0, "\x01\x01"), "1 bytes after");
+}
+
+TEST(PackedCounters, AMovedFromValueIsFreshCounters) {
+  PackedCounters a(read_once());
+  PackedCounters b(std::move(a));
+  EXPECT_EQ(a.heap_bytes(), 0u);  // NOLINT(bugprone-use-after-move): what is tested
+  EXPECT_TRUE(same(a.unpack(), new_counters()));
+  EXPECT_TRUE(same(b.unpack(), read_once()));
+  PackedCounters c;
+  c = std::move(b);
+  EXPECT_EQ(b.heap_bytes(), 0u);  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(same(b.unpack(), new_counters()));
+  EXPECT_TRUE(same(c.unpack(), read_once()));
+}
