@@ -104,15 +104,4 @@ void remove_created_output(int fd, const std::string& path) {
   close(dir_fd);
 }
 
-bool write_all(int fd, std::string_view text) {
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 }  // namespace iolens::cli

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "cli/invoker.hpp"
+#include "core/private_dir.hpp"
 
 namespace iolens::cli {
 
@@ -43,7 +44,7 @@ std::string output_error_line(const std::string& what, const OutputError& error)
 /// the same file access the output was created with (FileAccessAs under sudo).
 void remove_created_output(int fd, const std::string& path);
 
-/// Writes all of `text`, through EINTR and short writes. false with errno on failure.
-bool write_all(int fd, std::string_view text);
+/// core::write_all, under the name the CLI's callers use.
+using core::write_all;
 
 }  // namespace iolens::cli

@@ -124,6 +124,21 @@ std::optional<std::string> read_all(int fd) {
   }
 }
 
+bool write_all(int fd, std::string_view text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) {
+      errno = ENOSPC;
+      return false;
+    }
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 std::optional<std::string> read_file_at(int dir_fd, const std::string& name) {
   const int fd = open_regular_at(dir_fd, name);
   if (fd < 0) return std::nullopt;

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace iolens::core {
 
@@ -35,6 +36,10 @@ int open_regular_at(int dir_fd, const std::string& name, uint64_t* size = nullpt
 
 /// The whole of what `fd` reads until its end; nullopt on a read error (a part read is no file).
 std::optional<std::string> read_all(int fd);
+
+/// Writes all of `text`, through EINTR and short writes. false with errno on failure (ENOSPC
+/// when write(2) wrote nothing without saying why).
+bool write_all(int fd, std::string_view text);
 
 /// The whole of `name` in `dir_fd` (open_regular_at, read_all); nullopt if it cannot be read.
 std::optional<std::string> read_file_at(int dir_fd, const std::string& name);

@@ -38,17 +38,6 @@ std::string record_stem(const std::string& n) {
   return "";
 }
 
-bool write_all(int fd, std::string_view text) {
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
 /// `bytes` as `name` in `dir_fd` (whose path is `dir`, for messages), through `.tmp-name`
 /// (created afresh: a stale file or link there is removed, never written through), fsync(2) and
 /// a rename that never replaces: an existing `name` is left as it is and the error's errno is
@@ -60,7 +49,7 @@ Status write_atomically(int dir_fd, const std::string& dir, const std::string& n
   if (fd < 0) return Status::Error("cannot write " + dir + "/" + tmp + ": " + std::strerror(errno), errno);
   bool ok = false;
   try {
-    ok = text([fd](std::string_view piece) { return write_all(fd, piece); }) && fsync(fd) == 0;
+    ok = text([fd](std::string_view piece) { return core::write_all(fd, piece); }) && fsync(fd) == 0;
   } catch (...) {  // making the text failed: no descriptor or temporary left behind
     close(fd);
     unlinkat(dir_fd, tmp.c_str(), 0);

@@ -40,15 +40,9 @@ StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* 
   uint64_t written = 0;
   int write_err = 0;
   auto to_file = [&](std::string_view piece) {
-    std::size_t off = 0;
-    while (off < piece.size()) {
-      const ssize_t n = write(fd, piece.data() + off, piece.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        write_err = n < 0 ? errno : ENOSPC;
-        return false;
-      }
-      off += static_cast<std::size_t>(n);
+    if (!core::write_all(fd, piece)) {
+      write_err = errno;
+      return false;
     }
     written += piece.size();
     return true;
