@@ -60,6 +60,18 @@ PackedCounters::PackedCounters(const FileCounters& c) {
   size_ = static_cast<uint32_t>(n);
 }
 
+bool PackedCounters::assign(const FileCounters& c) {
+  uint8_t buf[kMaxBytes];
+  const std::size_t n = pack(c, buf);
+  if (n == size_ && (n == 0 || std::memcmp(buf, data_.get(), n) == 0)) return false;
+  if (n != size_) {
+    data_ = n ? std::make_unique_for_overwrite<uint8_t[]>(n) : nullptr;
+    size_ = static_cast<uint32_t>(n);
+  }
+  if (n) std::memcpy(data_.get(), buf, n);
+  return true;
+}
+
 PackedCounters::PackedCounters(const PackedCounters& o) : size_(o.size_) {
   if (!size_) return;
   data_ = std::make_unique_for_overwrite<uint8_t[]>(size_);

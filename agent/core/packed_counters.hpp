@@ -39,6 +39,12 @@ class PackedCounters {
   /// new_counters()). What the constructor keeps, and what a state blob writes of a live part.
   static std::size_t pack(const FileCounters& c, uint8_t* buf);
 
+  /// Holds `c` instead, reusing the held bytes when the size is the same; false, and nothing
+  /// done, when `c` packs to exactly the bytes held. What a record's live part does at every
+  /// drain: most live records did not change since the last one, and a compare of ~100 bytes
+  /// is all they cost.
+  bool assign(const FileCounters& c);
+
   /// The counters, exactly as given.
   FileCounters unpack() const;
   /// Bytes held on the heap (0 for new_counters()).

@@ -112,46 +112,24 @@ Recorder::Recorder(uint32_t root_pid, uint32_t tracer_pid)
 
 // ---- FileAcc ----
 
-namespace {
-const FileCounters& empty_counters() {
-  static const FileCounters e = new_counters();
-  return e;
-}
-}  // namespace
-
-Recorder::FileAcc::FileAcc(const FileAcc& o)
-    : rename_sources(o.rename_sources),
-      unlinks(o.unlinks),
-      renamed_to(o.renamed_to),
-      folded_(o.folded_),
-      live_(o.live_ ? std::make_unique<FileCounters>(*o.live_) : nullptr),
-      has_folded_(o.has_folded_) {}
-
-Recorder::FileAcc& Recorder::FileAcc::operator=(const FileAcc& o) {
-  if (this != &o) *this = FileAcc(o);
-  return *this;
-}
-
 FileCounters Recorder::FileAcc::folded() const {
   return has_folded_ ? folded_.unpack() : new_counters();
 }
 
-const FileCounters& Recorder::FileAcc::live() const {
-  return live_ ? *live_ : empty_counters();
+FileCounters Recorder::FileAcc::live() const {
+  return has_live_ ? live_.unpack() : new_counters();
 }
 
 FileCounters Recorder::FileAcc::total() const {
   if (!has_folded_) return live();
   FileCounters t = folded_.unpack();
-  if (live_) fold_counters(t, *live_);
+  if (has_live_) fold_counters(t, live_.unpack());
   return t;
 }
 
 void Recorder::FileAcc::set_live(const FileCounters& c) {
-  if (live_)
-    *live_ = c;
-  else
-    live_ = std::make_unique<FileCounters>(c);
+  live_.assign(c);
+  has_live_ = true;
 }
 
 void Recorder::FileAcc::add_removed(const FileCounters& c) {
@@ -162,13 +140,15 @@ void Recorder::FileAcc::add_removed(const FileCounters& c) {
   } else {
     folded_ = PackedCounters(c);  // over the live copy, if any: the removed one is newer
   }
-  live_.reset();
+  live_ = PackedCounters();
+  has_live_ = false;
   has_folded_ = true;
 }
 
 void Recorder::FileAcc::set_folded(const FileCounters& c) {
   folded_ = PackedCounters(c);
-  live_.reset();
+  live_ = PackedCounters();
+  has_live_ = false;
   has_folded_ = true;
 }
 

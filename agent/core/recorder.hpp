@@ -224,23 +224,17 @@ class Recorder {
   };
   /// What the drains reported of one record: the sum of its copies removed from the kernel
   /// ("folded") and the newest copy still there ("live"). A part that is absent reads as
-  /// new_counters(). The folded part no longer changes (until the file is used again), so it is
-  /// kept packed (PackedCounters: ~100-200 bytes for a file read once, against 936); the live
-  /// part, replaced at every drain while the kernel holds the record, is kept whole, and only
-  /// while it exists. A kept record is ~3x smaller than when both parts were whole counters
-  /// (bench/README.md "Memory: records kept packed").
+  /// new_counters(). Both are kept packed (PackedCounters: ~100-200 bytes for a file read
+  /// once, against 936). The live part is replaced at every drain while the kernel holds the
+  /// record; packing it costs a pack and a compare per drain (most live records did not change
+  /// since the last one, and then nothing is written), and saves ~800 bytes for each of up to
+  /// `limits.kernel_file_records` live records (bench/README.md "Memory: live parts packed").
   class FileAcc {
    public:
-    FileAcc() = default;
-    FileAcc(const FileAcc& o);
-    FileAcc& operator=(const FileAcc& o);
-    FileAcc(FileAcc&&) noexcept = default;
-    FileAcc& operator=(FileAcc&&) noexcept = default;
-
     bool has_folded() const { return has_folded_; }
-    bool has_live() const { return live_ != nullptr; }
+    bool has_live() const { return has_live_; }
     FileCounters folded() const;
-    const FileCounters& live() const;
+    FileCounters live() const;
     FileCounters total() const;
     /// The newest live copy replaces the previous one.
     void set_live(const FileCounters& c);
@@ -248,28 +242,33 @@ class Recorder {
     void add_removed(const FileCounters& c);
     /// Everything replaced by one folded part (a stat joined into a record, a restored state).
     void set_folded(const FileCounters& c);
-    /// The folded part as held (a state blob writes it as it is), and its restore.
+    /// The parts as held (a state blob writes them as they are), and their restore.
     const PackedCounters& folded_packed() const { return folded_; }
+    const PackedCounters& live_packed() const { return live_; }
     void set_folded_packed(PackedCounters p) {
       folded_ = std::move(p);
-      live_.reset();
+      live_ = PackedCounters();
+      has_live_ = false;
       has_folded_ = true;
+    }
+    void set_live_packed(PackedCounters p) {
+      live_ = std::move(p);
+      has_live_ = true;
     }
     /// Sets the folded part's last data-call kind (created empty if absent): the record goes
     /// on from a part fold_to took earlier (file_acc).
     void set_folded_last_io(uint32_t io);
     /// Heap bytes held besides the object itself (Recorder::memory()).
-    std::size_t heap_bytes() const {
-      return folded_.heap_bytes() + (live_ ? sizeof(FileCounters) : 0);
-    }
+    std::size_t heap_bytes() const { return folded_.heap_bytes() + live_.heap_bytes(); }
 
     uint64_t rename_sources = 0, unlinks = 0;
     std::string renamed_to;
 
    private:
-    PackedCounters folded_;                // when has_folded_
-    std::unique_ptr<FileCounters> live_;   // the live part, when the kernel holds the record
+    PackedCounters folded_;  // when has_folded_
+    PackedCounters live_;    // when has_live_: the kernel holds the record
     bool has_folded_ = false;
+    bool has_live_ = false;
   };
   struct Name {
     std::string path;

@@ -100,16 +100,11 @@ struct Recorder::Codec {
 
   static void put(ByteWriter& w, const FileAcc& a, bool with_live) {
     // A part that is absent is new_counters() (accumulate and file_acc keep it so): only the
-    // parts present are written, packed (version 2): the folded part as the record holds it.
+    // parts present are written, packed (version 2), as the record holds them.
     const bool live = with_live && a.has_live();
     w.u8((a.has_folded() ? kHasFolded : 0) | (live ? kHasLive : 0));
     if (a.has_folded()) w.string(a.folded_packed().bytes());
-    if (live) {
-      uint8_t buf[PackedCounters::kMaxBytes];
-      const std::size_t n = PackedCounters::pack(a.live(), buf);
-      w.u32(static_cast<uint32_t>(n));
-      w.bytes(buf, n);
-    }
+    if (live) w.string(a.live_packed().bytes());
     w.u64(a.rename_sources);
     w.u64(a.unlinks);
     w.string(a.renamed_to);
@@ -141,7 +136,7 @@ struct Recorder::Codec {
     }
     if (parts & kHasLive) {
       if (!get_part(r, version, c)) return false;
-      a.set_live(c.unpack());
+      a.set_live_packed(std::move(c));
     }
     return r.u64(a.rename_sources) && r.u64(a.unlinks) && r.string(a.renamed_to);
   }

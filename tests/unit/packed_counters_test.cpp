@@ -171,3 +171,28 @@ TEST(PackedCounters, AMovedFromValueIsFreshCounters) {
   EXPECT_TRUE(same(b.unpack(), new_counters()));
   EXPECT_TRUE(same(c.unpack(), read_once()));
 }
+
+TEST(PackedCounters, AssignSaysWhetherAnythingChangedAndHoldsTheNewest) {
+  // A record's live part is assigned at every drain: unchanged counters must be recognised (no
+  // write), and every change, of size or in place, must be held exactly.
+  PackedCounters p;
+  EXPECT_FALSE(p.assign(new_counters()));  // nothing held, nothing given
+  FileCounters c = read_once();
+  EXPECT_TRUE(p.assign(c));
+  EXPECT_TRUE(same(p.unpack(), c));
+  EXPECT_FALSE(p.assign(c));
+  EXPECT_TRUE(same(p.unpack(), c));
+  const std::size_t before = p.heap_bytes();
+  c.reads = 4;  // same length: rewritten in place
+  EXPECT_TRUE(p.assign(c));
+  EXPECT_EQ(p.heap_bytes(), before);
+  EXPECT_TRUE(same(p.unpack(), c));
+  c.bytes_read = uint64_t{1} << 50;  // longer
+  c.writes = 2;
+  EXPECT_TRUE(p.assign(c));
+  EXPECT_GT(p.heap_bytes(), before);
+  EXPECT_TRUE(same(p.unpack(), c));
+  EXPECT_TRUE(p.assign(new_counters()));  // back to nothing
+  EXPECT_EQ(p.heap_bytes(), 0u);
+  EXPECT_TRUE(same(p.unpack(), new_counters()));
+}
