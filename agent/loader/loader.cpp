@@ -283,6 +283,17 @@ struct Loader::Impl {
     if (trace_ring) ring_buffer__free(trace_ring);
     if (skel) iolens_bpf__destroy(skel);
   }
+  /// libbpf maps a ring's data pages twice (for records that wrap), and all of them at once:
+  /// a mapped ring counts twice its size in the daemon's RSS. The trace ring is used only while
+  /// a trace runs, so it is mapped then (its kernel memory stays allocated, and its positions
+  /// with it: records left unread are still there when it is mapped again).
+  Status map_trace_ring() {
+    if (trace_ring) return Status::Ok();
+    Status status;
+    trace_ring = new_consumer(skel->maps.trace, trace_callback, &current_trace_sink,
+                              "trace ring buffer", status);
+    return trace_ring ? Status::Ok() : status;
+  }
   Prog* find(const std::string& name) {
     for (auto& p : progs)
       if (name == p.name) return &p;
@@ -668,13 +679,11 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     im.ring_consumer = static_cast<uint64_t*>(im.consumer_page);
     im.ring_producer = static_cast<const uint64_t*>(im.producer_page);
   }
-  loader->impl_->trace_ring = new_consumer(skel->maps.trace, trace_callback,
-                                           &loader->impl_->current_trace_sink,
-                                           "trace ring buffer", status);
-  if (!loader->impl_->trace_ring) return nullptr;
+  // The trace ring is mapped only while a trace runs (set_trace_mode), not here.
   if (pins.resumed) {
     // The previous agent's capture ends with it: whatever it left running or unread goes.
     loader->set_trace_mode(IOLENS_TRACE_OFF);
+    if (status = loader->impl_->map_trace_ring(); !status) return nullptr;
     const int stale = loader->consume_trace([](const iolens_trace_record&) {});
     if (stale > 0) spdlog::info("discarded {} trace records a previous agent left unread", stale);
   }
@@ -911,6 +920,8 @@ Status Loader::set_trace_mode(iolens_trace_mode mode, int cgroup_fd) {
   if (mode != IOLENS_TRACE_OFF && timing_ == IOLENS_TIMING_OFF)
     return Status::Error("a trace needs each call's start and duration, and this agent runs "
                          "with timing off (timing: exact)", EINVAL);
+  if (mode != IOLENS_TRACE_OFF)
+    if (Status mapped = impl_->map_trace_ring(); !mapped) return mapped;
   switch (mode) {
     case IOLENS_TRACE_OFF:
     case IOLENS_TRACE_ALL:
@@ -993,13 +1004,21 @@ Status Loader::add_trace_pid(uint32_t tgid) {
 }
 
 int Loader::consume_trace(const TraceSink& sink) {
+  if (!impl_->trace_ring) return 0;  // no trace since the last one was read to its end
   impl_->current_trace_sink = &sink;
   const int n = ring_buffer__consume(impl_->trace_ring);
   impl_->current_trace_sink = nullptr;
+  if (n >= 0 && trace_mode() == IOLENS_TRACE_OFF) {
+    // The trace's last read: the ring is unmapped until the next trace (Impl::map_trace_ring).
+    ring_buffer__free(impl_->trace_ring);
+    impl_->trace_ring = nullptr;
+  }
   return n;
 }
 
-int Loader::trace_fd() const { return ring_buffer__epoll_fd(impl_->trace_ring); }
+int Loader::trace_fd() const {
+  return impl_->trace_ring ? ring_buffer__epoll_fd(impl_->trace_ring) : -1;
+}
 
 uint64_t Loader::trace_ring_size() const { return bpf_map__max_entries(impl_->skel->maps.trace); }
 

@@ -31,7 +31,8 @@ struct Options {
   uint32_t max_cgroup_exclusions = 65536;
   uint32_t ring_bytes = 8u << 20;
   /// Size of the trace-mode ring (one 88-byte record per traced call, see set_trace_mode):
-  /// a power of two, at least a page. Allocated whole at load, used only in trace mode.
+  /// a power of two, at least a page. Allocated whole at load (kernel memory), mapped only in
+  /// trace mode (consume_trace).
   uint32_t trace_ring_bytes = 16u << 20;
   bool verbose = false;                // libbpf debug output
   /// Daemon mode: select tasks by cgroup (select_cgroup) and comm (select_comm), report cgroup
@@ -216,10 +217,13 @@ class Loader {
   /// children are followed from this call on.
   Status add_trace_pid(uint32_t tgid);
   /// Hands every pending trace record to `sink`, in ring order; never blocks. Returns records
-  /// consumed (or a negative errno).
+  /// consumed (or a negative errno). The ring is mapped (twice its size of RSS) from
+  /// set_trace_mode() to a trace on, until the first read once the mode is OFF: that read is
+  /// the trace's last, and unmaps it.
   using TraceSink = std::function<void(const iolens_trace_record&)>;
   int consume_trace(const TraceSink& sink);
-  /// An fd that polls readable when the trace ring is more than half full.
+  /// An fd that polls readable when the trace ring is more than half full; -1 while the ring
+  /// is not mapped (no trace).
   int trace_fd() const;
   uint64_t trace_ring_size() const;
 

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <fstream>
 #include <map>
 #include <new>
 #include <string>
@@ -509,6 +510,40 @@ TEST_F(TraceTest, ModeOffRecordsNothingAndCountersDoNotDependOnTheMode) {
   EXPECT_EQ(a.reads, 6u);  // pread, read, readv, preadv2, and the input side of both copies
   EXPECT_EQ(a.stats, 5u);
   EXPECT_EQ(a.closes, 2u);
+}
+
+/// The process's resident set, from the kernel's own count (/proc/self/status).
+uint64_t rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+TEST_F(TraceTest, TheRingIsMappedOnlyWhileATraceRuns) {
+  // A mapped ring is twice its size in RSS (libbpf maps its data twice): the daemon maps the
+  // trace ring for a capture only (issue 16, item 2). The RSS the kernel reports shows it come
+  // and go, and a trace after an unmapped one still records every call.
+  load();
+  const uint64_t ring = loader_->trace_ring_size();
+  EXPECT_EQ(loader_->trace_fd(), -1);
+  EXPECT_EQ(loader_->consume_trace([](const iolens_trace_record&) {}), 0);
+  const uint64_t before = rss_bytes();
+  ASSERT_TRUE(loader_->set_trace_mode(IOLENS_TRACE_ALL).ok);
+  EXPECT_GE(loader_->trace_fd(), 0);
+  const uint64_t mapped = rss_bytes();
+  EXPECT_GE(mapped, before + ring * 2 - ring / 4) << before << " -> " << mapped;
+  expect_records_match(run_sequence("first"));
+  ASSERT_TRUE(loader_->set_trace_mode(IOLENS_TRACE_OFF).ok);
+  EXPECT_GE(loader_->trace_fd(), 0);  // mapped until the trace's last read
+  EXPECT_EQ(loader_->consume_trace([](const iolens_trace_record&) {}), 0);
+  EXPECT_EQ(loader_->trace_fd(), -1);
+  const uint64_t unmapped = rss_bytes();
+  EXPECT_LE(unmapped + ring * 2 - ring / 4, mapped) << mapped << " -> " << unmapped;
+  ASSERT_TRUE(loader_->set_trace_mode(IOLENS_TRACE_ALL).ok);
+  expect_records_match(run_sequence("second"));
+  EXPECT_EQ(loader_->stat(IOLENS_STAT_TRACE_LOST), 0u);
 }
 
 TEST_F(TraceTest, ModeCgroupRecordsOnlyTasksInTheSubtree) {
