@@ -35,6 +35,27 @@ constexpr uint32_t kDev = (8u << 20) | 1;  // 8:1
 constexpr std::size_t kHeader = 24;        // magic, version, kernel ABI, payload length
 constexpr std::size_t kTrailer = 4;        // CRC-32
 
+/// A file of process `p` named by a walk (its components, leaf first, each NUL-ended) and
+/// counted as `c`: its name event, then its kernel record (`removed`: read out of the kernel).
+void add_named_file(Recorder& r, const ProcKey& p, uint64_t ino, uint32_t gen,
+                    const std::string& walk, const FileCounters& c, bool removed) {
+  PathEvent n;
+  n.proc = p;
+  n.op = IOLENS_PATH_FILE;
+  n.dev = kDev;
+  n.ino = ino;
+  n.gen = gen;
+  n.walk = walk;
+  r.on_event(n);
+  iolens_file_key k{};
+  k.tgid = p.pid;
+  k.pstart_ns = p.start_ns;
+  k.dev = kDev;
+  k.ino = ino;
+  k.gen = gen;
+  r.on_file(k, c, removed);
+}
+
 /// CRC-32 (IEEE 802.3, reflected, zlib's) from its definition: the format doc names this one.
 uint32_t crc32(std::string_view b) {
   uint32_t c = 0xffffffffu;
@@ -716,20 +737,6 @@ TEST(RecorderState, TwoHundredThousandRecords) {
   Recorder r(0, 0);
   for (uint32_t i = 1; i <= kFiles; ++i) {
     const ProcKey p{1000 + i % 50, 5000 + i % 50};
-    PathEvent n;
-    n.proc = p;
-    n.op = IOLENS_PATH_FILE;
-    n.dev = kDev;
-    n.ino = i;
-    n.gen = 7;
-    n.walk = "shard-" + std::to_string(i) + ".tfrecord\0train\0data\0scratch\0"s;
-    r.on_event(n);
-    iolens_file_key k{};
-    k.tgid = p.pid;
-    k.pstart_ns = p.start_ns;
-    k.dev = kDev;
-    k.ino = i;
-    k.gen = 7;
     FileCounters c = new_counters();
     c.opens = c.closes = 1;
     c.reads = 1 + i % 9;
@@ -737,7 +744,8 @@ TEST(RecorderState, TwoHundredThousandRecords) {
     c.read_start_ns = 10'000 + i;
     c.read_end_ns = 20'000 + i;
     c.first_io_type = c.last_io_type = IOLENS_IO_READ;
-    r.on_file(k, c, i % 4 != 0);
+    add_named_file(r, p, i, 7, "shard-" + std::to_string(i) + ".tfrecord\0train\0data\0scratch\0"s,
+                   c, i % 4 != 0);
   }
   ASSERT_EQ(r.file_records(), kFiles);
 #if !IOLENS_UNDER_SANITIZER
@@ -773,4 +781,28 @@ TEST(RecorderState, TwoHundredThousandRecords) {
   EXPECT_EQ(fa, fb);
   EXPECT_EQ(r.memory().folded_files, back->memory().folded_files);
   EXPECT_EQ(r.memory().forgotten_paths, back->memory().forgotten_paths);
+}
+
+TEST(RecorderState, TheBlobIsMadeInOneBufferOfItsSize) {
+  // A daemon gathers every job's blob in its loop at each save: a buffer grown by doubling
+  // holds up to twice the blob and copies it as it grows (44 MB for a job of 3 KB paths in
+  // e2e_daemon_memory_bound). Long names and many records must be reserved for, not grown into.
+  Recorder r(0, 0);
+  for (uint32_t i = 1; i <= 3000; ++i) {
+    FileCounters c = new_counters();
+    c.opens = c.closes = 1;
+    c.writes = 1;
+    c.bytes_written = i;
+    add_named_file(r, ProcKey{1000 + i % 7, 5000 + i % 7}, i, 1,
+                   "f" + std::to_string(i) + '\0' + std::string(3000, 'd') + '\0', c, i % 2 == 0);
+  }
+  const std::vector<uint8_t> blob = r.save_bytes();
+  EXPECT_GT(blob.size(), 3000u * 3000 * 2);  // each path and its index entry
+  EXPECT_GE(blob.capacity(), blob.size());
+  EXPECT_LE(blob.capacity(), blob.size() / 4 * 5) << blob.size() << " bytes in " << blob.capacity();
+  std::string error;
+  EXPECT_NE(Recorder::load(std::string_view(reinterpret_cast<const char*>(blob.data()), blob.size()),
+                           error),
+            nullptr)
+      << error;
 }
