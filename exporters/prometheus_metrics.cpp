@@ -388,6 +388,14 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
   gauge(b.family("iolens_metrics_jobs_dropped", "Jobs left off this page by metrics.max_jobs.",
                  MetricType::Gauge),
         {}, d(h.jobs_dropped));
+  gauge(b.family("iolens_memory_bound_bytes",
+                 "limits.memory: the bound on iolensd's RSS the record limits are derived from.",
+                 MetricType::Gauge),
+        {}, d(h.memory_bound_bytes));
+  if (h.resident_bytes)
+    gauge(b.family("iolens_resident_memory_bytes", "iolensd's RSS at the last metrics snapshot.",
+                   MetricType::Gauge),
+          {}, d(h.resident_bytes));
   gauge(b.family("iolens_file_records", "(process, file) records held in user space.",
                  MetricType::Gauge),
         {}, d(h.file_records));

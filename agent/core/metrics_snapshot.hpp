@@ -107,6 +107,9 @@ struct DaemonHealth {
   uint64_t state_saves = 0, state_save_failures = 0;
   uint64_t state_marker_failures = 0;  // pressure-drain markers that could not be created
   double snapshot_duration_s = 0;
+  /// limits.memory (or what the limits given need, docs/daemon.md#memory-bound) and the RSS
+  /// at the snapshot (0: unknown).
+  uint64_t memory_bound_bytes = 0, resident_bytes = 0;
 };
 
 struct MetricsSnapshot {

@@ -47,6 +47,7 @@
 #include "exporters/darshan_log.hpp"
 #include "iolens_abi.h"
 #include "jobs/identity.hpp"
+#include "jobs/memory_bound.hpp"
 #include "jobs/selector.hpp"
 #include "loader/loader.hpp"
 #include "loader/preflight.hpp"
@@ -66,6 +67,14 @@ std::optional<std::string> read_file(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+/// This process's RSS (/proc/self/statm's resident pages), 0 when it cannot be read.
+uint64_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 uint64_t inode_of(const std::string& path) {
@@ -186,6 +195,11 @@ class Daemon {
   /// Feeds the running capture and ends it when its time, size or job is up.
   void service_capture(int64_t now);
   void end_capture(CaptureEnd why);
+  /// Folds what is over the record and name limits (JobTable::enforce_limits) and has the kernel
+  /// forget the names forgotten.
+  void fold_over_limits();
+  /// What the trace ring holds, handed to `session` in bounded pieces.
+  void take_trace(capture::TraceSession& session);
   /// Once the window has ended: the capture is over when its output is done with (all written,
   /// failed, or, with `give_up`, abandoned as it is). Logs the end.
   void settle_capture(bool give_up = false);
@@ -337,6 +351,7 @@ class Daemon {
   std::optional<SaveUnderWay> save_under_way_;
   uint64_t live_taken_ = 0;  // records taken live (RemoveLive) by this daemon
   uint64_t marker_failures_ = 0;  // pressure-drain markers that could not be created
+  uint64_t memory_bound_ = 0;     // limits.memory, or what the limits given need (docs/daemon.md#memory-bound)
   uint64_t last_save_loop_us_ = 0;  // the loop's part of the last save (gathering, collecting)
   uint64_t checkpoints_ = 0;
   uint64_t checkpoint_failures_ = 0;
@@ -494,6 +509,31 @@ bool Daemon::setup() {
                  metrics_->ports().empty() ? 0 : metrics_->ports().front(),
                  cfg_.metrics.username.empty() ? "" : ", basic auth",
                  cfg_.metrics.tls_cert_file.empty() ? "" : ", TLS");
+  }
+
+  {
+    // Checked with the config (and the command line): here only said, with how it is spent.
+    jobs::Limits l = cfg_.limits;
+    jobs::MemoryPlan plan;
+    if (std::string why = jobs::apply_memory_bound(l, &plan); !why.empty()) {
+      spdlog::error("{}", why);
+      return false;
+    }
+    memory_bound_ = plan.bound;
+    const std::string spent = fmt::format(
+        "the daemon {}, rings {} (mapped twice) and the names they bring {}, writing a record "
+        "of {} files {}, {} records {}, names {}",
+        jobs::human_bytes(plan.daemon), jobs::human_bytes(plan.rings),
+        jobs::human_bytes(plan.ring_names), l.max_files_per_job,
+        jobs::human_bytes(plan.writing), l.max_records, jobs::human_bytes(plan.records),
+        jobs::human_bytes(plan.names));
+    if (plan.implied)
+      spdlog::warn("the limits given need {} of memory, more than the default bound of {}: the "
+                   "bound is {} ({}); set limits.memory to say so",
+                   jobs::human_bytes(plan.bound), jobs::human_bytes(jobs::Limits{}.memory),
+                   jobs::human_bytes(plan.bound), spent);
+    else
+      spdlog::info("memory bound {}: {}", jobs::human_bytes(plan.bound), spent);
   }
 
   loader::Options lo;
@@ -799,7 +839,12 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   // The map's fill as the piece begins decides whether idle live records are taken.
   const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
   const bool may_take_live = last_save_live_ || always_live_saves_;
-  if (in_map * 2 > max && !may_take_live) live_save_due_ = true;
+  // Jobs over their record or name bounds have their idle live records taken too, whatever the
+  // map's fill: a process that runs for the whole job keeps its records in the kernel, where
+  // fold_to cannot fold them (docs/daemon.md#memory-bound).
+  table_->mark_over_limits();
+  const bool any_over = table_->any_over_limits();
+  if ((in_map * 2 > max || any_over) && !may_take_live) live_save_due_ = true;
   // Without the marker, a crash before the next save would lose what the taken records gained
   // since the last one with nobody told: while it cannot be made (the state directory full or
   // read-only), no live record is taken (the map fills, and the kernel counts what it cannot
@@ -824,8 +869,10 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     if (pending_set_.count(k)) return D::Skip;
     if (!table_->attributed(p)) return unknown_disposition(p, t0);
     if (table_->exited(p)) return D::RemoveFinal;
-    if (!may_take_live ||
-        !core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
+    if (!may_take_live) return D::Keep;
+    const auto now = static_cast<uint64_t>(t0);
+    if (!core::drain_evictable(k, c, in_map, max, now, idle) &&
+        !(any_over && table_->over_limits(p) && core::bound_evictable(k, c, now, idle)))
       return D::Keep;
     if (!mark_pressure()) return D::Keep;  // before the loader takes it out
     ++live_taken_;
@@ -883,6 +930,10 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     round_.longest_piece_ns = std::max(round_.longest_piece_ns, took);
   };
   if (round_.open) {
+    // Names come faster than rounds end (a job making long-named files: 18 MB/s of names held
+    // three times over until the round's fold): fold as soon as a piece leaves them over their
+    // bounds (docs/daemon.md#memory-bound). What it folds is out of the kernel and whole.
+    if (round_.walks.ok && table_->names_over_limits()) fold_over_limits();
     account();
     return false;
   }
@@ -897,15 +948,7 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
              ? unknown_since_.erase(it)
              : std::next(it);
-  std::vector<core::FileIdentity> forgotten;
-  const std::size_t folded = last_drain_complete_ ? table_->enforce_limits(&forgotten) : 0;
-  if (folded > 0) state_dirty_ = true;
-  if (!forgotten.empty()) {  // folded records' names, and evicted node-wide name copies
-    std::vector<loader::Loader::NameId> ids;
-    ids.reserve(forgotten.size());
-    for (const auto& f : forgotten) ids.push_back({f.ino, f.dev, f.gen});
-    loader_->forget_names(ids);
-  }
+  if (last_drain_complete_) fold_over_limits();
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
   // than the drains (a burst of new files); the marker stays until the next save. Forced only
   // once, when live records may be taken and the last save did not hold their counts.
@@ -1438,6 +1481,8 @@ core::DaemonHealth Daemon::health() {
   h.state_saves = checkpoints_;
   h.state_save_failures = checkpoint_failures_;
   h.state_marker_failures = marker_failures_;
+  h.memory_bound_bytes = memory_bound_;
+  h.resident_bytes = resident_bytes();
   h.jobs_before_hooks = table_->jobs_unhooked();
   h.snapshot_duration_s = last_snapshot_s_;
   return h;
@@ -1978,6 +2023,34 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   return capture_->status(now);
 }
 
+void Daemon::fold_over_limits() {
+  std::vector<core::FileIdentity> forgotten;
+  if (table_->enforce_limits(&forgotten) > 0) state_dirty_ = true;
+  if (!forgotten.empty()) {  // folded records' names, and evicted node-wide name copies
+    std::vector<loader::Loader::NameId> ids;
+    ids.reserve(forgotten.size());
+    for (const auto& f : forgotten) ids.push_back({f.ino, f.dev, f.gen});
+    loader_->forget_names(ids);
+  }
+}
+
+void Daemon::take_trace(capture::TraceSession& session) {
+  // Handed over in pieces: a full 16 MiB ring is 190,000 records, and one vector of them (grown
+  // by doubling) and what the writer made of it at once cost ~36 MiB of heap at the peak
+  // (heaptrack, e2e_daemon_memory_bound); pieces keep that to a few MiB.
+  constexpr std::size_t kPiece = 8192;
+  std::vector<iolens_trace_record> batch;
+  batch.reserve(kPiece);
+  loader_->consume_trace([&](const iolens_trace_record& r) {
+    batch.push_back(r);
+    if (batch.size() == kPiece) {
+      session.on_ops(batch);
+      batch.clear();
+    }
+  });
+  session.on_ops(batch);
+}
+
 void Daemon::service_capture(int64_t now) {
   if (!capture_ || !capture_->running()) return;
   Capture& c = *capture_;
@@ -1985,9 +2058,7 @@ void Daemon::service_capture(int64_t now) {
     settle_capture();
     return;
   }
-  std::vector<iolens_trace_record> batch;
-  loader_->consume_trace([&](const iolens_trace_record& r) { batch.push_back(r); });
-  c.session->on_ops(batch);
+  take_trace(*c.session);
   c.out_state = c.output->check();
   Job* job = table_->find(c.job_id);
   CaptureEnd why = CaptureEnd::None;
@@ -2018,9 +2089,7 @@ void Daemon::end_capture(CaptureEnd why) {
   loader_->set_trace_mode(IOLENS_TRACE_OFF);  // also empties the pid list
   // What is already in the rings: the last records, and the names of their files.
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
-  std::vector<iolens_trace_record> batch;
-  loader_->consume_trace([&](const iolens_trace_record& r) { batch.push_back(r); });
-  c.session->on_ops(batch);
+  take_trace(*c.session);
   c.produced = loader_->stat(IOLENS_STAT_TRACE_RECORDS) - c.produced0;
   c.ring_full = loader_->stat(IOLENS_STAT_TRACE_LOST) - c.lost0;
   trace::Losses losses;

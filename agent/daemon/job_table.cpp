@@ -372,6 +372,43 @@ bool JobTable::exited(const core::ProcKey& p) const {
 
 bool JobTable::attributed(const core::ProcKey& p) const { return proc_job_.count(p) != 0; }
 
+void JobTable::mark_over_limits() {
+  std::size_t records = 0, bytes = 0;
+  for (const auto& [id, job] : jobs_) {
+    records += job->rec->file_records();
+    bytes += job->rec->name_bytes();
+  }
+  const std::size_t n = std::max<std::size_t>(1, jobs_.size());
+  const bool node_records = records > limits_.max_records;
+  const bool node_bytes = bytes > limits_.max_path_bytes;
+  any_over_limits_ = false;
+  for (auto& [id, job] : jobs_) {
+    const std::size_t r = job->rec->file_records(), b = job->rec->name_bytes();
+    job->over_limits = r > limits_.max_files_per_job || b > limits_.max_path_bytes_per_job ||
+                       (node_records && r > limits_.max_records / n) ||
+                       (node_bytes && b > limits_.max_path_bytes / n);
+    any_over_limits_ = any_over_limits_ || job->over_limits;
+  }
+}
+
+bool JobTable::names_over_limits() const {
+  if (names_bytes_ > limits_.max_path_bytes) return true;
+  std::size_t bytes = 0;
+  for (const auto& [id, job] : jobs_) {
+    const std::size_t b = job->rec->name_bytes();
+    if (b > limits_.max_path_bytes_per_job) return true;
+    bytes += b;
+  }
+  return bytes > limits_.max_path_bytes;
+}
+
+bool JobTable::over_limits(const core::ProcKey& p) const {
+  auto it = proc_job_.find(p);
+  if (it == proc_job_.end()) return false;
+  auto j = jobs_.find(it->second);
+  return j != jobs_.end() && j->second->over_limits;
+}
+
 bool JobTable::on_block(const iolens_block_key& key, const iolens_block_counters& c, bool final) {
   const core::ProcKey p{key.tgid, key.pstart_ns};
   auto it = proc_job_.find(p);

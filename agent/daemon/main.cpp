@@ -12,6 +12,7 @@
 #include "control/log_escape.hpp"
 #include "daemon/daemon.hpp"
 #include "jobs/config.hpp"
+#include "jobs/memory_bound.hpp"
 
 #ifndef IOLENS_VERSION
 #define IOLENS_VERSION "0.0.0"
@@ -89,7 +90,14 @@ int main(int argc, char** argv) {
   if (!socket.empty()) c.socket_path = socket;
   if (!socket_group.empty()) c.socket_group = socket_group;
   if (drain_ms) c.drain_interval_ms = drain_ms;
-  if (max_files_per_job) c.limits.max_files_per_job = max_files_per_job;
+  if (max_files_per_job) {
+    c.limits.max_files_per_job = max_files_per_job;
+    c.limits.given.max_files_per_job = true;
+    if (std::string why = iolens::jobs::apply_memory_bound(c.limits); !why.empty()) {
+      std::fprintf(stderr, "iolensd: --max-files-per-job: %s\n", why.c_str());
+      return 2;
+    }
+  }
   if (!log_level.empty()) c.log_level = log_level;
   if (metrics_listen) {
     if (std::string why = iolens::jobs::check_listen_address(*metrics_listen); !why.empty()) {

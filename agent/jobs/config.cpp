@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "jobs/identity.hpp"
+#include "jobs/memory_bound.hpp"
 #include "jobs/selector.hpp"
 #include "jobs/units.hpp"
 
@@ -47,10 +48,10 @@ constexpr std::size_t kMaxTopFiles = 1000;
 constexpr uint64_t kMaxMetricsThreads = 256;
 constexpr uint64_t kMaxMetricsRequestTimeoutMs = 60000;
 constexpr std::array<std::string_view, 2> kHookModes{"on-demand", "always"};
-constexpr std::array<std::string_view, 9> kLimitKeys{
-    "max_files_per_job",   "max_records", "max_processes_per_job", "max_path_bytes_per_job",
-    "max_path_bytes",      "kernel_file_records", "ring_size",     "trace_ring_size",
-    "kernel_cgroup_exclusions"};
+constexpr std::array<std::string_view, 10> kLimitKeys{
+    "memory",         "max_files_per_job",   "max_records", "max_processes_per_job",
+    "max_path_bytes_per_job", "max_path_bytes", "kernel_file_records", "ring_size",
+    "trace_ring_size", "kernel_cgroup_exclusions"};
 constexpr std::array<std::string_view, 2> kRotationKeys{"max_size", "max_age"};
 constexpr std::array<std::string_view, 6> kRuleKeys{"name",    "kubernetes", "slurm",
                                                     "systemd", "cgroup",     "process"};
@@ -268,9 +269,10 @@ class Checker {
     out = *text;
   }
 
-  void positive(const Entry& e, const std::string& path, uint64_t max, uint64_t& out) {
+  /// The value read into `out`: true; else an error, and `out` as it was.
+  bool positive(const Entry& e, const std::string& path, uint64_t max, uint64_t& out) {
     auto text = scalar(e, path, "a positive integer");
-    if (!text) return;
+    if (!text) return false;
     const ParsedUnsigned n = parse_unsigned(*text);
     if (!n.ok() || n.value == 0) {
       // Digits that do not fit are out of range, not "not a number".
@@ -281,20 +283,22 @@ class Checker {
       } else {
         error(e.mark, path, "expected a positive integer, got " + quoted(*text));
       }
-      return;
+      return false;
     }
     if (n.value > max) {
       error(
           e.mark, path,
           "expected a positive integer at most " + std::to_string(max) + ", got " + quoted(*text));
-      return;
+      return false;
     }
     out = n.value;
+    return true;
   }
 
-  void size(const Entry& e, const std::string& path, uint64_t& out) {
+  /// The value read into `out`: true; else an error, and `out` as it was.
+  bool size(const Entry& e, const std::string& path, uint64_t& out) {
     auto text = scalar(e, path, "a size such as 1GiB");
-    if (!text) return;
+    if (!text) return false;
     const ParsedUnsigned n = parse_size_bytes(*text);
     if (!n.ok()) {
       error(e.mark, path, n.error + ", got " + quoted(*text));
@@ -302,7 +306,9 @@ class Checker {
       error(e.mark, path, "expected a positive size, got " + quoted(*text));
     } else {
       out = n.value;
+      return true;
     }
+    return false;
   }
 
   // A duration in milliseconds; nothing after an error or for ~.
@@ -453,6 +459,7 @@ class ConfigParser {
     const Entry* drain = nullptr;
     bool have_rules = false;
     YAML::Mark jobs_mark = root.Mark();
+    YAML::Mark limits_mark = root.Mark();
     const std::vector<Entry> entries = check_.entries(root, "", kTopKeys);
     for (const Entry& e : entries) {
       const std::string& k = e.key;
@@ -522,6 +529,7 @@ class ConfigParser {
       } else if (k == "hooks_idle") {
         check_.seconds(e, k, true, c.hooks_idle_s);
       } else if (k == "limits") {
+        limits_mark = e.mark;
         limits(e, c.limits);
       } else if (k == "rotation") {
         rotation(e, c.rotation);
@@ -541,6 +549,8 @@ class ConfigParser {
         }
       }
     }
+    if (std::string why = apply_memory_bound(c.limits); !why.empty())
+      check_.error(limits_mark, "limits", why);
     if (!have_rules && c.runs.empty())
       check_.error(jobs_mark, "jobs", "no rule; iolensd would trace nothing");
     if (!c.runs.empty()) {
@@ -748,16 +758,20 @@ class ConfigParser {
     if (!check_.map_or_null(parent, parent.key, "a map")) return;
     for (const Entry& e : check_.entries(parent.value, parent.key, kLimitKeys)) {
       const std::string path = child(parent.key, e.key);
-      if (e.key == "max_files_per_job") {
-        check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_files_per_job);
+      if (e.key == "memory") {
+        l.given.memory = check_.size(e, path, l.memory);
+      } else if (e.key == "max_files_per_job") {
+        l.given.max_files_per_job =
+            check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_files_per_job);
       } else if (e.key == "max_records") {
-        check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_records);
+        l.given.max_records =
+            check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_records);
       } else if (e.key == "max_processes_per_job") {
         check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_processes_per_job);
       } else if (e.key == "max_path_bytes_per_job") {
-        path_bytes(e, path, l.max_path_bytes_per_job);
+        l.given.max_path_bytes_per_job = path_bytes(e, path, l.max_path_bytes_per_job);
       } else if (e.key == "max_path_bytes") {
-        path_bytes(e, path, l.max_path_bytes);
+        l.given.max_path_bytes = path_bytes(e, path, l.max_path_bytes);
       } else if (e.key == "kernel_file_records") {
         uint64_t n = l.kernel_file_records;
         check_.positive(e, path, std::numeric_limits<uint32_t>::max(), n);
@@ -775,14 +789,15 @@ class ConfigParser {
   }
 
   /// A budget of name bytes: a size of at least 64KiB (a few of the longest paths, 4KiB each).
-  void path_bytes(const Entry& e, const std::string& path, uint64_t& out) {
+  bool path_bytes(const Entry& e, const std::string& path, uint64_t& out) {
     uint64_t n = out;
-    check_.size(e, path, n);
+    if (!check_.size(e, path, n)) return false;
     if (n < (64u << 10)) {
       check_.error(e.mark, path, "expected a size of at least 64KiB, got " + std::to_string(n));
-    } else {
-      out = n;
+      return false;
     }
+    out = n;
+    return true;
   }
 
   /// A kernel ring buffer's size: a power of two, whole pages, below 4 GiB.

@@ -35,16 +35,20 @@ struct Rule {
 };
 
 struct Limits {
-  uint64_t max_files_per_job = 50000;
-  uint64_t max_records = 1000000;
+  /// The bound on iolensd's RSS (`memory`): the limits below that the config does not give
+  /// are derived from it (apply_memory_bound, jobs/memory_bound.hpp); their values here are
+  /// what the default bound gives.
+  uint64_t memory = 256ull << 20;
+  uint64_t max_files_per_job = 12700;
+  uint64_t max_records = 35000;
   /// Processes kept per job (`max_processes_per_job`): past it the oldest exited ones are folded
   /// into the job's "<other processes>" row, their counts kept (docs/daemon.md#bounded-memory).
   uint64_t max_processes_per_job = 10000;
   /// Bytes of file names (paths, rename targets) kept per job and for all jobs: records are
   /// folded until the names fit, as they are past max_files_per_job / max_records, so long
   /// paths fold like more files would (`max_path_bytes_per_job`, `max_path_bytes`).
-  uint64_t max_path_bytes_per_job = 64ull << 20;
-  uint64_t max_path_bytes = 512ull << 20;
+  uint64_t max_path_bytes_per_job = 5ull << 20;
+  uint64_t max_path_bytes = 5ull << 20;
   uint32_t kernel_file_records = 65536;
   /// Entries of the kernel's cgroup exclusion map: excluded cgroups directly below a traced
   /// one (docs/daemon.md#job-selection). Users who may create cgroups there can fill it; its
@@ -57,6 +61,11 @@ struct Limits {
   /// hold what the job does between two of the daemon's reads (10-50 ms); what does not fit is
   /// lost and counted in the capture's file. Allocated (locked) for the daemon's lifetime.
   uint32_t trace_ring_bytes = 16u << 20;
+  /// Which of the limits derived from `memory` the config (or a command-line flag) gave.
+  struct Given {
+    bool memory = false, max_files_per_job = false, max_records = false, max_path_bytes = false,
+         max_path_bytes_per_job = false;
+  } given;
 };
 
 struct Rotation {

@@ -210,6 +210,48 @@ TEST_F(JobTableTest, LimitsFoldFinalRecordsAndKeepTotals) {
   EXPECT_EQ(t.stats().folded_records, rec["job"]["folded_files"].get<uint64_t>());
 }
 
+TEST_F(JobTableTest, JobsOverTheirBoundsAreMarkedAndNamesCheckedAsTheyCome) {
+  // The drain takes idle live records of marked jobs out of the kernel (fold_to folds only those
+  // out of it), and folds as soon as names go over their bounds, not only at a round's end.
+  jobs::Limits limits;
+  limits.max_files_per_job = 10;
+  limits.max_records = 1000;
+  limits.max_path_bytes_per_job = 64 << 10;
+  limits.max_path_bytes = 1 << 20;
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 0);
+  t.on_cgroup(3, "/dl/b", true, 0);
+  t.on_mark(mark(500, 2));
+  t.on_mark(mark(600, 3));
+  for (uint64_t i = 1; i <= 10; ++i) t.on_file(key(500, i), written(i), false);  // live
+  t.on_file(key(600, 1), written(1), false);
+  t.mark_over_limits();
+  EXPECT_FALSE(t.any_over_limits());  // 10 records: at the limit, not over
+  t.on_file(key(500, 11), written(11), false);
+  t.mark_over_limits();
+  EXPECT_TRUE(t.any_over_limits());
+  EXPECT_TRUE(t.over_limits({500, 5000}));
+  EXPECT_FALSE(t.over_limits({600, 6000}));  // the other job is within its bounds
+  EXPECT_FALSE(t.over_limits({700, 7000}));  // in no job
+  EXPECT_EQ(t.enforce_limits(), 0u);  // live records: nothing foldable yet
+  // Names: 40 paths of 2 KB (and their path index entries) are over 64 KiB in job b.
+  EXPECT_FALSE(t.names_over_limits());
+  for (uint64_t i = 2; i <= 41; ++i) {
+    core::PathEvent n;
+    n.proc = {600, 6000};
+    n.op = IOLENS_PATH_FILE;
+    n.dev = key(600, i).dev;
+    n.ino = i;
+    n.gen = key(600, i).gen;
+    n.walk = "f" + std::to_string(i) + '\0' + std::string(2000, 'p') + '\0';
+    t.on_event(n);
+  }
+  EXPECT_TRUE(t.names_over_limits());
+  t.mark_over_limits();
+  EXPECT_TRUE(t.over_limits({600, 6000}));
+}
+
 TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {
   auto t = make({kube_rule()});
   t.on_cgroup(1, "/kubepods.slice", false, 0);

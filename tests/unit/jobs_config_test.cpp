@@ -124,8 +124,12 @@ TEST(JobsConfig, Defaults) {
   EXPECT_EQ(c.drain_interval_ms, 1000u);
   EXPECT_EQ(c.grace_s, 120u);
   EXPECT_EQ(c.log_level, "info");
-  EXPECT_EQ(c.limits.max_files_per_job, 50000u);
-  EXPECT_EQ(c.limits.max_records, 1000000u);
+  // Derived from the default memory bound, 256 MiB (jobs/memory_bound.hpp).
+  EXPECT_EQ(c.limits.memory, 256ull << 20);
+  EXPECT_EQ(c.limits.max_files_per_job, 12700u);
+  EXPECT_EQ(c.limits.max_records, 35000u);
+  EXPECT_EQ(c.limits.max_path_bytes, 5ull << 20);
+  EXPECT_EQ(c.limits.max_path_bytes_per_job, 5ull << 20);
   EXPECT_EQ(c.limits.kernel_file_records, 65536u);
   EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 65536u);
   EXPECT_EQ(c.rotation.max_bytes, 1ull << 30);
@@ -251,7 +255,7 @@ jobs:
   EXPECT_EQ(c.output_dir, "/var/lib/iolens/jobs");
   EXPECT_FALSE(c.darshan_logs);
   EXPECT_EQ(c.log_level, "info");
-  EXPECT_EQ(c.limits.max_records, 1000000u);
+  EXPECT_EQ(c.limits.max_records, 35000u);
   ASSERT_EQ(c.rules.size(), 4u);
   EXPECT_EQ(c.rules[0].roots, (Strings{"/kubepods.slice", "/kubepods"}));
   EXPECT_EQ(c.rules[1].name, "slurm");
@@ -294,6 +298,9 @@ TEST(JobsConfig, PackagedExampleParsesClean) {
   EXPECT_EQ(r.config.drain_interval_ms, defaults.drain_interval_ms);
   EXPECT_EQ(r.config.limits.max_files_per_job, defaults.limits.max_files_per_job);
   EXPECT_EQ(r.config.limits.max_records, defaults.limits.max_records);
+  EXPECT_EQ(r.config.limits.memory, defaults.limits.memory);
+  EXPECT_EQ(r.config.limits.max_path_bytes, defaults.limits.max_path_bytes);
+  EXPECT_EQ(r.config.limits.max_path_bytes_per_job, defaults.limits.max_path_bytes_per_job);
   EXPECT_EQ(r.config.limits.kernel_file_records, defaults.limits.kernel_file_records);
   EXPECT_EQ(r.config.rotation.max_bytes, defaults.rotation.max_bytes);
   EXPECT_EQ(r.config.rotation.max_age_s, defaults.rotation.max_age_s);
@@ -483,8 +490,8 @@ TEST(JobsConfig, RingSizes) {
 TEST(JobsConfig, ProcessAndPathByteLimits) {
   const Config d = parsed(kJobs);
   EXPECT_EQ(d.limits.max_processes_per_job, 10000u);
-  EXPECT_EQ(d.limits.max_path_bytes_per_job, 64u << 20);
-  EXPECT_EQ(d.limits.max_path_bytes, 512u << 20);
+  EXPECT_EQ(d.limits.max_path_bytes_per_job, 5u << 20);  // derived (jobs_memory_bound_test.cpp)
+  EXPECT_EQ(d.limits.max_path_bytes, 5u << 20);
   const Config c = parsed(kJobs + "limits:\n  max_processes_per_job: 200\n"
                                   "  max_path_bytes_per_job: 1MiB\n  max_path_bytes: 64KiB\n");
   EXPECT_EQ(c.limits.max_processes_per_job, 200u);
