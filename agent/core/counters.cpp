@@ -291,13 +291,6 @@ bool drain_evictable(const iolens_file_key& k, const FileCounters& c, std::size_
   return live_evictable(c, in_map, max, now_ns, idle->since(k, c, now_ns));
 }
 
-bool bound_evictable(const iolens_file_key& k, const FileCounters& c, uint64_t now_ns,
-                     IdleClock* idle) {
-  if (!foldable(c)) return false;
-  const uint64_t last = idle ? idle->since(k, c, now_ns) : last_activity_ns(c);
-  return now_ns > last && now_ns - last >= kEvictIdleNs;
-}
-
 uint64_t IdleClock::since(const iolens_file_key& k, const FileCounters& c, uint64_t now_ns) {
   const uint64_t fp = fnv1a(&c, sizeof c);
   uint64_t since_ns = now_ns;

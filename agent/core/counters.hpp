@@ -139,12 +139,6 @@ class IdleClock {
   std::unordered_map<iolens_file_key, Seen, KeyHash, KeyEq> prev_, next_;
 };
 
-/// A live record of a job over its bounds (JobTable::mark_over_limits), whatever the map's fill:
-/// taken out once foldable and idle for kEvictIdleNs (its last activity as drain_evictable
-/// finds it), so that fold_to can fold it while its process still runs.
-bool bound_evictable(const iolens_file_key& k, const FileCounters& c, uint64_t now_ns,
-                     IdleClock* idle);
-
 /// live_evictable in a drain: the record's last activity is its own end times, or with `idle`
 /// (timing off) the first drain that saw it as it is.
 bool drain_evictable(const iolens_file_key& k, const FileCounters& c, std::size_t in_map,

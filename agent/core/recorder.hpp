@@ -228,7 +228,7 @@ class Recorder {
   /// once, against 936). The live part is replaced at every drain while the kernel holds the
   /// record; packing it costs a pack and a compare per drain (most live records did not change
   /// since the last one, and then nothing is written), and saves ~800 bytes for each of up to
-  /// `limits.kernel_file_records` live records (bench/README.md "Memory: live parts packed").
+  /// `limits.kernel_file_records` live records (bench/README.md "Memory: one bound").
   class FileAcc {
    public:
     bool has_folded() const { return has_folded_; }

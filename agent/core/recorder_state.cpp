@@ -390,6 +390,10 @@ std::vector<uint8_t> Recorder::save_bytes(bool with_live) const {
   };
   count(files_);
   count(others_);
+  // What fold_to and fold_processes_to made: each "other files" record's counters (whole) and
+  // the ids of its files, 16 bytes each (a job over its limits holds many).
+  for (const auto& [k, p] : procs_)
+    if (p.folded) counters += sizeof(FileCounters) + 64 + 16 * p.folded->ids.size();
   out.reserve(kHeaderBytes + kTrailerBytes + name_bytes_ + 32 * names_.size() +
               32 * by_path_.size() + counters + 64 * (files_.size() + others_.size()) +
               128 * procs_.size() +

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <deque>
 #include <set>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -195,9 +196,9 @@ class Daemon {
   /// Feeds the running capture and ends it when its time, size or job is up.
   void service_capture(int64_t now);
   void end_capture(CaptureEnd why);
-  /// Folds what is over the record and name limits (JobTable::enforce_limits) and has the kernel
-  /// forget the names forgotten.
-  void fold_over_limits();
+  /// Folds what is over the record and name limits (JobTable::enforce_limits; `names_only`:
+  /// within a drain round) and has the kernel forget the names forgotten.
+  void fold_over_limits(bool names_only = false);
   /// What the trace ring holds, handed to `session` in bounded pieces.
   void take_trace(capture::TraceSession& session);
   /// Once the window has ended: the capture is over when its output is done with (all written,
@@ -352,6 +353,7 @@ class Daemon {
   uint64_t live_taken_ = 0;  // records taken live (RemoveLive) by this daemon
   uint64_t marker_failures_ = 0;  // pressure-drain markers that could not be created
   uint64_t memory_bound_ = 0;     // limits.memory, or what the limits given need (docs/daemon.md#memory-bound)
+  uint64_t removed_at_fold_ = 0;  // removed_records_ at the last fold_over_limits
   uint64_t last_save_loop_us_ = 0;  // the loop's part of the last save (gathering, collecting)
   uint64_t checkpoints_ = 0;
   uint64_t checkpoint_failures_ = 0;
@@ -839,12 +841,7 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   // The map's fill as the piece begins decides whether idle live records are taken.
   const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
   const bool may_take_live = last_save_live_ || always_live_saves_;
-  // Jobs over their record or name bounds have their idle live records taken too, whatever the
-  // map's fill: a process that runs for the whole job keeps its records in the kernel, where
-  // fold_to cannot fold them (docs/daemon.md#memory-bound).
-  table_->mark_over_limits();
-  const bool any_over = table_->any_over_limits();
-  if ((in_map * 2 > max || any_over) && !may_take_live) live_save_due_ = true;
+  if (in_map * 2 > max && !may_take_live) live_save_due_ = true;
   // Without the marker, a crash before the next save would lose what the taken records gained
   // since the last one with nobody told: while it cannot be made (the state directory full or
   // read-only), no live record is taken (the map fills, and the kernel counts what it cannot
@@ -869,10 +866,8 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     if (pending_set_.count(k)) return D::Skip;
     if (!table_->attributed(p)) return unknown_disposition(p, t0);
     if (table_->exited(p)) return D::RemoveFinal;
-    if (!may_take_live) return D::Keep;
-    const auto now = static_cast<uint64_t>(t0);
-    if (!core::drain_evictable(k, c, in_map, max, now, idle) &&
-        !(any_over && table_->over_limits(p) && core::bound_evictable(k, c, now, idle)))
+    if (!may_take_live ||
+        !core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
       return D::Keep;
     if (!mark_pressure()) return D::Keep;  // before the loader takes it out
     ++live_taken_;
@@ -931,9 +926,11 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   };
   if (round_.open) {
     // Names come faster than rounds end (a job making long-named files: 18 MB/s of names held
-    // three times over until the round's fold): fold as soon as a piece leaves them over their
-    // bounds (docs/daemon.md#memory-bound). What it folds is out of the kernel and whole.
-    if (round_.walks.ok && table_->names_over_limits()) fold_over_limits();
+    // three times over until the round's fold): fold by name bytes as soon as a piece leaves
+    // them over their bounds and records have left the kernel since the last fold (before, there
+    // is nothing new to fold). File records only: processes fold after a whole walk.
+    if (round_.walks.ok && removed_records_ != removed_at_fold_ && table_->names_over_limits())
+      fold_over_limits(true);
     account();
     return false;
   }
@@ -2023,9 +2020,10 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   return capture_->status(now);
 }
 
-void Daemon::fold_over_limits() {
+void Daemon::fold_over_limits(bool names_only) {
+  removed_at_fold_ = removed_records_;
   std::vector<core::FileIdentity> forgotten;
-  if (table_->enforce_limits(&forgotten) > 0) state_dirty_ = true;
+  if (table_->enforce_limits(&forgotten, names_only) > 0) state_dirty_ = true;
   if (!forgotten.empty()) {  // folded records' names, and evicted node-wide name copies
     std::vector<loader::Loader::NameId> ids;
     ids.reserve(forgotten.size());
@@ -2038,16 +2036,26 @@ void Daemon::take_trace(capture::TraceSession& session) {
   // Handed over in pieces: a full 16 MiB ring is 190,000 records, and one vector of them (grown
   // by doubling) and what the writer made of it at once cost ~36 MiB of heap at the peak
   // (heaptrack, e2e_daemon_memory_bound); pieces keep that to a few MiB.
+  // The sink runs inside libbpf's C callback, which an exception must not cross: one is kept,
+  // the records read after it are dropped, and it is thrown again from here (as it was when
+  // the whole batch was handed over after the read).
   constexpr std::size_t kPiece = 8192;
   std::vector<iolens_trace_record> batch;
   batch.reserve(kPiece);
+  std::exception_ptr failed;
   loader_->consume_trace([&](const iolens_trace_record& r) {
-    batch.push_back(r);
-    if (batch.size() == kPiece) {
-      session.on_ops(batch);
-      batch.clear();
+    if (failed) return;
+    try {
+      batch.push_back(r);
+      if (batch.size() == kPiece) {
+        session.on_ops(batch);
+        batch.clear();
+      }
+    } catch (...) {
+      failed = std::current_exception();
     }
   });
+  if (failed) std::rethrow_exception(failed);
   session.on_ops(batch);
 }
 

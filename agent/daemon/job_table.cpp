@@ -54,16 +54,17 @@ void JobTable::set_file_classes(std::vector<jobs::FileClass> classes) {
 }
 
 std::size_t JobTable::fold_job(Job& job, std::size_t limit, std::size_t byte_limit,
-                               std::vector<core::FileIdentity>* forgotten) {
+                               std::vector<core::FileIdentity>* forgotten, bool procs) {
   core::Recorder& rec = *job.rec;
-  const std::size_t max_procs = limits_.max_processes_per_job;
+  const std::size_t max_procs = procs ? limits_.max_processes_per_job : SIZE_MAX;
   // Both folds work only past their limits: the class sums are taken only then.
   if (rec.file_records() <= limit && rec.processes() <= max_procs &&
       (byte_limit == SIZE_MAX || rec.name_bytes() <= byte_limit))
     return 0;
   auto fold = [&] {
     const std::size_t n = rec.fold_to(limit, forgotten, byte_limit);
-    const std::vector<core::ProcKey> gone = rec.fold_processes_to(max_procs, forgotten);
+    const std::vector<core::ProcKey> gone =
+        procs ? rec.fold_processes_to(max_procs, forgotten) : std::vector<core::ProcKey>{};
     // A folded process leaves every per-process map: that is what bounds them. A record of it
     // that still came (none should: only exited processes whose records are all final fold)
     // is counted as unattributed.
@@ -372,25 +373,6 @@ bool JobTable::exited(const core::ProcKey& p) const {
 
 bool JobTable::attributed(const core::ProcKey& p) const { return proc_job_.count(p) != 0; }
 
-void JobTable::mark_over_limits() {
-  std::size_t records = 0, bytes = 0;
-  for (const auto& [id, job] : jobs_) {
-    records += job->rec->file_records();
-    bytes += job->rec->name_bytes();
-  }
-  const std::size_t n = std::max<std::size_t>(1, jobs_.size());
-  const bool node_records = records > limits_.max_records;
-  const bool node_bytes = bytes > limits_.max_path_bytes;
-  any_over_limits_ = false;
-  for (auto& [id, job] : jobs_) {
-    const std::size_t r = job->rec->file_records(), b = job->rec->name_bytes();
-    job->over_limits = r > limits_.max_files_per_job || b > limits_.max_path_bytes_per_job ||
-                       (node_records && r > limits_.max_records / n) ||
-                       (node_bytes && b > limits_.max_path_bytes / n);
-    any_over_limits_ = any_over_limits_ || job->over_limits;
-  }
-}
-
 bool JobTable::names_over_limits() const {
   if (names_bytes_ > limits_.max_path_bytes) return true;
   std::size_t bytes = 0;
@@ -400,13 +382,6 @@ bool JobTable::names_over_limits() const {
     bytes += b;
   }
   return bytes > limits_.max_path_bytes;
-}
-
-bool JobTable::over_limits(const core::ProcKey& p) const {
-  auto it = proc_job_.find(p);
-  if (it == proc_job_.end()) return false;
-  auto j = jobs_.find(it->second);
-  return j != jobs_.end() && j->second->over_limits;
 }
 
 bool JobTable::on_block(const iolens_block_key& key, const iolens_block_counters& c, bool final) {
@@ -428,16 +403,19 @@ bool JobTable::on_block(const iolens_block_key& key, const iolens_block_counters
   return true;
 }
 
-std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten) {
+std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten,
+                                     bool names_only) {
   std::vector<core::FileIdentity> mine;
   if (!forgotten) forgotten = &mine;
   const std::size_t before = forgotten->size();
   std::size_t folded = 0;
+  const std::size_t files_limit = names_only ? SIZE_MAX : limits_.max_files_per_job;
+  const bool procs = !names_only;
   for (auto& [id, job] : jobs_)
-    folded += fold_job(*job, limits_.max_files_per_job, limits_.max_path_bytes_per_job, forgotten);
+    folded += fold_job(*job, files_limit, limits_.max_path_bytes_per_job, forgotten, procs);
   // Over the node-wide budget: shrink the biggest jobs first, each to its share.
   std::size_t total = file_records();
-  if (total > limits_.max_records && !jobs_.empty()) {
+  if (!names_only && total > limits_.max_records && !jobs_.empty()) {
     std::vector<Job*> by_size;
     for (auto& [id, job] : jobs_) by_size.push_back(job.get());
     std::sort(by_size.begin(), by_size.end(), [](const Job* a, const Job* b) {
@@ -467,7 +445,7 @@ std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten)
       for (auto& [bytes, job] : by_bytes) {
         if (total_bytes <= limits_.max_path_bytes) break;
         if (bytes <= share) continue;
-        folded += fold_job(*job, limits_.max_files_per_job, share, forgotten);
+        folded += fold_job(*job, files_limit, share, forgotten, procs);
         total_bytes -= bytes - std::min(bytes, job->rec->name_bytes());
       }
     }

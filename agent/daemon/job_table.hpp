@@ -75,9 +75,6 @@ struct Job {
   /// not attached yet).
   uint64_t unhooked_since = 0;
   uint64_t unhooked_until = 0;
-  /// Over its record or name bounds, or its share of the node's (JobTable::mark_over_limits):
-  /// its idle live records are taken out of the kernel so that they can be folded.
-  bool over_limits = false;
 };
 
 /// Counts of what could not be attributed to a job (shown in status and metrics).
@@ -143,25 +140,19 @@ class JobTable {
   bool exited(const core::ProcKey& p) const;
   /// Whether the process belongs to a job (its records are kept).
   bool attributed(const core::ProcKey& p) const;
-  /// Sets each job's over_limits: it holds more records than limits.max_files_per_job or more
-  /// bytes of names than max_path_bytes_per_job, or the node is over max_records or
-  /// max_path_bytes and the job holds more than its share. fold_to can fold only records out
-  /// of the kernel, and a process that runs for the whole job (a DataLoader worker) keeps its
-  /// records in the kernel until it exits: the drain takes such a job's idle live records out
-  /// (docs/daemon.md#memory-bound). O(jobs); call it before a drain walks the map.
-  void mark_over_limits();
-  /// Whether the process's job is marked over its limits.
-  bool over_limits(const core::ProcKey& p) const;
   /// Whether names are over a bound now: a job's over max_path_bytes_per_job, all jobs' or the
   /// node-wide cache's over max_path_bytes. O(jobs).
   bool names_over_limits() const;
-  /// Whether any job is (after the last mark_over_limits).
-  bool any_over_limits() const { return any_over_limits_; }
 
   /// Folds records of jobs over their per-job limit, then of the biggest jobs while the total is
   /// over max_records. Returns the records folded; the files whose names were forgotten are
   /// appended to `forgotten` (the kernel must be told to name them again).
-  std::size_t enforce_limits(std::vector<core::FileIdentity>* forgotten = nullptr);
+  /// `names_only`: only file records, by name bytes, and the node-wide name cache; never a
+  /// process nor by count. What a drain may do before its round ends: a process that exited
+  /// may still have records in the part of the map not walked yet, and is folded only after a
+  /// whole walk (docs/daemon.md#memory-bound).
+  std::size_t enforce_limits(std::vector<core::FileIdentity>* forgotten = nullptr,
+                             bool names_only = false);
 
   /// Jobs that have closed since the last call (cgroup removed, or last process exited for a
   /// process rule), ready to be written after the drain that follows their close. Their
@@ -252,10 +243,10 @@ class JobTable {
   /// job whose process uses a file another job's process named first.
   std::map<std::tuple<uint32_t, uint64_t, uint32_t>, core::PathEvent> names_;
   std::size_t names_bytes_ = 0;  // their strings' bytes, bounded by limits.max_path_bytes
-  bool any_over_limits_ = false;  // mark_over_limits
   void give_name(Job& job, const iolens_file_key& key);
+  /// `procs`: also fold exited processes past max_processes_per_job.
   std::size_t fold_job(Job& job, std::size_t limit, std::size_t byte_limit,
-                       std::vector<core::FileIdentity>* forgotten);
+                       std::vector<core::FileIdentity>* forgotten, bool procs = true);
   void note_unattributed(const core::ProcKey& p);
   std::optional<std::vector<jobs::FileClass>> classes_;
 };

@@ -77,10 +77,13 @@ std::string apply_memory_bound(Limits& l, MemoryPlan* plan_out) {
   if (!fits && !l.given.memory) {
     // No bound given, and the limits given need more than the default one: the bound becomes
     // what they need (plan.implied), and the limits not given keep their default values rather
-    // than shrink to nothing (a config of older releases means what it meant).
+    // than shrink to nothing.
     const Limits defaults;
     if (!l.given.max_files_per_job) l.max_files_per_job = defaults.max_files_per_job;
-    if (!l.given.max_records) l.max_records = defaults.max_records;
+    if (!l.given.max_records) {
+      // The node holds at least one job's worth: fewer would fold a job below its own limit.
+      l.max_records = std::max(defaults.max_records, l.max_files_per_job);
+    }
     if (!l.given.max_path_bytes) l.max_path_bytes = defaults.max_path_bytes;
   } else {
     const uint64_t rest = fits ? room - taken : 0;
@@ -92,9 +95,16 @@ std::string apply_memory_bound(Limits& l, MemoryPlan* plan_out) {
     auto count = [](uint64_t n) { return std::max(kMinCount, n / 100 * 100); };
     if (!l.given.max_files_per_job)
       l.max_files_per_job = count(share(kWritingShare) / C::kRecordWritten);
-    if (!l.given.max_records) l.max_records = count(share(kRecordsShare) / C::kRecord);
+    if (!l.given.max_records) {
+      // At least one job's worth (as above); what that takes more comes out of the names'.
+      l.max_records = std::max(count(share(kRecordsShare) / C::kRecord), l.max_files_per_job);
+    }
     if (!l.given.max_path_bytes) {
-      const uint64_t b = share(kNamesShare) / C::kNameCopies;
+      uint64_t left = rest;
+      if (!l.given.max_files_per_job)
+        left -= std::min(left, mul_sat(l.max_files_per_job, C::kRecordWritten));
+      if (!l.given.max_records) left -= std::min(left, mul_sat(l.max_records, C::kRecord));
+      const uint64_t b = std::min(share(kNamesShare), left) / C::kNameCopies;
       l.max_path_bytes = std::max(kMinPathBytes, b >= (1u << 20) ? b >> 20 << 20 : b);
     }
   }
@@ -110,8 +120,9 @@ std::string apply_memory_bound(Limits& l, MemoryPlan* plan_out) {
              " (the daemon " + human_bytes(plan.daemon) + ", rings " +
              human_bytes(add_sat(plan.rings, plan.ring_names)) +
              ", writing a record of max_files_per_job " + human_bytes(plan.writing) +
-             ", max_records " + human_bytes(plan.records) + ", max_path_bytes " + std::to_string(C::kNameCopies) + " times " +
-             human_bytes(plan.names) + "), more than its " + human_bytes(l.memory) +
+             ", max_records " + human_bytes(plan.records) + ", max_path_bytes " +
+             human_bytes(l.max_path_bytes) + " held up to " + std::to_string(C::kNameCopies) +
+             " times " + human_bytes(plan.names) + "), more than its " + human_bytes(l.memory) +
              "; raise it or lower them";
     plan.bound = plan.total();
     plan.implied = true;

@@ -12,7 +12,7 @@
 namespace iolens::jobs {
 
 /// What each part costs in iolensd's RSS, measured with heaptrack and /proc on
-/// e2e_daemon_memory_bound's jobs (docs/daemon.md#memory-made-of).
+/// e2e_daemon_memory_bound's jobs (docs/daemon.md#memory-bound).
 struct MemoryCost {
   /// The daemon with no job (code, libraries, the programs' user side, threads, metrics; ~10
   /// MiB), and a capture's buffers (taken from the ring in pieces; a few MiB).
@@ -55,8 +55,9 @@ struct MemoryPlan {
 /// rings (both mapped: a capture may run) and a ring's worth of names goes 35% to writing a
 /// record (`max_files_per_job`), 45% to the records held (`max_records`) and 20% to names
 /// (`max_path_bytes`, kNameCopies times; `max_path_bytes_per_job` is then at most 64 MiB and
-/// at most that), less
-/// what the limits given take. Counts derived are at least 1,000, bytes at least 64 KiB.
+/// at most that), less what the limits given take. Counts derived are at least 1,000, bytes at
+/// least 64 KiB, and `max_records` derived at least `max_files_per_job` (the node holds one
+/// job's worth).
 /// When `memory` is not given and the limits given need more than its default (or leave less
 /// than kMinRecordRoom), the bound becomes what they need (MemoryPlan::implied) and the limits
 /// not given keep their default values. Returns "" (and `plan`) or why the limits given do not

@@ -210,46 +210,55 @@ TEST_F(JobTableTest, LimitsFoldFinalRecordsAndKeepTotals) {
   EXPECT_EQ(t.stats().folded_records, rec["job"]["folded_files"].get<uint64_t>());
 }
 
-TEST_F(JobTableTest, JobsOverTheirBoundsAreMarkedAndNamesCheckedAsTheyCome) {
-  // The drain takes idle live records of marked jobs out of the kernel (fold_to folds only those
-  // out of it), and folds as soon as names go over their bounds, not only at a round's end.
+TEST_F(JobTableTest, WithinARoundOnlyNamesFoldNeverProcessesNorByCount) {
+  // A drain folds by name bytes as soon as a piece leaves names over their bounds, before its
+  // round ends: then it must fold only file records (out of the kernel), by bytes. A process
+  // that exited may still have records in the part of the map not walked yet, and folding by
+  // count can wait for the round's end.
   jobs::Limits limits;
   limits.max_files_per_job = 10;
-  limits.max_records = 1000;
+  limits.max_processes_per_job = 2;
   limits.max_path_bytes_per_job = 64 << 10;
   limits.max_path_bytes = 1 << 20;
   auto t = make({cgroup_rule("/dl/*")}, limits);
   t.on_cgroup(1, "/dl", false, 0);
   t.on_cgroup(2, "/dl/a", true, 0);
-  t.on_cgroup(3, "/dl/b", true, 0);
   t.on_mark(mark(500, 2));
-  t.on_mark(mark(600, 3));
-  for (uint64_t i = 1; i <= 10; ++i) t.on_file(key(500, i), written(i), false);  // live
-  t.on_file(key(600, 1), written(1), false);
-  t.mark_over_limits();
-  EXPECT_FALSE(t.any_over_limits());  // 10 records: at the limit, not over
-  t.on_file(key(500, 11), written(11), false);
-  t.mark_over_limits();
-  EXPECT_TRUE(t.any_over_limits());
-  EXPECT_TRUE(t.over_limits({500, 5000}));
-  EXPECT_FALSE(t.over_limits({600, 6000}));  // the other job is within its bounds
-  EXPECT_FALSE(t.over_limits({700, 7000}));  // in no job
-  EXPECT_EQ(t.enforce_limits(), 0u);  // live records: nothing foldable yet
-  // Names: 40 paths of 2 KB (and their path index entries) are over 64 KiB in job b.
+  // Three exited processes (over max_processes_per_job), each with a record out of the kernel.
+  for (uint32_t pid = 600; pid < 603; ++pid) {
+    t.on_event(core::ForkEvent{{pid, pid * 10ull}, {500, 5000}, 1100, "worker", 1});
+    t.on_file(key(pid, pid), written(1), true);
+    t.on_event(core::ExitEvent{{pid, pid * 10ull}, 1200, 0});
+  }
+  // 40 files of process 500 with 2 KB paths (and their path index entries): over 64 KiB.
   EXPECT_FALSE(t.names_over_limits());
-  for (uint64_t i = 2; i <= 41; ++i) {
+  for (uint64_t i = 1; i <= 40; ++i) {
     core::PathEvent n;
-    n.proc = {600, 6000};
+    n.proc = {500, 5000};
     n.op = IOLENS_PATH_FILE;
-    n.dev = key(600, i).dev;
+    n.dev = key(500, i).dev;
     n.ino = i;
-    n.gen = key(600, i).gen;
+    n.gen = key(500, i).gen;
     n.walk = "f" + std::to_string(i) + '\0' + std::string(2000, 'p') + '\0';
     t.on_event(n);
+    t.on_file(key(500, i), written(i), true);
   }
   EXPECT_TRUE(t.names_over_limits());
-  t.mark_over_limits();
-  EXPECT_TRUE(t.over_limits({600, 6000}));
+  const daemon::Job& job = *t.find("cgroup/dl/a");
+  ASSERT_EQ(job.rec->processes(), 4u);
+  EXPECT_GT(t.enforce_limits(nullptr, true), 0u);
+  EXPECT_FALSE(t.names_over_limits());
+  EXPECT_EQ(job.rec->processes(), 4u);    // no process folded within a round
+  EXPECT_GT(job.rec->file_records(), 10u);  // nor by count: 64 KiB of names hold ~15 files
+  EXPECT_TRUE(t.attributed({601, 6010}));
+  // The round's end folds the rest.
+  t.enforce_limits();
+  EXPECT_LE(job.rec->file_records(), 10u);
+  EXPECT_LT(job.rec->processes(), 4u);
+  auto rec = t.job_json(job, "test");
+  uint64_t total = 3;  // the workers' bytes
+  for (uint64_t i = 1; i <= 40; ++i) total += i;
+  EXPECT_EQ(rec["job"]["totals"]["bytes_written"], total);
 }
 
 TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {

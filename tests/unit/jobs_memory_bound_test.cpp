@@ -74,6 +74,19 @@ TEST(MemoryBound, LimitsGivenTakeTheirPartFirst) {
   EXPECT_EQ(l.max_files_per_job, 20000u);
   EXPECT_LT(l.max_records, Limits{}.max_records);
   EXPECT_LE(needed(l), 256 * MiB);
+  // A job's limit near what the bound allows, with the packaged config's bound given: the
+  // records raised to one job's worth take from the names, and the config fits.
+  for (uint64_t files : {22000u, 24000u, 24700u}) {
+    Limits near;
+    near.given.memory = true;
+    near.max_files_per_job = files;
+    near.given.max_files_per_job = true;
+    MemoryPlan plan;
+    ASSERT_EQ(apply_memory_bound(near, &plan), "") << files;
+    EXPECT_EQ(near.max_records, files);
+    EXPECT_LE(plan.total(), 256 * MiB) << files;
+    EXPECT_GE(near.max_path_bytes, 64u << 10);
+  }
   // Given again, unchanged: idempotent.
   const Limits once = l;
   ASSERT_EQ(apply_memory_bound(l), "");

@@ -365,33 +365,6 @@ TEST(Counters, LiveEvictionTakesIdleRecordsUntilTheMapIsNearlyFull) {
   EXPECT_FALSE(live_evictable(c, 100, 100, idle + 10'000));
 }
 
-TEST(Counters, AJobOverItsBoundsHasItsIdleRecordsTakenWhateverTheMapsFill) {
-  // A job over its record or name bounds whose process still runs: its records would stay in
-  // the kernel, unfoldable; bound_evictable takes them once idle, the map nearly empty or not.
-  FileCounters c = new_counters();
-  c.opens = c.closes = 1;
-  c.open_fds = 0;
-  c.reads = 1;
-  c.read_end_ns = 2'000;
-  c.close_end_ns = 3'000;
-  iolens_file_key k{};
-  k.ino = 9;
-  k.tgid = 43;
-  EXPECT_FALSE(bound_evictable(k, c, 3'000 + kEvictIdleNs - 1, nullptr));  // just closed
-  EXPECT_TRUE(bound_evictable(k, c, 3'000 + kEvictIdleNs, nullptr));
-  c.open_fds = 1;  // open: never
-  EXPECT_FALSE(bound_evictable(k, c, 3'000 + 10 * kEvictIdleNs, nullptr));
-  // Timing off: idle since the first drain that saw it as it is.
-  c.open_fds = 0;
-  IdleClock clock;
-  clock.begin();
-  EXPECT_FALSE(bound_evictable(k, c, 1'000'000'000, &clock));
-  clock.end();
-  clock.begin();
-  EXPECT_TRUE(bound_evictable(k, c, 1'000'000'000 + kEvictIdleNs, &clock));
-  clock.end();
-}
-
 // Timing off: a record is idle since the first drain that saw its counters as they are; any
 // change starts it again, and a record a drain did not ask about is forgotten.
 TEST(Counters, IdleClockTellsIdleRecordsByUnchangedCounters) {
