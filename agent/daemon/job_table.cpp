@@ -373,15 +373,16 @@ bool JobTable::exited(const core::ProcKey& p) const {
 
 bool JobTable::attributed(const core::ProcKey& p) const { return proc_job_.count(p) != 0; }
 
-bool JobTable::names_over_limits() const {
-  if (names_bytes_ > limits_.max_path_bytes) return true;
+bool JobTable::names_over_limits(std::size_t times) const {
+  auto over = [times](std::size_t bytes, uint64_t bound) { return bytes / times > bound; };
+  if (over(names_bytes_, limits_.max_path_bytes)) return true;
   std::size_t bytes = 0;
   for (const auto& [id, job] : jobs_) {
     const std::size_t b = job->rec->name_bytes();
-    if (b > limits_.max_path_bytes_per_job) return true;
+    if (over(b, limits_.max_path_bytes_per_job)) return true;
     bytes += b;
   }
-  return bytes > limits_.max_path_bytes;
+  return over(bytes, limits_.max_path_bytes);
 }
 
 bool JobTable::on_block(const iolens_block_key& key, const iolens_block_counters& c, bool final) {

@@ -140,9 +140,9 @@ class JobTable {
   bool exited(const core::ProcKey& p) const;
   /// Whether the process belongs to a job (its records are kept).
   bool attributed(const core::ProcKey& p) const;
-  /// Whether names are over a bound now: a job's over max_path_bytes_per_job, all jobs' or the
-  /// node-wide cache's over max_path_bytes. O(jobs).
-  bool names_over_limits() const;
+  /// Whether names are over `times` their bounds now: a job's over max_path_bytes_per_job, all
+  /// jobs' or the node-wide cache's over max_path_bytes. O(jobs).
+  bool names_over_limits(std::size_t times = 1) const;
 
   /// Folds records of jobs over their per-job limit, then of the biggest jobs while the total is
   /// over max_records. Returns the records folded; the files whose names were forgotten are

@@ -244,6 +244,8 @@ TEST_F(JobTableTest, WithinARoundOnlyNamesFoldNeverProcessesNorByCount) {
     t.on_file(key(500, i), written(i), true);
   }
   EXPECT_TRUE(t.names_over_limits());
+  EXPECT_TRUE(t.names_over_limits(2));  // ~160 KB of names (paths and index): over twice 64 KiB
+  EXPECT_FALSE(t.names_over_limits(3));
   const daemon::Job& job = *t.find("cgroup/dl/a");
   ASSERT_EQ(job.rec->processes(), 4u);
   EXPECT_GT(t.enforce_limits(nullptr, true), 0u);
