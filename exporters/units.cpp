@@ -5,21 +5,6 @@
 
 namespace iolens::exporters {
 
-std::string human_bytes(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 5) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), v < 10 ? "%.2f %s" : (v < 100 ? "%.1f %s" : "%.0f %s"), v,
-                kUnits[u]);
-  return buf;
-}
-
 std::string human_duration(uint64_t ns) {
   char buf[32];
   if (ns < 1000) return std::to_string(ns) + " ns";

@@ -33,6 +33,7 @@
 #include "control/server.hpp"
 #include "core/clock.hpp"
 #include "core/private_dir.hpp"
+#include "core/units.hpp"
 #include "core/zstd_stream.hpp"
 #include "daemon/capture.hpp"
 #include "core/events.hpp"
@@ -525,17 +526,17 @@ bool Daemon::setup() {
     const std::string spent = fmt::format(
         "the daemon {}, rings {} (mapped twice) and the names they bring {}, writing a record "
         "of {} files {}, {} records {}, names {}",
-        jobs::human_bytes(plan.daemon), jobs::human_bytes(plan.rings),
-        jobs::human_bytes(plan.ring_names), l.max_files_per_job,
-        jobs::human_bytes(plan.writing), l.max_records, jobs::human_bytes(plan.records),
-        jobs::human_bytes(plan.names));
+        core::human_bytes(plan.daemon), core::human_bytes(plan.rings),
+        core::human_bytes(plan.ring_names), l.max_files_per_job,
+        core::human_bytes(plan.writing), l.max_records, core::human_bytes(plan.records),
+        core::human_bytes(plan.names));
     if (plan.implied)
       spdlog::warn("the limits given need {} of memory, more than the default bound of {}: the "
                    "bound is {} ({}); set limits.memory to say so",
-                   jobs::human_bytes(plan.bound), jobs::human_bytes(jobs::Limits{}.memory),
-                   jobs::human_bytes(plan.bound), spent);
+                   core::human_bytes(plan.bound), core::human_bytes(jobs::Limits{}.memory),
+                   core::human_bytes(plan.bound), spent);
     else
-      spdlog::info("memory bound {}: {}", jobs::human_bytes(plan.bound), spent);
+      spdlog::info("memory bound {}: {}", core::human_bytes(plan.bound), spent);
   }
 
   loader::Options lo;

@@ -2,10 +2,14 @@
 #include "jobs/memory_bound.hpp"
 
 #include <algorithm>
-#include <cstdio>
+#include <string>
+
+#include "core/units.hpp"
 
 namespace iolens::jobs {
 namespace {
+
+using core::human_bytes;
 
 constexpr uint64_t kMinCount = 1000;
 constexpr uint64_t kMinPathBytes = 64ull << 10;
@@ -25,24 +29,6 @@ uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MA
 uint64_t MemoryPlan::total() const {
   return add_sat(add_sat(add_sat(add_sat(add_sat(daemon, rings), ring_names), records), writing),
                  names);
-}
-
-std::string human_bytes(uint64_t n) {
-  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(n);
-  std::size_t u = 0;
-  while (v >= 1024 && u + 1 < std::size(kUnits)) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
-  else if (v == static_cast<double>(static_cast<uint64_t>(v)))
-    std::snprintf(buf, sizeof buf, "%.0f %s", v, kUnits[u]);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
-  return buf;
 }
 
 std::string apply_memory_bound(Limits& l, MemoryPlan* plan_out) {

@@ -65,7 +65,4 @@ struct MemoryPlan {
 /// given flag).
 std::string apply_memory_bound(Limits& l, MemoryPlan* plan = nullptr);
 
-/// "256 MiB", "1.5 GiB": a size for people.
-std::string human_bytes(uint64_t n);
-
 }  // namespace iolens::jobs

@@ -50,6 +50,9 @@ def check_config_cases(ck, args, tmp):
         ("yaml-syntax", "output_dir: /var/tmp/x/out\njobs:\n  - cgroup: {paths: [\"/a/*\"]\n"
          "  - slurm: {}\n", [((3, 4), ["invalid YAML"])]),
         ("empty-jobs", "output_dir: /var/tmp/x/out\njobs: []\n", [(2, ["jobs", "no rule"])]),
+        # a memory bound below what the daemon and its default rings take (docs/daemon.md#memory-bound)
+        ("memory-too-small", "output_dir: /var/tmp/x/out\nlimits:\n  memory: 64MiB\njobs:\n"
+         "  - kubernetes: {}\n", [(2, ["limits.memory", "64.0 MiB", "raise it"])]),
         ("two-errors", "output_dir: /var/tmp/x/out\nsocket: 12\njobs:\n"
          "  - cgroup: {paths: \"/a/*\"}\n",
          [(2, ["socket", "absolute path"]), (4, ["jobs[0].cgroup.paths", "list"])]),
@@ -120,6 +123,11 @@ def bad_start_cases(ck, args, tmp):
               (tmp, tmp, pin_dir, sock))
     start_fails(ck, args, "iolensd -c with an unknown key", common + "outptu_dir: /x\njobs:\n"
                 "  - kubernetes: {}\n", pin_dir, sock, ["outptu_dir", "1 error(s)"])
+    # A limit on the command line that the config's memory bound cannot hold.
+    start_fails(ck, args, "--max-files-per-job over limits.memory", common +
+                "limits:\n  memory: 256MiB\njobs:\n  - kubernetes: {}\n", pin_dir, sock,
+                ["--max-files-per-job", "limits.memory: the limits given need", "256 MiB"],
+                extra=["--max-files-per-job", "1000000"])
     for root, words in (("/nonexistent/cgroup2", ["cgroup_root", "/nonexistent/cgroup2",
                                                   "not a mount point"]),
                         ("/dev/shm", ["cgroup_root", "/dev/shm", "not cgroup2"])):

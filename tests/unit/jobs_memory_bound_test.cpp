@@ -6,11 +6,12 @@
 
 #include <string>
 
+#include "core/units.hpp"
 #include "jobs/config.hpp"
 #include "jobs/memory_bound.hpp"
 
 using iolens::jobs::apply_memory_bound;
-using iolens::jobs::human_bytes;
+using iolens::core::human_bytes;
 using iolens::jobs::Limits;
 using iolens::jobs::MemoryCost;
 using iolens::jobs::MemoryPlan;
@@ -103,7 +104,7 @@ TEST(MemoryBound, LimitsOverAGivenBoundAreRefusedWithTheNumbers) {
   // 1,000,000 records of 1,400 bytes: 1.3 GiB.
   EXPECT_NE(why.find("limits.memory: the limits given need"), std::string::npos) << why;
   EXPECT_NE(why.find("more than its 256 MiB"), std::string::npos) << why;
-  EXPECT_NE(why.find("max_records 1.3 GiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("max_records 1.30 GiB"), std::string::npos) << why;
 }
 
 TEST(MemoryBound, ABoundBelowTheDaemonAndItsRingsIsRefused) {
@@ -112,9 +113,9 @@ TEST(MemoryBound, ABoundBelowTheDaemonAndItsRingsIsRefused) {
   l.given.memory = true;
   const std::string why = apply_memory_bound(l);
   EXPECT_EQ(why,
-            "limits.memory: 64 MiB is less than the daemon and its rings take (152 MiB: both rings "
-            "mapped twice, and the names a ring can bring) plus 8 MiB for records; raise it or "
-            "make the rings smaller");
+            "limits.memory: 64.0 MiB is less than the daemon and its rings take (152 MiB: both "
+            "rings mapped twice, and the names a ring can bring) plus 8.00 MiB for records; raise "
+            "it or make the rings smaller");
 }
 
 TEST(MemoryBound, LimitsGivenWithoutABoundRaiseItAndSaySo) {
@@ -155,7 +156,7 @@ TEST(MemoryBound, TheConfigDerivesAndChecks) {
   EXPECT_GT(r.config.limits.max_records, Limits{}.max_records * 5);
   r = parse_config(jobs + "limits:\n  memory: 64MiB\n", "t.yaml");
   ASSERT_EQ(r.errors.size(), 1u) << ::testing::PrintToString(r.errors);
-  EXPECT_EQ(r.errors[0].rfind("t.yaml:3:1: limits: limits.memory: 64 MiB is less than", 0), 0u)
+  EXPECT_EQ(r.errors[0].rfind("t.yaml:3:1: limits: limits.memory: 64.0 MiB is less than", 0), 0u)
       << r.errors[0];
   r = parse_config(jobs + "limits:\n  memory: 256MiB\n  max_files_per_job: 50000\n", "t.yaml");
   ASSERT_EQ(r.errors.size(), 1u) << ::testing::PrintToString(r.errors);
@@ -166,10 +167,12 @@ TEST(MemoryBound, TheConfigDerivesAndChecks) {
 }
 
 TEST(MemoryBound, SizesForPeople) {
-  EXPECT_EQ(human_bytes(0), "0 bytes");
-  EXPECT_EQ(human_bytes(1023), "1023 bytes");
-  EXPECT_EQ(human_bytes(1024), "1 KiB");
+  // The shared formatter (core/units.hpp) the messages use: whole bounds read whole, and the
+  // largest sizes do not wrap.
+  EXPECT_EQ(human_bytes(0), "0 B");
+  EXPECT_EQ(human_bytes(1023), "1023 B");
+  EXPECT_EQ(human_bytes(1024), "1.00 KiB");
   EXPECT_EQ(human_bytes(256 * MiB), "256 MiB");
-  EXPECT_EQ(human_bytes(3 * MiB / 2), "1.5 MiB");
-  EXPECT_EQ(human_bytes(UINT64_MAX), "16 EiB");
+  EXPECT_EQ(human_bytes(3 * MiB / 2), "1.50 MiB");
+  EXPECT_EQ(human_bytes(UINT64_MAX), "16384 PiB");
 }
