@@ -22,5 +22,7 @@ struct iolens_trace_record abi_trace_record;
 struct iolens_block_key abi_block_key;
 struct iolens_block_counters abi_block_counters;
 struct iolens_rq_inflight abi_rq_inflight;
+struct iolens_proc_key abi_proc_key;
+struct iolens_proc_lost abi_proc_lost;
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -255,6 +255,55 @@ static __always_inline void stat_inc(__u32 idx)
 		*v += 1;
 }
 
+/* Losses by process (struct iolens_proc_lost): read by the agent at each drain. Memory follows
+ * use: an entry exists only for a process that lost something. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, IOLENS_PROC_LOST_MAX);
+	__type(key, struct iolens_proc_key);
+	__type(value, struct iolens_proc_lost);
+} proc_lost SEC(".maps");
+
+/* A fresh entry (in .rodata: larger than the stack needs to carry). */
+const struct iolens_proc_lost new_proc_lost = {};
+
+/*
+ * A loss: counted node-wide in `stats`, and charged to the process (tgid, start) it concerns, so
+ * that each job gets its own losses. A global function: losses are off the hot path, and one
+ * copy verified once keeps every program that can lose something small. When the process's
+ * entry cannot be made the loss stays node-wide, counted in IOLENS_STAT_LOSSES_UNATTRIBUTED.
+ */
+__noinline int lose(__u32 stat, __u32 tgid, __u64 pstart)
+{
+	struct iolens_proc_key k = { .tgid = tgid, .pstart_ns = pstart };
+	struct iolens_proc_lost *v;
+
+	if (stat >= IOLENS_NR_STATS)
+		return 0;
+	stat_inc(stat);
+	v = bpf_map_lookup_elem(&proc_lost, &k);
+	if (!v) {
+		/* -EEXIST: another CPU made it meanwhile; the lookup below finds it */
+		bpf_map_update_elem(&proc_lost, &k, &new_proc_lost, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&proc_lost, &k);
+		if (!v) {
+			/* once a loss: not again for an "of which" count, nor for a cut path */
+			if (stat != IOLENS_STAT_PATH_EVENTS_LOST &&
+			    stat != IOLENS_STAT_PROC_EVENTS_LOST &&
+			    stat != IOLENS_STAT_JOB_EVENTS_LOST && stat != IOLENS_STAT_PATHS_TRUNCATED)
+				stat_inc(IOLENS_STAT_LOSSES_UNATTRIBUTED);
+			return 0;
+		}
+	}
+	/* checked again on the register that indexes (the compiler indexes with a copy of the one
+	 * it checked above, which the verifier does not follow) */
+	barrier_var(stat);
+	if (stat < IOLENS_NR_STATS)
+		__sync_fetch_and_add(&v->n[stat], 1);
+	return 0;
+}
+
 /*
  * fd -> struct file through the thread's descriptor table. task, files and fdt are BTF pointers
  * (direct loads, no helper calls); fdt->fd is a pointer to pointers, which the verifier treats
@@ -404,7 +453,7 @@ __noinline int walk_path(struct iolens_path_event *ev, __u32 start, __u64 dentry
 	bpf_loop(PATH_MAX_DEPTH + 8, walk_step, &w, 0);
 	if (!(w.flags & 0x100)) {
 		ev->flags |= IOLENS_PATH_TRUNCATED;
-		stat_inc(IOLENS_STAT_PATHS_TRUNCATED);
+		lose(IOLENS_STAT_PATHS_TRUNCATED, ev->hdr.tgid, ev->hdr.pstart_ns);
 	}
 	ev->flags |= w.flags & IOLENS_PATH_UNREACHED;
 	return w.off - start;
@@ -454,8 +503,8 @@ static __always_inline int path_event_send(struct iolens_path_event *ev)
 	size += offsetof(struct iolens_path_event, data);
 	/* Mask so the verifier sees a bounded size (the event is always smaller). */
 	if (bpf_ringbuf_output(&events, ev, size & 0x3fff, BPF_RB_NO_WAKEUP)) {
-		stat_inc(IOLENS_STAT_EVENTS_LOST);
-		stat_inc(IOLENS_STAT_PATH_EVENTS_LOST);
+		lose(IOLENS_STAT_EVENTS_LOST, ev->hdr.tgid, ev->hdr.pstart_ns);
+		lose(IOLENS_STAT_PATH_EVENTS_LOST, ev->hdr.tgid, ev->hdr.pstart_ns);
 		return -1;
 	}
 	stat_inc(IOLENS_STAT_NAME_LOOKUPS);
@@ -611,7 +660,7 @@ static __always_inline struct iolens_file_counters *get_record(void *map,
 		return c;
 	err = bpf_map_update_elem(map, key, &new_record, BPF_NOEXIST);
 	if (err && err != -EEXIST) {
-		stat_inc(lost_stat);
+		lose(lost_stat, key->tgid, key->pstart_ns);
 		return NULL;
 	}
 	if (!err && lost_stat == IOLENS_STAT_FILE_RECORDS_LOST)
@@ -1040,7 +1089,7 @@ static __always_inline struct iolens_task_state *mark_task(struct task_struct *t
 		bpf_task_storage_get(&task_state, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 
 	if (!st) {
-		stat_inc(IOLENS_STAT_TASK_STATE_FAILED);
+		lose(IOLENS_STAT_TASK_STATE_FAILED, BPF_CORE_READ(t, tgid), leader_start(t));
 		return NULL;
 	}
 	st->pstart_ns = leader_start(t);
@@ -1061,8 +1110,8 @@ static __always_inline void send_mark(struct task_struct *t, __u32 reason)
 	struct task_struct *parent;
 
 	if (!ev) {
-		stat_inc(IOLENS_STAT_EVENTS_LOST);
-		stat_inc(IOLENS_STAT_JOB_EVENTS_LOST);
+		lose(IOLENS_STAT_EVENTS_LOST, BPF_CORE_READ(t, tgid), leader_start(t));
+		lose(IOLENS_STAT_JOB_EVENTS_LOST, BPF_CORE_READ(t, tgid), leader_start(t));
 		return;
 	}
 	fill_header(&ev->hdr, IOLENS_EV_MARK, BPF_CORE_READ(t, tgid), leader_start(t),
@@ -1794,8 +1843,9 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 	if (ps) {
 		cs = bpf_task_storage_get(&task_state, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!cs) {
-			/* The child would run untraced: count it so the output says so. */
-			stat_inc(IOLENS_STAT_TASK_STATE_FAILED);
+			/* The child would run untraced: count it so the output says so (charged to
+			 * the parent: the child's job never learns of it). */
+			lose(IOLENS_STAT_TASK_STATE_FAILED, parent->tgid, leader_start(parent));
 			return 0;
 		}
 		cs->origin = ps->origin;
@@ -1822,8 +1872,9 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent, struct task_struct 
 	cs->pstart_ns = child->start_time;
 	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
-		stat_inc(IOLENS_STAT_EVENTS_LOST);
-		stat_inc(IOLENS_STAT_PROC_EVENTS_LOST);
+		/* charged to the parent, the process the agent knows */
+		lose(IOLENS_STAT_EVENTS_LOST, parent->tgid, leader_start(parent));
+		lose(IOLENS_STAT_PROC_EVENTS_LOST, parent->tgid, leader_start(parent));
 		return 0;
 	}
 	fill_header(&ev->hdr, IOLENS_EV_FORK, child->tgid, child->start_time, now);
@@ -1892,8 +1943,8 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
 		return 0;
 	ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
 	if (!ev) {
-		stat_inc(IOLENS_STAT_EVENTS_LOST);
-		stat_inc(IOLENS_STAT_PROC_EVENTS_LOST);
+		lose(IOLENS_STAT_EVENTS_LOST, p->tgid, leader_start(p));
+		lose(IOLENS_STAT_PROC_EVENTS_LOST, p->tgid, leader_start(p));
 		return 0;
 	}
 	code = BPF_CORE_READ(p, signal, group_exit_code);
@@ -2009,7 +2060,7 @@ static __always_inline void remember_dirtier(__u32 dev, __u64 ino, __u32 tgid, _
 		return;
 	/* Fails when full (a run's hash) or when the LRU finds no free node under contention. */
 	if (bpf_map_update_elem(&dirtiers, &k, &nv, BPF_ANY))
-		stat_inc(IOLENS_STAT_DIRTIER_LOST);
+		lose(IOLENS_STAT_DIRTIER_LOST, tgid, pstart);
 }
 
 #include "iolens_cache.bpf.h"

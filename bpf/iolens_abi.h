@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 10
+#define IOLENS_ABI_VERSION 11
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -568,7 +568,32 @@ enum iolens_stat {
 					    * reused; not in the device latency histograms */
 	IOLENS_STAT_BLOCK_UNTIMED_SWEPT,   /* (ABI 9) the same, found by the agent's sweep of
 					    * the in-flight map (written by user space only) */
+	IOLENS_STAT_LOSSES_UNATTRIBUTED,   /* (ABI 11) losses counted here but not in
+					    * `proc_lost`: its entry could not be made (map full,
+					    * or the map busy in an interrupt) */
+	IOLENS_STAT_LOSSES_NO_JOB,         /* (ABI 11) `proc_lost` losses of processes in no job,
+					    * or of a job already written (written by user space
+					    * only) */
 	IOLENS_NR_STATS,
+};
+
+/*
+ * Losses by process (ABI 11). Each loss above that happens while counting for a known process
+ * is also charged to that process in the `proc_lost` hash, so that the agent can give every job
+ * its own losses (docs/counters.md#lost): the process whose call, record, event or block request
+ * was not counted (for a fork, the parent; for a mark, the task marked). Indexed by enum
+ * iolens_stat; only the causes a process can be charged with are used. The agent reads the
+ * entries at each drain and deletes an exited process's once it has added it to its job.
+ */
+#define IOLENS_PROC_LOST_MAX 4096
+struct iolens_proc_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 pstart_ns; /* group leader start_time, CLOCK_MONOTONIC ns, as in iolens_file_key */
+};
+
+struct iolens_proc_lost {
+	__u64 n[IOLENS_NR_STATS]; /* losses by enum iolens_stat */
 };
 
 #ifdef __cplusplus
@@ -593,6 +618,8 @@ IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 48, "pin meta layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_trace_record) == 88, "trace record layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_rq_inflight) == 48, "rq inflight layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_block_key) == 16, "block key layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_proc_key) == 16, "proc key layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_proc_lost) == IOLENS_NR_STATS * 8, "proc lost layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_block_counters) ==
 			     (12 + 2 * IOLENS_NR_BLK_SIZE_BUCKETS + 4 * IOLENS_NR_LAT_BUCKETS + 5) * 8,
 		     "block counters layout");

@@ -75,7 +75,7 @@ struct {
 static __always_inline void drop_stale(const struct iolens_rq_inflight *f)
 {
 	if (f->counted && f->issue_ns)
-		stat_inc(IOLENS_STAT_BLOCK_UNTIMED);
+		lose(IOLENS_STAT_BLOCK_UNTIMED, f->key.tgid, f->key.pstart_ns);
 }
 
 /* A fresh block record (in .rodata: the value is larger than the BPF stack allows). */
@@ -98,7 +98,7 @@ static __always_inline struct iolens_block_counters *block_record(struct iolens_
 		return c;
 	err = bpf_map_update_elem(&blocks, key, &new_block_record, BPF_NOEXIST);
 	if (err && err != -EEXIST) {
-		stat_inc(IOLENS_STAT_BLOCK_RECORDS_LOST);
+		lose(IOLENS_STAT_BLOCK_RECORDS_LOST, key->tgid, key->pstart_ns);
 		return NULL;
 	}
 	return bpf_map_lookup_elem(&blocks, key);
@@ -272,7 +272,7 @@ int BPF_PROG(block_rq_insert, struct request *rq)
 	f.rq_start_ns = rq_start;
 	f.insert_ns = bpf_ktime_get_ns();
 	if (bpf_map_update_elem(&rq_inflight, &k, &f, BPF_ANY))
-		stat_inc(IOLENS_STAT_BLOCK_INFLIGHT_LOST);
+		lose(IOLENS_STAT_BLOCK_INFLIGHT_LOST, f.key.tgid, f.key.pstart_ns);
 	return 0;
 }
 
@@ -320,7 +320,7 @@ int BPF_PROG(block_rq_issue, struct request *rq)
 		nf.counted = 1;
 		/* On failure the request is still counted, but not timed. */
 		if (bpf_map_update_elem(&rq_inflight, &k, &nf, BPF_ANY))
-			stat_inc(IOLENS_STAT_BLOCK_INFLIGHT_LOST);
+			lose(IOLENS_STAT_BLOCK_INFLIGHT_LOST, nf.key.tgid, nf.key.pstart_ns);
 		key = nf.key;
 	}
 	c = block_record(&key);

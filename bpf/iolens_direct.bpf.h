@@ -69,7 +69,7 @@ int BPF_PROG(iomap_dio_rw_begin, struct kiocb *iocb, struct iov_iter *iter, unsi
 	/* ITER_SOURCE: the iterator is the data's source, i.e. a write (iov_iter_rw()) */
 	v.is_write = BPF_CORE_READ(iter, data_source) ? 1 : 0;
 	if (bpf_map_update_elem(&dio_inflight, &key, &v, BPF_ANY))
-		stat_inc(IOLENS_STAT_DIRECT_INFLIGHT_LOST);
+		lose(IOLENS_STAT_DIRECT_INFLIGHT_LOST, v.tgid, v.pstart_ns);
 	return 0;
 }
 
@@ -235,7 +235,7 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 		}
 	}
 	if (bpf_map_update_elem(&uring_inflight, &key, &v, BPF_ANY))
-		stat_inc(IOLENS_STAT_URING_INFLIGHT_LOST);
+		lose(IOLENS_STAT_URING_INFLIGHT_LOST, v.tgid, v.pstart_ns);
 	return 0;
 }
 

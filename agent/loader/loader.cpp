@@ -307,7 +307,7 @@ struct Loader::Impl {
     auto& m = skel->maps;
     return {m.task_state, m.files,        m.others,     m.seen_files, m.cgroup_sel, m.cgroup_excl,
             m.comm_sel,   m.events,       m.stats,      m.meta,       m.trace,
-            m.trace_cgroup, m.trace_pids, m.data_trace, m.blocks};
+            m.trace_cgroup, m.trace_pids, m.data_trace, m.blocks,     m.proc_lost};
   }
 };
 
@@ -1157,6 +1157,19 @@ void Loader::delete_blocks(const std::vector<iolens_block_key>& keys) {
   delete_batched(bpf_map__fd(impl_->skel->maps.blocks), keys, batch_ok_);
 }
 
+std::vector<std::pair<iolens_proc_key, iolens_proc_lost>> Loader::read_proc_losses() {
+  std::vector<iolens_proc_key> keys;
+  std::vector<iolens_proc_lost> values;
+  read_map(bpf_map__fd(impl_->skel->maps.proc_lost), keys, values, batch_ok_);
+  std::vector<std::pair<iolens_proc_key, iolens_proc_lost>> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) out[i] = {keys[i], values[i]};
+  return out;
+}
+
+void Loader::delete_proc_losses(const std::vector<iolens_proc_key>& keys) {
+  delete_batched(bpf_map__fd(impl_->skel->maps.proc_lost), keys, batch_ok_);
+}
+
 Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                      std::vector<iolens_file_key>* deferred, WalkPosition* at,
                      int64_t deadline_ns) {
@@ -1376,18 +1389,25 @@ uint64_t Loader::sweep_block_inflight(uint64_t min_age_ns) {
     }
   }
   if (swept == 0) return 0;
-  // The kernel never writes this slot, so adding to CPU 0's value cannot race with it.
+  if (Status s = add_user_stat(IOLENS_STAT_BLOCK_UNTIMED_SWEPT, swept); !s)
+    spdlog::warn("could not count {} untimed block requests: {}", swept, s.message);
+  return swept;
+}
+
+Status Loader::add_user_stat(uint32_t index, uint64_t n) {
+  if (index != IOLENS_STAT_BLOCK_UNTIMED_SWEPT && index != IOLENS_STAT_LOSSES_NO_JOB)
+    return Status::Error("stat " + std::to_string(index) + " is the kernel's to write", EINVAL);
+  // The kernel never writes these slots, so adding to CPU 0's value cannot race with it.
   const int ncpu = libbpf_num_possible_cpus();
-  if (ncpu <= 0) return swept;
+  if (ncpu <= 0) return Status::Error("cannot count the CPUs", EINVAL);
   std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
   const int sfd = bpf_map__fd(impl_->skel->maps.stats);
-  const uint32_t idx = IOLENS_STAT_BLOCK_UNTIMED_SWEPT;
-  if (bpf_map_lookup_elem(sfd, &idx, per_cpu.data()) == 0) {
-    per_cpu[0] += swept;
-    if (bpf_map_update_elem(sfd, &idx, per_cpu.data(), BPF_ANY) != 0)
-      spdlog::warn("could not count {} untimed block requests: {}", swept, std::strerror(errno));
+  if (bpf_map_lookup_elem(sfd, &index, per_cpu.data()) != 0 ||
+      (per_cpu[0] += n, bpf_map_update_elem(sfd, &index, per_cpu.data(), BPF_ANY) != 0)) {
+    const int e = errno;
+    return Status::Error(errno_text(e), e);
   }
-  return swept;
+  return Status::Ok();
 }
 
 std::vector<std::pair<std::string, uint64_t>> Loader::program_misses() const {

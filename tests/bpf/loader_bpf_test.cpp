@@ -610,6 +610,22 @@ class BpfSmallMapTest : public BpfTest {
 };
 }  // namespace
 
+namespace {
+/// The kernel's `proc_lost` entry (ABI 11) of `pid`, and how many entries other processes have.
+std::array<uint64_t, IOLENS_NR_STATS> proc_losses(iolens::loader::Loader& l, pid_t pid, int& others) {
+  std::array<uint64_t, IOLENS_NR_STATS> out{};
+  others = 0;
+  for (const auto& [k, v] : l.read_proc_losses()) {
+    if (k.tgid != static_cast<uint32_t>(pid)) {
+      ++others;
+      continue;
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += v.n[i];
+  }
+  return out;
+}
+}  // namespace
+
 TEST_F(BpfSmallMapTest, FullMapCountsEveryLostOperation) {
   constexpr int kFiles = 200;
   for (int i = 0; i < kFiles; ++i) write_file(path("f" + std::to_string(i)), 10);
@@ -635,6 +651,17 @@ TEST_F(BpfSmallMapTest, FullMapCountsEveryLostOperation) {
   for (const auto& p : loader_->programs())
     if (p.name == "mm_filemap_get_pages" && p.attached) per_file = 4;
   EXPECT_EQ(lost, static_cast<uint64_t>(kFiles - recorded) * per_file);
+  // Each loss is charged to the process whose call it was (ABI 11), and to no other.
+  int others = -1;
+  const auto mine = proc_losses(*loader_, pid, others);
+  EXPECT_EQ(mine[IOLENS_STAT_FILE_RECORDS_LOST], lost);
+  EXPECT_EQ(others, 0);
+  EXPECT_EQ(loader_->stats()[IOLENS_STAT_LOSSES_UNATTRIBUTED], 0u);
+  // Deleting an entry (the daemon does, once its process exited and was added) leaves none.
+  std::vector<iolens_proc_key> keys;
+  for (const auto& [k, v] : loader_->read_proc_losses()) keys.push_back(k);
+  loader_->delete_proc_losses(keys);
+  EXPECT_TRUE(loader_->read_proc_losses().empty());
 }
 
 TEST_F(BpfTest, ReusedInodeNumberIsANewFile) {
@@ -782,6 +809,13 @@ TEST_F(BpfTinyRingTest, DroppedNamesAreCountedAndCountsStayExact) {
   // Each unnamed file lost its name at least once (first open; close retries): all counted.
   EXPECT_GE(st[IOLENS_STAT_PATH_EVENTS_LOST], static_cast<uint64_t>(unknown));
   EXPECT_GE(st[IOLENS_STAT_EVENTS_LOST], st[IOLENS_STAT_PATH_EVENTS_LOST]);
+  // Only the child was traced: every dropped event is charged to it (ABI 11).
+  int others = -1;
+  const auto mine = proc_losses(*loader_, pid, others);
+  EXPECT_EQ(mine[IOLENS_STAT_PATH_EVENTS_LOST], st[IOLENS_STAT_PATH_EVENTS_LOST]);
+  EXPECT_EQ(mine[IOLENS_STAT_EVENTS_LOST], st[IOLENS_STAT_EVENTS_LOST]);
+  EXPECT_EQ(others, 0);
+  EXPECT_EQ(st[IOLENS_STAT_LOSSES_UNATTRIBUTED], 0u);
 }
 
 // The block layer (bpf/iolens_block.bpf.h): a traced child's O_DIRECT reads are charged to it on

@@ -175,6 +175,17 @@ TEST_F(AbiBtf, TraceRecordEveryField) {
   EXPECT_FIELD(l, iolens_trace_record, pad);
 }
 
+TEST_F(AbiBtf, ProcessLosses) {
+  auto k = layout_of(b_, "iolens_proc_key");
+  ASSERT_EQ(k.size, sizeof(iolens_proc_key));
+  EXPECT_FIELD(k, iolens_proc_key, tgid);
+  EXPECT_FIELD(k, iolens_proc_key, pad);
+  EXPECT_FIELD(k, iolens_proc_key, pstart_ns);
+  auto v = layout_of(b_, "iolens_proc_lost");
+  ASSERT_EQ(v.size, sizeof(iolens_proc_lost));
+  EXPECT_FIELD(v, iolens_proc_lost, n);
+}
+
 TEST_F(AbiBtf, BlockKeyAndCounters) {
   auto k = layout_of(b_, "iolens_block_key");
   ASSERT_EQ(k.size, sizeof(iolens_block_key));
