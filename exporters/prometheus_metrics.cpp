@@ -181,6 +181,10 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
                                 "Exited processes folded into the job's <other processes> row "
                                 "to bound memory.",
                                 MetricType::Counter);
+  auto& job_lost = b.family("iolens_job_lost_total",
+                            "What the kernel could not count of the job's processes, by cause "
+                            "(docs/counters.md#lost); a series appears with its first loss.",
+                            MetricType::Counter);
   auto& start = b.family("iolens_job_start_time_seconds", "When the job started (Unix time).",
                          MetricType::Gauge);
   auto& end = b.family("iolens_job_end_time_seconds",
@@ -301,6 +305,7 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
     gauge(running, jl, d(j.processes_running));
     counter(folded, jl, d(j.folded_records));
     counter(folded_procs, jl, d(j.folded_processes));
+    for (const auto& [cause, n] : j.lost) counter(job_lost, plus(jl, "cause", cause), d(n));
     gauge(start, jl, j.start_s);
     if (j.end_s) gauge(end, jl, *j.end_s);
     Labels il = plus(plus(jl, "rule", j.rule), "cgroup", j.cgroup);

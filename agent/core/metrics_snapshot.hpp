@@ -55,6 +55,9 @@ struct JobMetrics {
   uint64_t processes = 0, processes_running = 0;
   uint64_t folded_records = 0;
   uint64_t folded_processes = 0;                 // exited processes folded (max_processes_per_job)
+  /// What the kernel could not count of the job's processes, by cause (docs/counters.md#lost);
+  /// only the causes that are not zero.
+  std::vector<std::pair<std::string, uint64_t>> lost;
   double start_s = 0;                            // Unix time
   std::optional<double> end_s;                   // set once the job ended
 };

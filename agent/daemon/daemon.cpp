@@ -111,6 +111,25 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
   return out;
 }
 
+/// Losses no process could be charged with (docs/counters.md#lost, `unattributed`): the kernel
+/// could not make the process's `proc_lost` entry, the process was in no job (or its job was
+/// written), or the daemon's sweep found the block request.
+uint64_t unattributed_losses(const loader::KernelStats& st) {
+  return st[IOLENS_STAT_LOSSES_UNATTRIBUTED] + st[IOLENS_STAT_LOSSES_NO_JOB] +
+         st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT];
+}
+
+/// One loss each, as IOLENS_STAT_LOSSES_UNATTRIBUTED counts them: not the "of which" counts,
+/// nor cut paths (not a loss).
+uint64_t losses_in(const iolens_proc_lost& v) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < IOLENS_NR_STATS; ++i)
+    if (i != IOLENS_STAT_PATH_EVENTS_LOST && i != IOLENS_STAT_PROC_EVENTS_LOST &&
+        i != IOLENS_STAT_JOB_EVENTS_LOST && i != IOLENS_STAT_PATHS_TRUNCATED)
+      n += v.n[i];
+  return n;
+}
+
 constexpr const char* kStateName = "state.cbor";
 constexpr const char* kStateTmpName = "state.cbor.tmp";
 constexpr const char* kMarkerName = "pressure-drain";
@@ -178,11 +197,15 @@ class Daemon {
   /// Reads the block records into the jobs; removes those of exited processes and of
   /// processes in no job.
   void drain_blocks(int64_t now);
+  /// Reads the kernel's per-process losses into the jobs, as drain_blocks does block records;
+  /// those of processes in no job are counted (IOLENS_STAT_LOSSES_NO_JOB) and removed.
+  void drain_proc_losses(int64_t now);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
-  /// A job record's `lost` from the kernel's loss counters and this daemon's decode errors
-  /// while the job was live (docs/daemon.md: the same meaning in closed and interrupted ones).
-  nlohmann::json job_losses(const std::string& id);
+  /// A job record's `lost` (what its processes were charged with, and what no process could be
+  /// charged with while it was live) and `node_lost` (the node's counts while it was live),
+  /// set in `out` (docs/counters.md#lost: the same in closed, interrupted and run records).
+  void job_losses(const std::string& id, nlohmann::json& out);
   /// lost.before_hooks, and `syscall_hooks` when a process of the job was selected while the
   /// on-demand hooks were detached (docs/daemon.md#cost).
   void annotate_hooks(const Job& job, nlohmann::json& record) const;
@@ -304,7 +327,8 @@ class Daemon {
   std::map<uint64_t, SelectionChange> sel_pending_;
   bool sel_retry_ = false;
   uint64_t untraced_cgroups_ = 0;    // watched roots whose trace entry could not be stored
-  uint64_t unexcluded_cgroups_ = 0;  // excluded cgroups whose exclusion could not be stored
+  uint64_t unexcluded_cgroups_ = 0;
+  std::size_t proc_lost_entries_ = 0;  // the kernel's `proc_lost` entries at the last drain  // excluded cgroups whose exclusion could not be stored
   uint64_t unexcluded_logged_ = 0;
   int64_t unexcluded_log_mono_ = 0;
   std::string unexcluded_last_;  // the last one that failed, and why
@@ -944,6 +968,7 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   // A walk that failed part way left records unread: no job is written or folded from it.
   if (last_drain_complete_) closable_.insert(round_.closing.begin(), round_.closing.end());
   drain_blocks(t0);
+  drain_proc_losses(t0);
   for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
     it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
              ? unknown_since_.erase(it)
@@ -990,6 +1015,37 @@ void Daemon::drain_blocks(int64_t now) {
   }
   if (gone.empty()) return;
   loader_->delete_blocks(gone);
+  state_dirty_ = true;
+}
+
+void Daemon::drain_proc_losses(int64_t now) {
+  std::vector<iolens_proc_key> gone;
+  uint64_t no_job = 0;
+  const auto entries = loader_->read_proc_losses();
+  proc_lost_entries_ = entries.size();
+  for (const auto& [key, v] : entries) {
+    const core::ProcKey p{key.tgid, key.pstart_ns};
+    if (!table_->attributed(p)) {
+      if (unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive) {
+        gone.push_back(key);
+        no_job += losses_in(v);
+      }
+      continue;
+    }
+    const bool final = table_->exited(p);
+    if (!table_->on_proc_lost(key, v, final)) {
+      gone.push_back(key);
+      no_job += losses_in(v);
+    } else if (final) {
+      gone.push_back(key);
+    }
+  }
+  if (gone.empty()) return;
+  if (no_job) {
+    if (Status s = loader_->add_user_stat(IOLENS_STAT_LOSSES_NO_JOB, no_job); !s)
+      spdlog::warn("could not count {} losses of processes in no job: {}", no_job, s.message);
+  }
+  loader_->delete_proc_losses(gone);
   state_dirty_ = true;
 }
 
@@ -1319,19 +1375,31 @@ void Daemon::annotate_hooks(const Job& job, nlohmann::json& record) const {
                                          : nlohmann::json(nullptr)}};
 }
 
-nlohmann::json Daemon::job_losses(const std::string& id) {
-  // The node's kernel loss counters while the job was live (the kernel counts per node: a
-  // non-zero count may concern another job live at the time), the same in a closed and an
-  // interrupted record; ring records this daemon could not decode meanwhile likewise.
+void Daemon::job_losses(const std::string& id, nlohmann::json& out) {
+  // The node's counts while the job was live: a non-zero one may concern another job.
   const loader::KernelStats now = loader_->stats();
   const loader::KernelStats& base = job_loss_base_[id];
   loader::KernelStats delta{};
   for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] > base[i] ? now[i] - base[i] : 0;
-  nlohmann::json lost = kernel_losses(delta);
   // (No base: a job this daemon loaded from a saved state, live since before it started.)
   const auto d = job_decode_base_.find(id);
-  lost["decode_errors"] = decode_errors_ - (d == job_decode_base_.end() ? 0 : d->second);
-  return lost;
+  const uint64_t decode_errors = decode_errors_ - (d == job_decode_base_.end() ? 0 : d->second);
+  nlohmann::json node = kernel_losses(delta);
+  node["unattributed"] = unattributed_losses(delta);
+  node["decode_errors"] = decode_errors;
+  // The job's own: what the kernel charged its processes with (the last drain's values).
+  loader::KernelStats own{};
+  if (const Job* job = table_->find(id)) {
+    const auto a = job->own_losses();
+    std::copy(a.begin(), a.end(), own.begin());
+  }
+  nlohmann::json lost = kernel_losses(own);
+  // What no process can be charged with, while it was live: node-wide, may concern this job.
+  lost["program_misses"] = delta[loader::kProgramMisses];
+  lost["unattributed"] = node["unattributed"];
+  lost["decode_errors"] = decode_errors;
+  out["lost"] = std::move(lost);
+  out["node_lost"] = std::move(node);
 }
 
 void Daemon::write_closed() {
@@ -1352,7 +1420,7 @@ void Daemon::write_closed() {
                                static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
     }
     nlohmann::json overrides;
-    overrides["lost"] = job_losses(id);
+    job_losses(id, overrides);
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
     annotate_restart(*job, overrides);
     annotate_hooks(*job, overrides);
@@ -1444,6 +1512,7 @@ core::DaemonHealth Daemon::health() {
     if (it.key() != "paths_truncated") h.lost[it.key()] = it.value().get<uint64_t>();
   const TableStats& ts = table_->stats();
   h.lost["decode_errors"] = decode_errors_;
+  h.lost["unattributed"] = st[IOLENS_STAT_LOSSES_UNATTRIBUTED] + st[IOLENS_STAT_LOSSES_NO_JOB];
   h.lost["unattributed_records"] = ts.unattributed_records;
   h.lost["untraced_cgroups"] = untraced_cgroups_;
   h.lost["unexcluded_cgroups"] = unexcluded_cgroups_;
@@ -1460,6 +1529,7 @@ core::DaemonHealth Daemon::health() {
   h.maps.push_back({"cgroup_sel", static_cast<int64_t>(sel.traced.size()), IOLENS_CGROUP_TRACE_MAX});
   h.maps.push_back({"cgroup_excl", static_cast<int64_t>(sel.excluded.size()),
                     loader_->max_cgroup_exclusions()});
+  h.maps.push_back({"proc_lost", static_cast<int64_t>(proc_lost_entries_), IOLENS_PROC_LOST_MAX});
   h.drain = drain_hist_;
   for (const auto& p : loader_->programs())
     h.programs.push_back({p.name, p.attached, !p.attached && !p.error.empty()});
@@ -1580,10 +1650,14 @@ nlohmann::json Daemon::status_json() {
         {"max", loader_->max_file_records()}},
        {{"name", "cgroup_sel"}, {"entries", sel.traced.size()}, {"max", IOLENS_CGROUP_TRACE_MAX}},
        {{"name", "cgroup_excl"}, {"entries", sel.excluded.size()},
-        {"max", loader_->max_cgroup_exclusions()}}});
-  nlohmann::json lost = kernel_losses(loader_->stats());
+        {"max", loader_->max_cgroup_exclusions()}},
+       {{"name", "proc_lost"}, {"entries", proc_lost_entries_}, {"max", IOLENS_PROC_LOST_MAX}}});
+  const loader::KernelStats kst = loader_->stats();
+  nlohmann::json lost = kernel_losses(kst);
   const TableStats& ts = table_->stats();
   lost["decode_errors"] = decode_errors_;
+  // Node-level: every loss is the node's; these are the ones no job was charged with.
+  lost["unattributed"] = kst[IOLENS_STAT_LOSSES_UNATTRIBUTED] + kst[IOLENS_STAT_LOSSES_NO_JOB];
   lost["unattributed_records"] = ts.unattributed_records;
   lost["untraced_cgroups"] = untraced_cgroups_;
   lost["unexcluded_cgroups"] = unexcluded_cgroups_;
@@ -1815,12 +1889,10 @@ nlohmann::json Daemon::end_run(const nlohmann::json& req, control::RequestContex
     }
     done += static_cast<std::size_t>(n);
   }
-  // Node-wide kernel losses while the run was live (as for any job: docs/counters.md#lost).
-  const loader::KernelStats now = loader_->stats();
-  const loader::KernelStats& base = job_loss_base_[run.job_id];
-  loader::KernelStats delta{};
-  for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] - base[i];
-  nlohmann::json lost = kernel_losses(delta);
+  // The run's losses, as any job's (docs/counters.md#lost).
+  nlohmann::json losses;
+  job_losses(run.job_id, losses);
+  nlohmann::json lost = std::move(losses["lost"]);
   lost["untraced_cgroups"] = untraced_cgroups_of(*job);
   nlohmann::json block = nlohmann::json::array();
   auto add_block = [&](uint32_t dev, const iolens_block_counters& c) {
@@ -2198,7 +2270,15 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
     if (limit == 0 || limit > control::kJobPageMax)
       throw control::BadRequest("'limit' must be from 1 to " +
                                 std::to_string(control::kJobPageMax));
-    if (Job* job = table_->find(id)) return table_->job_page(*job, IOLENS_VERSION, offset, limit);
+    if (Job* job = table_->find(id)) {
+      nlohmann::json page = table_->job_page(*job, IOLENS_VERSION, offset, limit);
+      // Its losses so far, as its record will have them (the last drain's).
+      job_losses(id, page);
+      page["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
+      annotate_restart(*job, page);
+      annotate_hooks(*job, page);
+      return page;
+    }
     if (std::any_of(writing_.begin(), writing_.end(),
                     [&](const auto& w) { return w.second.job->identity.id == id; }))
       throw std::runtime_error("job " + id + " has ended and its record is being written: ask "
@@ -2273,7 +2353,7 @@ void Daemon::stop_clean() {
   for (const std::string& id : live) {
     const Job& job = *table_->find(id);
     nlohmann::json overrides;
-    overrides["lost"] = job_losses(id);
+    job_losses(id, overrides);
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(job);
     annotate_restart(job, overrides);
     annotate_hooks(job, overrides);

@@ -8,6 +8,7 @@
 #include "core/block.hpp"
 #include "core/paths.hpp"
 #include "daemon/job_table.hpp"
+#include "loader/loader.hpp"
 
 namespace iolens::daemon {
 namespace {
@@ -160,6 +161,15 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
     m.devices.emplace_back(std::to_string(core::kernel_dev_major(dev)) + ":" +
                                std::to_string(core::kernel_dev_minor(dev)),
                            t);
+  }
+
+  {
+    loader::KernelStats own{};  // program_misses (no process to charge) stays 0: left out
+    const auto a = job.own_losses();
+    std::copy(a.begin(), a.end(), own.begin());
+    for (const auto& [cause, n] : loader::kernel_losses(own))
+      if (n) m.lost.emplace_back(cause, n);
+    if (const uint64_t n = own[IOLENS_STAT_JOB_EVENTS_LOST]) m.lost.emplace_back("job_events", n);
   }
 
   std::map<uint32_t, iolens_block_counters> block = job.block_done;

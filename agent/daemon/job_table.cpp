@@ -73,6 +73,7 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit, std::size_t byte_lim
       job.live.erase(p);
       job.proc_labels.erase(p);
       job.block_live.erase(p);
+      job.lost_live.erase(p);  // (exited: the round's drain made it final before this fold)
       proc_job_.erase(p);
     }
     stats_.folded_processes += gone.size();
@@ -385,13 +386,41 @@ bool JobTable::names_over_limits(std::size_t times) const {
   return over(bytes, limits_.max_path_bytes);
 }
 
+std::array<uint64_t, IOLENS_NR_STATS> Job::own_losses() const {
+  std::array<uint64_t, IOLENS_NR_STATS> out = lost_done;
+  for (const auto& [p, v] : lost_live)
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += v[i];
+  return out;
+}
+
+Job* JobTable::job_of_process(const core::ProcKey& p) {
+  auto it = proc_job_.find(p);
+  if (it == proc_job_.end()) return nullptr;
+  auto j = jobs_.find(it->second);
+  return j == jobs_.end() ? nullptr : j->second.get();  // none: written and taken
+}
+
+bool JobTable::on_proc_lost(const iolens_proc_key& key, const iolens_proc_lost& v, bool final) {
+  const core::ProcKey p{key.tgid, key.pstart_ns};
+  Job* jp = job_of_process(p);
+  if (!jp) return false;
+  Job& job = *jp;
+  std::array<uint64_t, IOLENS_NR_STATS> n{};
+  std::copy(std::begin(v.n), std::end(v.n), n.begin());
+  if (!final) {
+    job.lost_live[p] = n;
+    return true;
+  }
+  for (std::size_t i = 0; i < n.size(); ++i) job.lost_done[i] += n[i];
+  job.lost_live.erase(p);
+  return true;
+}
+
 bool JobTable::on_block(const iolens_block_key& key, const iolens_block_counters& c, bool final) {
   const core::ProcKey p{key.tgid, key.pstart_ns};
-  auto it = proc_job_.find(p);
-  if (it == proc_job_.end()) return false;
-  auto j = jobs_.find(it->second);
-  if (j == jobs_.end()) return false;  // its job was written and taken: nothing to add to
-  Job& job = *j->second;
+  Job* jp = job_of_process(p);
+  if (!jp) return false;  // in no job, or its job was written and taken: nothing to add to
+  Job& job = *jp;
   if (!final) {
     job.block_live[p][key.dev] = c;
     return true;
@@ -665,6 +694,7 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
     auto& fdj = o["folded_devices"] = nlohmann::json::array();
     for (const auto& [dev, t] : job->folded_devices)
       fdj.push_back({dev, t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops});
+    o["lost_done"] = job->lost_done;
     auto& bdj = o["block_done"] = nlohmann::json::array();
     for (const auto& [dev, c] : job->block_done) {
       const auto* b = reinterpret_cast<const uint8_t*>(&c);
@@ -740,6 +770,10 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
           t.writes = d.at(4).get<uint64_t>();
           t.metadata_ops = d.at(5).get<uint64_t>();
         }
+      if (auto ld = o.find("lost_done"); ld != o.end()) {  // absent in older states
+        if (!ld->is_array() || ld->size() > IOLENS_NR_STATS) throw std::out_of_range("lost_done");
+        for (std::size_t i = 0; i < ld->size(); ++i) job->lost_done[i] = ld->at(i).get<uint64_t>();
+      }
       if (auto bdj = o.find("block_done"); bdj != o.end())  // absent in older states
         for (const auto& d : *bdj) {
           const auto& raw = d.at(1).get_binary();

@@ -5,6 +5,7 @@
 /// records (from the loader, or from tests), it says what the kernel selection must become and
 /// which jobs are ready to be written, but does no I/O itself.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -69,6 +70,12 @@ struct Job {
   /// latest values of the live processes' records.
   std::map<uint32_t, iolens_block_counters> block_done;
   std::map<core::ProcKey, std::map<uint32_t, iolens_block_counters>> block_live;
+  /// Its own losses (the kernel's `proc_lost` entries of its processes, by enum iolens_stat), kept
+  /// as block records are: exited processes' added once, live processes' as they are now.
+  std::array<uint64_t, IOLENS_NR_STATS> lost_done{};
+  std::map<core::ProcKey, std::array<uint64_t, IOLENS_NR_STATS>> lost_live;
+  /// lost_done plus every lost_live: what the kernel could not count of this job.
+  std::array<uint64_t, IOLENS_NR_STATS> own_losses() const;
   /// A process of the job was selected while the on-demand syscall hooks were detached
   /// (docs/daemon.md#cost): its calls from then until the hooks were attached were not counted.
   /// Monotonic ns: the earliest such selection (0: none), and the attach that followed it (0:
@@ -135,6 +142,10 @@ class JobTable {
   /// caller deletes it from the kernel once this returned true. False: the process is in no
   /// job (nothing kept).
   bool on_block(const iolens_block_key& key, const iolens_block_counters& c, bool final);
+  /// A process's kernel loss entry (`proc_lost`), with `final` as for on_block. False: the
+  /// process is in no job, or its job was written (nothing kept: the caller counts it as a loss
+  /// no job was charged with).
+  bool on_proc_lost(const iolens_proc_key& key, const iolens_proc_lost& v, bool final);
 
   /// Whether the process is known and its last thread has exited (records are final).
   bool exited(const core::ProcKey& p) const;
@@ -220,6 +231,8 @@ class JobTable {
   bool parent_excluded(const std::string& path) const;
   Job& open_job(const jobs::Identity& id, const std::string& rule, int64_t start_ns);
   Job* job_of_cgroup(uint64_t cgroup_id);
+  /// The job of a process; nullptr when it is in none, or its job was written and taken.
+  Job* job_of_process(const core::ProcKey& p);
   void attribute(Job& job, const core::ProcKey& p, const core::ProcKey& parent,
                  const std::string& comm, uint64_t cgroup_id, uint64_t ts);
   int64_t wall(uint64_t mono) const { return static_cast<int64_t>(mono) + mono_to_wall_; }

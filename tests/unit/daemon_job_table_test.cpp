@@ -53,6 +53,16 @@ class JobTableTest : public ::testing::Test {
   JobTable make(std::vector<jobs::Rule> rules, jobs::Limits limits = {}) {
     return JobTable(jobs::Selector(std::move(rules)), limits, 1'000'000'000);
   }
+  /// One pod job (a container below it) with processes 100 and 101.
+  JobTable pod_of_two() {
+    auto t = make({kube_rule()});
+    t.on_cgroup(1, "/kubepods.slice", false, 0);
+    t.on_cgroup(3, kPod, true, 10);
+    t.on_cgroup(5, kCtr, true, 20);
+    t.on_mark(mark(100, 5));
+    t.on_mark(mark(101, 5));
+    return t;
+  }
 };
 
 }  // namespace
@@ -424,12 +434,7 @@ TEST_F(JobTableTest, DarshanLogOfAJobComesFromTheRecordsSnapshot) {
 }
 
 TEST_F(JobTableTest, BlockRecordsLiveReplacedFinalAddedOnceAndSaved) {
-  auto t = make({kube_rule()});
-  t.on_cgroup(1, "/kubepods.slice", false, 0);
-  t.on_cgroup(3, kPod, true, 10);
-  t.on_cgroup(5, kCtr, true, 20);
-  t.on_mark(mark(100, 5));
-  t.on_mark(mark(101, 5));
+  auto t = pod_of_two();
   auto blk = [](uint32_t pid) { return iolens_block_key{pid, 7, pid * 10ull}; };
   iolens_block_counters r{};
   r.read_bytes = 4096;
@@ -467,6 +472,49 @@ TEST_F(JobTableTest, BlockRecordsLiveReplacedFinalAddedOnceAndSaved) {
   EXPECT_TRUE(u.on_block(blk(100), r, false));
   EXPECT_EQ(daemon::job_metrics(*u.jobs().begin()->second, fc, 0).block[0].second.read_bytes,
             8192u);
+}
+
+TEST_F(JobTableTest, ProcessLossesAreTheJobsOwnLiveReplacedFinalAddedOnceAndSaved) {
+  auto t = pod_of_two();
+  auto key = [](uint32_t pid) { return iolens_proc_key{pid, 0, pid * 10ull}; };
+  iolens_proc_lost a{};
+  a.n[IOLENS_STAT_FILE_RECORDS_LOST] = 5;
+  EXPECT_TRUE(t.on_proc_lost(key(100), a, false));
+  a.n[IOLENS_STAT_FILE_RECORDS_LOST] = 7;  // read again: the new value replaces the old
+  a.n[IOLENS_STAT_EVENTS_LOST] = 1;
+  a.n[IOLENS_STAT_PATH_EVENTS_LOST] = 1;
+  EXPECT_TRUE(t.on_proc_lost(key(100), a, false));
+  iolens_proc_lost b{};
+  b.n[IOLENS_STAT_FILE_RECORDS_LOST] = 3;
+  b.n[IOLENS_STAT_BLOCK_RECORDS_LOST] = 2;
+  EXPECT_TRUE(t.on_proc_lost(key(101), b, true));   // exited: added once (the caller deletes it)
+  EXPECT_FALSE(t.on_proc_lost(key(999), b, true));  // a process in no job: nothing kept
+  const daemon::Job& job = *t.jobs().begin()->second;
+  auto own = job.own_losses();
+  EXPECT_EQ(own[IOLENS_STAT_FILE_RECORDS_LOST], 10u);
+  EXPECT_EQ(own[IOLENS_STAT_EVENTS_LOST], 1u);
+  EXPECT_EQ(own[IOLENS_STAT_PATH_EVENTS_LOST], 1u);
+  EXPECT_EQ(own[IOLENS_STAT_BLOCK_RECORDS_LOST], 2u);
+  EXPECT_EQ(own[IOLENS_STAT_OTHER_RECORDS_LOST], 0u);
+
+  // A restarted daemon keeps the exited processes' sums and reads the live entries again.
+  auto u = make({kube_rule()});
+  std::string error;
+  ASSERT_TRUE(u.load(t.save(), error)) << error;
+  own = u.jobs().begin()->second->own_losses();
+  EXPECT_EQ(own[IOLENS_STAT_FILE_RECORDS_LOST], 3u);
+  EXPECT_EQ(own[IOLENS_STAT_BLOCK_RECORDS_LOST], 2u);
+  EXPECT_TRUE(u.on_proc_lost(key(100), a, false));
+  EXPECT_EQ(u.jobs().begin()->second->own_losses()[IOLENS_STAT_FILE_RECORDS_LOST], 10u);
+  // A state of an older daemon has no `lost_done`; a malformed one is refused.
+  nlohmann::json saved = t.save();
+  saved["jobs"][0].erase("lost_done");
+  ASSERT_TRUE(u.load(saved, error)) << error;
+  EXPECT_EQ(u.jobs().begin()->second->own_losses()[IOLENS_STAT_FILE_RECORDS_LOST], 0u);
+  saved["jobs"][0]["lost_done"] = std::vector<int>(IOLENS_NR_STATS + 1, 1);
+  EXPECT_FALSE(u.load(saved, error));
+  saved["jobs"][0]["lost_done"] = nlohmann::json::array({"x"});
+  EXPECT_FALSE(u.load(saved, error));
 }
 
 TEST_F(JobTableTest, AStateOfWrongTypesIsRefusedWithoutThrowingOrTouchingTheTable) {

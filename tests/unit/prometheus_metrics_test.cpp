@@ -278,6 +278,19 @@ TEST(PrometheusText, BlockLayerSeriesPerJobDeviceAndDirection) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\nnot in:\n" << text;
 }
 
+TEST(PrometheusText, JobLossesPerCauseOnlyThoseThatHappened) {
+  auto s = known_snapshot();
+  s.jobs[0].lost = {{"file_records", 12}, {"path_events", 3}};
+  const std::string text = exporters::prometheus_text(exporters::metric_families(s, 0.25));
+  const std::string J = "job_id=\"slurm/42\",job_kind=\"slurm\",slurm_job=\"42\","
+                        "slurm_uid=\"1000\",node=\"n1\"";
+  for (const std::string& line :
+       {"iolens_job_lost_total{" + J + ",cause=\"file_records\"} 12\n",
+        "iolens_job_lost_total{" + J + ",cause=\"path_events\"} 3\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nnot in:\n" << text;
+  EXPECT_EQ(text.find("iolens_job_lost_total{" + J + ",cause=\"events\""), std::string::npos);
+}
+
 // timing: off (docs/metrics.md): the call-time families of the jobs get no series (not zeros),
 // and iolens_timing_exact says which; every other job series is still there.
 TEST(PrometheusText, TimingOffLeavesCallTimeSeriesOut) {
