@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True
 import e2e_common as E  # noqa: E402
@@ -811,3 +812,25 @@ def read_rss_kib(pid):
             elif line.startswith("VmHWM:"):
                 hwm = int(line.split()[1])
     return rss, hwm
+
+
+def metric(ck, d, name, labels):
+    """The value of the first series `name` on the daemon's /metrics whose labels include
+    `labels`; None if there is none."""
+    st = d.status()
+    port = (st.get("metrics") or {}).get("ports", [None])[0]
+    if not port:
+        ck.fail("status has no metrics port")
+        return None
+    # The page is rebuilt after drains, at most once a second.
+    pat = re.compile(r'^%s\{([^}]*)\} (\S+)$' % re.escape(name))
+    want = set('%s="%s"' % kv for kv in labels.items())
+
+    def value():
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                m = pat.match(line)
+                if m and want <= set(m.group(1).split(",")):
+                    return float(m.group(2))
+        return None
+    return value()

@@ -1,16 +1,20 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""e2e: `lost` in a job record means the same in a closed and an interrupted record: the
-node's kernel loss counts while the job was live (issue 16, item 7).
+"""e2e: `lost` in a job record is the job's own: what the kernel could not count of the job's
+processes, charged to them in the kernel (issue 16, item 7); `node_lost` holds the node's counts
+while the job was live. The same meaning in a closed and an interrupted record.
 
-A daemon with a 512-entry kernel files map (limits.kernel_file_records). Job A runs
-`job_workload many DIR 1000 SIZE` whole while iolensd is stopped (SIGSTOP): nobody drains the
-map, so the kernel cannot store most of A's records and counts them (lost.file_records). A's
-closed record says so (lost.file_records > 0). Then job B starts, makes 5 files and stays alive
-(--gate-end); iolensd is stopped (SIGTERM) with B live, so B's record is written "interrupted":
-no loss happened while B was live, so its `lost` is all zero (an interrupted record used to
-carry the node's counts since the kernel state was made, A's losses included), and its totals
-are the workload's own.
+A daemon with a 512-entry kernel files map (limits.kernel_file_records). Job C makes 5 files and
+stays alive (--gate-end), its records in the map. Job A then runs `job_workload many DIR 1000
+SIZE` whole while iolensd is stopped (SIGSTOP): nobody drains the map, so the kernel cannot
+store most of A's records and counts them. Checks:
+  - A's closed record: lost.file_records > 0, and equal to its node_lost.file_records (no other
+    process lost anything meanwhile); lost.unattributed 0;
+  - C's record (C ended after A): lost.file_records 0 although node_lost.file_records holds A's
+    losses (C was live then), and C's totals are the workload's own. Before losses were charged
+    per process, C's record carried A's losses;
+  - then job B starts, makes 5 files and stays alive; iolensd is stopped (SIGTERM) with B live, so
+    B's record is written "interrupted": its `lost` is all zero, and its totals the workload's.
 """
 import os
 import signal
@@ -33,6 +37,9 @@ def main():
                  extra_config="limits:\n  kernel_file_records: 512\n")
     d.start(ck)
 
+    # C: live, idle, while A loses records.
+    job_c, pc = D.start_many(ck, d, cg, args.workload, data, "dl/c", 5, SIZE, gate_end=True)
+
     # A: losses while it runs (the daemon stopped, the map full).
     cg.mkdir("dl/a")
     job_a = "cgroup" + cg.rel("dl/a")
@@ -47,10 +54,37 @@ def main():
         d.proc.send_signal(signal.SIGCONT)
     cg.rmdir("dl/a")
     doc = d.wait_record(ck, job_a, timeout=30)
+    a_lost = None
     if doc is not None:
-        got = (doc.get("lost") or {}).get("file_records", 0)
-        ck.check(got > 0, "A: lost.file_records %r: the kernel's 512-entry map could not hold "
-                 "1,000 records with nobody draining it" % got)
+        lost, node = doc.get("lost") or {}, doc.get("node_lost") or {}
+        a_lost = lost.get("file_records", 0)
+        ck.check(a_lost > 0, "A: lost.file_records %r: the kernel's 512-entry map could not hold "
+                 "1,000 records with nobody draining it" % a_lost)
+        ck.eq("A: lost.file_records = node_lost.file_records (nobody else lost any)",
+              node.get("file_records"), a_lost)
+        ck.eq("A: lost.unattributed", 0, lost.get("unattributed"))
+        # The same on /metrics (a closed job's series stay for the grace period).
+        v = D.wait_for("iolens_job_lost_total of A on /metrics",
+                       lambda: D.metric(ck, d, "iolens_job_lost_total",
+                                        {"job_id": job_a, "cause": "file_records"}), 10)
+        ck.eq("A: iolens_job_lost_total{cause=file_records}", float(a_lost), v)
+
+    # C ends: A's losses were the node's while C was live, none of them C's.
+    pc.stdin.write(b"\n")
+    pc.stdin.flush()
+    mc = D.finish_workload(ck, pc, "job_workload many --gate-end (C)", timeout=60)
+    cg.rmdir("dl/c")
+    doc = d.wait_record(ck, job_c, timeout=30)
+    if doc is not None and mc is not None:
+        node = doc.get("node_lost") or {}
+        if a_lost:
+            ck.check(node.get("file_records", 0) >= a_lost,
+                     "C: node_lost.file_records %r: A lost %r while C was live" %
+                     (node.get("file_records"), a_lost))
+        D.check_lost_zero(ck, doc, "C (live while A lost records)")
+        ck.eq("C: iolens_job_lost_total{cause=file_records} (no series: no loss)", None,
+              D.metric(ck, d, "iolens_job_lost_total", {"job_id": job_c, "cause": "file_records"}))
+        D.check_many_totals(ck, doc, mc, pc.pid, cg.abs("dl/c"), "C", nfiles=5)
 
     # B: live when iolensd stops; no loss while it was live.
     job_b, pb = D.start_many(ck, d, cg, args.workload, data, "dl/b", 5, SIZE, gate_end=True)

@@ -28,10 +28,8 @@ traced exactly, a process in an unexcluded cgroup (junk-1400) is traced but foun
 pending exclusions take their slots (selection_pending = 400, the count stays 500).
 """
 import os
-import re
 import sys
 import time
-import urllib.request
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
@@ -108,26 +106,6 @@ def run_outside(ck, cg, args, work, sub):
     D.finish_workload(ck, p, "process in " + sub)
 
 
-def metric(ck, d, name, labels):
-    st = d.status()
-    port = (st.get("metrics") or {}).get("ports", [None])[0]
-    if not port:
-        ck.fail("status has no metrics port")
-        return None
-    # The page is rebuilt after drains, at most once a second.
-    pat = re.compile(r'^%s\{([^}]*)\} (\S+)$' % re.escape(name))
-    want = set('%s="%s"' % kv for kv in labels.items())
-
-    def value():
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
-            for line in r.read().decode().splitlines():
-                m = pat.match(line)
-                if m and want <= set(m.group(1).split(",")):
-                    return float(m.group(2))
-        return None
-    return value()
-
-
 def main():
     args = D.parse_args()
     D.require_root()
@@ -190,12 +168,12 @@ def main():
     ck.eq("phase 2: unattributed_processes after a process ran in an unexcluded cgroup",
           unattributed + 1, d.status().get("unattributed_processes"))
     v = D.wait_for("iolens_lost_total{cause=unexcluded_cgroups} on /metrics",
-                   lambda: metric(ck, d, "iolens_lost_total",
+                   lambda: D.metric(ck, d, "iolens_lost_total",
                                   {"cause": "unexcluded_cgroups"}) == JUNK_SMALL - SMALL, 10)
     ck.check(v, "phase 2: iolens_lost_total{cause=\"unexcluded_cgroups\"} is %r, expected %d" %
-             (metric(ck, d, "iolens_lost_total", {"cause": "unexcluded_cgroups"}),
+             (D.metric(ck, d, "iolens_lost_total", {"cause": "unexcluded_cgroups"}),
               JUNK_SMALL - SMALL))
-    v = metric(ck, d, "iolens_map_capacity_entries", {"map": "cgroup_excl"})
+    v = D.metric(ck, d, "iolens_map_capacity_entries", {"map": "cgroup_excl"})
     ck.eq("phase 2: iolens_map_capacity_entries{map=cgroup_excl}", SMALL, v)
     # 100 stored exclusions go: 100 pending ones take their slots.
     remove_junk(cg, range(100))
