@@ -111,12 +111,10 @@ nlohmann::json kernel_losses(const loader::KernelStats& st) {
   return out;
 }
 
-/// Losses no process could be charged with (docs/counters.md#lost, `unattributed`): the kernel
-/// could not make the process's `proc_lost` entry, the process was in no job (or its job was
-/// written), or the daemon's sweep found the block request.
+/// Losses no job was charged with (docs/counters.md#lost, `unattributed`): the kernel could not
+/// make the process's `proc_lost` entry, or the process was in no job (or its job was written).
 uint64_t unattributed_losses(const loader::KernelStats& st) {
-  return st[IOLENS_STAT_LOSSES_UNATTRIBUTED] + st[IOLENS_STAT_LOSSES_NO_JOB] +
-         st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT];
+  return st[IOLENS_STAT_LOSSES_UNATTRIBUTED] + st[IOLENS_STAT_LOSSES_NO_JOB];
 }
 
 /// One loss each, as IOLENS_STAT_LOSSES_UNATTRIBUTED counts them: not the "of which" counts,
@@ -200,6 +198,10 @@ class Daemon {
   /// Reads the kernel's per-process losses into the jobs, as drain_blocks does block records;
   /// those of processes in no job are counted (IOLENS_STAT_LOSSES_NO_JOB) and removed.
   void drain_proc_losses(int64_t now);
+  /// Adds `n` to IOLENS_STAT_LOSSES_NO_JOB (losses charged to processes in no job).
+  void count_no_job(uint64_t n);
+  /// A job leaves the table: the kernel's loss entries of its live processes go with it.
+  void release_losses(const Job& job);
   void reconcile();
   void annotate_restart(const Job& job, nlohmann::json& record);
   /// A job record's `lost` (what its processes were charged with, and what no process could be
@@ -327,8 +329,8 @@ class Daemon {
   std::map<uint64_t, SelectionChange> sel_pending_;
   bool sel_retry_ = false;
   uint64_t untraced_cgroups_ = 0;    // watched roots whose trace entry could not be stored
-  uint64_t unexcluded_cgroups_ = 0;
-  std::size_t proc_lost_entries_ = 0;  // the kernel's `proc_lost` entries at the last drain  // excluded cgroups whose exclusion could not be stored
+  uint64_t unexcluded_cgroups_ = 0;  // excluded cgroups whose exclusion could not be stored
+  std::size_t proc_lost_entries_ = 0;  // the kernel's `proc_lost` entries at the last drain
   uint64_t unexcluded_logged_ = 0;
   int64_t unexcluded_log_mono_ = 0;
   std::string unexcluded_last_;  // the last one that failed, and why
@@ -999,7 +1001,14 @@ void Daemon::drain_blocks(int64_t now) {
   // no device still works on them (the block layer's own timeout is 30 s), so the in-flight
   // map does not keep them (lost.block_untimed).
   if (now - last_inflight_sweep_ >= kInflightSweepEvery) {
-    loader_->sweep_block_inflight(kInflightStaleAfter);
+    // Each request swept is charged to its process's job, as the kernel charges the untimed
+    // ones it finds (lost.block_untimed).
+    std::vector<iolens_block_key> owners;
+    loader_->sweep_block_inflight(kInflightStaleAfter, &owners);
+    uint64_t no_job = 0;
+    for (const iolens_block_key& k : owners)
+      if (!table_->add_loss({k.tgid, k.pstart_ns}, IOLENS_STAT_BLOCK_UNTIMED_SWEPT)) ++no_job;
+    count_no_job(no_job);
     last_inflight_sweep_ = now;
   }
   std::vector<iolens_block_key> gone;
@@ -1019,34 +1028,53 @@ void Daemon::drain_blocks(int64_t now) {
 }
 
 void Daemon::drain_proc_losses(int64_t now) {
-  std::vector<iolens_proc_key> gone;
-  uint64_t no_job = 0;
+  // Kept as block records are: a live process's entry is read again at each drain; an exited
+  // one's is taken out of the kernel (read and deleted in one step: nothing charged meanwhile
+  // is lost) and added to its job once. Those of processes in no job (after the grace period of
+  // unknown ones) are counted as no job's (lost.unattributed).
+  std::vector<iolens_proc_key> take;
   const auto entries = loader_->read_proc_losses();
   proc_lost_entries_ = entries.size();
   for (const auto& [key, v] : entries) {
     const core::ProcKey p{key.tgid, key.pstart_ns};
     if (!table_->attributed(p)) {
-      if (unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive) {
-        gone.push_back(key);
-        no_job += losses_in(v);
-      }
-      continue;
-    }
-    const bool final = table_->exited(p);
-    if (!table_->on_proc_lost(key, v, final)) {
-      gone.push_back(key);
-      no_job += losses_in(v);
-    } else if (final) {
-      gone.push_back(key);
+      if (unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive)
+        take.push_back(key);
+    } else if (table_->exited(p)) {
+      take.push_back(key);
+    } else {
+      table_->on_proc_lost(key, v, false);
     }
   }
-  if (gone.empty()) return;
-  if (no_job) {
-    if (Status s = loader_->add_user_stat(IOLENS_STAT_LOSSES_NO_JOB, no_job); !s)
-      spdlog::warn("could not count {} losses of processes in no job: {}", no_job, s.message);
-  }
-  loader_->delete_proc_losses(gone);
+  if (take.empty()) return;
+  uint64_t no_job = 0;
+  for (const auto& [key, v] : loader_->take_proc_losses(take))
+    if (!table_->on_proc_lost(key, v, true)) no_job += losses_in(v);
+  count_no_job(no_job);
   state_dirty_ = true;
+}
+
+void Daemon::count_no_job(uint64_t n) {
+  if (n == 0) return;
+  if (Status s = loader_->add_user_stat(IOLENS_STAT_LOSSES_NO_JOB, n); !s)
+    spdlog::warn("could not count {} losses of processes in no job: {}", n, s.message);
+}
+
+void Daemon::release_losses(const Job& job) {
+  // Its live processes' entries hold what its `lost` already counts: they are taken out, and
+  // what was charged since the last drain is no job's. A process that goes on (a daemon a run
+  // left behind) makes a new entry, no job's too.
+  if (job.lost_live.empty()) return;
+  std::vector<iolens_proc_key> keys;
+  for (const auto& [p, n] : job.lost_live) keys.push_back({p.pid, 0, p.start_ns});
+  uint64_t since = 0;
+  for (const auto& [key, v] : loader_->take_proc_losses(keys)) {
+    const auto& had = job.lost_live.at(core::ProcKey{key.tgid, key.pstart_ns});
+    iolens_proc_lost d{};
+    for (std::size_t i = 0; i < had.size(); ++i) d.n[i] = v.n[i] > had[i] ? v.n[i] - had[i] : 0;
+    since += losses_in(d);
+  }
+  count_no_job(since);
 }
 
 bool Daemon::checkpoint(bool force) {
@@ -1378,10 +1406,11 @@ void Daemon::annotate_hooks(const Job& job, nlohmann::json& record) const {
 void Daemon::job_losses(const std::string& id, nlohmann::json& out) {
   // The node's counts while the job was live: a non-zero one may concern another job.
   const loader::KernelStats now = loader_->stats();
-  const loader::KernelStats& base = job_loss_base_[id];
+  // A job the events of this drain opened, asked for before note_new_jobs() saw it: from now.
+  const loader::KernelStats& base = job_loss_base_.try_emplace(id, now).first->second;
   loader::KernelStats delta{};
   for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] > base[i] ? now[i] - base[i] : 0;
-  // (No base: a job this daemon loaded from a saved state, live since before it started.)
+  // (No decode base: a job this daemon loaded from a saved state, live since before it started.)
   const auto d = job_decode_base_.find(id);
   const uint64_t decode_errors = decode_errors_ - (d == job_decode_base_.end() ? 0 : d->second);
   nlohmann::json node = kernel_losses(delta);
@@ -1446,6 +1475,7 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
   r.node = node_;
   r.version = IOLENS_VERSION;
   r.job = table_->take(id);
+  release_losses(*r.job);
   r.serial = ++record_serial_;
   writing_[r.serial] = Writing{std::move(line), r.job};
   records_->submit(std::move(r));
@@ -1512,7 +1542,7 @@ core::DaemonHealth Daemon::health() {
     if (it.key() != "paths_truncated") h.lost[it.key()] = it.value().get<uint64_t>();
   const TableStats& ts = table_->stats();
   h.lost["decode_errors"] = decode_errors_;
-  h.lost["unattributed"] = st[IOLENS_STAT_LOSSES_UNATTRIBUTED] + st[IOLENS_STAT_LOSSES_NO_JOB];
+  h.lost["unattributed"] = unattributed_losses(st);
   h.lost["unattributed_records"] = ts.unattributed_records;
   h.lost["untraced_cgroups"] = untraced_cgroups_;
   h.lost["unexcluded_cgroups"] = unexcluded_cgroups_;
@@ -1657,7 +1687,7 @@ nlohmann::json Daemon::status_json() {
   const TableStats& ts = table_->stats();
   lost["decode_errors"] = decode_errors_;
   // Node-level: every loss is the node's; these are the ones no job was charged with.
-  lost["unattributed"] = kst[IOLENS_STAT_LOSSES_UNATTRIBUTED] + kst[IOLENS_STAT_LOSSES_NO_JOB];
+  lost["unattributed"] = unattributed_losses(kst);
   lost["unattributed_records"] = ts.unattributed_records;
   lost["untraced_cgroups"] = untraced_cgroups_;
   lost["unexcluded_cgroups"] = unexcluded_cgroups_;
@@ -1839,7 +1869,7 @@ void Daemon::take_run_job(const std::string& id) {
     retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files),
                          clock_ns(CLOCK_MONOTONIC) +
                              static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
-  table_->take(id);
+  if (auto taken = table_->take(id)) release_losses(*taken);
   job_loss_base_.erase(id);
   job_decode_base_.erase(id);
   state_dirty_ = true;  // saved with the next checkpoint: a restart must not find it live

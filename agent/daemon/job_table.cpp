@@ -416,6 +416,13 @@ bool JobTable::on_proc_lost(const iolens_proc_key& key, const iolens_proc_lost& 
   return true;
 }
 
+bool JobTable::add_loss(const core::ProcKey& p, uint32_t stat) {
+  Job* job = job_of_process(p);
+  if (!job || stat >= IOLENS_NR_STATS) return false;
+  ++job->lost_done[stat];
+  return true;
+}
+
 bool JobTable::on_block(const iolens_block_key& key, const iolens_block_counters& c, bool final) {
   const core::ProcKey p{key.tgid, key.pstart_ns};
   Job* jp = job_of_process(p);

@@ -146,6 +146,9 @@ class JobTable {
   /// process is in no job, or its job was written (nothing kept: the caller counts it as a loss
   /// no job was charged with).
   bool on_proc_lost(const iolens_proc_key& key, const iolens_proc_lost& v, bool final);
+  /// One loss (enum iolens_stat) user space found of process `p` (a block request the daemon's
+  /// sweep found untimed), added to its job. False: in no job.
+  bool add_loss(const core::ProcKey& p, uint32_t stat);
 
   /// Whether the process is known and its last thread has exited (records are final).
   bool exited(const core::ProcKey& p) const;

@@ -1166,8 +1166,17 @@ std::vector<std::pair<iolens_proc_key, iolens_proc_lost>> Loader::read_proc_loss
   return out;
 }
 
-void Loader::delete_proc_losses(const std::vector<iolens_proc_key>& keys) {
-  delete_batched(bpf_map__fd(impl_->skel->maps.proc_lost), keys, batch_ok_);
+std::vector<std::pair<iolens_proc_key, iolens_proc_lost>> Loader::take_proc_losses(
+    const std::vector<iolens_proc_key>& keys) {
+  const int fd = bpf_map__fd(impl_->skel->maps.proc_lost);
+  std::vector<std::pair<iolens_proc_key, iolens_proc_lost>> out;
+  out.reserve(keys.size());
+  for (const iolens_proc_key& k : keys) {
+    iolens_proc_lost v{};
+    // Hash maps have had LOOKUP_AND_DELETE since 5.14, below the kernels iolens loads on (5.17).
+    if (bpf_map_lookup_and_delete_elem(fd, &k, &v) == 0) out.emplace_back(k, v);
+  }
+  return out;
 }
 
 Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
@@ -1359,7 +1368,7 @@ std::vector<std::pair<std::string, uint64_t>> kernel_losses(const KernelStats& s
           {"program_misses", st[kProgramMisses]}};
 }
 
-uint64_t Loader::sweep_block_inflight(uint64_t min_age_ns) {
+uint64_t Loader::sweep_block_inflight(uint64_t min_age_ns, std::vector<iolens_block_key>* owners) {
   const int fd = bpf_map__fd(impl_->skel->maps.rq_inflight);
   if (fd < 0) return 0;
   std::vector<uint64_t> stale;
@@ -1382,6 +1391,7 @@ uint64_t Loader::sweep_block_inflight(uint64_t min_age_ns) {
     const uint64_t now = static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC));
     if (core::block_request_untimed(f, now, min_age_ns)) {
       ++swept;
+      if (owners) owners->push_back(f.key);
     } else {
       // A new request took the address between the two reads: give its entry back (unless
       // the kernel already made a newer one).

@@ -186,13 +186,17 @@ class Loader {
   /// Every process's losses (the `proc_lost` map, ABI 11: each kernel loss charged to the process
   /// it concerns), as they are now. Usually none.
   std::vector<std::pair<iolens_proc_key, iolens_proc_lost>> read_proc_losses();
-  void delete_proc_losses(const std::vector<iolens_proc_key>& keys);
+  /// Takes these entries out of the kernel, each read and deleted in one step (what the kernel
+  /// charged since read_proc_losses is in the value returned, not lost); those already gone are
+  /// left out.
+  std::vector<std::pair<iolens_proc_key, iolens_proc_lost>> take_proc_losses(
+      const std::vector<iolens_proc_key>& keys);
   /// Removes from the kernel's block in-flight map the counted requests that core::
   /// block_request_untimed() says will never be timed (issued at least `min_age_ns` ago; 0: all
   /// counted ones still there) and adds them to the IOLENS_STAT_BLOCK_UNTIMED_SWEPT counter,
   /// so that a block_rq_complete the kernel never ran is counted (`block_untimed`) and its
-  /// entry does not hold a slot forever. Returns how many.
-  uint64_t sweep_block_inflight(uint64_t min_age_ns);
+  /// entry does not hold a slot forever. Returns how many; `owners` gets the process of each.
+  uint64_t sweep_block_inflight(uint64_t min_age_ns, std::vector<iolens_block_key>* owners = nullptr);
   /// Adds `n` to a `stats` slot that only user space writes (IOLENS_STAT_BLOCK_UNTIMED_SWEPT,
   /// IOLENS_STAT_LOSSES_NO_JOB): it is pinned with the rest, so it outlives this agent.
   Status add_user_stat(uint32_t index, uint64_t n);

@@ -657,11 +657,20 @@ TEST_F(BpfSmallMapTest, FullMapCountsEveryLostOperation) {
   EXPECT_EQ(mine[IOLENS_STAT_FILE_RECORDS_LOST], lost);
   EXPECT_EQ(others, 0);
   EXPECT_EQ(loader_->stats()[IOLENS_STAT_LOSSES_UNATTRIBUTED], 0u);
-  // Deleting an entry (the daemon does, once its process exited and was added) leaves none.
-  std::vector<iolens_proc_key> keys;
-  for (const auto& [k, v] : loader_->read_proc_losses()) keys.push_back(k);
-  loader_->delete_proc_losses(keys);
+  // Keyed as the process's file records are (tgid and the group leader's start).
+  const auto entries = loader_->read_proc_losses();
+  ASSERT_EQ(entries.size(), 1u);
+  bool same_key = false;
+  for (const auto& f : snap.files)
+    if (f.pid == static_cast<uint32_t>(pid))
+      same_key = static_cast<uint64_t>(f.proc_start_ns) == entries[0].first.pstart_ns;
+  EXPECT_TRUE(same_key) << "proc_lost key start " << entries[0].first.pstart_ns;
+  // Taking an entry (the daemon does, once its process exited) hands its value and leaves none.
+  const auto taken = loader_->take_proc_losses({entries[0].first});
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].second.n[IOLENS_STAT_FILE_RECORDS_LOST], lost);
   EXPECT_TRUE(loader_->read_proc_losses().empty());
+  EXPECT_TRUE(loader_->take_proc_losses({entries[0].first}).empty());
 }
 
 TEST_F(BpfTest, ReusedInodeNumberIsANewFile) {

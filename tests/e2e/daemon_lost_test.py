@@ -13,12 +13,15 @@ store most of A's records and counts them. Checks:
   - C's record (C ended after A): lost.file_records 0 although node_lost.file_records holds A's
     losses (C was live then), and C's totals are the workload's own. Before losses were charged
     per process, C's record carried A's losses;
+  - 4 s later `iolens status` counts no loss as no job's (lost.unattributed 0: A's charges were
+    counted once) and the kernel's proc_lost map is empty;
   - then job B starts, makes 5 files and stays alive; iolensd is stopped (SIGTERM) with B live, so
     B's record is written "interrupted": its `lost` is all zero, and its totals the workload's.
 """
 import os
 import signal
 import sys
+import time
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
@@ -85,6 +88,16 @@ def main():
         ck.eq("C: iolens_job_lost_total{cause=file_records} (no series: no loss)", None,
               D.metric(ck, d, "iolens_job_lost_total", {"job_id": job_c, "cause": "file_records"}))
         D.check_many_totals(ck, doc, mc, pc.pid, cg.abs("dl/c"), "C", nfiles=5)
+
+    # A's charges left the kernel with A's record, counted once: none became no job's later
+    # (an entry of an unknown process is no job's after 3 s).
+    time.sleep(4)
+    st = d.status() or {}
+    ck.eq("status lost.unattributed (A's charges were A's, once)", 0,
+          (st.get("lost") or {}).get("unattributed"))
+    ck.eq("status maps proc_lost entries (A's taken out with its record)", 0,
+          next((m.get("entries") for m in st.get("maps", []) if m.get("name") == "proc_lost"),
+               None))
 
     # B: live when iolensd stops; no loss while it was live.
     job_b, pb = D.start_many(ck, d, cg, args.workload, data, "dl/b", 5, SIZE, gate_end=True)

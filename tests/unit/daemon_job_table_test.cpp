@@ -496,6 +496,10 @@ TEST_F(JobTableTest, ProcessLossesAreTheJobsOwnLiveReplacedFinalAddedOnceAndSave
   EXPECT_EQ(own[IOLENS_STAT_PATH_EVENTS_LOST], 1u);
   EXPECT_EQ(own[IOLENS_STAT_BLOCK_RECORDS_LOST], 2u);
   EXPECT_EQ(own[IOLENS_STAT_OTHER_RECORDS_LOST], 0u);
+  // A block request the daemon's sweep found untimed: its process's job's too.
+  EXPECT_TRUE(t.add_loss({101, 1010}, IOLENS_STAT_BLOCK_UNTIMED_SWEPT));
+  EXPECT_FALSE(t.add_loss({999, 9990}, IOLENS_STAT_BLOCK_UNTIMED_SWEPT));
+  EXPECT_EQ(job.own_losses()[IOLENS_STAT_BLOCK_UNTIMED_SWEPT], 1u);
 
   // A restarted daemon keeps the exited processes' sums and reads the live entries again.
   auto u = make({kube_rule()});
@@ -504,6 +508,7 @@ TEST_F(JobTableTest, ProcessLossesAreTheJobsOwnLiveReplacedFinalAddedOnceAndSave
   own = u.jobs().begin()->second->own_losses();
   EXPECT_EQ(own[IOLENS_STAT_FILE_RECORDS_LOST], 3u);
   EXPECT_EQ(own[IOLENS_STAT_BLOCK_RECORDS_LOST], 2u);
+  EXPECT_EQ(own[IOLENS_STAT_BLOCK_UNTIMED_SWEPT], 1u);
   EXPECT_TRUE(u.on_proc_lost(key(100), a, false));
   EXPECT_EQ(u.jobs().begin()->second->own_losses()[IOLENS_STAT_FILE_RECORDS_LOST], 10u);
   // A state of an older daemon has no `lost_done`; a malformed one is refused.
