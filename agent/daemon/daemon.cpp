@@ -1009,6 +1009,7 @@ void Daemon::drain_blocks(int64_t now) {
     for (const iolens_block_key& k : owners)
       if (!table_->add_loss({k.tgid, k.pstart_ns}, IOLENS_STAT_BLOCK_UNTIMED_SWEPT)) ++no_job;
     count_no_job(no_job);
+    if (!owners.empty()) state_dirty_ = true;  // lost_done is saved
     last_inflight_sweep_ = now;
   }
   std::vector<iolens_block_key> gone;
@@ -1040,10 +1041,8 @@ void Daemon::drain_proc_losses(int64_t now) {
     if (!table_->attributed(p)) {
       if (unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive)
         take.push_back(key);
-    } else if (table_->exited(p)) {
-      take.push_back(key);
-    } else {
-      table_->on_proc_lost(key, v, false);
+    } else if (table_->exited(p) || !table_->on_proc_lost(key, v, false)) {
+      take.push_back(key);  // (the second: a job not in the table; none expected)
     }
   }
   if (take.empty()) return;
@@ -1406,13 +1405,17 @@ void Daemon::annotate_hooks(const Job& job, nlohmann::json& record) const {
 void Daemon::job_losses(const std::string& id, nlohmann::json& out) {
   // The node's counts while the job was live: a non-zero one may concern another job.
   const loader::KernelStats now = loader_->stats();
-  // A job the events of this drain opened, asked for before note_new_jobs() saw it: from now.
-  const loader::KernelStats& base = job_loss_base_.try_emplace(id, now).first->second;
+  // A job the events of this drain opened, paged before note_new_jobs() saw it: from now (not
+  // stored: note_new_jobs() sets its bases and labels).
+  const auto b = job_loss_base_.find(id);
+  const loader::KernelStats& base = b == job_loss_base_.end() ? now : b->second;
   loader::KernelStats delta{};
   for (size_t i = 0; i < now.size(); ++i) delta[i] = now[i] > base[i] ? now[i] - base[i] : 0;
   // (No decode base: a job this daemon loaded from a saved state, live since before it started.)
   const auto d = job_decode_base_.find(id);
-  const uint64_t decode_errors = decode_errors_ - (d == job_decode_base_.end() ? 0 : d->second);
+  const uint64_t decode_errors =
+      b == job_loss_base_.end() ? 0
+                                : decode_errors_ - (d == job_decode_base_.end() ? 0 : d->second);
   nlohmann::json node = kernel_losses(delta);
   node["unattributed"] = unattributed_losses(delta);
   node["decode_errors"] = decode_errors;

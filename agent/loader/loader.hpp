@@ -196,7 +196,8 @@ class Loader {
   /// counted ones still there) and adds them to the IOLENS_STAT_BLOCK_UNTIMED_SWEPT counter,
   /// so that a block_rq_complete the kernel never ran is counted (`block_untimed`) and its
   /// entry does not hold a slot forever. Returns how many; `owners` gets the process of each.
-  uint64_t sweep_block_inflight(uint64_t min_age_ns, std::vector<iolens_block_key>* owners = nullptr);
+  uint64_t sweep_block_inflight(uint64_t min_age_ns,
+                                std::vector<iolens_block_key>* owners = nullptr);
   /// Adds `n` to a `stats` slot that only user space writes (IOLENS_STAT_BLOCK_UNTIMED_SWEPT,
   /// IOLENS_STAT_LOSSES_NO_JOB): it is pinned with the rest, so it outlives this agent.
   Status add_user_stat(uint32_t index, uint64_t n);
