@@ -1420,12 +1420,10 @@ void Daemon::job_losses(const std::string& id, nlohmann::json& out) {
   node["unattributed"] = unattributed_losses(delta);
   node["decode_errors"] = decode_errors;
   // The job's own: what the kernel charged its processes with (the last drain's values).
-  loader::KernelStats own{};
-  if (const Job* job = table_->find(id)) {
-    const auto a = job->own_losses();
-    std::copy(a.begin(), a.end(), own.begin());
-  }
-  nlohmann::json lost = kernel_losses(own);
+  nlohmann::json lost = nlohmann::json::object();
+  const Job none;  // (every caller has its job; every cause is present all the same)
+  const Job* job = table_->find(id);
+  for (const auto& [cause, n] : own_losses_by_cause(job ? *job : none)) lost[cause] = n;
   // What no process can be charged with, while it was live: node-wide, may concern this job.
   lost["program_misses"] = delta[loader::kProgramMisses];
   lost["unattributed"] = node["unattributed"];

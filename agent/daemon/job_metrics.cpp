@@ -81,6 +81,17 @@ RecordSums record_sums(const core::Recorder& rec, const FileClassifier& fc) {
   return out;
 }
 
+std::vector<std::pair<std::string, uint64_t>> own_losses_by_cause(const Job& job) {
+  loader::KernelStats own{};
+  const auto a = job.own_losses();
+  std::copy(a.begin(), a.end(), own.begin());
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (auto& [cause, n] : loader::kernel_losses(own))
+    if (cause != "program_misses") out.emplace_back(std::move(cause), n);
+  out.emplace_back("job_events", own[IOLENS_STAT_JOB_EVENTS_LOST]);
+  return out;
+}
+
 core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t top_files) {
   core::JobMetrics m;
   m.kind = job.identity.kind;
@@ -163,14 +174,8 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
                            t);
   }
 
-  {
-    loader::KernelStats own{};  // program_misses (no process to charge) stays 0: left out
-    const auto a = job.own_losses();
-    std::copy(a.begin(), a.end(), own.begin());
-    for (const auto& [cause, n] : loader::kernel_losses(own))
-      if (n) m.lost.emplace_back(cause, n);
-    if (const uint64_t n = own[IOLENS_STAT_JOB_EVENTS_LOST]) m.lost.emplace_back("job_events", n);
-  }
+  for (const auto& [cause, n] : own_losses_by_cause(job))
+    if (n) m.lost.emplace_back(cause, n);
 
   std::map<uint32_t, iolens_block_counters> block = job.block_done;
   for (const auto& [proc, devs] : job.block_live)

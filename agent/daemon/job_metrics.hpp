@@ -45,6 +45,11 @@ void add_class_totals(core::ClassTotals& a, const core::ClassTotals& b);
 /// fdatasyncs, mmaps, truncates, closes).
 uint64_t metadata_ops(const core::FileCounters& c);
 
+/// The job's own losses (what the kernel charged its processes with) under the names of
+/// docs/counters.md#lost, zeros included, `job_events` too; not `program_misses`, which no
+/// process can be charged with. For its record's `lost` and its metrics.
+std::vector<std::pair<std::string, uint64_t>> own_losses_by_cause(const Job& job);
+
 /// The metrics of one job; `top_files` = K (0: no per-file rows). The class sums include what
 /// was folded out of the recorder (Job::folded_classes), so they only grow.
 core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t top_files);

@@ -1412,8 +1412,12 @@ Status Loader::add_user_stat(uint32_t index, uint64_t n) {
   if (ncpu <= 0) return Status::Error("cannot count the CPUs", EINVAL);
   std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
   const int sfd = bpf_map__fd(impl_->skel->maps.stats);
-  if (bpf_map_lookup_elem(sfd, &index, per_cpu.data()) != 0 ||
-      (per_cpu[0] += n, bpf_map_update_elem(sfd, &index, per_cpu.data(), BPF_ANY) != 0)) {
+  if (bpf_map_lookup_elem(sfd, &index, per_cpu.data()) != 0) {
+    const int e = errno;
+    return Status::Error(errno_text(e), e);
+  }
+  per_cpu[0] += n;
+  if (bpf_map_update_elem(sfd, &index, per_cpu.data(), BPF_ANY) != 0) {
     const int e = errno;
     return Status::Error(errno_text(e), e);
   }
