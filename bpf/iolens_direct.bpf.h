@@ -30,14 +30,16 @@ struct dio_inflight {
 	__u64 t0;
 	__u64 pstart_ns;
 	__u64 done_before; /* bytes a previous partial call already moved (in the complete's ret) */
+	__u64 count;       /* bytes this call asked for (the iterator's count at begin) */
+	__u64 file;        /* its struct file * (compared, never read, at an io_uring CQE) */
 	__u32 tgid;
 	__u32 is_write;
 };
 
 /* In-flight direct I/O by struct kiocb *. A begin that never completes (a NOWAIT attempt that
- * gave up with -EAGAIN, an error before any bio) leaves its entry, overwritten when the kiocb
- * address is used again (a syscall's kiocb is on the stack, an io_uring one in a recycled
- * request). */
+ * gave up with -EAGAIN, an error before any bio, a fallback to buffered I/O) leaves its entry:
+ * overwritten when the kiocb address is used again (a syscall's kiocb is on the stack), taken
+ * out by the CQE of the io_uring request at that address (dio_take). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
@@ -66,6 +68,8 @@ int BPF_PROG(iomap_dio_rw_begin, struct kiocb *iocb, struct iov_iter *iter, unsi
 	v.tgid = task->tgid;
 	v.pstart_ns = st->pstart_ns;
 	v.done_before = done_before;
+	v.count = BPF_CORE_READ(iter, count);
+	v.file = (__u64)f;
 	/* ITER_SOURCE: the iterator is the data's source, i.e. a write (iov_iter_rw()) */
 	v.is_write = BPF_CORE_READ(iter, data_source) ? 1 : 0;
 	if (bpf_map_update_elem(&dio_inflight, &key, &v, BPF_ANY))
@@ -73,12 +77,19 @@ int BPF_PROG(iomap_dio_rw_begin, struct kiocb *iocb, struct iov_iter *iter, unsi
 	return 0;
 }
 
-/* One direct read or write of `d` that returned `ret` (>= 0) bytes, complete at `t1`. */
+/*
+ * One direct read or write of `d` that returned `ret` (>= 0) bytes, complete at `t1`. At most
+ * what the call asked for: an io_uring CQE's result (dio_take) also holds what an earlier
+ * partial attempt of the request moved, which the filesystem's done_before may not.
+ */
 static __always_inline void dio_account(struct iolens_file_counters *c,
 					const struct dio_inflight *d, __u64 ret, __u64 t1)
 {
 	__u64 elapsed = t1 > d->t0 ? t1 - d->t0 : 0;
 	__u64 bytes = ret > d->done_before ? ret - d->done_before : 0;
+
+	if (bytes > d->count)
+		bytes = d->count;
 
 	if (d->is_write) {
 		IOLENS_ADD(&c->direct_writes, 1);
@@ -95,7 +106,7 @@ static __always_inline void dio_account(struct iolens_file_counters *c,
 
 /* Fires for synchronous and for queued (aio, io_uring: -EIOCBQUEUED) direct I/O alike: the
  * async path completes through iomap_dio_complete_work(), which calls iomap_dio_complete().
- * A queued completion runs in the block layer's IRQ or softirq, wherever it lands: the kernel
+ * A queued completion runs in an IRQ, a softirq (wherever it lands) or a workqueue: the kernel
  * (6.18 VM) was seen not to run this program in the softirq of a busy unrelated thread, with
  * no recursion miss counted (as block_rq_complete, docs/counters.md `block_untimed`). For
  * io_uring requests, io_uring_complete counts what this missed (dio_take). */
@@ -250,15 +261,18 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 }
 
 /*
- * The in-flight O_DIRECT entry of io_uring request `key`, taken out of dio_inflight: 1 if there
+ * The in-flight O_DIRECT entry at io_uring request `key`, taken out of dio_inflight: 1 if there
  * was one. The request's kiocb is the start of its struct io_kiocb, so both hooks key it by
  * the same address, and the direct I/O completes before the request's CQE is posted (in its
  * ki_complete, or in io_uring's task work for a completion deferred to the caller): an entry
- * still in flight at the CQE is either a completion iomap_dio_complete's program did not see
- * (see there), or a begin that returned before any I/O (at or past end of file: result 0;
- * refused: < 0). The CQE takes it out either way, so no later request at this address finds
- * it; io_uring_complete counts it as a direct read or write, timed to the CQE, when the
- * request moved bytes (> 0).
+ * still there at the CQE is a completion iomap_dio_complete's program did not see (see there),
+ * or a begin that did no direct I/O: at or past end of file (result 0), refused (< 0), or
+ * fallen back to buffered I/O (the page cache over its range could not be invalidated:
+ * result > 0, and counted as direct, as the CQE cannot tell). io_uring_complete takes it
+ * out at a read or write that moved bytes (> 0) and counts it, timed to the CQE, when it is
+ * this request's: an entry an earlier request left at the recycled address (one whose CQE
+ * moved nothing, or was not posted: IOSQE_CQE_SKIP_SUCCESS) has an older begin than this
+ * request's submission, or another file or direction.
  */
 static __always_inline int dio_take(__u64 key, struct dio_inflight *out)
 {
@@ -285,7 +299,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	struct file *f;
 	__u64 t1;
 	__s32 res;
-	int kind, own, dio_unseen = 0;
+	int kind, own;
 
 	if (!req)
 		return 0; /* an auxiliary completion (no request): nothing to charge */
@@ -312,8 +326,6 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	}
 	kind = uring_kind(v.opcode);
 	res = cqe->res;
-	if (kind == URING_READ || kind == URING_WRITE)
-		dio_unseen = dio_take(key, &dio);
 	if (kind == URING_SKIP || res < 0)
 		return 0;
 	t1 = bpf_ktime_get_ns();
@@ -368,7 +380,9 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 			iolens_account_rw(c, 1, v.pos, res, v.t0, t1);
 		else
 			iolens_account_rw(c, 0, v.pos, res, v.t0, t1);
-		if (dio_unseen && res > 0 && dio.tgid == v.tgid)
+		/* a begin of this request: its process, file and direction, after its submission */
+		if (res > 0 && dio_take(key, &dio) && dio.tgid == v.tgid && dio.file == (__u64)f &&
+		    dio.is_write == (kind == URING_WRITE) && (!vp || dio.t0 >= v.t0))
 			dio_account(c, &dio, (__u64)res, t1);
 		break;
 	case URING_OPEN:

@@ -26,10 +26,11 @@ a read, but no direct I/O was done, so not a direct read) and an unaligned direc
 nothing counted): reads 2, direct_reads 1, direct_bytes_read 10000, direct_writes 1,
 direct_bytes_written 16384.
 
-Last, the same with the kernel's iomap_dio_complete program not loaded (`--disable-program`;
-the kernel was seen skipping it for completions in the softirq of a busy unrelated thread):
-io_uring O_DIRECT reads and writes are still counted in full, at their CQE, while psync
-O_DIRECT reads of the same run are not direct reads then.
+Last, a run with the kernel's iomap_dio_complete program not loaded (`--disable-program`; the
+kernel was seen skipping it for completions in the softirq of a busy unrelated thread): fio
+io_uring O_DIRECT sequential reads and writes, 4 MiB each, are still counted in full (count,
+bytes, time) at their CQE, while the psync O_DIRECT reads of the same run, which only that
+program counts, are not direct reads then.
 """
 import json
 import os
