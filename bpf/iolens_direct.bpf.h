@@ -77,11 +77,8 @@ int BPF_PROG(iomap_dio_rw_begin, struct kiocb *iocb, struct iov_iter *iter, unsi
 	return 0;
 }
 
-/*
- * One direct read or write of `d` that returned `ret` (>= 0) bytes, complete at `t1`. At most
- * what the call asked for: an io_uring CQE's result (dio_take) also holds what an earlier
- * partial attempt of the request moved, which the filesystem's done_before may not.
- */
+/* One direct read or write of `d` that returned `ret` (>= 0) bytes, complete at `t1`; at most
+ * what the call asked for. */
 static __always_inline void dio_account(struct iolens_file_counters *c,
 					const struct dio_inflight *d, __u64 ret, __u64 t1)
 {
@@ -268,12 +265,27 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
  * still there at the CQE is a completion iomap_dio_complete's program did not see (see there),
  * or a begin that did no direct I/O: at or past end of file (result 0), refused (< 0), or
  * fallen back to buffered I/O (the page cache over its range could not be invalidated:
- * result > 0, and counted as direct, as the CQE cannot tell). io_uring_complete takes it
- * out at a read or write that moved bytes (> 0) and counts it, timed to the CQE, when it is
- * this request's: an entry an earlier request left at the recycled address (one whose CQE
- * moved nothing, or was not posted: IOSQE_CQE_SKIP_SUCCESS) has an older begin than this
- * request's submission, or another file or direction.
+ * result > 0, and counted as direct, as the CQE cannot tell). io_uring_complete removes it
+ * at a read or write that moved nothing, takes it out at one that moved bytes and counts it,
+ * timed to the CQE, when it is this request's: an entry an earlier request left at the
+ * recycled address (its CQE not posted: IOSQE_CQE_SKIP_SUCCESS; or not seen, its process
+ * untraced meanwhile) has an older begin than this request's submission, or another file or
+ * direction. The CQE's result also holds what earlier short attempts of the request moved
+ * (io_uring's own bytes_done: each attempt's direct I/O was counted by its own completion):
+ * only what the last attempt moved counts, so a last attempt that did no direct I/O (at end
+ * of file after a short read) counts nothing.
  */
+/* What earlier short attempts of read or write request `req` moved, which io_uring adds to its
+ * CQE's result (its struct io_async_rw's bytes_done; 0 where the kernel has none). */
+static __always_inline __u64 uring_bytes_done(struct io_kiocb *req)
+{
+	struct io_async_rw *io = BPF_CORE_READ(req, async_data);
+
+	if (!io || !bpf_core_field_exists(io->bytes_done))
+		return 0;
+	return BPF_CORE_READ(io, bytes_done);
+}
+
 static __always_inline int dio_take(__u64 key, struct dio_inflight *out)
 {
 	struct dio_inflight *vp = bpf_map_lookup_elem(&dio_inflight, &key);
@@ -326,6 +338,9 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	}
 	kind = uring_kind(v.opcode);
 	res = cqe->res;
+	/* a begin of a read or write that moved nothing did no direct I/O to miss (dio_take) */
+	if (res <= 0 && (kind == URING_READ || kind == URING_WRITE))
+		bpf_map_delete_elem(&dio_inflight, &key);
 	if (kind == URING_SKIP || res < 0)
 		return 0;
 	t1 = bpf_ktime_get_ns();
@@ -380,10 +395,15 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 			iolens_account_rw(c, 1, v.pos, res, v.t0, t1);
 		else
 			iolens_account_rw(c, 0, v.pos, res, v.t0, t1);
-		/* a begin of this request: its process, file and direction, after its submission */
-		if (res > 0 && dio_take(key, &dio) && dio.tgid == v.tgid && dio.file == (__u64)f &&
-		    dio.is_write == (kind == URING_WRITE) && (!vp || dio.t0 >= v.t0))
-			dio_account(c, &dio, (__u64)res, t1);
+		/* a begin of this request: its process, file and direction, after its submission;
+		 * and bytes moved by its last attempt (dio_take) */
+		if (dio_take(key, &dio) && dio.tgid == v.tgid && dio.file == (__u64)f &&
+		    dio.is_write == (kind == URING_WRITE) && (!vp || dio.t0 >= v.t0)) {
+			__u64 last = (__u64)res - uring_bytes_done(req);
+
+			if (last <= (__u64)res && last > 0)
+				dio_account(c, &dio, last, t1);
+		}
 		break;
 	case URING_OPEN:
 		IOLENS_ADD(&c->uring_opens, 1);

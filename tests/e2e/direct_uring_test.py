@@ -30,7 +30,9 @@ Last, a run with the kernel's iomap_dio_complete program not loaded (`--disable-
 kernel was seen skipping it for completions in the softirq of a busy unrelated thread): fio
 io_uring O_DIRECT sequential reads and writes, 4 MiB each, are still counted in full (count,
 bytes, time) at their CQE, while the psync O_DIRECT reads of the same run, which only that
-program counts, are not direct reads then.
+program counts, are not direct reads then. And io_uring O_DIRECT reads at the end of a
+10,000-byte file (uring_workload direct-eof), with that program and without it: one direct read
+of 10,000 bytes per 16 KiB read that ends there, none for the read past the end.
 """
 import json
 import os
@@ -184,6 +186,7 @@ def main():
     check_uring_workload(ck, args, tmp)
     check_direct_edges(ck, args, tmp)
     check_unseen_dio_completions(ck, args, tmp, fio)
+    check_uring_direct_eof(ck, args, tmp)
     ck.finish()
 
 
@@ -273,6 +276,39 @@ def check_unseen_dio_completions(ck, args, tmp, fio):
         else:
             ck.eq("%s direct_%s (no completion program)" % (name, ops), 0,
                   c.get("direct_" + ops, 0))
+
+
+def check_uring_direct_eof(ck, args, tmp):
+    """io_uring O_DIRECT reads of a 10,000-byte file (uring_workload direct-eof): per round, a
+    16 KiB read at 0 that ends at end of file (10,000 bytes; short, so io_uring may retry the
+    rest, which finds end of file and does no direct I/O) and one at 16 KiB (0 bytes, no
+    direct I/O). With the completion program and without it (counted at the CQE, less what
+    the request's earlier attempts moved): one direct read of 10,000 bytes per round, never
+    one for the retry or the read past the end."""
+    data = os.path.join(tmp, "eof.dat")
+    with open(data, "wb") as f:
+        f.write(os.urandom(10000))
+        f.flush()
+        os.fsync(f.fileno())
+    for tag, extra in (("eof", []), ("eof_unseen", ["--disable-program", "iomap_dio_complete"])):
+        run = E.run_iolens(args.iolens, [args.workload, data, "direct-eof"],
+                           json_path=os.path.join(tmp, tag + ".json"), extra=extra, timeout=60)
+        if run.rc != 0:
+            ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (tag, run.rc, run.err_text()))
+        doc = E.load_run(ck, run)
+        E.check_lost_zero(ck, doc)
+        try:
+            w = json.loads(run.out.decode().splitlines()[0])
+        except (ValueError, IndexError) as e:
+            ck.fatal("%s: uring_workload output is not one JSON line: %s: %r" % (tag, e, run.out))
+        rounds = w["opens"]
+        c = summed([r for r in doc["files"] if r.get("path") == data])
+        E.log("%s: uring_workload says %s; iolens %s" % (tag, json.dumps(w), E.brief(c)))
+        ck.eq("%s workload bytes" % tag, 10000 * rounds, w["bytes_read"])
+        for name, expected in (("reads", w["reads"]), ("uring_reads", w["reads"]),
+                               ("bytes_read", w["bytes_read"]), ("direct_reads", rounds),
+                               ("direct_bytes_read", w["bytes_read"])):
+            ck.eq("%s %s" % (tag, name), expected, c.get(name, 0))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,12 @@
  * IORING_OP_OPENAT, IORING_OP_READ of BLOCK bytes at offset 0, IORING_OP_FSYNC and
  * IORING_OP_CLOSE, one request at a time. No other call touches the file. Prints one JSON
  * line with what completed: {"opens":N,"reads":N,"bytes_read":N,"fsyncs":N,"closes":N}.
- * Used by tests/e2e/direct_uring_test.py (the uring_* open/close/other counters).
+ * With a second argument `direct-eof`: the file is opened O_DIRECT and each round reads
+ * DIRECT_LEN bytes at 0 and DIRECT_LEN at DIRECT_LEN (no fsync), so that on a file shorter than
+ * DIRECT_LEN the first read ends at end of file (short: io_uring may retry the rest, which
+ * finds end of file) and the second starts past it (0 bytes).
+ * Used by tests/e2e/direct_uring_test.py (the uring_* open/close/other counters, O_DIRECT
+ * at end of file).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -20,6 +25,7 @@
 
 #define ROUNDS 3
 #define BLOCK 4096
+#define DIRECT_LEN 16384
 
 struct ring {
 	int fd;
@@ -90,15 +96,16 @@ static int ring_must(struct ring *r, const struct io_uring_sqe *sqe, const char 
 
 int main(int argc, char **argv)
 {
-	static char buf[BLOCK];
+	static char buf[DIRECT_LEN] __attribute__((aligned(4096))); /* as O_DIRECT wants */
 	struct io_uring_sqe sqe;
 	struct ring r;
 	long opens = 0, reads = 0, bytes = 0, fsyncs = 0, closes = 0;
-	int i, fd;
+	int i, fd, direct;
 
 	wl_name = "uring_workload";
-	if (argc != 2) {
-		fprintf(stderr, "usage: uring_workload FILE\n");
+	direct = argc == 3 && strcmp(argv[2], "direct-eof") == 0;
+	if (argc != 2 && !direct) {
+		fprintf(stderr, "usage: uring_workload FILE [direct-eof]\n");
 		return 2;
 	}
 	ring_setup(&r);
@@ -107,9 +114,30 @@ int main(int argc, char **argv)
 		sqe.opcode = IORING_OP_OPENAT;
 		sqe.fd = AT_FDCWD;
 		sqe.addr = (unsigned long)argv[1];
-		sqe.open_flags = O_RDONLY;
+		sqe.open_flags = O_RDONLY | (direct ? O_DIRECT : 0);
 		fd = ring_must(&r, &sqe, "IORING_OP_OPENAT");
 		opens++;
+
+		if (direct) {
+			long off;
+
+			for (off = 0; off <= DIRECT_LEN; off += DIRECT_LEN) {
+				memset(&sqe, 0, sizeof(sqe));
+				sqe.opcode = IORING_OP_READ;
+				sqe.fd = fd;
+				sqe.addr = (unsigned long)buf;
+				sqe.len = DIRECT_LEN;
+				sqe.off = (unsigned long)off;
+				bytes += ring_must(&r, &sqe, "IORING_OP_READ");
+				reads++;
+			}
+			memset(&sqe, 0, sizeof(sqe));
+			sqe.opcode = IORING_OP_CLOSE;
+			sqe.fd = fd;
+			ring_must(&r, &sqe, "IORING_OP_CLOSE");
+			closes++;
+			continue;
+		}
 
 		memset(&sqe, 0, sizeof(sqe));
 		sqe.opcode = IORING_OP_READ;
