@@ -94,6 +94,20 @@ static int ring_must(struct ring *r, const struct io_uring_sqe *sqe, const char 
 	return res;
 }
 
+/* IORING_OP_READ of `len` bytes at `off` into `buf`: the bytes read. */
+static long ring_read(struct ring *r, int fd, void *buf, unsigned len, long off)
+{
+	struct io_uring_sqe sqe;
+
+	memset(&sqe, 0, sizeof(sqe));
+	sqe.opcode = IORING_OP_READ;
+	sqe.fd = fd;
+	sqe.addr = (unsigned long)buf;
+	sqe.len = len;
+	sqe.off = (unsigned long)off;
+	return ring_must(r, &sqe, "IORING_OP_READ");
+}
+
 int main(int argc, char **argv)
 {
 	static char buf[DIRECT_LEN] __attribute__((aligned(4096))); /* as O_DIRECT wants */
@@ -122,13 +136,7 @@ int main(int argc, char **argv)
 			long off;
 
 			for (off = 0; off <= DIRECT_LEN; off += DIRECT_LEN) {
-				memset(&sqe, 0, sizeof(sqe));
-				sqe.opcode = IORING_OP_READ;
-				sqe.fd = fd;
-				sqe.addr = (unsigned long)buf;
-				sqe.len = DIRECT_LEN;
-				sqe.off = (unsigned long)off;
-				bytes += ring_must(&r, &sqe, "IORING_OP_READ");
+				bytes += ring_read(&r, fd, buf, DIRECT_LEN, off);
 				reads++;
 			}
 			memset(&sqe, 0, sizeof(sqe));
@@ -139,13 +147,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 
-		memset(&sqe, 0, sizeof(sqe));
-		sqe.opcode = IORING_OP_READ;
-		sqe.fd = fd;
-		sqe.addr = (unsigned long)buf;
-		sqe.len = BLOCK;
-		sqe.off = 0;
-		bytes += ring_must(&r, &sqe, "IORING_OP_READ");
+		bytes += ring_read(&r, fd, buf, BLOCK, 0);
 		reads++;
 
 		memset(&sqe, 0, sizeof(sqe));
