@@ -258,6 +258,21 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 }
 
 /*
+ * What earlier short attempts of read or write request `req` moved, which io_uring adds to its
+ * CQE's result (its struct io_async_rw's bytes_done). 0 where the kernel has none, and where
+ * the request's async data was already recycled before the CQE (6.10+, the usual inline path):
+ * bytes_done > 0 only after a short attempt punted the rest to io-wq, whose requests keep it.
+ */
+static __always_inline __u64 uring_bytes_done(struct io_kiocb *req)
+{
+	struct io_async_rw *io = BPF_CORE_READ(req, async_data);
+
+	if (!io || !bpf_core_field_exists(io->bytes_done))
+		return 0;
+	return BPF_CORE_READ(io, bytes_done);
+}
+
+/*
  * The in-flight O_DIRECT entry at io_uring request `key`, taken out of dio_inflight: 1 if there
  * was one. The request's kiocb is the start of its struct io_kiocb, so both hooks key it by
  * the same address, and the direct I/O completes before the request's CQE is posted (in its
@@ -271,21 +286,12 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
  * recycled address (its CQE not posted: IOSQE_CQE_SKIP_SUCCESS; or not seen, its process
  * untraced meanwhile) has an older begin than this request's submission, or another file or
  * direction. The CQE's result also holds what earlier short attempts of the request moved
- * (io_uring's own bytes_done: each attempt's direct I/O was counted by its own completion):
- * only what the last attempt moved counts, so a last attempt that did no direct I/O (at end
- * of file after a short read) counts nothing.
+ * (io_uring's own bytes_done, counted by those attempts' completions): only what the last
+ * attempt moved counts, so a last attempt that did no direct I/O (at end of file after a
+ * short read) counts nothing. An earlier attempt is short only when its direct I/O completed
+ * synchronously, in the submitting task, where the completion program has not been seen
+ * skipped; if it were, its bytes would not be counted (the retry's begin replaces its entry).
  */
-/* What earlier short attempts of read or write request `req` moved, which io_uring adds to its
- * CQE's result (its struct io_async_rw's bytes_done; 0 where the kernel has none). */
-static __always_inline __u64 uring_bytes_done(struct io_kiocb *req)
-{
-	struct io_async_rw *io = BPF_CORE_READ(req, async_data);
-
-	if (!io || !bpf_core_field_exists(io->bytes_done))
-		return 0;
-	return BPF_CORE_READ(io, bytes_done);
-}
-
 static __always_inline int dio_take(__u64 key, struct dio_inflight *out)
 {
 	struct dio_inflight *vp = bpf_map_lookup_elem(&dio_inflight, &key);
