@@ -139,22 +139,16 @@ int main(int argc, char **argv)
 				bytes += ring_read(&r, fd, buf, DIRECT_LEN, off);
 				reads++;
 			}
+		} else {
+			bytes += ring_read(&r, fd, buf, BLOCK, 0);
+			reads++;
+
 			memset(&sqe, 0, sizeof(sqe));
-			sqe.opcode = IORING_OP_CLOSE;
+			sqe.opcode = IORING_OP_FSYNC;
 			sqe.fd = fd;
-			ring_must(&r, &sqe, "IORING_OP_CLOSE");
-			closes++;
-			continue;
+			ring_must(&r, &sqe, "IORING_OP_FSYNC");
+			fsyncs++;
 		}
-
-		bytes += ring_read(&r, fd, buf, BLOCK, 0);
-		reads++;
-
-		memset(&sqe, 0, sizeof(sqe));
-		sqe.opcode = IORING_OP_FSYNC;
-		sqe.fd = fd;
-		ring_must(&r, &sqe, "IORING_OP_FSYNC");
-		fsyncs++;
 
 		memset(&sqe, 0, sizeof(sqe));
 		sqe.opcode = IORING_OP_CLOSE;
