@@ -474,7 +474,7 @@ std::size_t Recorder::count_name_bytes() const {
 }
 
 std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIdentity>* forgotten,
-                              std::size_t max_name_bytes) {
+                              std::size_t max_name_bytes, const RecordVisitor* on_fold) {
   // Names count in bytes too: 60,000 files with 3.5 KB paths weigh as much as far more files.
   const bool by_bytes = max_name_bytes != SIZE_MAX;
   std::size_t bytes = by_bytes ? name_bytes_ : 0;
@@ -559,6 +559,11 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
     if (!p.folded) p.folded = std::make_unique<Folded>();
     const FileAcc& a = it->second;
     const FileCounters c = stored(a);
+    if (on_fold) {  // its name is still held: forget_names runs after the last fold_one
+      const Name* n = name_of(it->first);
+      (*on_fold)(RecordView{it->first.proc, identity_of(it->first), c, n ? &n->path : nullptr,
+                            false});
+    }
     combine_counters(p.folded->counters, c);
     p.folded->rename_sources += a.rename_sources;
     p.folded->unlinks += a.unlinks;
@@ -596,7 +601,8 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
 }
 
 std::vector<ProcKey> Recorder::fold_processes_to(std::size_t max_processes,
-                                                 std::vector<FileIdentity>* forgotten) {
+                                                 std::vector<FileIdentity>* forgotten,
+                                                 const RecordVisitor* on_fold) {
   std::vector<ProcKey> out;
   if (procs_.size() <= max_processes) return out;
   const std::size_t target = max_processes / 10 * 9 + max_processes % 10 * 9 / 10;
@@ -634,6 +640,11 @@ std::vector<ProcKey> Recorder::fold_processes_to(std::size_t max_processes,
     }
     const FileAcc& a = it->second;
     const FileCounters c = a.total();
+    if (on_fold) {
+      const Name* n = name_of(it->first);
+      (*on_fold)(RecordView{it->first.proc, identity_of(it->first), c, n ? &n->path : nullptr,
+                            false});
+    }
     take(c);
     fp.rename_sources += a.rename_sources;
     fp.file_unlinks += a.unlinks;
@@ -925,7 +936,7 @@ void Recorder::visit_processes(const std::function<void(const ProcessView&)>& fn
                    p.wait_status});
 }
 
-void Recorder::visit_records(const std::function<void(const RecordView&)>& fn) const {
+void Recorder::visit_records(const RecordVisitor& fn) const {
   for (const auto& [k, acc] : files_) {
     const FileCounters c = acc.total();
     const Name* n = name_of(k);

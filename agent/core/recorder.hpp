@@ -89,7 +89,8 @@ class Recorder {
   };
   /// Every file record and every process's "other files" record, in no given order. Their
   /// Fold::Sum counters add up to the process totals of snapshot().
-  void visit_records(const std::function<void(const RecordView&)>& fn) const;
+  using RecordVisitor = std::function<void(const RecordView&)>;
+  void visit_records(const RecordVisitor& fn) const;
   /// The name received for a file incarnation (a generation-less id: any incarnation's), or
   /// nullptr: none received yet, or forgotten by fold_to. `incomplete`: cut or unreachable.
   const std::string* file_name(const FileIdentity& id, bool* incomplete = nullptr) const;
@@ -121,9 +122,12 @@ class Recorder {
   /// delete `seen_files[(dev, ino)]` when its generation is `gen`). Returns the records folded.
   /// O(n log n) in the records held; docs/counters.md#folded-records.
   /// `max_name_bytes`: the same for name_bytes(): records are folded until both fit.
+  /// `on_fold`: called with each file record the fold takes, before it goes (its name and
+  /// counters as visit_records() shows them), so that a caller keeping sums by name (iolensd's
+  /// folded classes) adds what moved in O(records folded) instead of walking every record twice.
   std::size_t fold_to(std::size_t max_file_records,
                       std::vector<FileIdentity>* forgotten = nullptr,
-                      std::size_t max_name_bytes = SIZE_MAX);
+                      std::size_t max_name_bytes = SIZE_MAX, const RecordVisitor* on_fold = nullptr);
 
   /// File records folded by fold_to so far.
   uint64_t folded_records() const { return folded_records_; }
@@ -140,8 +144,10 @@ class Recorder {
   /// snapshot's totals stay exact. Names no record refers to any more are forgotten as by
   /// fold_to (appended to `forgotten`). Returns the processes folded, whose keys the caller
   /// must forget too (a later record of one of them is not theirs any more).
+  /// `on_fold`: as for fold_to, each file record of the processes folded.
   std::vector<ProcKey> fold_processes_to(std::size_t max_processes,
-                                         std::vector<FileIdentity>* forgotten = nullptr);
+                                         std::vector<FileIdentity>* forgotten = nullptr,
+                                         const RecordVisitor* on_fold = nullptr);
   /// Processes folded by fold_processes_to so far.
   uint64_t folded_processes() const { return folded_procs_.processes; }
   /// Processes held (not folded).
@@ -156,6 +162,10 @@ class Recorder {
   /// The same bytes as save(), made in the container a JSON binary value holds (iolensd's
   /// state file takes it without a copy: one copy less of a big job's blob in memory).
   std::vector<uint8_t> save_bytes(bool with_live = true) const;
+  /// The same bytes written into `out` (its contents replaced, its capacity used): iolensd
+  /// gathers its state into the buffers of the last save, whose pages are already there (a
+  /// fresh buffer's first touch of each page cost the loop 10-30 us a page on the VM).
+  void save_into(std::vector<uint8_t>& out, bool with_live = true) const;
   /// A recorder equal in every observable way to the one that saved `bytes`: same snapshot(),
   /// memory() and behaviour for every later call. nullptr and `error` when the blob is
   /// malformed, truncated, of another format or kernel ABI version, fails its CRC, or

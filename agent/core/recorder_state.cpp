@@ -378,6 +378,12 @@ struct Recorder::Codec {
 
 std::vector<uint8_t> Recorder::save_bytes(bool with_live) const {
   std::vector<uint8_t> out;
+  save_into(out, with_live);
+  return out;
+}
+
+void Recorder::save_into(std::vector<uint8_t>& out, bool with_live) const {
+  out.clear();
   // The bulk: the records' packed parts and the names. Growth would double the buffer and copy
   // it (fresh memory, page faults, and twice the blob at the peak: 44 MB for a job of 3 KB
   // paths, heaptrack on e2e_daemon_memory_bound), so their bytes are counted and reserved for:
@@ -406,7 +412,6 @@ std::vector<uint8_t> Recorder::save_bytes(bool with_live) const {
   Codec::put(w, *this, with_live);
   w.patch_u64(16, out.size() - kHeaderBytes);
   w.u32(crc32_of(std::string_view(reinterpret_cast<const char*>(out.data()), out.size())));
-  return out;
 }
 
 std::string Recorder::save(bool with_live) const {

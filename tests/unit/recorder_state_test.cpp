@@ -811,3 +811,27 @@ TEST(RecorderState, TheBlobIsMadeInOneBufferOfItsSize) {
             nullptr)
       << error;
 }
+
+TEST(RecorderState, SavedIntoAUsedBufferTheSameBytesInItsPages) {
+  // iolensd gathers each save into the last save's buffers: whatever they held, the bytes are
+  // save_bytes()'s, and a buffer big enough is written in place (no fresh pages to fault in).
+  Recorder r(0, 0);
+  for (uint32_t i = 1; i <= 500; ++i) {
+    FileCounters c = new_counters();
+    c.opens = c.closes = c.reads = 1;
+    c.bytes_read = i;
+    add_named_file(r, ProcKey{1000, 5000}, i, 1, "f" + std::to_string(i) + "\0d\0"s, c, i % 3 == 0);
+  }
+  const std::vector<uint8_t> want = r.save_bytes(false);
+  std::vector<uint8_t> used(want.size() * 2, 0xab);  // a bigger blob's leftovers
+  const uint8_t* pages = used.data();
+  r.save_into(used, false);
+  EXPECT_EQ(used, want);
+  EXPECT_EQ(used.data(), pages);
+  std::vector<uint8_t> small(16, 0xcd);  // too small: grown, still the same bytes
+  r.save_into(small, false);
+  EXPECT_EQ(small, want);
+  std::vector<uint8_t> with_live;
+  r.save_into(with_live, true);
+  EXPECT_EQ(with_live, r.save_bytes(true));
+}

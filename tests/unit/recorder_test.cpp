@@ -754,6 +754,76 @@ TEST(Fold, NamesStayWhileAStatByPathNeedsThem) {
   EXPECT_EQ(r.memory().names, 2u);
 }
 
+TEST(Fold, TheObserverSeesEachRecordTakenOnceNamedWithItsCounters) {
+  // What iolensd keeps its folded class sums from: every file record a fold takes, once, with
+  // its name and counters; never one it keeps. Bytes by path are the test's own.
+  Recorder r(100, 1);
+  ForkEvent fork;
+  fork.proc = {101, 20};
+  fork.parent = {100, 5};
+  fork.comm = "worker";
+  r.on_event(fork);
+  std::map<std::string, uint64_t> made;  // path ("" = no name) -> bytes read, as made here
+  for (uint64_t i = 1; i <= 20; ++i) {   // process 100: /d/f1 .. /d/f20, 100 * i bytes
+    r.on_event(name_event(100, 5, i, "f" + std::to_string(i) + "\0d\0"s));
+    r.on_file(key(100, 5, i), busy(100 * i, 1, 10), true);
+    made["/d/f" + std::to_string(i)] += 100 * i;
+  }
+  r.on_file(key(100, 5, 500), busy(7, 1, 10), true);  // a record whose name never came
+  made[""] += 7;
+  for (uint64_t i = 1; i <= 5; ++i) {  // the worker: /d/g1 .. /d/g5, 5000 + i bytes
+    r.on_event(name_event(101, 20, 100 + i, "g" + std::to_string(i) + "\0d\0"s));
+    r.on_file(key(101, 20, 100 + i), busy(5000 + i, 1, 10), true);
+    made["/d/g" + std::to_string(i)] += 5000 + i;
+  }
+  r.on_file(key(100, 5, 600), busy(1, 1, 10), false);  // live (and unnamed): never taken
+  made[""] += 1;
+  r.on_event(ExitEvent{{101, 20}, 90, 0});
+
+  std::map<std::string, uint64_t> seen;
+  std::size_t calls = 0;
+  const Recorder::RecordVisitor observe = [&](const Recorder::RecordView& v) {
+    ++calls;
+    EXPECT_FALSE(v.other_files);
+    seen[v.path ? *v.path : ""] += v.counters.bytes_read;
+  };
+  auto kept = [&] {
+    std::map<std::string, uint64_t> k;
+    r.visit_records([&](const Recorder::RecordView& v) {
+      if (!v.other_files) k[v.path ? *v.path : ""] += v.counters.bytes_read;
+    });
+    return k;
+  };
+  // 27 records down to 9: the 18 smallest go (the unnamed one, /d/f1 .. /d/f17), not the live one.
+  const std::size_t folded = r.fold_to(10, nullptr, SIZE_MAX, &observe);
+  EXPECT_EQ(folded, 18u);
+  EXPECT_EQ(calls, folded);
+  EXPECT_EQ(seen.count("/d/f18"), 0u);
+  EXPECT_EQ(seen[""], 7u);
+  for (uint64_t i = 1; i <= 17; ++i) EXPECT_EQ(seen["/d/f" + std::to_string(i)], 100 * i) << i;
+  // Taken plus kept is what was made, path by path.
+  auto check = [&] {
+    const auto k = kept();
+    for (const auto& [path, bytes] : made) {
+      const uint64_t got = (seen.count(path) ? seen.at(path) : 0) + (k.count(path) ? k.at(path) : 0);
+      EXPECT_EQ(got, bytes) << path;
+    }
+  };
+  check();
+  // The worker exited: folding processes takes its five records, each once, named.
+  calls = 0;
+  const auto gone = r.fold_processes_to(1, nullptr, &observe);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0], (ProcKey{101, 20}));
+  EXPECT_EQ(calls, 5u);
+  for (uint64_t i = 1; i <= 5; ++i) EXPECT_EQ(seen["/d/g" + std::to_string(i)], 5000 + i) << i;
+  check();
+  // Nothing left to fold: not called.
+  calls = 0;
+  EXPECT_EQ(r.fold_to(10, nullptr, SIZE_MAX, &observe), 0u);
+  EXPECT_EQ(calls, 0u);
+}
+
 TEST(Fold, MatchesAnUnfoldedTwinOnAMixedWorkload) {
   // Processes sharing files, re-opened files, stats by path, reused inodes, renames and
   // unlinks, with fold_to after every "drain": every process's totals and file count, and the
