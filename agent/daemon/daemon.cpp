@@ -222,9 +222,12 @@ class Daemon {
   /// Feeds the running capture and ends it when its time, size or job is up.
   void service_capture(int64_t now);
   void end_capture(CaptureEnd why);
-  /// Folds what is over the record and name limits (JobTable::enforce_limits; `names_only`:
-  /// within a drain round) and has the kernel forget the names forgotten.
-  void fold_over_limits(bool names_only = false);
+  /// Folds what is over the record and name limits (JobTable::enforce_limits; `within_round`:
+  /// before a drain round's end) and queues the names forgotten for the kernel (clear_names).
+  void fold_over_limits(bool within_round = false);
+  /// Has the kernel forget the queued names (send them again if the files are used again),
+  /// a slice at a time until `deadline_ns` (0: all of them).
+  void clear_names(int64_t deadline_ns);
   /// What the trace ring holds, handed to `session` in bounded pieces.
   void take_trace(capture::TraceSession& session);
   /// Once the window has ended: the capture is over when its output is done with (all written,
@@ -344,6 +347,11 @@ class Daemon {
   // Restart without loss (docs/daemon.md#restart-without-loss): records of exited processes leave the
   // kernel only after a saved state holds them.
   std::vector<iolens_file_key> pending_files_, pending_others_;
+  // Names folded out of the recorders whose kernel entry still says "sent": two syscalls each,
+  // so cleared a slice at a time between answers (a 150,000-file job folded at the default
+  // limits spent up to 0.8 s at once there); saved with the state, so that a restart clears
+  // what a crash left. Until cleared, a folded file used again gets a record without a name.
+  std::deque<loader::Loader::NameId> names_to_clear_;
   struct KeyLess {
     bool operator()(const iolens_file_key& a, const iolens_file_key& b) const {
       return std::memcmp(&a, &b, sizeof(a)) < 0;
@@ -382,7 +390,13 @@ class Daemon {
   uint64_t memory_bound_ = 0;     // limits.memory, or what the limits given need (docs/daemon.md#memory-bound)
   uint64_t removed_at_fold_ = 0;  // removed_records_ at the last fold_over_limits
   uint64_t last_save_loop_us_ = 0;  // the loop's part of the last save (gathering, collecting)
+  uint64_t last_save_gather_us_ = 0, last_save_collect_us_ = 0;  // its two parts
   uint64_t checkpoints_ = 0;
+  uint64_t names_cleared_ = 0;  // names the kernel was told to send again (clear_names)
+  // The last save's recorder blob buffers, emptied with their pages kept, handed back by the
+  // saver for the next gathering: on the VM a fresh buffer's page faults were most of a
+  // gathering's time in the loop (10-30 us a page; 93-256 ms for a live job).
+  std::vector<std::vector<uint8_t>> spare_blobs_;
   uint64_t checkpoint_failures_ = 0;
   uint64_t last_checkpoint_us_ = 0;
   int64_t last_checkpoint_mono_ = 0;
@@ -842,7 +856,11 @@ void Daemon::drain(bool may_save) {
 
 bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
-  loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+  // Within half the piece's time (a ring full of names takes seconds), the walk has the rest:
+  // what is left waits for the next piece; a record whose process's mark is among it is kept
+  // for a few seconds (unknown_disposition).
+  loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); },
+                          deadline_ns == 0 ? 0 : t0 + std::max<int64_t>(deadline_ns - t0, 0) / 2);
   learn_uids();  // processes that arrived with these events, while they are alive
   using D = loader::Loader::Disposition;
   const uint32_t max = loader_->max_file_records();
@@ -952,13 +970,15 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     round_.longest_piece_ns = std::max(round_.longest_piece_ns, took);
   };
   if (round_.open) {
-    // Names come faster than rounds end (a job making long-named files: 18 MB/s of names held
-    // three times over until the round's fold): fold by name bytes as soon as a piece leaves
-    // them at twice their bounds and records have left the kernel since the last fold (before,
-    // there is nothing new to fold). Twice: a fold classifies every record of the job for the
-    // metrics, and a job of 200,000 short-named files folded at every piece took twice the CPU
+    // Names and records come faster than rounds end (a job making long-named files: 18 MB/s of
+    // names held three times over until the round's fold; 30,000 new files a second, a round's
+    // worth folded at its end in one piece of up to 0.9 s): fold as soon as a piece leaves
+    // names or records at twice their bounds and records have left the kernel since the last
+    // fold (before, there is nothing new to fold). Twice: a fold sorts every record of the job,
+    // and a job of 200,000 short-named files folded at every piece took twice the CPU
     // (bench/README.md "Memory: one bound"). File records only: processes fold after a whole walk.
-    if (round_.walks.ok && removed_records_ != removed_at_fold_ && table_->names_over_limits(2))
+    if (round_.walks.ok && removed_records_ != removed_at_fold_ &&
+        (table_->names_over_limits(2) || table_->records_over_limits(2)))
       fold_over_limits(true);
     account();
     return false;
@@ -1106,13 +1126,24 @@ bool Daemon::checkpoint(bool force) {
   const bool with_live =
       live_save_due_ || always_live_saves_ ||
       files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)) * 2 > loader_->max_file_records();
-  st["table"] = table_->save(handed_over, with_live);
+  st["table"] = table_->save(handed_over, with_live, &spare_blobs_);
+  spare_blobs_.clear();  // those no job took (fewer jobs than at the last save) go
   auto keys = [](const std::vector<iolens_file_key>& v) {
     const auto* b = reinterpret_cast<const uint8_t*>(v.data());
     return nlohmann::json::binary(std::vector<uint8_t>(b, b + v.size() * sizeof(iolens_file_key)));
   };
   st["pending_files"] = keys(pending_files_);
   st["pending_others"] = keys(pending_others_);
+  {
+    static_assert(sizeof(loader::Loader::NameId) == 16, "docs/state-format.md: names_to_clear");
+    std::vector<uint8_t> ids(names_to_clear_.size() * sizeof(loader::Loader::NameId));
+    uint8_t* out = ids.data();
+    for (const auto& id : names_to_clear_) {
+      std::memcpy(out, &id, sizeof id);
+      out += sizeof id;
+    }
+    st["names_to_clear"] = nlohmann::json::binary(std::move(ids));
+  }
   nlohmann::json bases = nlohmann::json::object();
   for (const auto& [id, b] : job_loss_base_) bases[id] = b;
   st["job_loss_base"] = bases;
@@ -1131,9 +1162,10 @@ bool Daemon::checkpoint(bool force) {
 
 void Daemon::collect_saved() {
   if (!save_under_way_) return;
-  const std::optional<StateSaved> r = saver_->take();
+  std::optional<StateSaved> r = saver_->take();
   if (!r) return;  // still being written
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  spare_blobs_ = std::move(r->buffers);
   const SaveUnderWay s = *save_under_way_;
   save_under_way_.reset();
   if (!r->ok) {
@@ -1183,8 +1215,9 @@ void Daemon::collect_saved() {
   pending_set_.insert(pending_files_.begin(), pending_files_.end());
   pending_set_.insert(pending_others_.begin(), pending_others_.end());
   last_checkpoint_us_ = static_cast<uint64_t>(r->finished_ns - s.gathered_mono) / 1000;
-  last_save_loop_us_ =
-      static_cast<uint64_t>(s.gather_ns + (clock_ns(CLOCK_MONOTONIC) - t0)) / 1000;
+  last_save_gather_us_ = static_cast<uint64_t>(s.gather_ns) / 1000;
+  last_save_collect_us_ = static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC) - t0) / 1000;
+  last_save_loop_us_ = last_save_gather_us_ + last_save_collect_us_;
 }
 
 void Daemon::finish_save() {
@@ -1255,6 +1288,13 @@ void Daemon::resume() {
       };
       loader_->delete_files(keys(st.at("pending_files")));
       loader_->delete_others(keys(st.at("pending_others")));
+      // Names the previous daemon folded and had not had the kernel forget yet.
+      if (st.contains("names_to_clear")) {
+        const auto& b = st["names_to_clear"].get_binary();
+        std::vector<loader::Loader::NameId> ids(b.size() / sizeof(loader::Loader::NameId));
+        std::memcpy(ids.data(), b.data(), ids.size() * sizeof(loader::Loader::NameId));
+        loader_->forget_names(ids);
+      }
       // Replay what the previous daemon consumed after it saved.
       const uint64_t pos = st["ring_pos"].get<uint64_t>();
       const uint64_t replay = loader_->ring_consumer_pos() - pos;
@@ -1703,7 +1743,9 @@ nlohmann::json Daemon::status_json() {
                {"before_hooks", table_->jobs_unhooked()}};
   j["records"] = {{"files", table_->file_records()},
                   {"folded", ts.folded_records},
-                  {"processes_folded", ts.folded_processes}};
+                  {"processes_folded", ts.folded_processes},
+                  {"names_to_clear", names_to_clear_.size()},
+                  {"names_cleared", names_cleared_}};
   j["drain"] = {{"last_us", last_drain_us_},
                 {"count", drains_},
                 {"incomplete", drain_failures_},
@@ -1721,6 +1763,8 @@ nlohmann::json Daemon::status_json() {
   j["restart"]["note"] = pins.discarded;
   j["state"] = {{"path", state_path()}, {"saves", checkpoints_}, {"failures", checkpoint_failures_},
                 {"last_us", last_checkpoint_us_}, {"last_in_loop_us", last_save_loop_us_},
+                {"last_gather_us", last_save_gather_us_},
+                {"last_collect_us", last_save_collect_us_},
                 {"under_way", save_under_way_.has_value()},
                 {"marker_failures", marker_failures_}};
   if (metrics_)
@@ -2126,15 +2170,25 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   return capture_->status(now);
 }
 
-void Daemon::fold_over_limits(bool names_only) {
+void Daemon::fold_over_limits(bool within_round) {
   removed_at_fold_ = removed_records_;
   std::vector<core::FileIdentity> forgotten;
-  if (table_->enforce_limits(&forgotten, names_only) > 0) state_dirty_ = true;
-  if (!forgotten.empty()) {  // folded records' names, and evicted node-wide name copies
-    std::vector<loader::Loader::NameId> ids;
-    ids.reserve(forgotten.size());
-    for (const auto& f : forgotten) ids.push_back({f.ino, f.dev, f.gen});
-    loader_->forget_names(ids);
+  if (table_->enforce_limits(&forgotten, within_round) > 0) state_dirty_ = true;
+  // Folded records' names, and evicted node-wide name copies.
+  for (const auto& f : forgotten) names_to_clear_.push_back({f.ino, f.dev, f.gen});
+}
+
+void Daemon::clear_names(int64_t deadline_ns) {
+  constexpr std::size_t kSlice = 256;  // ~1 ms of syscalls on the VM, then the clock
+  std::vector<loader::Loader::NameId> slice;
+  while (!names_to_clear_.empty()) {
+    const auto end = names_to_clear_.begin() +
+                     static_cast<std::ptrdiff_t>(std::min(kSlice, names_to_clear_.size()));
+    slice.assign(names_to_clear_.begin(), end);
+    loader_->forget_names(slice);
+    names_to_clear_.erase(names_to_clear_.begin(), end);
+    names_cleared_ += slice.size();
+    if (deadline_ns != 0 && clock_ns(CLOCK_MONOTONIC) >= deadline_ns) break;
   }
 }
 
@@ -2425,7 +2479,14 @@ int Daemon::run() {
       hooks_policy();
       if (Status s = loader_->scan_tasks(); !s) spdlog::warn("{}", s.message);
     }
-    loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+    // The ring and the names to clear, together for at most half a drain piece's time (a burst
+    // of new files makes tens of thousands of name events, and its folds as many names to
+    // clear); the piece below has its whole time, so that the map is drained as fast as before.
+    // A pass of the loop is then at most about two pieces: answers wait at most that long.
+    const int64_t piece = static_cast<int64_t>(cfg_.drain_piece_ms) * 1000000LL;
+    const int64_t events_until = clock_ns(CLOCK_MONOTONIC) + piece / 2;
+    loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); }, events_until);
+    clear_names(events_until);
     collect_saved();
     // No live record is taken until a save holds their counts: one that was due while another
     // save was under way is started as soon as that one is done, not at the next round's end.
@@ -2446,7 +2507,7 @@ int Daemon::run() {
     if (round_.open || drain_soon_ || now - last_drain_ >= interval ||
         in_map * 2 > loader_->max_file_records()) {
       if (!round_.open) drain_soon_ = false;  // asked during a round: the next sees it
-      if (drain_piece(now + static_cast<int64_t>(cfg_.drain_piece_ms) * 1000000LL, true)) {
+      if (drain_piece(now + piece, true)) {
         if (last_drain_complete_) write_closed();
         publish_metrics();
       }
@@ -2461,7 +2522,11 @@ int Daemon::run() {
       if (run.alive.get() >= 0) fds.push_back({run.alive.get(), POLLIN, 0});
     // Short naps while the map fills fast; otherwise the ring wakes us for what matters.
     // A round under way: no nap, only what is pending is answered before its next piece.
-    const int timeout = round_.open                                  ? 0
+    // Events left in the ring by a deadline: the kernel wakes a reader only once it has caught
+    // up, so no nap.
+    const bool behind = !names_to_clear_.empty() ||
+                        loader_->ring_producer_pos() != loader_->ring_consumer_pos();
+    const int timeout = round_.open || behind                        ? 0
                         : in_map * 4 > loader_->max_file_records() ? 2
                         : capturing                                  ? 50
                                                                      : 100;
@@ -2489,6 +2554,7 @@ int Daemon::run() {
           log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
           end_capture_for_stop();  // a capture does not survive the hand-over
           drain();
+          clear_names(0);
           records_->wait_idle();  // the next daemon would write them a second time
           collect_written(false);
           finish_save();

@@ -58,27 +58,12 @@ void add_class_totals(core::ClassTotals& a, const core::ClassTotals& b) {
   a.files += b.files;
 }
 
-namespace {
-
 void add_record(core::ClassTotals& t, const core::FileCounters& c) {
   t.bytes_read += c.bytes_read;
   t.bytes_written += c.bytes_written;
   t.reads += c.reads;
   t.writes += c.writes;
   t.metadata_ops += metadata_ops(c);
-}
-
-}  // namespace
-
-RecordSums record_sums(const core::Recorder& rec, const FileClassifier& fc) {
-  RecordSums out;
-  out.by_class.resize(fc.names().size());
-  rec.visit_records([&](const core::Recorder::RecordView& r) {
-    if (r.other_files) return;  // already folded: counted in Job::folded_classes/devices
-    add_record(out.by_class[fc.classify(r.path)], r.counters);
-    add_record(out.by_device[r.file.dev], r.counters);
-  });
-  return out;
 }
 
 std::vector<std::pair<std::string, uint64_t>> own_losses_by_cause(const Job& job) {

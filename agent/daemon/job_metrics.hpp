@@ -30,13 +30,8 @@ class FileClassifier {
   std::vector<std::string> names_;
 };
 
-/// The sums of a recorder's file records (not its "other files" records) by class index and by
-/// device (kernel dev_t), in one walk; `files` left at 0 (not additive).
-struct RecordSums {
-  std::vector<core::ClassTotals> by_class;
-  std::map<uint32_t, core::ClassTotals> by_device;
-};
-RecordSums record_sums(const core::Recorder& rec, const FileClassifier& fc);
+/// Adds a record's counters to `t` (bytes, calls, metadata operations; not `files`).
+void add_record(core::ClassTotals& t, const core::FileCounters& c);
 
 /// Adds `b` to `a` field by field (files included).
 void add_class_totals(core::ClassTotals& a, const core::ClassTotals& b);

@@ -157,16 +157,18 @@ class JobTable {
   /// Whether names are over `times` their bounds now: a job's over max_path_bytes_per_job, all
   /// jobs' or the node-wide cache's over max_path_bytes. O(jobs).
   bool names_over_limits(std::size_t times = 1) const;
+  /// The same for file records: a job's over max_files_per_job, or all jobs' over max_records.
+  bool records_over_limits(std::size_t times = 1) const;
 
   /// Folds records of jobs over their per-job limit, then of the biggest jobs while the total is
   /// over max_records. Returns the records folded; the files whose names were forgotten are
   /// appended to `forgotten` (the kernel must be told to name them again).
-  /// `names_only`: only file records, by name bytes, and the node-wide name cache; never a
-  /// process nor by count. What a drain may do before its round ends: a process that exited
+  /// `within_round`: only file records (by count and by name bytes) and the node-wide name
+  /// cache; never a process. What a drain may do before its round ends: a process that exited
   /// may still have records in the part of the map not walked yet, and is folded only after a
   /// whole walk (docs/daemon.md#memory-bound).
   std::size_t enforce_limits(std::vector<core::FileIdentity>* forgotten = nullptr,
-                             bool names_only = false);
+                             bool within_round = false);
 
   /// Jobs that have closed since the last call (cgroup removed, or last process exited for a
   /// process rule), ready to be written after the drain that follows their close. Their
@@ -214,9 +216,11 @@ class JobTable {
   /// recorders as opaque binary blobs (core::Recorder::save). `handed_over`: jobs taken out of
   /// the table whose record is not written yet, saved as closing (a daemon that loads this
   /// writes them). `with_live`: core::Recorder::save's, for the table's own jobs (handed-over
-  /// ones always keep their live parts: nothing reads them back into those jobs).
-  nlohmann::json save(const std::vector<const Job*>& handed_over = {},
-                      bool with_live = true) const;
+  /// ones always keep their live parts: nothing reads them back into those jobs). `buffers`:
+  /// spare byte buffers the blobs are written into (the biggest to the biggest job), taken
+  /// from it; an empty or missing one means fresh buffers.
+  nlohmann::json save(const std::vector<const Job*>& handed_over = {}, bool with_live = true,
+                      std::vector<std::vector<uint8_t>>* buffers = nullptr) const;
   /// Replaces the table's contents with a saved one. False (and `error`) if it is malformed;
   /// the table is then unchanged.
   bool load(const nlohmann::json& saved, std::string& error);

@@ -121,6 +121,13 @@ bool check_fields(const nlohmann::json& st, std::string& error) {
       !field(st, "pending_others", "binary", binary, error) ||
       !field(st, "job_loss_base", "an object of kernel counter arrays", loss_bases, error))
     return false;
+  // Optional (a state saved before it existed has none): 16-byte (ino, dev, gen) entries.
+  const auto names = [](const nlohmann::json& j) {
+    return j.is_binary() && j.get_binary().size() % 16 == 0;
+  };
+  if (st.contains("names_to_clear") &&
+      !field(st, "names_to_clear", "binary of 16-byte entries", names, error))
+    return false;
   if (st["format"].get<uint64_t>() != 1) {
     error = "unknown state format " + st["format"].dump();
     return false;

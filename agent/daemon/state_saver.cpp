@@ -89,6 +89,20 @@ StateSaver::~StateSaver() {
   thread_.join();
 }
 
+std::vector<std::vector<uint8_t>> take_blob_buffers(nlohmann::json& state) {
+  std::vector<std::vector<uint8_t>> out;
+  if (!state.is_object() || !state.contains("table")) return out;
+  nlohmann::json& table = state["table"];
+  if (!table.is_object() || !table.contains("jobs") || !table["jobs"].is_array()) return out;
+  for (nlohmann::json& job : table["jobs"]) {
+    if (!job.is_object() || !job.contains("recorder") || !job["recorder"].is_binary()) continue;
+    std::vector<uint8_t>& b = job["recorder"].get_binary();  // the container itself
+    out.push_back(std::move(b));
+    out.back().clear();
+  }
+  return out;
+}
+
 void StateSaver::submit(nlohmann::json state) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -132,6 +146,7 @@ void StateSaver::run() {
       r.error = std::string("cannot encode the state: ") + e.what();
       r.finished_ns = mono_ns();
     }
+    r.buffers = take_blob_buffers(state);
     state = nlohmann::json();  // freed here, not on the loop
     // And given back when it was big (a big job's state is tens of MB), at most once a minute:
     // the trim holds each arena's lock while it gives pages back, the loop's too, and the

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,12 +24,19 @@ struct StateSaved {
   std::string error;       // what failed, for the log
   uint64_t bytes = 0;      // written
   int64_t finished_ns = 0; // monotonic
+  /// The recorders' blob buffers of the state, emptied, their pages kept: the next gathering
+  /// writes into them (JobTable::save) instead of faulting in fresh ones in the loop.
+  std::vector<std::vector<uint8_t>> buffers;
 };
 
 /// Writes `state` (encode_state) as `name` in `dir_fd` through `tmp_name` (created afresh),
 /// fsync and rename: what the thread does with each save. Also used directly (tests).
 StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* tmp_name,
                            const char* name);
+
+/// Moves the recorders' blob buffers out of a state (emptied, capacity kept), leaving empty
+/// binaries: what the saver hands back after writing it.
+std::vector<std::vector<uint8_t>> take_blob_buffers(nlohmann::json& state);
 
 class StateSaver {
  public:

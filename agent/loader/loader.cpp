@@ -27,12 +27,15 @@
 #include <set>
 #include <vector>
 
+#include "core/clock.hpp"
 #include "iolens_bpf.skel.h"
 #include "loader/phase_times.hpp"
 #include "loader/preflight.hpp"
 
 namespace iolens::loader {
 namespace {
+
+using core::clock_ns;
 
 bool g_verbose = false;
 // While the object loads: the first program libbpf names in a warning ("prog 'NAME': ..."),
@@ -75,10 +78,25 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
 
-// ctx points at Impl::current_sink, which consume_events() sets for the duration of a call.
+/// What consume_events() hands the ring's callback for the duration of a call.
+struct EventConsumer {
+  const Loader::EventSink* sink = nullptr;
+  int64_t deadline_ns = 0;  // CLOCK_MONOTONIC; 0: none
+  int records = 0;
+};
+
+// Stops at the deadline (looked at every 64 records) by failing after a record: libbpf has
+// then stored the consumer position past it and returns, and the rest waits in the ring.
+constexpr int kConsumeDeadline = -EAGAIN;
+
+// ctx points at Impl::consumer.
 int ring_callback(void* ctx, void* data, size_t size) {
-  auto* const* sink = static_cast<const Loader::EventSink* const*>(ctx);
-  if (*sink) (**sink)(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size));
+  auto* c = static_cast<EventConsumer*>(ctx);
+  if (!c->sink) return 0;
+  (*c->sink)(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size));
+  ++c->records;
+  if (c->deadline_ns != 0 && c->records % 64 == 0 && clock_ns(CLOCK_MONOTONIC) >= c->deadline_ns)
+    return kConsumeDeadline;
   return 0;
 }
 
@@ -143,11 +161,6 @@ std::string btf_tracepoint(const bpf_program* prog) {
   return sec.rfind(prefix, 0) == 0 ? sec.substr(prefix.size()) : "";
 }
 
-int64_t clock_ns(clockid_t c) {
-  timespec ts{};
-  clock_gettime(c, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
 
 /// close_enter, a classic tracepoint program (timing off), attaches through tracefs, which
 /// nodes often do not mount at boot. libbpf looks in debugfs's copy when debugfs is mounted,
@@ -252,7 +265,7 @@ static_assert(sizeof(Uninit<iolens_file_counters>) == sizeof(iolens_file_counter
 struct Loader::Impl {
   iolens_bpf* skel = nullptr;
   ring_buffer* ring = nullptr;
-  const EventSink* current_sink = nullptr;
+  EventConsumer consumer;
   ring_buffer* trace_ring = nullptr;
   const TraceSink* current_trace_sink = nullptr;
   struct Prog {
@@ -660,7 +673,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   times.mark("attach");
 
   loader->impl_->ring = new_consumer(skel->maps.events, ring_callback,
-                                     &loader->impl_->current_sink, "ring buffer", status);
+                                     &loader->impl_->consumer, "ring buffer", status);
   if (!loader->impl_->ring) return nullptr;
   {
     // The kernel's layout: the consumer position page (writable), then the producer's.
@@ -907,11 +920,12 @@ Status Loader::trace_process(pid_t pid) {
 
 int Loader::events_fd() const { return ring_buffer__epoll_fd(impl_->ring); }
 
-int Loader::consume_events(const EventSink& sink) {
-  impl_->current_sink = &sink;
-  const int n = ring_buffer__consume(impl_->ring);
-  impl_->current_sink = nullptr;
-  return n;
+int Loader::consume_events(const EventSink& sink, int64_t deadline_ns) {
+  impl_->consumer = EventConsumer{&sink, deadline_ns, 0};
+  const int r = ring_buffer__consume(impl_->ring);
+  const int n = impl_->consumer.records;
+  impl_->consumer = EventConsumer{};
+  return r == kConsumeDeadline ? n : r;
 }
 
 Status Loader::set_trace_mode(iolens_trace_mode mode, int cgroup_fd) {
@@ -1270,7 +1284,7 @@ void Loader::delete_files(const std::vector<iolens_file_key>& keys) {
   delete_keys(bpf_map__fd(impl_->skel->maps.files), keys);
 }
 
-void Loader::forget_names(const std::vector<NameId>& ids) {
+void Loader::forget_names(std::span<const NameId> ids) {
   // bpf/iolens.bpf.c's seen_key and seen_file: (ino, dev, pad) -> (gen, named).
   struct SeenKey {
     uint64_t ino;

@@ -126,9 +126,11 @@ class Loader {
   /// Entries of a map now, by walking its keys (a syscall each); -1 if unknown.
   int64_t map_entries(const std::string& name) const;
 
-  /// Hands every pending ring-buffer record to `sink`; never blocks. Returns records consumed.
+  /// Hands every pending ring-buffer record to `sink`, or (`deadline_ns`, CLOCK_MONOTONIC) those
+  /// it has time for: the rest stays in the ring for the next call (its fd stays readable).
+  /// Never blocks. Returns records consumed, or a negative errno.
   using EventSink = std::function<void(std::span<const uint8_t>)>;
-  int consume_events(const EventSink& sink);
+  int consume_events(const EventSink& sink, int64_t deadline_ns = 0);
   /// An fd that polls readable when the kernel woke the ring (cgroup and mark events do).
   int events_fd() const;
 
@@ -176,7 +178,8 @@ class Loader {
     uint32_t dev;
     uint32_t gen;
   };
-  void forget_names(const std::vector<NameId>& ids);
+  /// Two syscalls a name (a lookup and an update): the caller bounds how many at a time.
+  void forget_names(std::span<const NameId> ids);
   void delete_others(const std::vector<iolens_file_key>& keys);
 
   /// Every (process, device) record of the block layer (bpf/iolens_block.bpf.h), as it is now.

@@ -220,11 +220,11 @@ TEST_F(JobTableTest, LimitsFoldFinalRecordsAndKeepTotals) {
   EXPECT_EQ(t.stats().folded_records, rec["job"]["folded_files"].get<uint64_t>());
 }
 
-TEST_F(JobTableTest, WithinARoundOnlyNamesFoldNeverProcessesNorByCount) {
-  // A drain folds by name bytes as soon as a piece leaves names over their bounds, before its
-  // round ends: then it must fold only file records (out of the kernel), by bytes. A process
-  // that exited may still have records in the part of the map not walked yet, and folding by
-  // count can wait for the round's end.
+TEST_F(JobTableTest, WithinARoundFileRecordsFoldNeverProcesses) {
+  // A drain folds as soon as a piece leaves names or records over twice their bounds, before
+  // its round ends: then it must fold only file records (out of the kernel), by bytes and by
+  // count. A process that exited may still have records in the part of the map not walked
+  // yet: processes fold only at the round's end.
   jobs::Limits limits;
   limits.max_files_per_job = 10;
   limits.max_processes_per_job = 2;
@@ -256,12 +256,15 @@ TEST_F(JobTableTest, WithinARoundOnlyNamesFoldNeverProcessesNorByCount) {
   EXPECT_TRUE(t.names_over_limits());
   EXPECT_TRUE(t.names_over_limits(2));  // ~160 KB of names (paths and index): over twice 64 KiB
   EXPECT_FALSE(t.names_over_limits(3));
+  EXPECT_TRUE(t.records_over_limits(3));  // 43 file records: over three times 10
+  EXPECT_FALSE(t.records_over_limits(5));
   const daemon::Job& job = *t.find("cgroup/dl/a");
   ASSERT_EQ(job.rec->processes(), 4u);
   EXPECT_GT(t.enforce_limits(nullptr, true), 0u);
   EXPECT_FALSE(t.names_over_limits());
   EXPECT_EQ(job.rec->processes(), 4u);    // no process folded within a round
-  EXPECT_GT(job.rec->file_records(), 10u);  // nor by count: 64 KiB of names hold ~15 files
+  EXPECT_LE(job.rec->file_records(), 10u);  // by count too
+  EXPECT_FALSE(t.records_over_limits());
   EXPECT_TRUE(t.attributed({601, 6010}));
   // The round's end folds the rest.
   t.enforce_limits();
@@ -301,6 +304,34 @@ TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {
   EXPECT_FALSE(error.empty());
   EXPECT_FALSE(u.load(nlohmann::json::object(), error));
   EXPECT_EQ(u.jobs().size(), 1u);
+}
+
+TEST_F(JobTableTest, SavedIntoSpareBuffersTheBiggestToTheBiggestJob) {
+  // iolensd gathers each save into the last save's buffers (their pages already faulted in):
+  // the same state as into fresh ones, the biggest buffer holding the job with most records.
+  auto t = make({cgroup_rule("/dl/*")});
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 0);
+  t.on_cgroup(3, "/dl/b", true, 0);
+  t.on_mark(mark(100, 2));
+  t.on_mark(mark(200, 3));
+  t.on_file(key(100, 1), written(1), true);
+  for (uint64_t i = 1; i <= 50; ++i) t.on_file(key(200, i), written(i), true);
+  const nlohmann::json fresh = t.save({}, false);
+  std::vector<std::vector<uint8_t>> spares;
+  spares.emplace_back(1 << 20, 7);  // big: for the 50-record job
+  spares.emplace_back(64, 7);       // too small for the other: grown
+  spares.emplace_back(1 << 16, 7);  // the middle one
+  const uint8_t* big = spares[0].data();
+  const uint8_t* middle = spares[2].data();
+  const nlohmann::json reused = t.save({}, false, &spares);
+  EXPECT_EQ(reused, fresh);
+  EXPECT_EQ(spares.size(), 1u);  // two jobs, two taken: the smallest is left
+  EXPECT_EQ(spares[0].capacity(), 64u);
+  for (const auto& job : reused["jobs"]) {
+    const uint8_t* at = job["recorder"].get_binary().data();
+    EXPECT_EQ(at, job["id"] == "cgroup/dl/b" ? big : middle) << job["id"];
+  }
 }
 
 TEST_F(JobTableTest, SavedCountsLoadBackFieldByField) {

@@ -196,6 +196,45 @@ TEST(JobMetrics, FoldingKeepsClassSumsAndTotals) {
   EXPECT_EQ(again.devices[0].second.bytes_read, before.devices[0].second.bytes_read);
 }
 
+TEST(JobMetrics, FoldingProcessesKeepsClassSumsAndDevices) {
+  // Exited workers past max_processes_per_job fold into "<other processes>": their records
+  // leave the recorder, and what they read stays in their classes and device.
+  jobs::Limits limits;
+  limits.max_processes_per_job = 2;
+  JobTable t(jobs::Selector({kube_rule()}), limits, 1'000'000'000);
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  t.on_cgroup(3, kPod, true, 10);
+  t.set_file_classes(classes());
+  ASSERT_TRUE(t.on_mark(mark(100, 3)));
+  uint64_t data = 0, ckpt = 0, reads = 0;
+  for (uint32_t pid = 101; pid <= 106; ++pid) {
+    t.on_event(core::ForkEvent{{pid, pid * 10ull}, {100, 1000}, 30, "worker", 1});
+    for (uint64_t i = 0; i < 3; ++i) {
+      const uint64_t ino = pid * 100 + i;
+      const bool is_data = i < 2;
+      name(t, pid, ino, (is_data ? "/data/s" : "/ckpt/c") + std::to_string(ino));
+      const uint64_t bytes = 1000 * pid + i;
+      t.on_file(key(pid, ino), read_of(bytes, 1 + i), true);
+      (is_data ? data : ckpt) += bytes;
+      reads += 1 + i;
+    }
+    t.on_event(core::ExitEvent{{pid, pid * 10ull}, 40, 0});
+  }
+  const daemon::FileClassifier fc(classes());
+  t.enforce_limits();
+  const daemon::Job& job = *t.jobs().begin()->second;
+  ASSERT_GT(job.rec->folded_processes(), 0u);
+  const core::JobMetrics m = daemon::job_metrics(job, fc, 3);
+  EXPECT_EQ(m.classes[0].first, "dataset");
+  EXPECT_EQ(m.classes[0].second.bytes_read, data);
+  EXPECT_EQ(m.classes[1].second.bytes_read, ckpt);
+  EXPECT_EQ(m.classes[0].second.reads + m.classes[1].second.reads, reads);
+  EXPECT_EQ(m.classes[2].second.bytes_read, 0u);  // nothing counted twice into "other"
+  ASSERT_EQ(m.devices.size(), 1u);
+  EXPECT_EQ(m.devices[0].second.bytes_read, data + ckpt);
+  EXPECT_EQ(m.devices[0].second.reads, reads);
+}
+
 TEST(FileClassifier, FirstMatchingPrefixWins) {
   const daemon::FileClassifier fc({{"a", {"/x/y/"}}, {"b", {"/x/"}}});
   const std::string p1 = "/x/y/z", p2 = "/x/q", p3 = "/xq";

@@ -35,6 +35,7 @@ nlohmann::json good_state() {
   st["table"] = {{"format", 1}};
   st["pending_files"] = nlohmann::json::binary({});
   st["pending_others"] = nlohmann::json::binary({1, 2, 3});
+  st["names_to_clear"] = nlohmann::json::binary(std::vector<uint8_t>(32, 9));  // optional
   iolens::loader::KernelStats base{};
   base[2] = 5;
   st["job_loss_base"] = {{"cgroup/a", base}};
@@ -161,12 +162,21 @@ TEST(StateFile, AWrongTypeIsAnErrorNotAnException) {
                                                             {"table", nlohmann::json::array()},
                                                             {"pending_files", 3},
                                                             {"pending_others", "x"},
+                                                            {"names_to_clear", 7},
                                                             {"job_loss_base", {{"a", {1, "x"}}}}}) {
     SCOPED_TRACE(key);
     nlohmann::json st = good_state();
     st[key] = value;
     refused(file_of(st), "'" + key + "'");
   }
+  nlohmann::json ragged = good_state();  // names to clear come in 16-byte entries
+  ragged["names_to_clear"] = nlohmann::json::binary(std::vector<uint8_t>(17, 0));
+  refused(file_of(ragged), "'names_to_clear'");
+  nlohmann::json older = good_state();  // saved before names were cleared in slices: none
+  older.erase("names_to_clear");
+  nlohmann::json out;
+  std::string error;
+  EXPECT_TRUE(decode_state(file_of(older), out, error)) << error;
   nlohmann::json missing = good_state();
   missing.erase("table");
   refused(file_of(missing), "no field 'table'");
@@ -267,6 +277,38 @@ TEST_F(StateSaverTest, TheThreadWritesAStateThatDecodesToWhatWasSubmitted) {
   ASSERT_TRUE(decode_state(bytes, st, error)) << error;
   EXPECT_EQ(st, good_state());
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/state.tmp"));
+}
+
+TEST_F(StateSaverTest, TheRecordersBuffersComeBackEmptyWithTheirPagesAfterTheWrite) {
+  // The loop gathers the next save into them: written first, then handed back.
+  nlohmann::json st = good_state();
+  st["table"]["jobs"] = nlohmann::json::array();
+  std::vector<const uint8_t*> pages;
+  for (std::size_t n : {1000u, 5000u}) {
+    std::vector<uint8_t> blob(n, static_cast<uint8_t>(n % 251));
+    pages.push_back(blob.data());
+    st["table"]["jobs"].push_back({{"recorder", nlohmann::json::binary(std::move(blob))}});
+  }
+  const nlohmann::json want = st;
+  iolens::daemon::StateSaver saver(fd_, "state.tmp", "state");
+  saver.submit(std::move(st));
+  saver.wait();
+  auto r = saver.take();
+  ASSERT_TRUE(r && r->ok) << (r ? r->error : "no result");
+  nlohmann::json back;
+  std::string error;
+  ASSERT_TRUE(decode_state(read("state"), back, error)) << error;
+  EXPECT_EQ(back, want);  // the blobs were written whole before they were taken
+  ASSERT_EQ(r->buffers.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(r->buffers[i].empty());
+    EXPECT_EQ(r->buffers[i].data(), pages[i]);
+  }
+  EXPECT_GE(r->buffers[1].capacity(), 5000u);
+  // A state without jobs (or none with a recorder) gives none back.
+  saver.submit(good_state());
+  saver.wait();
+  EXPECT_TRUE(saver.take()->buffers.empty());
 }
 
 TEST_F(StateSaverTest, AFailedSaveSaysWhyAndLeavesTheLastStateAlone) {
