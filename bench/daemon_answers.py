@@ -6,6 +6,7 @@ Not a test: nothing passes or fails. Root only (it starts iolensd, makes cgroups
 
     sudo /usr/bin/python3 bench/daemon_answers.py --iolensd BUILD/agent/daemon/iolensd \\
         --workload BUILD/tests/workloads/job_workload [--iolensd OTHER ...] [--files 50000] [--why]
+        [--default-limits]
 
 For each iolensd given (one after the other, the same job each): a job cgroup runs
 `job_workload many DIR N 100` on /dev/shm (N files created, written, read back, unlinked), the
@@ -36,13 +37,17 @@ import daemon_common as D  # noqa: E402
 import e2e_common as E  # noqa: E402
 
 
-def measure(iolensd, workload, nfiles, compression=None):
+def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
     ck = E.Checker("daemon_answers")
     cg = D.Cgroups()
     data = D.tempdir("answers", base="/dev/shm")
     rules = '  - cgroup: {paths: ["%s/a/*"]}' % cg.prefix
-    d = D.Daemon(iolensd, rules, args=["--max-files-per-job", str(2 * nfiles)], tag="answers",
-                 extra_config="limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n" +
+    # Sized to hold the whole job unfolded, or (--default-limits) the limits a node owner gets
+    # without configuring any (the 256 MiB memory bound's: records fold as the job grows).
+    sized = "" if default_limits else "limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n"
+    d = D.Daemon(iolensd, rules,
+                 args=[] if default_limits else ["--max-files-per-job", str(2 * nfiles)],
+                 tag="answers", extra_config=sized +
                  ("record_compression: %s\n" % compression if compression else ""))
     d.start(ck)
     cg.mkdir("a/big")
@@ -74,7 +79,11 @@ def measure(iolensd, workload, nfiles, compression=None):
                                                               dr.get("last_us", 0)) / 1e3,
                              sv.get("saves", 0) - psv.get("saves", 0), sv.get("last_us", 0) / 1e3)
                             + ("" if "last_in_loop_us" not in sv else
-                               " (%.0f ms of it in the loop)" % (sv["last_in_loop_us"] / 1e3)))
+                               " (%.0f ms of it in the loop" % (sv["last_in_loop_us"] / 1e3)
+                               + ("" if "last_gather_us" not in sv else
+                                  ": %.0f gathering, %.0f deleting what it holds" %
+                                  (sv["last_gather_us"] / 1e3, sv["last_collect_us"] / 1e3))
+                               + ")"))
             prev = st or prev
             time.sleep(0.02)
     th = threading.Thread(target=poll)
@@ -130,6 +139,9 @@ def main():
     ap.add_argument("--record-compression", action="append", choices=("zstd", "none"),
                     help="run each build once per value given, with that record_compression "
                          "(builds before it existed refuse the key: leave it out for them)")
+    ap.add_argument("--default-limits", action="store_true",
+                    help="the daemon's default limits (the memory bound's) instead of limits "
+                         "that hold the whole job")
     a = ap.parse_args()
     D.require_root()
     print("| iolensd | job | longest wait, job running (> 100 ms) | record after removal "
@@ -137,7 +149,8 @@ def main():
           "| `job` of the closed job: with fd / a page | longest wait meanwhile |")
     print("|---|---|---|---|---|---|---|---|---|")
     for build, compression in [(b, c) for b in a.iolensd for c in a.record_compression or [None]]:
-        r = measure(os.path.realpath(build), os.path.realpath(a.workload), a.files, compression)
+        r = measure(os.path.realpath(build), os.path.realpath(a.workload), a.files, compression,
+                    a.default_limits)
         if compression:
             build = "%s (%s)" % (build, compression)
         fd_s, fd_how = r["asked"]["fd"]
