@@ -359,7 +359,13 @@ class Daemon {
   };
   // The same keys, for the drains until the deletion: they must not be reported again.
   std::set<iolens_file_key, KeyLess> pending_set_;
-  std::map<core::ProcKey, int64_t> unknown_since_;  // processes with records but no job yet
+  // Processes with records but no job yet: when first seen, and the ring's producer position
+  // then (their mark, if any, is before it).
+  struct Unknown {
+    int64_t since = 0;
+    uint64_t ring_pos = 0;
+  };
+  std::map<core::ProcKey, Unknown> unknown_since_;
   core::IdleClock idle_clock_;  // timing off: when each evictable record last changed
   bool state_dirty_ = true;
   bool pressure_marked_ = false;  // the pressure-drain marker file exists
@@ -844,8 +850,12 @@ void Daemon::note_new_jobs() {
 /// still unknown then is in no job (or its mark was dropped) and its records are discarded,
 /// counted as unattributed.
 loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, int64_t now) {
-  auto [it, fresh] = unknown_since_.try_emplace(p, now);
-  if (fresh || now - it->second < 3'000'000'000LL) return loader::Loader::Disposition::Skip;
+  auto [it, fresh] = unknown_since_.try_emplace(p, Unknown{now, loader_->ring_producer_pos()});
+  if (fresh || now - it->second.since < 3'000'000'000LL) return loader::Loader::Disposition::Skip;
+  // The ring is read within deadlines: the mark may still be among the events unread, however
+  // long ago the record was first seen. Kept until the ring has been read past where it stood
+  // then.
+  if (loader_->ring_consumer_pos() < it->second.ring_pos) return loader::Loader::Disposition::Skip;
   return loader::Loader::Disposition::RemoveLive;
 }
 
@@ -992,7 +1002,7 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   drain_blocks(t0);
   drain_proc_losses(t0);
   for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
-    it = table_->attributed(it->first) || t0 - it->second > 60'000'000'000LL
+    it = table_->attributed(it->first) || t0 - it->second.since > 60'000'000'000LL
              ? unknown_since_.erase(it)
              : std::next(it);
   if (last_drain_complete_) fold_over_limits();
