@@ -402,7 +402,7 @@ class Daemon {
   // The last save's recorder blob buffers, emptied with their pages kept, handed back by the
   // saver for the next gathering: on the VM a fresh buffer's page faults were most of a
   // gathering's time in the loop (10-30 us a page; 93-256 ms for a live job).
-  std::vector<std::vector<uint8_t>> spare_blobs_;
+  std::map<std::string, std::vector<uint8_t>> spare_blobs_;  // by job id
   uint64_t checkpoint_failures_ = 0;
   uint64_t last_checkpoint_us_ = 0;
   int64_t last_checkpoint_mono_ = 0;
@@ -846,9 +846,10 @@ void Daemon::note_new_jobs() {
 }
 
 /// A record of a process no event has attributed yet. Its mark may be in the ring behind the
-/// drain (marked between the ring read and the map read): kept for a few seconds; a process
-/// still unknown then is in no job (or its mark was dropped) and its records are discarded,
-/// counted as unattributed.
+/// drain (marked between the ring read and the map read, or not read yet by a read cut at its
+/// deadline): kept for 3 s and until the ring is read past where it stood at first sight; a
+/// process still unknown then is in no job (or its mark was dropped) and its records are
+/// discarded, counted as unattributed.
 loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, int64_t now) {
   auto [it, fresh] = unknown_since_.try_emplace(p, Unknown{now, loader_->ring_producer_pos()});
   if (fresh || now - it->second.since < 3'000'000'000LL) return loader::Loader::Disposition::Skip;
@@ -1137,7 +1138,7 @@ bool Daemon::checkpoint(bool force) {
       live_save_due_ || always_live_saves_ ||
       files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)) * 2 > loader_->max_file_records();
   st["table"] = table_->save(handed_over, with_live, &spare_blobs_);
-  spare_blobs_.clear();  // those no job took (fewer jobs than at the last save) go
+  spare_blobs_.clear();  // those of jobs gone since go
   auto keys = [](const std::vector<iolens_file_key>& v) {
     const auto* b = reinterpret_cast<const uint8_t*>(v.data());
     return nlohmann::json::binary(std::vector<uint8_t>(b, b + v.size() * sizeof(iolens_file_key)));
@@ -2181,6 +2182,12 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
 }
 
 void Daemon::fold_over_limits(bool within_round) {
+  // A record read from the map has had its name sent before; folded before that name is read,
+  // it would be folded unnamed (into the wrong class) and the name, arriving after, kept for
+  // no record. So the ring is read to its end first when a deadline left it behind (as it was
+  // read at every piece before reads were cut).
+  if (loader_->events_cut_short())
+    loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
   removed_at_fold_ = removed_records_;
   std::vector<core::FileIdentity> forgotten;
   if (table_->enforce_limits(&forgotten, within_round) > 0) state_dirty_ = true;
@@ -2532,10 +2539,9 @@ int Daemon::run() {
       if (run.alive.get() >= 0) fds.push_back({run.alive.get(), POLLIN, 0});
     // Short naps while the map fills fast; otherwise the ring wakes us for what matters.
     // A round under way: no nap, only what is pending is answered before its next piece.
-    // Events left in the ring by a deadline: the kernel wakes a reader only once it has caught
-    // up, so no nap.
-    const bool behind = !names_to_clear_.empty() ||
-                        loader_->ring_producer_pos() != loader_->ring_consumer_pos();
+    // Events left in the ring by a deadline, or names to clear: no nap (most events do not wake
+    // the reader; those that arrive meanwhile wait for the timer, as before).
+    const bool behind = !names_to_clear_.empty() || loader_->events_cut_short();
     const int timeout = round_.open || behind                        ? 0
                         : in_map * 4 > loader_->max_file_records() ? 2
                         : capturing                                  ? 50

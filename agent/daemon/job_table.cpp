@@ -651,7 +651,7 @@ core::ProcKey proc_of(const nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool with_live,
-                              std::vector<std::vector<uint8_t>>* buffers) const {
+                              std::map<std::string, std::vector<uint8_t>>* buffers) const {
   nlohmann::json j;
   j["format"] = 1;
   j["mono_to_wall_ns"] = mono_to_wall_;
@@ -663,21 +663,6 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
   // record is then only lost if the daemon is killed before it is written).
   std::vector<const Job*> all(handed_over.begin(), handed_over.end());
   for (const auto& [id, job] : jobs_) all.push_back(job.get());
-  // The spare buffers by size, the biggest to the job with the most records.
-  std::map<const Job*, std::vector<uint8_t>> blob_of;
-  if (buffers && !buffers->empty()) {
-    std::sort(buffers->begin(), buffers->end(),
-              [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
-    std::vector<const Job*> by_size = all;
-    std::sort(by_size.begin(), by_size.end(), [](const Job* a, const Job* b) {
-      return a->rec->file_records() > b->rec->file_records();
-    });
-    for (const Job* job : by_size) {
-      if (buffers->empty()) break;
-      blob_of[job] = std::move(buffers->back());
-      buffers->pop_back();
-    }
-  }
   for (const Job* job : all) {
     nlohmann::json o;
     o["kind"] = job->identity.kind;
@@ -717,7 +702,13 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
     }
     // A handed-over job's processes are no longer the table's: a restart would not read their
     // records from the kernel into it again, so its live parts are saved whatever `with_live`.
-    std::vector<uint8_t>& blob = blob_of[job];
+    // The job's buffer of the last save (the first of two jobs of one id takes it).
+    std::vector<uint8_t> blob;
+    if (buffers)
+      if (auto b = buffers->find(job->identity.id); b != buffers->end()) {
+        blob = std::move(b->second);
+        buffers->erase(b);
+      }
     job->rec->save_into(blob, with_live || handed);
     o["recorder"] = nlohmann::json::binary(std::move(blob));
     js.push_back(std::move(o));

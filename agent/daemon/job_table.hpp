@@ -217,10 +217,10 @@ class JobTable {
   /// the table whose record is not written yet, saved as closing (a daemon that loads this
   /// writes them). `with_live`: core::Recorder::save's, for the table's own jobs (handed-over
   /// ones always keep their live parts: nothing reads them back into those jobs). `buffers`:
-  /// spare byte buffers the blobs are written into (the biggest to the biggest job), taken
-  /// from it; an empty or missing one means fresh buffers.
+  /// byte buffers by job id (the last save's) that the blobs are written into, taken from it;
+  /// a job without one gets a fresh buffer.
   nlohmann::json save(const std::vector<const Job*>& handed_over = {}, bool with_live = true,
-                      std::vector<std::vector<uint8_t>>* buffers = nullptr) const;
+                      std::map<std::string, std::vector<uint8_t>>* buffers = nullptr) const;
   /// Replaces the table's contents with a saved one. False (and `error`) if it is malformed;
   /// the table is then unchanged.
   bool load(const nlohmann::json& saved, std::string& error);

@@ -89,16 +89,23 @@ StateSaver::~StateSaver() {
   thread_.join();
 }
 
-std::vector<std::vector<uint8_t>> take_blob_buffers(nlohmann::json& state) {
-  std::vector<std::vector<uint8_t>> out;
+std::map<std::string, std::vector<uint8_t>> take_blob_buffers(nlohmann::json& state) {
+  std::map<std::string, std::vector<uint8_t>> out;
   if (!state.is_object() || !state.contains("table")) return out;
   nlohmann::json& table = state["table"];
   if (!table.is_object() || !table.contains("jobs") || !table["jobs"].is_array()) return out;
   for (nlohmann::json& job : table["jobs"]) {
-    if (!job.is_object() || !job.contains("recorder") || !job["recorder"].is_binary()) continue;
+    if (!job.is_object() || !job.contains("recorder") || !job["recorder"].is_binary() ||
+        !job.contains("id") || !job["id"].is_string())
+      continue;
     std::vector<uint8_t>& b = job["recorder"].get_binary();  // the container itself
-    out.push_back(std::move(b));
-    out.back().clear();
+    // Kept only near its blob's size (save_into reserves what the blob needs: a buffer of a
+    // job that since shrank would hold its old size for nothing).
+    if (b.capacity() > b.size() + b.size() / 2 + (64 << 10)) continue;
+    std::vector<uint8_t>& kept = out[job["id"].get<std::string>()];  // the first of an id
+    if (kept.capacity() > 0) continue;
+    kept = std::move(b);
+    kept.clear();
   }
   return out;
 }

@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,9 +25,10 @@ struct StateSaved {
   std::string error;       // what failed, for the log
   uint64_t bytes = 0;      // written
   int64_t finished_ns = 0; // monotonic
-  /// The recorders' blob buffers of the state, emptied, their pages kept: the next gathering
-  /// writes into them (JobTable::save) instead of faulting in fresh ones in the loop.
-  std::vector<std::vector<uint8_t>> buffers;
+  /// The recorders' blob buffers of the state by job id, emptied, their pages kept: the next
+  /// gathering writes each job's blob into its own (JobTable::save) instead of faulting in
+  /// fresh ones in the loop.
+  std::map<std::string, std::vector<uint8_t>> buffers;
 };
 
 /// Writes `state` (encode_state) as `name` in `dir_fd` through `tmp_name` (created afresh),
@@ -34,9 +36,11 @@ struct StateSaved {
 StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* tmp_name,
                            const char* name);
 
-/// Moves the recorders' blob buffers out of a state (emptied, capacity kept), leaving empty
-/// binaries: what the saver hands back after writing it.
-std::vector<std::vector<uint8_t>> take_blob_buffers(nlohmann::json& state);
+/// Moves the recorders' blob buffers out of a state by job id (emptied, capacity kept), leaving
+/// empty binaries: what the saver hands back after writing it. A buffer much bigger than its
+/// blob (a job that shrank: folded) is freed instead, so that what is kept is about the size
+/// of the blobs.
+std::map<std::string, std::vector<uint8_t>> take_blob_buffers(nlohmann::json& state);
 
 class StateSaver {
  public:

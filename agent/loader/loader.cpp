@@ -266,6 +266,7 @@ struct Loader::Impl {
   iolens_bpf* skel = nullptr;
   ring_buffer* ring = nullptr;
   EventConsumer consumer;
+  bool events_cut_short = false;  // the last consume_events() stopped at its deadline
   ring_buffer* trace_ring = nullptr;
   const TraceSink* current_trace_sink = nullptr;
   struct Prog {
@@ -925,8 +926,11 @@ int Loader::consume_events(const EventSink& sink, int64_t deadline_ns) {
   const int r = ring_buffer__consume(impl_->ring);
   const int n = impl_->consumer.records;
   impl_->consumer = EventConsumer{};
+  impl_->events_cut_short = r == kConsumeDeadline;
   return r == kConsumeDeadline ? n : r;
 }
+
+bool Loader::events_cut_short() const { return impl_->events_cut_short; }
 
 Status Loader::set_trace_mode(iolens_trace_mode mode, int cgroup_fd) {
   const int cg_map = bpf_map__fd(impl_->skel->maps.trace_cgroup);

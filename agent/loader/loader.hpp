@@ -131,6 +131,9 @@ class Loader {
   /// Never blocks. Returns records consumed, or a negative errno.
   using EventSink = std::function<void(std::span<const uint8_t>)>;
   int consume_events(const EventSink& sink, int64_t deadline_ns = 0);
+  /// Whether the last consume_events() stopped at its deadline with records left unread (most
+  /// events do not wake a reader: only this says the ring is behind).
+  bool events_cut_short() const;
   /// An fd that polls readable when the kernel woke the ring (cgroup and mark events do).
   int events_fd() const;
 

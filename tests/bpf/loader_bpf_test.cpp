@@ -854,16 +854,20 @@ TEST_F(BpfTest, ADeadlineLeavesTheRestOfTheRingForTheNextRead) {
       ++named[iolens::core::path_from_walk(p->walk)];
   };
   // A deadline already past: one look, after the 64th record.
+  EXPECT_FALSE(loader_->events_cut_short());
   EXPECT_EQ(loader_->consume_events(sink, 1), 64);
   EXPECT_EQ(records, 64);
+  EXPECT_TRUE(loader_->events_cut_short());  // what tells iolensd not to nap
   EXPECT_LT(loader_->ring_consumer_pos(), loader_->ring_producer_pos());
   EXPECT_EQ(loader_->consume_events(sink, 1), 64);
   // No deadline: the rest, at once.
   const int rest = loader_->consume_events(sink);
   EXPECT_GT(rest, 0);
+  EXPECT_FALSE(loader_->events_cut_short());
   EXPECT_EQ(records, 128 + rest);
   EXPECT_EQ(loader_->ring_consumer_pos(), loader_->ring_producer_pos());
-  EXPECT_EQ(loader_->consume_events(sink, 1), 0);
+  EXPECT_EQ(loader_->consume_events(sink, 1), 0);  // nothing left: not cut short
+  EXPECT_FALSE(loader_->events_cut_short());
   ASSERT_EQ(named.size(), static_cast<std::size_t>(kFiles));
   for (int i = 0; i < kFiles; ++i) EXPECT_EQ(named[path("r" + std::to_string(i))], 1) << i;
   EXPECT_EQ(loader_->stats()[IOLENS_STAT_EVENTS_LOST], 0u);

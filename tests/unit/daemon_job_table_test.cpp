@@ -276,6 +276,47 @@ TEST_F(JobTableTest, WithinARoundFileRecordsFoldNeverProcesses) {
   EXPECT_EQ(rec["job"]["totals"]["bytes_written"], total);
 }
 
+TEST_F(JobTableTest, WithinARoundTheNodeWideShareFoldsFileRecordsNotProcesses) {
+  // Two jobs over max_records together (each under its own limit): within a round their file
+  // records fold to their shares, and none of their exited processes (over
+  // max_processes_per_job) folds before the round's end.
+  jobs::Limits limits;
+  limits.max_files_per_job = 1000;
+  limits.max_records = 40;
+  limits.max_processes_per_job = 1;
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 0);
+  t.on_cgroup(3, "/dl/b", true, 0);
+  uint64_t total = 0;
+  for (uint32_t leader : {500u, 700u}) {
+    t.on_mark(mark(leader, leader == 500 ? 2 : 3));
+    for (uint32_t pid = leader + 1; pid <= leader + 3; ++pid) {  // three exited workers each
+      t.on_event(core::ForkEvent{{pid, pid * 10ull}, {leader, leader * 10ull}, 1100, "w", 1});
+      for (uint64_t i = 1; i <= 20; ++i) {
+        t.on_file(key(pid, pid * 100 + i), written(i), true);
+        total += i;
+      }
+      t.on_event(core::ExitEvent{{pid, pid * 10ull}, 1200, 0});
+    }
+  }
+  const daemon::Job& a = *t.find("cgroup/dl/a");
+  const daemon::Job& b = *t.find("cgroup/dl/b");
+  ASSERT_EQ(a.rec->processes() + b.rec->processes(), 8u);
+  EXPECT_TRUE(t.records_over_limits());
+  EXPECT_GT(t.enforce_limits(nullptr, true), 0u);
+  EXPECT_LE(t.file_records(), 40u);
+  EXPECT_EQ(a.rec->processes() + b.rec->processes(), 8u);  // no process folded within a round
+  EXPECT_EQ(t.stats().folded_processes, 0u);
+  // The round's end folds the processes; the bytes stay the workers' own.
+  t.enforce_limits();
+  EXPECT_GT(t.stats().folded_processes, 0u);
+  uint64_t written_total = 0;
+  for (const daemon::Job* j : {&a, &b})
+    written_total += t.job_json(*j, "test")["job"]["totals"]["bytes_written"].get<uint64_t>();
+  EXPECT_EQ(written_total, total);
+}
+
 TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {
   auto t = make({kube_rule()});
   t.on_cgroup(1, "/kubepods.slice", false, 0);
@@ -306,9 +347,9 @@ TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {
   EXPECT_EQ(u.jobs().size(), 1u);
 }
 
-TEST_F(JobTableTest, SavedIntoSpareBuffersTheBiggestToTheBiggestJob) {
-  // iolensd gathers each save into the last save's buffers (their pages already faulted in):
-  // the same state as into fresh ones, the biggest buffer holding the job with most records.
+TEST_F(JobTableTest, SavedIntoEachJobsBufferOfTheLastSave) {
+  // iolensd gathers each save into the last save's buffers (their pages already faulted in),
+  // each job into its own: the same state as into fresh ones.
   auto t = make({cgroup_rule("/dl/*")});
   t.on_cgroup(1, "/dl", false, 0);
   t.on_cgroup(2, "/dl/a", true, 0);
@@ -318,19 +359,19 @@ TEST_F(JobTableTest, SavedIntoSpareBuffersTheBiggestToTheBiggestJob) {
   t.on_file(key(100, 1), written(1), true);
   for (uint64_t i = 1; i <= 50; ++i) t.on_file(key(200, i), written(i), true);
   const nlohmann::json fresh = t.save({}, false);
-  std::vector<std::vector<uint8_t>> spares;
-  spares.emplace_back(1 << 20, 7);  // big: for the 50-record job
-  spares.emplace_back(64, 7);       // too small for the other: grown
-  spares.emplace_back(1 << 16, 7);  // the middle one
-  const uint8_t* big = spares[0].data();
-  const uint8_t* middle = spares[2].data();
+  std::map<std::string, std::vector<uint8_t>> spares;
+  spares["cgroup/dl/b"] = std::vector<uint8_t>(1 << 20, 7);  // b's, big enough
+  spares["cgroup/dl/a"] = std::vector<uint8_t>(16, 7);       // a's, too small: grown
+  spares["cgroup/dl/gone"] = std::vector<uint8_t>(1 << 16, 7);  // a job no longer there
+  const uint8_t* b_pages = spares["cgroup/dl/b"].data();
   const nlohmann::json reused = t.save({}, false, &spares);
   EXPECT_EQ(reused, fresh);
-  EXPECT_EQ(spares.size(), 1u);  // two jobs, two taken: the smallest is left
-  EXPECT_EQ(spares[0].capacity(), 64u);
+  ASSERT_EQ(spares.size(), 1u);  // the jobs took theirs; the gone job's is left
+  EXPECT_EQ(spares.begin()->first, "cgroup/dl/gone");
   for (const auto& job : reused["jobs"]) {
-    const uint8_t* at = job["recorder"].get_binary().data();
-    EXPECT_EQ(at, job["id"] == "cgroup/dl/b" ? big : middle) << job["id"];
+    if (job["id"] == "cgroup/dl/b") {
+      EXPECT_EQ(job["recorder"].get_binary().data(), b_pages);
+    }
   }
 }
 

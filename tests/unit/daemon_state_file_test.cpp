@@ -279,16 +279,23 @@ TEST_F(StateSaverTest, TheThreadWritesAStateThatDecodesToWhatWasSubmitted) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/state.tmp"));
 }
 
-TEST_F(StateSaverTest, TheRecordersBuffersComeBackEmptyWithTheirPagesAfterTheWrite) {
-  // The loop gathers the next save into them: written first, then handed back.
+TEST_F(StateSaverTest, TheRecordersBuffersComeBackByJobEmptyWithTheirPagesAfterTheWrite) {
+  // The loop gathers the next save into them: written first, then handed back, each under its
+  // job's id; one much bigger than its blob (a job that shrank) is freed instead.
   nlohmann::json st = good_state();
   st["table"]["jobs"] = nlohmann::json::array();
-  std::vector<const uint8_t*> pages;
-  for (std::size_t n : {1000u, 5000u}) {
-    std::vector<uint8_t> blob(n, static_cast<uint8_t>(n % 251));
-    pages.push_back(blob.data());
-    st["table"]["jobs"].push_back({{"recorder", nlohmann::json::binary(std::move(blob))}});
-  }
+  std::map<std::string, const uint8_t*> pages;
+  auto add = [&](const std::string& id, std::size_t n, std::size_t capacity) {
+    std::vector<uint8_t> blob;
+    blob.reserve(capacity);
+    blob.assign(n, static_cast<uint8_t>(n % 251));
+    pages.emplace(id, blob.data());  // the first of an id
+    st["table"]["jobs"].push_back({{"id", id}, {"recorder", nlohmann::json::binary(std::move(blob))}});
+  };
+  add("a", 1000, 1000);
+  add("b", 5000, 5000);
+  add("shrunk", 1000, 1 << 20);
+  add("a", 300, 300);  // a second job of id a (closing and live again): the first keeps its
   const nlohmann::json want = st;
   iolens::daemon::StateSaver saver(fd_, "state.tmp", "state");
   saver.submit(std::move(st));
@@ -300,12 +307,14 @@ TEST_F(StateSaverTest, TheRecordersBuffersComeBackEmptyWithTheirPagesAfterTheWri
   ASSERT_TRUE(decode_state(read("state"), back, error)) << error;
   EXPECT_EQ(back, want);  // the blobs were written whole before they were taken
   ASSERT_EQ(r->buffers.size(), 2u);
-  for (std::size_t i = 0; i < 2; ++i) {
-    EXPECT_TRUE(r->buffers[i].empty());
-    EXPECT_EQ(r->buffers[i].data(), pages[i]);
+  for (const auto& [id, buf] : r->buffers) {
+    EXPECT_TRUE(buf.empty()) << id;
+    EXPECT_EQ(buf.data(), pages[id]) << id;
   }
-  EXPECT_GE(r->buffers[1].capacity(), 5000u);
-  // A state without jobs (or none with a recorder) gives none back.
+  EXPECT_GE(r->buffers.at("b").capacity(), 5000u);
+  EXPECT_GE(r->buffers.at("a").capacity(), 1000u);
+  EXPECT_EQ(r->buffers.count("shrunk"), 0u);
+  // A state without jobs gives none back.
   saver.submit(good_state());
   saver.wait();
   EXPECT_TRUE(saver.take()->buffers.empty());
