@@ -868,8 +868,8 @@ void Daemon::drain(bool may_save) {
 bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   // Within half the piece's time (a ring full of names takes seconds), the walk has the rest:
-  // what is left waits for the next piece; a record whose process's mark is among it is kept
-  // for a few seconds (unknown_disposition).
+  // what is left waits for the next piece; a record whose process's mark is among it stays in
+  // the kernel until the ring is read past it (unknown_disposition).
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); },
                           deadline_ns == 0 ? 0 : t0 + std::max<int64_t>(deadline_ns - t0, 0) / 2);
   learn_uids();  // processes that arrived with these events, while they are alive
