@@ -559,11 +559,8 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
     if (!p.folded) p.folded = std::make_unique<Folded>();
     const FileAcc& a = it->second;
     const FileCounters c = stored(a);
-    if (on_fold) {  // its name is still held: forget_names runs after the last fold_one
-      const Name* n = name_of(it->first);
-      (*on_fold)(RecordView{it->first.proc, identity_of(it->first), c, n ? &n->path : nullptr,
-                            false});
-    }
+    // Its name is still held: forget_names runs after the last fold_one.
+    if (on_fold) show_record(*on_fold, it->first, c);
     combine_counters(p.folded->counters, c);
     p.folded->rename_sources += a.rename_sources;
     p.folded->unlinks += a.unlinks;
@@ -640,11 +637,7 @@ std::vector<ProcKey> Recorder::fold_processes_to(std::size_t max_processes,
     }
     const FileAcc& a = it->second;
     const FileCounters c = a.total();
-    if (on_fold) {
-      const Name* n = name_of(it->first);
-      (*on_fold)(RecordView{it->first.proc, identity_of(it->first), c, n ? &n->path : nullptr,
-                            false});
-    }
+    if (on_fold) show_record(*on_fold, it->first, c);
     take(c);
     fp.rename_sources += a.rename_sources;
     fp.file_unlinks += a.unlinks;
@@ -936,12 +929,14 @@ void Recorder::visit_processes(const std::function<void(const ProcessView&)>& fn
                    p.wait_status});
 }
 
+void Recorder::show_record(const RecordVisitor& fn, const FileKey& k,
+                           const FileCounters& c) const {
+  const Name* n = name_of(k);
+  fn(RecordView{k.proc, identity_of(k), c, n ? &n->path : nullptr, false});
+}
+
 void Recorder::visit_records(const RecordVisitor& fn) const {
-  for (const auto& [k, acc] : files_) {
-    const FileCounters c = acc.total();
-    const Name* n = name_of(k);
-    fn(RecordView{k.proc, identity_of(k), c, n ? &n->path : nullptr, false});
-  }
+  for (const auto& [k, acc] : files_) show_record(fn, k, acc.total());
   for (const auto& [pk, p] : procs_) {
     if (!p.folded) continue;
     fn(RecordView{pk, FileIdentity{}, p.folded->counters, nullptr, true});

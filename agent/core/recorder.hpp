@@ -326,6 +326,8 @@ class Recorder {
   std::optional<FileIdentity> file_by_path(const std::string& path);
   ForgottenPath* forgotten_path(const std::string& path);
   const Name* name_of(const FileKey& k) const;
+  /// Calls `fn` with the file record `k` as visit_records() shows it, `c` its counters.
+  void show_record(const RecordVisitor& fn, const FileKey& k, const FileCounters& c) const;
   StatMatch stat_match(uint32_t dev, uint64_t ino, const ProcKey& proc,
                        const FoldedIds* folded) const;
   bool referenced(const FileIdentity& id) const;

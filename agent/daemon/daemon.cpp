@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <type_traits>
 #include <set>
 #include <exception>
 #include <fstream>
@@ -126,6 +127,29 @@ uint64_t losses_in(const iolens_proc_lost& v) {
         i != IOLENS_STAT_JOB_EVENTS_LOST && i != IOLENS_STAT_PATHS_TRUNCATED)
       n += v.n[i];
   return n;
+}
+
+/// Fixed-size entries (record keys, name ids) as one CBOR binary of the state file, in their
+/// in-memory layout (docs/state-format.md), and back.
+template <class Entries>
+nlohmann::json entries_binary(const Entries& entries) {
+  using T = typename Entries::value_type;
+  static_assert(std::is_trivially_copyable_v<T>);
+  std::vector<uint8_t> out(entries.size() * sizeof(T));
+  uint8_t* at = out.data();
+  for (const T& e : entries) {  // a deque is not contiguous
+    std::memcpy(at, &e, sizeof e);
+    at += sizeof e;
+  }
+  return nlohmann::json::binary(std::move(out));
+}
+template <class T>
+std::vector<T> binary_entries(const nlohmann::json& j) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const auto& b = j.get_binary();
+  std::vector<T> v(b.size() / sizeof(T));
+  std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  return v;
 }
 
 constexpr const char* kStateName = "state.cbor";
@@ -1139,22 +1163,10 @@ bool Daemon::checkpoint(bool force) {
       files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)) * 2 > loader_->max_file_records();
   st["table"] = table_->save(handed_over, with_live, &spare_blobs_);
   spare_blobs_.clear();  // those of jobs gone since go
-  auto keys = [](const std::vector<iolens_file_key>& v) {
-    const auto* b = reinterpret_cast<const uint8_t*>(v.data());
-    return nlohmann::json::binary(std::vector<uint8_t>(b, b + v.size() * sizeof(iolens_file_key)));
-  };
-  st["pending_files"] = keys(pending_files_);
-  st["pending_others"] = keys(pending_others_);
-  {
-    static_assert(sizeof(loader::Loader::NameId) == 16, "docs/state-format.md: names_to_clear");
-    std::vector<uint8_t> ids(names_to_clear_.size() * sizeof(loader::Loader::NameId));
-    uint8_t* out = ids.data();
-    for (const auto& id : names_to_clear_) {
-      std::memcpy(out, &id, sizeof id);
-      out += sizeof id;
-    }
-    st["names_to_clear"] = nlohmann::json::binary(std::move(ids));
-  }
+  st["pending_files"] = entries_binary(pending_files_);
+  st["pending_others"] = entries_binary(pending_others_);
+  static_assert(sizeof(loader::Loader::NameId) == 16, "docs/state-format.md: names_to_clear");
+  st["names_to_clear"] = entries_binary(names_to_clear_);
   nlohmann::json bases = nlohmann::json::object();
   for (const auto& [id, b] : job_loss_base_) bases[id] = b;
   st["job_loss_base"] = bases;
@@ -1290,22 +1302,11 @@ void Daemon::resume() {
         job_loss_base_[b.key()] = base;
       }
       // Records the previous daemon held as final but had not deleted yet.
-      auto keys = [](const nlohmann::json& j) {
-        std::vector<iolens_file_key> v;
-        const auto& b = j.get_binary();
-        v.resize(b.size() / sizeof(iolens_file_key));
-        std::memcpy(v.data(), b.data(), v.size() * sizeof(iolens_file_key));
-        return v;
-      };
-      loader_->delete_files(keys(st.at("pending_files")));
-      loader_->delete_others(keys(st.at("pending_others")));
+      loader_->delete_files(binary_entries<iolens_file_key>(st.at("pending_files")));
+      loader_->delete_others(binary_entries<iolens_file_key>(st.at("pending_others")));
       // Names the previous daemon folded and had not had the kernel forget yet.
-      if (st.contains("names_to_clear")) {
-        const auto& b = st["names_to_clear"].get_binary();
-        std::vector<loader::Loader::NameId> ids(b.size() / sizeof(loader::Loader::NameId));
-        std::memcpy(ids.data(), b.data(), ids.size() * sizeof(loader::Loader::NameId));
-        loader_->forget_names(ids);
-      }
+      if (st.contains("names_to_clear"))
+        loader_->forget_names(binary_entries<loader::Loader::NameId>(st["names_to_clear"]));
       // Replay what the previous daemon consumed after it saved.
       const uint64_t pos = st["ring_pos"].get<uint64_t>();
       const uint64_t replay = loader_->ring_consumer_pos() - pos;
