@@ -148,7 +148,7 @@ std::vector<T> binary_entries(const nlohmann::json& j) {
   static_assert(std::is_trivially_copyable_v<T>);
   const auto& b = j.get_binary();
   std::vector<T> v(b.size() / sizeof(T));
-  std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));  // (never from null)
   return v;
 }
 
