@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <linux/sockios.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,6 +16,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "control/closer.hpp"
@@ -23,6 +26,36 @@
 #include "core/private_dir.hpp"
 
 namespace iolens::control {
+
+/// One client between accept and close.
+struct ServerConnection {
+  UniqueFd fd;
+  Peer peer;
+  std::chrono::steady_clock::time_point deadline;
+  bool writing = false;  // false: reading the request
+  std::string in;
+  std::string out;
+  size_t sent = 0;
+  bool done = false;
+  UniqueFd passed;  // a descriptor sent with the request (SCM_RIGHTS)
+  UniqueFd reply;   // a descriptor for the client, sent with the answer's first bytes
+  bool fd_sent = false;
+  std::optional<std::size_t> fds_refused_pending;  // read with no descriptors taken: closes then
+  // The front thread read this request and left it to the loop (handed), which answers it.
+  std::optional<std::string> line;
+  bool handed = false;
+};
+
+/// The front thread and the requests it leaves to the loop.
+struct Server::Front {
+  FrontHandler handler;
+  UniqueFd wake;  // eventfd: readable while requests wait for the loop (the loop's fd())
+  UniqueFd stop;  // eventfd: the thread ends when it is readable
+  std::mutex mu;
+  std::vector<ServerConnection> handed;  // under mu
+  std::thread thread;
+};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -99,28 +132,14 @@ ssize_t send_first_with_fd(int sock, const std::string& data, int fd) {
   }
 }
 
-/// One client between accept and close.
-struct Connection {
-  UniqueFd fd;
-  Peer peer;
-  Clock::time_point deadline;
-  bool writing = false;  // false: reading the request
-  std::string in;
-  std::string out;
-  size_t sent = 0;
-  bool done = false;
-  UniqueFd passed;  // a descriptor sent with the request (SCM_RIGHTS)
-  UniqueFd reply;   // a descriptor for the client, sent with the answer's first bytes
-  bool fd_sent = false;
-  std::optional<std::size_t> fds_refused_pending;  // read with no descriptors taken: closes then
-};
+using Connection = ServerConnection;
 
 /// What the server's recv() needs beyond the connection: where descriptors go, and whether
 /// any may come now.
 struct FdPolicy {
   Closer& closer;
-  std::size_t& held;  // descriptors connections hold, not yet handed to the closer
-  std::uint64_t& refused;  // messages whose descriptors the kernel discarded (counted)
+  std::atomic<std::size_t>& held;  // descriptors connections hold, not yet handed to the closer
+  std::atomic<std::uint64_t>& refused;  // messages whose descriptors the kernel discarded
 };
 
 /// recv() that also takes a descriptor sent with the bytes (at most one: more are discarded by
@@ -131,7 +150,7 @@ struct FdPolicy {
 /// docs/control.md#limits), and the request is marked so that a capture can say why.
 ssize_t recv_request_bytes(Connection& c, char* buf, size_t size, FdPolicy& fds) {
   FdMessage m(buf, size);
-  const bool take = fds.closer.room() > fds.held;
+  const bool take = fds.closer.room() > fds.held.load();
   if (!take) {
     m.msg.msg_control = nullptr;
     m.msg.msg_controllen = 0;
@@ -288,6 +307,13 @@ std::unique_ptr<Server> Server::listen(const std::string& path, std::optional<gi
 }
 
 Server::~Server() {
+  if (front_) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = write(front_->stop.get(), &one, sizeof(one));
+    front_->thread.join();
+    for (Connection& c : front_->handed) drop_passed(c);
+    front_.reset();
+  }
   log_refusals(true);
   close(fd_);
   struct stat st {};
@@ -309,8 +335,7 @@ void Server::serve_pending(const Handler& handler) {
   serve_pending([&handler](const nlohmann::json& req, RequestContext&) { return handler(req); });
 }
 
-void Server::serve_pending(const ContextHandler& handler) {
-  std::vector<Connection> conns;
+void Server::accept_into(std::vector<Connection>& conns) {
   while (conns.size() < kMaxConnectionsPerServe) {
     UniqueFd conn(accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (conn.get() < 0) {
@@ -344,16 +369,217 @@ void Server::serve_pending(const ContextHandler& handler) {
     c.deadline = Clock::now() + kClientTimeout;
     conns.push_back(std::move(c));
   }
+}
 
-  // Descriptors the handler did not keep go to the closer, never close(2) on this loop.
-  FdPolicy fd_policy{closer_, held_fds_, fds_refused_};
-  auto drop_fd = [&](Connection& c) {
-    if (c.passed.get() < 0) return;
-    --held_fds_;
-    closer_.close(c.passed.release());
+void Server::drop_passed(Connection& c) {
+  if (c.passed.get() < 0) return;
+  --held_fds_;
+  closer_.close(c.passed.release());
+}
+
+void Server::step(Connection& c, bool ready, const Dispatch& dispatch) {
+  if (!c.writing && (ready || c.line)) {
+    std::optional<std::string> line;
+    std::string answer;
+    if (c.line) {
+      line = std::move(c.line);
+      c.line.reset();
+    } else {
+      FdPolicy fd_policy{closer_, held_fds_, fds_refused_};
+      if (!read_request(c, line, answer, fd_policy)) {
+        c.done = true;
+        return;
+      }
+    }
+    if (line) {
+      answer = dispatch(c, *line);
+      if (c.handed) return;  // the loop's now
+    }
+    if (!answer.empty()) {
+      c.in.clear();
+      c.in.shrink_to_fit();
+      c.out = std::move(answer);
+      c.writing = true;
+      c.deadline = Clock::now() + kClientTimeout;  // the handler's time is not the client's
+    }
+  }
+  if (c.writing && !c.done && c.reply.get() >= 0) {
+    const ssize_t n = send_first_with_fd(c.fd.get(), c.out, c.reply.get());
+    if (n > 0) c.sent = static_cast<size_t>(n);
+    if (n < 0) {
+      // Not sendable (e.g. ETOOMANYREFS: too many descriptors in flight): said instead.
+      c.out = error_line(kCodeFailed, std::string("cannot send the descriptor with the "
+                                                  "answer: ") + std::strerror(errno));
+    }
+    // Sent (the client has its own descriptor now) or given up: ours is not needed.
+    if (n > 0) c.fd_sent = true;
+    if (n != 0) closer_.close(c.reply.release());
+  }
+  if (c.writing && !c.done && c.reply.get() < 0) {
+    c.done = !send_some(c.fd.get(), c.out, c.sent) || c.sent == c.out.size();
+  }
+  if (!c.done && Clock::now() >= c.deadline) {
+    spdlog::debug("control: pid {} timed out {}", c.peer.pid,
+                  c.writing ? "taking its answer" : "sending its request");
+    if (!c.writing) {
+      size_t sent = 0;
+      send_some(c.fd.get(),
+                error_line(kCodeBadRequest, "no complete request line within " +
+                                                std::to_string(kClientTimeout.count()) + " ms"),
+                sent);
+    }
+    c.done = true;
+  }
+}
+
+int Server::fd() const { return front_ ? front_->wake.get() : fd_; }
+
+void Server::wake_loop() {
+  if (!front_) return;
+  const uint64_t one = 1;
+  // Fails only when the counter is about to overflow: the loop is woken then anyway.
+  [[maybe_unused]] const ssize_t n = write(front_->wake.get(), &one, sizeof(one));
+}
+
+bool Server::start_front(FrontHandler front, std::string& error) {
+  if (front_) {
+    error = "the control socket's front thread is already running";
+    return false;
+  }
+  auto f = std::make_unique<Front>();
+  f->handler = std::move(front);
+  f->wake.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  f->stop.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (f->wake.get() < 0 || f->stop.get() < 0) {
+    error = errno_text("eventfd for the control socket's front thread");
+    return false;
+  }
+  front_ = std::move(f);
+  try {
+    front_->thread = std::thread([this] { front_loop(); });
+  } catch (const std::system_error& e) {
+    front_.reset();
+    error = std::string("cannot start the control socket's front thread: ") + e.what();
+    return false;
+  }
+  return true;
+}
+
+void Server::front_loop() {
+  std::vector<Connection> conns;
+  std::vector<pollfd> fds;
+  const Dispatch at_front = [&](Connection& c, const std::string& line) {
+    bool mine = true;
+    std::string answer = answer_line(line, [&](const nlohmann::json& req) -> nlohmann::json {
+      std::optional<nlohmann::json> result = front_->handler(req);
+      if (!result) {
+        mine = false;
+        return nlohmann::json();
+      }
+      return std::move(*result);
+    });
+    if (mine) {
+      drop_passed(c);  // answered here: nothing the front answers takes a descriptor
+      return answer;
+    }
+    c.line = line;
+    c.handed = true;
+    return std::string();
   };
+  for (;;) {
+    const auto now = Clock::now();
+    auto next_deadline = now + kClientTimeout;
+    fds.clear();
+    fds.push_back(pollfd{front_->stop.get(), POLLIN, 0});
+    // Past kMaxConnectionsPerServe clients in hand, the others wait in the backlog.
+    fds.push_back(pollfd{conns.size() < kMaxConnectionsPerServe ? fd_ : -1, POLLIN, 0});
+    for (const Connection& c : conns) {
+      fds.push_back(pollfd{c.fd.get(), static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
+      next_deadline = std::min(next_deadline, c.deadline);
+    }
+    const int timeout = conns.empty() ? -1 : poll_timeout_ms(now, next_deadline);
+    if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
+      spdlog::warn("control: front thread: poll: {}", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // never spin on an error
+      continue;
+    }
+    if (fds[0].revents != 0) break;
+    std::vector<Connection> to_loop;
+    try {
+      for (size_t i = 0; i < conns.size(); ++i) step(conns[i], fds[i + 2].revents != 0, at_front);
+      if (fds[1].revents & POLLIN) accept_into(conns);
+    } catch (const std::exception& e) {
+      // answer_line never throws; this is memory running out. The thread must go on: without
+      // it nobody is answered.
+      spdlog::error("control: front thread: {}", e.what());
+    }
+    std::erase_if(conns, [&](Connection& c) {
+      if (c.handed) {
+        c.handed = false;
+        to_loop.push_back(std::move(c));
+        return true;
+      }
+      if (c.done) {
+        drop_passed(c);
+        if (c.reply.get() >= 0) closer_.close(c.reply.release());
+      }
+      return c.done;
+    });
+    if (!to_loop.empty()) {
+      {
+        std::lock_guard lk(front_->mu);
+        for (Connection& c : to_loop) front_->handed.push_back(std::move(c));
+      }
+      wake_loop();
+    }
+  }
+  for (Connection& c : conns) drop_passed(c);
+}
+
+void Server::serve_pending(const ContextHandler& handler) {
+  std::vector<Connection> conns;
+  if (front_) {
+    uint64_t count = 0;
+    [[maybe_unused]] const ssize_t n = read(front_->wake.get(), &count, sizeof(count));
+    std::lock_guard lk(front_->mu);
+    conns.swap(front_->handed);
+  } else {
+    accept_into(conns);
+  }
+
+  const Dispatch in_loop = [&](Connection& c, const std::string& line) {
+    spdlog::debug("control: request from pid {} uid {}", c.peer.pid, c.peer.uid);
+    const std::string refusal =
+        c.passed.get() < 0 && c.fds_refused_pending
+            ? "the daemon is not taking descriptors now: " +
+                  std::to_string(*c.fds_refused_pending) +
+                  " closes pending (a file system that does not answer?); try again later"
+            : std::string();
+    RequestContext ctx{c.peer, c.passed, refusal, c.reply, reply_fd_allowed(c.peer.uid)};
+    const bool had_fd = c.passed.get() >= 0;
+    std::string answer =
+        answer_line(line, [&](const nlohmann::json& req) { return handler(req, ctx); });
+    // Taken by the handler (a capture's output, a run's pipe): no longer the server's to
+    // count. Counted until then, 64 kept descriptors stopped the server from taking any.
+    if (had_fd && c.passed.get() < 0) --held_fds_;
+    drop_passed(c);  // not taken by the handler: to the closer now, not with the connection
+    return answer;
+  };
+  // Requests the front thread read: answered before anything is polled.
+  for (Connection& c : conns)
+    if (c.line) step(c, false, in_loop);
   std::vector<pollfd> fds;
   while (!conns.empty()) {
+    std::erase_if(conns, [&](Connection& c) {
+      if (c.done) {
+        drop_passed(c);
+        if (c.reply.get() >= 0) closer_.close(c.reply.release());
+        // Its client may not have read the descriptor yet: watched until it has.
+        if (c.fd_sent) unread_.push_back({std::move(c.fd), c.peer.uid});
+      }
+      return c.done;
+    });
+    if (conns.empty()) break;
     const auto now = Clock::now();
     auto next_deadline = now + kClientTimeout;
     fds.clear();
@@ -365,80 +591,10 @@ void Server::serve_pending(const ContextHandler& handler) {
       spdlog::warn("control: poll: {}", std::strerror(errno));
       break;  // the connections are closed below; their clients see EOF
     }
-    for (size_t i = 0; i < conns.size(); ++i) {
-      Connection& c = conns[i];
-      const bool ready = fds[i].revents != 0;
-      if (ready && !c.writing) {
-        std::optional<std::string> line;
-        std::string answer;
-        if (!read_request(c, line, answer, fd_policy)) {
-          c.done = true;
-          continue;
-        }
-        if (line) {
-          spdlog::debug("control: request from pid {} uid {}", c.peer.pid, c.peer.uid);
-          const std::string refusal =
-              c.passed.get() < 0 && c.fds_refused_pending
-                  ? "the daemon is not taking descriptors now: " +
-                        std::to_string(*c.fds_refused_pending) +
-                        " closes pending (a file system that does not answer?); try again later"
-                  : std::string();
-          RequestContext ctx{c.peer, c.passed, refusal, c.reply, reply_fd_allowed(c.peer.uid)};
-          const bool had_fd = c.passed.get() >= 0;
-          answer = answer_line(*line, [&](const nlohmann::json& req) { return handler(req, ctx); });
-          // Taken by the handler (a capture's output, a run's pipe): no longer the server's to
-          // count. Counted until then, 64 kept descriptors stopped the server from taking any.
-          if (had_fd && c.passed.get() < 0) --held_fds_;
-          drop_fd(c);  // not taken by the handler: to the closer now, not with the connection
-        }
-        if (!answer.empty()) {
-          c.in.clear();
-          c.in.shrink_to_fit();
-          c.out = std::move(answer);
-          c.writing = true;
-          c.deadline = Clock::now() + kClientTimeout;  // the handler's time is not the client's
-        }
-      }
-      if (c.writing && !c.done && c.reply.get() >= 0) {
-        const ssize_t n = send_first_with_fd(c.fd.get(), c.out, c.reply.get());
-        if (n > 0) c.sent = static_cast<size_t>(n);
-        if (n < 0) {
-          // Not sendable (e.g. ETOOMANYREFS: too many descriptors in flight): said instead.
-          c.out = error_line(kCodeFailed, std::string("cannot send the descriptor with the "
-                                                      "answer: ") + std::strerror(errno));
-        }
-        // Sent (the client has its own descriptor now) or given up: ours is not needed.
-        if (n > 0) c.fd_sent = true;
-        if (n != 0) closer_.close(c.reply.release());
-      }
-      if (c.writing && !c.done && c.reply.get() < 0) {
-        c.done = !send_some(c.fd.get(), c.out, c.sent) || c.sent == c.out.size();
-      }
-      if (!c.done && Clock::now() >= c.deadline) {
-        spdlog::debug("control: pid {} timed out {}", c.peer.pid,
-                      c.writing ? "taking its answer" : "sending its request");
-        if (!c.writing) {
-          size_t sent = 0;
-          send_some(c.fd.get(),
-                    error_line(kCodeBadRequest, "no complete request line within " +
-                                                    std::to_string(kClientTimeout.count()) + " ms"),
-                    sent);
-        }
-        c.done = true;
-      }
-    }
-    std::erase_if(conns, [&](Connection& c) {
-      if (c.done) {
-        drop_fd(c);
-        if (c.reply.get() >= 0) closer_.close(c.reply.release());
-        // Its client may not have read the descriptor yet: watched until it has.
-        if (c.fd_sent) unread_.push_back({std::move(c.fd), c.peer.uid});
-      }
-      return c.done;
-    });
+    for (size_t i = 0; i < conns.size(); ++i) step(conns[i], fds[i].revents != 0, in_loop);
   }
   for (Connection& c : conns) {
-    drop_fd(c);
+    drop_passed(c);
     if (c.reply.get() >= 0) closer_.close(c.reply.release());
   }
   log_refusals(false);
@@ -465,13 +621,15 @@ bool Server::reply_fd_allowed(uid_t uid) {
 void Server::log_refusals(bool final_line) {
   // Once per 10 s at most: a client that sends descriptors in a loop must not flood the log.
   const auto now = Clock::now();
-  if (fds_refused_ == 0 || (!final_line && now - refusal_logged_ < std::chrono::seconds(10)))
+  if (fds_refused_.load() == 0 ||
+      (!final_line && now - refusal_logged_ < std::chrono::seconds(10)))
     return;
-  fds_refused_total_ += fds_refused_;
+  // The front thread may count more meanwhile: taken whole, they are logged next time.
+  const std::uint64_t refused = fds_refused_.exchange(0);
+  fds_refused_total_ += refused;
   spdlog::warn("control: not taking descriptors: {} closes pending (a file system that does not "
                "answer?); {} requests' descriptors discarded by the kernel ({} since start)",
-               closer_.pending(), fds_refused_, fds_refused_total_);
-  fds_refused_ = 0;
+               closer_.pending(), refused, fds_refused_total_);
   refusal_logged_ = now;
 }
 

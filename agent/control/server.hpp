@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// The daemon's end of the control socket: a unix stream socket the daemon polls with the rest of
-/// its work. Answers are computed inline by the daemon's handler; the only thread is the
-/// Closer's, which closes the descriptors passed with requests and not kept.
+/// its work. Answers are computed inline by the daemon's handler, or, once start_front() has
+/// run, by a front thread for the requests that must never wait for the daemon's loop (`status`,
+/// `jobs`: docs/control.md#answer-times); the Closer's thread closes the descriptors passed with
+/// requests and not kept.
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -57,6 +60,9 @@ struct RequestContext {
   bool reply_fd_allowed;
 };
 
+/// One client between accept and close (server.cpp).
+struct ServerConnection;
+
 class Server {
  public:
   using Handler = control::Handler;
@@ -64,6 +70,9 @@ class Server {
       std::function<nlohmann::json(const nlohmann::json& request, RequestContext& ctx)>;
   /// Whether a peer may ask. The default: peer_allowed() with the daemon's euid and `group`.
   using AccessRule = std::function<bool(const Peer&)>;
+  /// The front thread's handler: the answer's "result", or std::nullopt to leave the request to
+  /// the loop. Throw as a Handler does for an error answer.
+  using FrontHandler = std::function<std::optional<nlohmann::json>(const nlohmann::json& request)>;
 
   /// Creates the parent directory (0755) if missing and refuses one that is a symbolic link, not
   /// owned by the daemon's user or writable by others (core::open_private_dir); removes a stale
@@ -74,13 +83,25 @@ class Server {
   static std::unique_ptr<Server> listen(const std::string& path, std::optional<gid_t> group,
                                         std::string& error);
 
-  /// The listening fd (non-blocking): poll it for POLLIN, then call serve_pending().
-  int fd() const { return fd_; }
+  /// What the loop polls for POLLIN before calling serve_pending(): the listening socket, or
+  /// once the front thread runs, an eventfd it makes readable when it hands a request over (or
+  /// wake_loop() is called).
+  int fd() const;
   const std::string& path() const { return path_; }
 
-  /// Accepts the pending connections and answers each: one request line, SO_PEERCRED checked
-  /// first (a refused peer gets an error answer and a warning in the log), `handler`, one answer
-  /// line, close. Returns when every accepted client is answered or timed out (kClientTimeout).
+  /// Starts the front thread. From then on it accepts, checks each peer and reads each request;
+  /// a request `front` answers it answers itself, so a loop busy with a long piece of work never
+  /// holds it up; the others it hands to the loop, which answers them in serve_pending(). Call
+  /// once, before the first serve_pending(). False and `error` when the thread cannot start:
+  /// the server then goes on serving everything in serve_pending().
+  bool start_front(FrontHandler front, std::string& error);
+  /// Makes fd() readable: the front handler asking the loop for something (a fresh answer).
+  void wake_loop();
+
+  /// Accepts the pending connections (or, with the front thread, takes the requests it handed
+  /// over) and answers each: one request line, SO_PEERCRED checked first (a refused peer gets an
+  /// error answer and a warning in the log), `handler`, one answer line, close. Returns when
+  /// every client taken is answered or timed out (kClientTimeout).
   void serve_pending(const Handler& handler);
   /// The same, for handlers that need the peer or a passed descriptor.
   void serve_pending(const ContextHandler& handler);
@@ -96,6 +117,16 @@ class Server {
  private:
   Server(int fd, int dir_fd, std::string path, dev_t dev, ino_t ino, std::optional<gid_t> group);
   bool allowed(int conn_fd, const Peer& peer) const;
+  /// Accepts connections until none is pending or `conns` holds kMaxConnectionsPerServe.
+  void accept_into(std::vector<ServerConnection>& conns);
+  /// The answer to a request line: computed (and returned), or handed over (returns empty and
+  /// sets the connection's `handed`).
+  using Dispatch = std::function<std::string(ServerConnection& c, const std::string& line)>;
+  /// One step of a connection: reads its request if `ready`, answers it with `dispatch`, sends.
+  void step(ServerConnection& c, bool ready, const Dispatch& dispatch);
+  /// A descriptor passed with a request and not taken: to the closer, never close(2) here.
+  void drop_passed(ServerConnection& c);
+  void front_loop();
 
   int fd_;
   int dir_fd_;  // the socket's checked directory
@@ -107,8 +138,9 @@ class Server {
   std::optional<gid_t> group_;
   AccessRule access_rule_;
   bool accept_failing_ = false;  // accept() errors (EMFILE) are logged once, not every poll
-  std::size_t held_fds_ = 0;  // descriptors connections hold, not yet given to closer_
-  std::uint64_t fds_refused_ = 0;  // messages whose descriptors were not taken, since the log
+  // Both touched by the front thread (reading requests) and the loop (answering them).
+  std::atomic<std::size_t> held_fds_{0};  // descriptors connections hold, not yet given to closer_
+  std::atomic<std::uint64_t> fds_refused_{0};  // messages whose descriptors were not taken, since the log
   std::uint64_t fds_refused_total_ = 0;
   std::chrono::steady_clock::time_point refusal_logged_{};
   void log_refusals(bool final_line);
@@ -121,6 +153,8 @@ class Server {
   /// Drops the connections whose client has read its answer (or is gone).
   void prune_unread();
   bool reply_fd_allowed(uid_t uid);
+  struct Front;  // the front thread and what it hands the loop (server.cpp)
+  std::unique_ptr<Front> front_;
   // Declared last: destroyed first, after ~Server, waiting a bounded time (kCloserStopWait).
   Closer closer_;
 };

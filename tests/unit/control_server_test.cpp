@@ -128,6 +128,25 @@ json parse_line(const std::string& text) {
   return json::parse(text);
 }
 
+/// How a test's server serves: everything in serve_pending() as before start_front(), or with a
+/// front thread that hands every request to the loop (the daemon's path for all but `status`
+/// and `jobs`): the same behaviour is expected of both.
+enum class Mode { loop, front_hands_all };
+
+void hand_everything_to_the_loop(Server& server) {
+  std::string error;
+  ASSERT_TRUE(server.start_front([](const json&) { return std::optional<json>(); }, error))
+      << error;
+}
+
+class ServerModes : public ::testing::TestWithParam<Mode> {};
+
+INSTANTIATE_TEST_SUITE_P(ControlServer, ServerModes,
+                         ::testing::Values(Mode::loop, Mode::front_hands_all),
+                         [](const auto& info) {
+                           return info.param == Mode::loop ? "loop" : "front_hands_all";
+                         });
+
 }  // namespace
 
 TEST(ControlServer, AnswersThroughTheClient) {
@@ -157,10 +176,11 @@ TEST(ControlServer, AnswersThroughTheClient) {
   EXPECT_TRUE(request(server->path(), {{"cmd", "status"}}, error)) << error;
 }
 
-TEST(ControlServer, HostileRawClients) {
+TEST_P(ServerModes, HostileRawClients) {
   TempDir dir;
   auto server = must_listen(dir / "ctl.sock");
   ASSERT_TRUE(server);
+  if (GetParam() == Mode::front_hands_all) hand_everything_to_the_loop(*server);
   ServingThread serving(*server);
 
   // Garbage bytes.
@@ -231,10 +251,11 @@ TEST(ControlServer, OversizeRequestThroughTheClient) {
   EXPECT_EQ("iolensd: request longer than 65536 bytes", error);
 }
 
-TEST(ControlServer, ManyClientsAtOnce) {
+TEST_P(ServerModes, ManyClientsAtOnce) {
   TempDir dir;
   auto server = must_listen(dir / "ctl.sock");
   ASSERT_TRUE(server);
+  if (GetParam() == Mode::front_hands_all) hand_everything_to_the_loop(*server);
   ServingThread serving(*server);
   handler_calls = 0;
   std::atomic<int> ok{0};
@@ -443,11 +464,12 @@ TEST(ControlClient, Errors) {
   close(fd);
 }
 
-TEST(ControlServer, DescriptorPassedWithTheRequest) {
+TEST_P(ServerModes, DescriptorPassedWithTheRequest) {
   TempDir dir;
   std::string error;
   auto server = Server::listen(dir / "ctl.sock", std::nullopt, error);
   ASSERT_TRUE(server) << error;
+  if (GetParam() == Mode::front_hands_all) hand_everything_to_the_loop(*server);
   int kept = -1;
   std::atomic<bool> stop{false};
   std::thread serving([&] {
@@ -498,11 +520,12 @@ TEST(ControlServer, DescriptorPassedWithTheRequest) {
 // A handler gives the client a descriptor with its answer (a closed job's record): the client
 // that asks for it reads it; one that does not gets the answer and no descriptor left open;
 // the server keeps no copy either way.
-TEST(ControlServer, DescriptorSentWithTheAnswer) {
+TEST_P(ServerModes, DescriptorSentWithTheAnswer) {
   TempDir dir;
   std::string error;
   auto server = Server::listen(dir / "ctl.sock", std::nullopt, error);
   ASSERT_TRUE(server) << error;
+  if (GetParam() == Mode::front_hands_all) hand_everything_to_the_loop(*server);
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
   std::atomic<int> gives{0};
@@ -579,11 +602,12 @@ TEST(ControlServer, DescriptorSentWithTheAnswer) {
 // Descriptors a handler keeps are the handler's: the server takes descriptors after any number
 // of them (it once counted each kept one as held forever, and refused all after 64: the 65th
 // `iolens run` through the daemon got "not taking descriptors now").
-TEST(ControlServer, KeptDescriptorsDoNotStopTheServerTakingMore) {
+TEST_P(ServerModes, KeptDescriptorsDoNotStopTheServerTakingMore) {
   TempDir dir;
   std::string error;
   auto server = Server::listen(dir / "ctl.sock", std::nullopt, error);
   ASSERT_TRUE(server) << error;
+  if (GetParam() == Mode::front_hands_all) hand_everything_to_the_loop(*server);
   std::vector<int> kept;
   std::atomic<bool> stop{false};
   std::thread serving([&] {
@@ -642,4 +666,113 @@ TEST(ControlServer, RefusesASocketDirectoryOthersControl) {
   ASSERT_EQ(0, lstat((dir / "made/ctl.sock").c_str(), &st));
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(0660u, st.st_mode & 07777);
+}
+
+// The daemon's split: `status` answered by the front thread while the loop is busy (here: never
+// serves at all), everything else handed to the loop, which answers once it serves.
+TEST(ControlFront, AnswersWhileTheLoopIsBusyAndHandsTheRestOver) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  std::atomic<int> front_calls{0};
+  std::string error;
+  ASSERT_TRUE(server->start_front(
+      [&](const json& req) -> std::optional<json> {
+        ++front_calls;
+        if (req.at("cmd") == "status") return json{{"from", "front"}};
+        return std::nullopt;
+      },
+      error))
+      << error;
+  EXPECT_FALSE(server->start_front([](const json&) { return std::optional<json>(); }, error));
+
+  // Nobody calls serve_pending: the front answers alone.
+  auto r = request(server->path(), {{"cmd", "status"}}, error);
+  ASSERT_TRUE(r) << error;
+  EXPECT_EQ("front", r->at("from"));
+
+  // A request for the loop waits for it; meanwhile the front still answers others.
+  handler_calls = 0;
+  std::optional<json> job;
+  std::string job_error;
+  std::thread asker([&] { job = request(server->path(), {{"cmd", "job"}, {"id", "j1"}}, job_error); });
+  pollfd p{server->fd(), POLLIN, 0};
+  ASSERT_EQ(1, poll(&p, 1, 5000)) << "the loop's descriptor never said a request was handed over";
+  r = request(server->path(), {{"cmd", "status"}}, error);
+  ASSERT_TRUE(r) << error;
+  EXPECT_EQ("front", r->at("from"));
+  EXPECT_EQ(0, handler_calls.load());
+  server->serve_pending(handler);
+  asker.join();
+  ASSERT_TRUE(job) << job_error;
+  EXPECT_EQ("j1", job->at("id"));
+  EXPECT_EQ(1, handler_calls.load());
+  // Taken: nothing is handed over any more, and fd() is quiet again.
+  EXPECT_EQ(0, poll(&p, 1, 0));
+  // wake_loop() makes it readable (the front asking the loop to publish), with nothing handed.
+  server->wake_loop();
+  ASSERT_EQ(1, poll(&p, 1, 1000));
+  server->serve_pending(handler);
+  EXPECT_EQ(1, handler_calls.load());
+  EXPECT_EQ(0, poll(&p, 1, 0));
+  EXPECT_EQ(3, front_calls.load());  // status, job (declined), status
+
+  // Errors in the request line are answered at the front, never handed over.
+  const int fd = connect_raw(server->path());
+  ASSERT_GE(fd, 0);
+  send_all(fd, "{\"cmd\":\n");
+  const json a = parse_line(read_all(fd));
+  close(fd);
+  EXPECT_EQ("bad_request", a["code"]);
+  EXPECT_EQ(0, poll(&p, 1, 0));
+  EXPECT_EQ(3, front_calls.load());
+}
+
+// A client that never finishes its request holds only its own connection: the front answers
+// others at once, and the silent one is cut off at kClientTimeout with the reason.
+TEST(ControlFront, ASilentClientDoesNotDelayOthers) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  std::string error;
+  ASSERT_TRUE(server->start_front([](const json&) { return std::optional<json>(json::object()); },
+                                  error))
+      << error;
+  const int silent = connect_raw(server->path());
+  ASSERT_GE(silent, 0);
+  send_all(silent, "{\"cmd\":");
+  const auto start = Clock::now();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(request(server->path(), {{"cmd", "status"}}, error));
+  // Loosely (CI machines are slow): 20 answers well within the silent client's timeout.
+  EXPECT_LT(Clock::now() - start, kClientTimeout / 2);
+  const json a = parse_line(read_all(silent));
+  EXPECT_EQ("no complete request line within 2000 ms", a["error"]);
+  close(silent);
+}
+
+// A server stopped with requests handed over and not served: their clients are closed on (they
+// see the end of the connection, not a hang) and their descriptors closed.
+TEST(ControlFront, StoppedWithRequestsHandedOverClosesThem) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  std::string error;
+  ASSERT_TRUE(server->start_front([](const json&) { return std::optional<json>(); }, error))
+      << error;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::string asked_error;
+  std::thread asker([&] {
+    EXPECT_FALSE(request(server->path(), {{"cmd", "run"}}, asked_error, 10000, fds[1]));
+  });
+  pollfd p{server->fd(), POLLIN, 0};
+  ASSERT_EQ(1, poll(&p, 1, 5000));
+  close(fds[1]);
+  server.reset();
+  asker.join();
+  EXPECT_FALSE(asked_error.empty());
+  // The server's copy of the write end is closed: the read end sees EOF.
+  char c;
+  EXPECT_EQ(0, read(fds[0], &c, 1));
+  close(fds[0]);
 }
