@@ -13,7 +13,8 @@ For each iolensd given (one after the other, the same job each): a job cgroup ru
 cgroup is removed, and a thread asks `status` on the control socket every 20 ms from the start
 of the job until its record is on disk. Printed per build: the longest wait for an answer while
 the job ran and from the removal to the record (by when the answer came), the answers longer
-than 100 ms, how long the record took to appear, its size, and the daemon's VmHWM; then how
+than 100 ms, the oldest answer (its "age_ms": a daemon whose loop was busy answers what it
+published last; 0 for builds before the control socket's front thread), how long the record took to appear, its size, and the daemon's VmHWM; then how
 long `job` of the closed job takes asked as `iolens job` asks (with "fd": the record comes as a
 descriptor; a daemon that does not know "fd" answers a page) and as an older client asks (a
 page of 10), and the longest wait for `status` meanwhile. The record
@@ -53,7 +54,7 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
     cg.mkdir("a/big")
     job_id = "cgroup" + cg.rel("a/big")
     d.wait_live(ck, [job_id])
-    waits = []  # (start, seconds)
+    waits = []  # (start, seconds, the answer's age_ms: how old the loop's answer was, or 0)
     slow = []   # what the daemon did during each wait over 100 ms (from its own status)
     stop = [False]
 
@@ -68,7 +69,9 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
             except OSError:
                 pass
             w = time.monotonic() - t
-            waits.append((t, w))
+            # Daemons with the control socket's front thread say how old their answer is
+            # (the loop was busy: the last one it published); older ones answer from the loop.
+            waits.append((t, w, (st or {}).get("age_ms", 0) / 1e3))
             if st and prev and w > 0.1:
                 dr, sv = st.get("drain", {}), st.get("state", {})
                 pdr, psv = prev.get("drain", {}), prev.get("state", {})
@@ -118,14 +121,17 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
     d.stop()
     # By when the answer came: one asked during the job but answered after the removal waited
     # for the close.
-    run = [w for t, w in waits if t + w < t_rm]
-    close = [w for t, w in waits if t_rm <= t + w < t_ask]
-    ask = [w for t, w in waits if t + w >= t_ask]
+    run = [w for t, w, _ in waits if t + w < t_rm]
+    close = [w for t, w, _ in waits if t_rm <= t + w < t_ask]
+    ask = [w for t, w, _ in waits if t + w >= t_ask]
+    age_run = [age for t, w, age in waits if t + w < t_rm]
+    age_close = [age for t, w, age in waits if t_rm <= t + w < t_ask]
     return {"job_s": t_rm - t_job, "record_s": t_rec - t_rm, "record_mb": size / 1e6,
             "max_run": max(run or [0]), "max_close": max(close or [0]),
             "slow_run": sum(w > 0.1 for w in run), "slow_close": sum(w > 0.1 for w in close),
             "answers": len(waits), "hwm_mib": hwm / 1024, "slow": slow, "asked": asked,
-            "max_ask": max(ask or [0])}
+            "max_ask": max(ask or [0]), "age_run": max(age_run or [0]),
+            "age_close": max(age_close or [0])}
 
 
 def main():
@@ -145,9 +151,9 @@ def main():
     a = ap.parse_args()
     D.require_root()
     print("| iolensd | job | longest wait, job running (> 100 ms) | record after removal "
-          "| longest wait, removal to record (> 100 ms) | record | VmHWM "
-          "| `job` of the closed job: with fd / a page | longest wait meanwhile |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| longest wait, removal to record (> 100 ms) | oldest answer: running / to record "
+          "| record | VmHWM | `job` of the closed job: with fd / a page | longest wait meanwhile |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for build, compression in [(b, c) for b in a.iolensd for c in a.record_compression or [None]]:
         r = measure(os.path.realpath(build), os.path.realpath(a.workload), a.files, compression,
                     a.default_limits)
@@ -155,11 +161,11 @@ def main():
             build = "%s (%s)" % (build, compression)
         fd_s, fd_how = r["asked"]["fd"]
         pg_s, pg_how = r["asked"]["page"]
-        print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.1f MB | %.0f MiB "
-              "| %.2f s (%s) / %.2f s (%s) | %.2f s |" %
+        print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.2f / %.2f s "
+              "| %.1f MB | %.0f MiB | %.2f s (%s) / %.2f s (%s) | %.2f s |" %
               (build, a.files, r["job_s"], r["max_run"], r["slow_run"], r["record_s"],
-               r["max_close"], r["slow_close"], r["record_mb"], r["hwm_mib"], fd_s, fd_how, pg_s,
-               pg_how, r["max_ask"]), flush=True)
+               r["max_close"], r["slow_close"], r["age_run"], r["age_close"], r["record_mb"],
+               r["hwm_mib"], fd_s, fd_how, pg_s, pg_how, r["max_ask"]), flush=True)
         if a.why:
             for line in r["slow"]:
                 print("    " + line, flush=True)

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "control/protocol.hpp"
 #include "exporters/units.hpp"
 
 namespace iolens::control {
@@ -353,11 +354,26 @@ std::string terminal_safe(std::string_view s) {
   return out;
 }
 
+namespace {
+
+/// "(as of 0.4 s ago: the daemon was busy)\n" for an answer the front thread gave from the
+/// loop's last publish, else empty.
+std::string stale_note(const json& result) {
+  const auto age = count_of(result, "age_ms");
+  if (!age || *age < static_cast<uint64_t>(kFreshAnswerWait.count())) return "";
+  return "(as of " + human_age(static_cast<double>(*age) / 1000) + " ago: the daemon was busy)";
+}
+
+}  // namespace
+
 std::string format_status(const json& status) {
   std::string out = "iolensd";
   if (const auto version = text_of(status, "version")) out += " " + *version;
   if (const auto pid = count_of(status, "pid")) out += ", pid " + std::to_string(*pid);
   if (const auto up = number_of(status, "uptime_s")) out += ", up " + human_age(*up);
+  // Answered by the front thread while the loop was busy: what the loop published last
+  // (docs/control.md#answer-times). A fresh answer is a few ms old and says nothing.
+  if (const std::string stale = stale_note(status); !stale.empty()) out += " " + stale;
   out += "\n";
 
   if (const auto root = text_of(status, "cgroup_root")) out += labelled("cgroup root", *root);
@@ -434,7 +450,8 @@ std::string format_status(const json& status) {
 
 std::string format_jobs(const json& jobs) {
   const json& list = array_or_empty(jobs, "jobs");
-  if (list.empty()) return "no jobs\n";
+  const std::string stale = stale_note(jobs);
+  if (list.empty()) return "no jobs" + (stale.empty() ? "" : " " + stale) + "\n";
   std::vector<std::vector<std::string>> rows;
   for (const json& job : list) {
     const json& totals = object_or_empty(job, "totals");
@@ -454,7 +471,8 @@ std::string format_jobs(const json& jobs) {
                 {"READ", true},
                 {"WRITTEN", true},
                 {"OPENS", true}},
-               rows);
+               rows) +
+         (stale.empty() ? "" : stale + "\n");
 }
 
 std::string format_job(const json& result, uint64_t now_ns, std::size_t top_files) {

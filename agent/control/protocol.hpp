@@ -4,6 +4,7 @@
 /// way. Requests {"cmd":"status"|"jobs"|"job", ...}; answers {"ok":true,"result":{...}} or
 /// {"ok":false,"code":"...","error":"..."}. Pure, so every malformed input is unit-testable.
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,11 @@ inline constexpr std::size_t kMaxRequestBytes = 64 * 1024;
 /// JSON (its counters), so a page of the default is a few MB at most.
 inline constexpr std::size_t kJobPageDefault = 1000;
 inline constexpr std::size_t kJobPageMax = 10000;
+
+/// How long the control socket's front thread waits for the loop's fresh `status` or `jobs`
+/// before it answers with what the loop published last (docs/control.md#answer-times); an
+/// answer whose "age_ms" is at least this is such an answer.
+inline constexpr std::chrono::milliseconds kFreshAnswerWait{80};
 
 /// Error codes in answers, for clients that act on the kind of failure rather than its text.
 inline constexpr const char* kCodeBadRequest = "bad_request";  // malformed, oversize, unknown cmd

@@ -36,6 +36,7 @@
 #include "core/private_dir.hpp"
 #include "core/units.hpp"
 #include "core/zstd_stream.hpp"
+#include "daemon/answer_board.hpp"
 #include "daemon/capture.hpp"
 #include "core/events.hpp"
 #include "daemon/job_metrics.hpp"
@@ -260,6 +261,10 @@ class Daemon {
   /// At a stop: the window ends and the writer gets at most kCaptureStopWait to finish.
   void end_capture_for_stop();
   nlohmann::json status_json();
+  /// `jobs`'s result: the live jobs, the closed ones kept, those being written.
+  nlohmann::json jobs_json() const;
+  /// Fresh `status` and `jobs` answers for the control socket's front thread.
+  void publish_answers();
   std::optional<std::string> resolve_cgroup(uint64_t id);
   // Runs (docs/run.md#through-iolensd): `iolens run` counted by this daemon's programs.
   /// Opens the run root and removes the empty run cgroups an earlier daemon left (the others
@@ -282,6 +287,8 @@ class Daemon {
   std::string mount_;
   std::optional<jobs::Selector> sel_;
   std::unique_ptr<loader::Loader> loader_;
+  // Before server_: its front thread reads the board until the server is destroyed.
+  AnswerBoard board_;
   std::unique_ptr<control::Server> server_;
   std::unique_ptr<JobTable> table_;
   std::unique_ptr<JobWriter> writer_;
@@ -565,6 +572,15 @@ bool Daemon::setup() {
     spdlog::error("control socket: {}", err);
     return false;
   }
+  // `status` and `jobs` are answered by the server's front thread from what the loop published
+  // last, so that a loop busy with a big job never keeps them waiting (docs/control.md).
+  control::Server* server = server_.get();
+  if (!server_->start_front(
+          [this, server](const nlohmann::json& req) -> std::optional<nlohmann::json> {
+            return board_.answer(req.value("cmd", ""), [server] { server->wake_loop(); });
+          },
+          err))
+    spdlog::warn("control socket: {}; the loop answers every request", err);
   // The node's name: the metrics' node label, and in captures and Darshan logs.
   node_ = cfg_.metrics.node;
   if (node_.empty()) {
@@ -1784,6 +1800,12 @@ nlohmann::json Daemon::status_json() {
                     {"scrapes", metrics_->scrapes()}, {"jobs_retained", retained_.size()}};
   else
     j["metrics"] = {{"listen", ""}};
+  // How `status` and `jobs` were answered by the front thread: stale ones while the loop was
+  // in a piece of work longer than control::kFreshAnswerWait.
+  const AnswerBoard::Counts answers = board_.counts();
+  j["control"] = {{"answered_fresh", answers.fresh},
+                  {"answered_stale", answers.stale},
+                  {"oldest_stale_ms", answers.oldest_stale_ms}};
   j["runs"] = {{"root", run_cg_ ? run_cg_->rel() : ""}, {"live", runs_.size()},
                {"orphans", run_orphans_.size()}, {"started", runs_started_},
                {"ended", runs_ended_}, {"abandoned", runs_abandoned_},
@@ -2326,6 +2348,19 @@ void Daemon::end_capture_for_stop() {
   settle_capture(true);
 }
 
+nlohmann::json Daemon::jobs_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [id, job] : table_->jobs()) list.push_back(table_->job_summary(*job));
+  for (const auto& [id, c] : closed_) list.push_back(c.summary);
+  for (const auto& [serial, w] : writing_) list.push_back(w.line);
+  return {{"jobs", list}};
+}
+
+void Daemon::publish_answers() {
+  collect_written(false);  // a record on disk is a closed job's, as `jobs` in the loop says
+  board_.publish(status_json(), jobs_json());
+}
+
 nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext& ctx) {
   const std::string cmd = req.value("cmd", "");
   if (cmd == "status") return status_json();
@@ -2350,13 +2385,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
   }
   // A record on disk is a closed job's (saved at the loop's next pass, not in the request).
   if (cmd == "jobs" || cmd == "job") collect_written(false);
-  if (cmd == "jobs") {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& [id, job] : table_->jobs()) list.push_back(table_->job_summary(*job));
-    for (const auto& [id, c] : closed_) list.push_back(c.summary);
-    for (const auto& [serial, w] : writing_) list.push_back(w.line);
-    return {{"jobs", list}};
-  }
+  if (cmd == "jobs") return jobs_json();
   if (cmd == "job") {
     const std::string id = req.value("id", "");
     // One page per request (docs/control.md#job): the answer's size and the memory it holds
@@ -2485,6 +2514,7 @@ int Daemon::run() {
     drain(false);
   }
   publish_metrics(true);
+  publish_answers();  // from now on the front thread answers `status` and `jobs`
   spdlog::info("iolensd {} started: cgroup root {}, watching {}, {} job(s) found", IOLENS_VERSION,
                mount_, fmt::join(sel_->watch_roots(), ", "), table_->jobs().size());
   const int64_t interval = static_cast<int64_t>(cfg_.drain_interval_ms) * 1000000LL;
@@ -2528,6 +2558,9 @@ int Daemon::run() {
       if (drain_piece(now + piece, true)) {
         if (last_drain_complete_) write_closed();
         publish_metrics();
+        // While clients ask, what the front thread answers during a long piece of work is at
+        // most about a second older than that piece (docs/control.md#answer-times).
+        if (board_.due(std::chrono::seconds(1), std::chrono::seconds(60))) publish_answers();
       }
     }
     // The trace ring wakes us once half full (and is drained every round anyway).
@@ -2557,6 +2590,8 @@ int Daemon::run() {
         return handle(req, ctx);
       });
     }
+    // The front thread asked for fresh `status` and `jobs` answers (it waits control::kFreshAnswerWait).
+    if (board_.wanted()) publish_answers();
     if (fds[2].revents & POLLIN) {
       signalfd_siginfo si{};
       if (read(sigfd_, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {

@@ -553,9 +553,19 @@ class Daemon:
                     doc = json.loads(record_json_bytes(f.read()).decode("utf-8"))
         return a, doc
 
-    def status(self):
-        a = self.request({"cmd": "status"})
-        return a["result"] if a.get("ok") else None
+    def status(self, fresh_within=10.0):
+        """`status` as the loop sees it now. The front thread answers at once, from what the
+        loop published last when the loop is busy (age_ms at least 80: docs/control.md#answer-
+        times): asked again then, for up to `fresh_within` seconds, since checks here compare
+        the daemon's state after an action with the test's own truth. The last answer if none
+        was fresh by then (a daemon without the front thread has no age_ms: always fresh)."""
+        deadline = time.monotonic() + fresh_within
+        while True:
+            a = self.request({"cmd": "status"})
+            st = a["result"] if a.get("ok") else None
+            if st is None or st.get("age_ms", 0) < 80 or time.monotonic() >= deadline:
+                return st
+            time.sleep(0.02)
 
     def cli(self, *args, user=None, timeout=20):
         """Runs `iolens ARGS --socket S` (as `user`: a setpriv prefix list); returns

@@ -72,6 +72,34 @@ def hex64():
     return (uuid.uuid4().hex + uuid.uuid4().hex)[:64]
 
 
+def front_answers(ck, d, n=10):
+    """`status` and `jobs` are answered by the control socket's front thread from what the loop
+    published (docs/control.md#answer-times): each answer says how old it is, other requests
+    are the loop's and do not, and `status` counts every front answer. The daemon is idle here,
+    so the loop publishes fresh answers: the n requests between two `status` add exactly n + 1
+    (the first `status` is counted after it was built). Tried again (3 times at most) if the
+    second `status` is not fresh (a loop busy for 80 ms on a loaded machine)."""
+    for _ in range(3):
+        first = d.status() or {}
+        answers = [d.request({"cmd": "jobs" if i % 2 else "status"}) for i in range(n)]
+        second = d.status() or {}
+        if second.get("age_ms", 10 ** 9) < 80:
+            break
+    ages = [(a.get("result") or {}).get("age_ms") for a in answers]
+    ck.check(all(isinstance(x, int) and x >= 0 for x in ages),
+             "every status and jobs answer says how old it is (age_ms): %r" % ages)
+
+    def answered(st):
+        c = st.get("control") or {}
+        return c.get("answered_fresh", 0) + c.get("answered_stale", 0)
+    ck.eq("front answers counted between two statuses (%d requests and the first status)" % n,
+          n + 1, answered(second) - answered(first))
+    other = d.request({"cmd": "job", "id": "no-such-job"})
+    ck.check("age_ms" not in json.dumps(other),
+             "a request the loop answers carries no age_ms: %r" % other)
+    ck.eq("job of an unknown id, answered by the loop", "failed", other.get("code"))
+
+
 def main():
     args = D.parse_args()
     D.require_root()
@@ -347,6 +375,7 @@ def main():
     ck.check(st.get("unattributed_processes", 0) >= 1,
              "status.unattributed_processes is %r: the noise in the kubepods root was traced "
              "and should be counted" % st.get("unattributed_processes"))
+    front_answers(ck, d)
     rc, secs = d.stop()
     ck.eq("iolensd exit code after SIGTERM", 0, rc)
     D.log("jobs phase %.1f s, stop %.2f s" % (log_elapsed, secs))

@@ -127,6 +127,28 @@ TEST(ControlFormat, StatusLosses) {
   EXPECT_NE(std::string::npos, text.find("restart        fresh start\n")) << text;
 }
 
+// The front thread's answer while the loop was busy says how old it is; a fresh one does not.
+TEST(ControlFormat, StatusAnsweredWhileTheDaemonWasBusy) {
+  json s = status_sample();
+  s["age_ms"] = 3;
+  EXPECT_EQ(0u, format_status(s).find("iolensd 0.1.0, pid 123, up 1 h 2 min\n"));
+  s["age_ms"] = 420;
+  EXPECT_EQ(0u, format_status(s).find(
+                    "iolensd 0.1.0, pid 123, up 1 h 2 min (as of 0.4 s ago: the daemon was busy)\n"))
+      << format_status(s);
+  s["age_ms"] = "x";
+  EXPECT_EQ(0u, format_status(s).find("iolensd 0.1.0, pid 123, up 1 h 2 min\n"));
+  // `jobs` the same, on a line of its own after the table.
+  json jobs = {{"jobs", json::array()}, {"age_ms", 1500}};
+  EXPECT_EQ("no jobs (as of 1.5 s ago: the daemon was busy)\n", format_jobs(jobs));
+  jobs["age_ms"] = 2;
+  EXPECT_EQ("no jobs\n", format_jobs(jobs));
+  jobs["jobs"] = json::array({{{"id", "j"}, {"state", "live"}}});
+  const std::string fresh = format_jobs(jobs);
+  jobs["age_ms"] = 90;
+  EXPECT_EQ(fresh + "(as of 0.1 s ago: the daemon was busy)\n", format_jobs(jobs));
+}
+
 TEST(ControlFormat, StatusTiming) {
   json s = status_sample();
   s["timing"] = "off";
