@@ -40,7 +40,9 @@ struct ServerConnection {
   UniqueFd passed;  // a descriptor sent with the request (SCM_RIGHTS)
   UniqueFd reply;   // a descriptor for the client, sent with the answer's first bytes
   bool fd_sent = false;
+  std::chrono::steady_clock::time_point accepted;
   std::optional<std::size_t> fds_refused_pending;  // read with no descriptors taken: closes then
+  std::size_t fds_held_at_refusal = 0;  // and the descriptors requests held then
   // The front thread read this request and left it to the loop (handed), which answers it.
   std::optional<std::string> line;
   bool handed = false;
@@ -52,7 +54,7 @@ struct Server::Front {
   UniqueFd wake;  // eventfd: readable while requests wait for the loop (the loop's fd())
   UniqueFd stop;  // eventfd: the thread ends when it is readable
   std::mutex mu;
-  std::vector<ServerConnection> handed;  // under mu
+  std::vector<ServerConnection> handed;  // under mu; at most kMaxHanded
   std::thread thread;
 };
 
@@ -159,6 +161,7 @@ ssize_t recv_request_bytes(Connection& c, char* buf, size_t size, FdPolicy& fds)
   if (n < 0) return n;
   if (!take) {
     c.fds_refused_pending = fds.closer.pending();
+    c.fds_held_at_refusal = fds.held.load();
     if (m.msg.msg_flags & MSG_CTRUNC) ++fds.refused;
     return n;
   }
@@ -335,16 +338,17 @@ void Server::serve_pending(const Handler& handler) {
   serve_pending([&handler](const nlohmann::json& req, RequestContext&) { return handler(req); });
 }
 
-void Server::accept_into(std::vector<Connection>& conns) {
+bool Server::accept_into(std::vector<Connection>& conns) {
   while (conns.size() < kMaxConnectionsPerServe) {
     UniqueFd conn(accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (conn.get() < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK && !accept_failing_) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (!accept_failing_) {
         spdlog::warn("control: accept on {}: {}", path_, std::strerror(errno));
         accept_failing_ = true;
       }
-      break;
+      return false;
     }
     accept_failing_ = false;
     std::string why;
@@ -366,15 +370,20 @@ void Server::accept_into(std::vector<Connection>& conns) {
     Connection c;
     c.fd = std::move(conn);
     c.peer = *peer;
-    c.deadline = Clock::now() + kClientTimeout;
+    c.accepted = Clock::now();
+    c.deadline = c.accepted + kClientTimeout;
     conns.push_back(std::move(c));
   }
+  return true;
 }
 
 void Server::drop_passed(Connection& c) {
   if (c.passed.get() < 0) return;
-  --held_fds_;
+  // To the closer first, then no longer held: the front thread, taking descriptors meanwhile,
+  // counts this one twice for a moment, never not at all (it takes one only while the closer
+  // has room for every descriptor held, so that a drop never closes one itself).
   closer_.close(c.passed.release());
+  --held_fds_;
 }
 
 void Server::step(Connection& c, bool ready, const Dispatch& dispatch) {
@@ -466,12 +475,13 @@ bool Server::start_front(FrontHandler front, std::string& error) {
 }
 
 void Server::front_loop() {
-  std::vector<Connection> conns;
+  std::vector<Connection> conns;  // being read or answered here, or waiting for room to be handed
   std::vector<pollfd> fds;
+  Clock::time_point accept_again{};  // after an accept() error (EMFILE), not before this
   const Dispatch at_front = [&](Connection& c, const std::string& line) {
     bool mine = true;
     std::string answer = answer_line(line, [&](const nlohmann::json& req) -> nlohmann::json {
-      std::optional<nlohmann::json> result = front_->handler(req);
+      std::optional<nlohmann::json> result = front_->handler(req, c.accepted);
       if (!result) {
         mine = false;
         return nlohmann::json();
@@ -489,49 +499,63 @@ void Server::front_loop() {
   for (;;) {
     const auto now = Clock::now();
     auto next_deadline = now + kClientTimeout;
+    bool waiting = false;  // requests for the loop wait for room among the handed ones
     fds.clear();
     fds.push_back(pollfd{front_->stop.get(), POLLIN, 0});
     // Past kMaxConnectionsPerServe clients in hand, the others wait in the backlog.
-    fds.push_back(pollfd{conns.size() < kMaxConnectionsPerServe ? fd_ : -1, POLLIN, 0});
+    const bool accepting = conns.size() < kMaxConnectionsPerServe && now >= accept_again;
+    fds.push_back(pollfd{accepting ? fd_ : -1, POLLIN, 0});
     for (const Connection& c : conns) {
+      if (c.handed) {
+        waiting = true;
+        fds.push_back(pollfd{-1, 0, 0});
+        continue;
+      }
       fds.push_back(pollfd{c.fd.get(), static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
       next_deadline = std::min(next_deadline, c.deadline);
     }
-    const int timeout = conns.empty() ? -1 : poll_timeout_ms(now, next_deadline);
+    if (!accepting && conns.size() < kMaxConnectionsPerServe)
+      next_deadline = std::min(next_deadline, accept_again);
+    // Room among the handed ones is made by the loop, which does not wake this thread: looked
+    // at every 10 ms while a request waits for it.
+    if (waiting) next_deadline = std::min(next_deadline, now + std::chrono::milliseconds(10));
+    const bool timed = !conns.empty() || !accepting;
+    const int timeout = timed ? poll_timeout_ms(now, next_deadline) : -1;
     if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
       spdlog::warn("control: front thread: poll: {}", std::strerror(errno));
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // never spin on an error
       continue;
     }
     if (fds[0].revents != 0) break;
-    std::vector<Connection> to_loop;
     try {
-      for (size_t i = 0; i < conns.size(); ++i) step(conns[i], fds[i + 2].revents != 0, at_front);
-      if (fds[1].revents & POLLIN) accept_into(conns);
+      for (size_t i = 0; i < conns.size(); ++i)
+        if (!conns[i].handed) step(conns[i], fds[i + 2].revents != 0, at_front);
+      if ((fds[1].revents & POLLIN) && !accept_into(conns))
+        accept_again = Clock::now() + std::chrono::milliseconds(50);
     } catch (const std::exception& e) {
       // answer_line never throws; this is memory running out. The thread must go on: without
       // it nobody is answered.
       spdlog::error("control: front thread: {}", e.what());
     }
-    std::erase_if(conns, [&](Connection& c) {
-      if (c.handed) {
-        c.handed = false;
-        to_loop.push_back(std::move(c));
-        return true;
-      }
-      if (c.done) {
-        drop_passed(c);
-        if (c.reply.get() >= 0) closer_.close(c.reply.release());
-      }
-      return c.done;
-    });
-    if (!to_loop.empty()) {
-      {
-        std::lock_guard lk(front_->mu);
-        for (Connection& c : to_loop) front_->handed.push_back(std::move(c));
-      }
-      wake_loop();
+    bool handed_any = false;
+    {
+      std::lock_guard lk(front_->mu);
+      std::erase_if(conns, [&](Connection& c) {
+        if (c.handed) {
+          if (front_->handed.size() >= kMaxHanded) return false;  // waits for room
+          c.handed = false;
+          front_->handed.push_back(std::move(c));
+          handed_any = true;
+          return true;
+        }
+        if (c.done) {
+          drop_passed(c);
+          if (c.reply.get() >= 0) closer_.close(c.reply.release());
+        }
+        return c.done;
+      });
     }
+    if (handed_any) wake_loop();
   }
   for (Connection& c : conns) drop_passed(c);
 }
@@ -553,7 +577,12 @@ void Server::serve_pending(const ContextHandler& handler) {
         c.passed.get() < 0 && c.fds_refused_pending
             ? "the daemon is not taking descriptors now: " +
                   std::to_string(*c.fds_refused_pending) +
-                  " closes pending (a file system that does not answer?); try again later"
+                  " closes pending (a file system that does not answer?)" +
+                  (c.fds_held_at_refusal == 0
+                       ? std::string()
+                       : ", " + std::to_string(c.fds_held_at_refusal) +
+                             " held by requests not answered yet") +
+                  "; try again later"
             : std::string();
     RequestContext ctx{c.peer, c.passed, refusal, c.reply, reply_fd_allowed(c.peer.uid)};
     const bool had_fd = c.passed.get() >= 0;

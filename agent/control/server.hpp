@@ -29,9 +29,16 @@ namespace iolens::control {
 /// served together, so one stuck client delays the others by at most this.
 inline constexpr std::chrono::milliseconds kClientTimeout{2000};
 
-/// Connections handled by one serve_pending(); more stay queued for the next call. Bounds the
-/// memory a burst of clients can pin (each may buffer up to kMaxRequestBytes).
+/// Connections handled by one serve_pending(), or held by the front thread at once; more stay
+/// queued in the listen backlog. Bounds the memory a burst of clients can pin (each may buffer
+/// up to kMaxRequestBytes).
 inline constexpr std::size_t kMaxConnectionsPerServe = 64;
+
+/// With the front thread: requests handed to the loop and not yet taken, at most. Past it a
+/// complete request waits in the front thread (counted among its kMaxConnectionsPerServe), and
+/// past those, clients wait in the listen backlog: a loop that is busy for long, and clients
+/// that keep asking it, cannot make the daemon hold more connections than before.
+inline constexpr std::size_t kMaxHanded = 64;
 
 /// Answers with a descriptor whose client has not read them, at most, per peer uid and in all.
 /// A descriptor in flight is charged to the daemon's user (root's count of descriptors in
@@ -71,8 +78,10 @@ class Server {
   /// Whether a peer may ask. The default: peer_allowed() with the daemon's euid and `group`.
   using AccessRule = std::function<bool(const Peer&)>;
   /// The front thread's handler: the answer's "result", or std::nullopt to leave the request to
-  /// the loop. Throw as a Handler does for an error answer.
-  using FrontHandler = std::function<std::optional<nlohmann::json>(const nlohmann::json& request)>;
+  /// the loop. Throw as a Handler does for an error answer. `arrived`: when the connection was
+  /// accepted (an answer built since then is as fresh as the client can ask for).
+  using FrontHandler = std::function<std::optional<nlohmann::json>(
+      const nlohmann::json& request, std::chrono::steady_clock::time_point arrived)>;
 
   /// Creates the parent directory (0755) if missing and refuses one that is a symbolic link, not
   /// owned by the daemon's user or writable by others (core::open_private_dir); removes a stale
@@ -117,8 +126,10 @@ class Server {
  private:
   Server(int fd, int dir_fd, std::string path, dev_t dev, ino_t ino, std::optional<gid_t> group);
   bool allowed(int conn_fd, const Peer& peer) const;
-  /// Accepts connections until none is pending or `conns` holds kMaxConnectionsPerServe.
-  void accept_into(std::vector<ServerConnection>& conns);
+  /// Accepts connections until none is pending or `conns` holds kMaxConnectionsPerServe. False
+  /// when accept() failed for another reason than none pending (EMFILE: the socket stays
+  /// readable, so the caller waits before it tries again).
+  bool accept_into(std::vector<ServerConnection>& conns);
   /// The answer to a request line: computed (and returned), or handed over (returns empty and
   /// sets the connection's `handed`).
   using Dispatch = std::function<std::string(ServerConnection& c, const std::string& line)>;

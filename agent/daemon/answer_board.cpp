@@ -5,55 +5,66 @@
 
 namespace iolens::daemon {
 
-void AnswerBoard::publish(nlohmann::json status, nlohmann::json jobs) {
-  // Built outside the lock: a reader copies under it, and the old ones are freed after it.
-  auto s = std::make_shared<const nlohmann::json>(std::move(status));
-  auto j = std::make_shared<const nlohmann::json>(std::move(jobs));
+AnswerBoard::AnswerBoard(std::chrono::milliseconds fresh_wait) : fresh_wait_(fresh_wait) {
+  // Made here, never inserted later: a slot found under the lock stays where it is.
+  slots_["status"];
+  slots_["jobs"];
+}
+
+bool AnswerBoard::answers(const std::string& cmd) { return cmd == "status" || cmd == "jobs"; }
+
+void AnswerBoard::publish(const std::string& cmd, nlohmann::json result,
+                          Clock::time_point built_at) {
+  auto doc = std::make_shared<const nlohmann::json>(std::move(result));
   {
     std::lock_guard lk(mu_);
-    status_.swap(s);
-    jobs_.swap(j);
-    published_at_ = Clock::now();
-    ++generation_;
-    wanted_since_.reset();
+    const auto it = slots_.find(cmd);
+    if (it == slots_.end()) return;
+    it->second.result.swap(doc);  // the old one is freed outside the lock
+    it->second.built_at = built_at;
+    it->second.wanted = false;
   }
   published_cv_.notify_all();
 }
 
-bool AnswerBoard::wanted() const {
+bool AnswerBoard::wanted(const std::string& cmd) const {
   std::lock_guard lk(mu_);
-  return wanted_since_.has_value();
+  const auto it = slots_.find(cmd);
+  return it != slots_.end() && it->second.wanted;
 }
 
-bool AnswerBoard::due(Clock::duration max_age, Clock::duration asked_within) const {
+bool AnswerBoard::due(const std::string& cmd, Clock::duration max_age,
+                      std::optional<Clock::duration> asked_within) const {
   const auto now = Clock::now();
   std::lock_guard lk(mu_);
-  return status_ && asked_at_ && now - *asked_at_ <= asked_within &&
-         now - published_at_ > max_age;
+  const auto it = slots_.find(cmd);
+  if (it == slots_.end() || !it->second.result) return false;
+  const Slot& s = it->second;
+  if (asked_within && (!s.asked_at || now - *s.asked_at > *asked_within)) return false;
+  return now - s.built_at > max_age;
 }
 
 std::optional<nlohmann::json> AnswerBoard::answer(const std::string& cmd,
+                                                  Clock::time_point arrived,
                                                   const std::function<void()>& ask_loop) {
-  if (cmd != "status" && cmd != "jobs") return std::nullopt;
   std::unique_lock lk(mu_);
-  if (!status_) return std::nullopt;
-  const uint64_t asked_at = generation_;
-  const auto now = Clock::now();
-  asked_at_ = now;
-  const bool first = !wanted_since_;
-  if (first) wanted_since_ = now;
-  // A request that comes while others wait has only what is left of their wait.
-  const auto until = *wanted_since_ + fresh_wait_;
-  if (first) {
-    lk.unlock();
-    ask_loop();
-    lk.lock();
+  const auto it = slots_.find(cmd);
+  if (it == slots_.end() || !it->second.result) return std::nullopt;
+  Slot& s = it->second;
+  s.asked_at = std::max(s.asked_at.value_or(arrived), arrived);
+  const auto fresh_enough = [&] { return s.built_at >= arrived; };
+  if (!fresh_enough()) {
+    if (!s.wanted) {
+      s.wanted = true;
+      lk.unlock();
+      ask_loop();
+      lk.lock();
+    }
+    published_cv_.wait_until(lk, arrived + fresh_wait_, fresh_enough);
   }
-  const bool fresh =
-      published_cv_.wait_until(lk, until, [&] { return generation_ != asked_at; });
-  std::shared_ptr<const nlohmann::json> doc = cmd == "status" ? status_ : jobs_;
-  const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() -
-                                                                         published_at_);
+  const bool fresh = fresh_enough();
+  const std::shared_ptr<const nlohmann::json> doc = s.result;
+  const auto age = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - s.built_at);
   const uint64_t age_ms = static_cast<uint64_t>(std::max<int64_t>(0, age.count()));
   if (fresh) {
     ++counts_.fresh;

@@ -263,8 +263,10 @@ class Daemon {
   nlohmann::json status_json();
   /// `jobs`'s result: the live jobs, the closed ones kept, those being written.
   nlohmann::json jobs_json() const;
-  /// Fresh `status` and `jobs` answers for the control socket's front thread.
-  void publish_answers();
+  /// `status` and `jobs` answers for the control socket's front thread: both (at start), those
+  /// a request waits for, or (at a round's end) also those due again (docs/control.md).
+  enum class Publish { all, wanted, wanted_or_due };
+  void publish_answers(Publish which);
   std::optional<std::string> resolve_cgroup(uint64_t id);
   // Runs (docs/run.md#through-iolensd): `iolens run` counted by this daemon's programs.
   /// Opens the run root and removes the empty run cgroups an earlier daemon left (the others
@@ -576,8 +578,10 @@ bool Daemon::setup() {
   // last, so that a loop busy with a big job never keeps them waiting (docs/control.md).
   control::Server* server = server_.get();
   if (!server_->start_front(
-          [this, server](const nlohmann::json& req) -> std::optional<nlohmann::json> {
-            return board_.answer(req.value("cmd", ""), [server] { server->wake_loop(); });
+          [this, server](const nlohmann::json& req, AnswerBoard::Clock::time_point arrived)
+              -> std::optional<nlohmann::json> {
+            return board_.answer(req.value("cmd", ""), arrived,
+                                 [server] { server->wake_loop(); });
           },
           err))
     spdlog::warn("control socket: {}; the loop answers every request", err);
@@ -2356,9 +2360,24 @@ nlohmann::json Daemon::jobs_json() const {
   return {{"jobs", list}};
 }
 
-void Daemon::publish_answers() {
-  collect_written(false);  // a record on disk is a closed job's, as `jobs` in the loop says
-  board_.publish(status_json(), jobs_json());
+void Daemon::publish_answers(Publish which) {
+  using std::chrono::seconds;
+  const auto is_due = [&](const char* cmd, std::optional<AnswerBoard::Clock::duration> asked) {
+    return which == Publish::all || board_.wanted(cmd) ||
+           (which == Publish::wanted_or_due && board_.due(cmd, seconds(1), asked));
+  };
+  // `status` is a few map reads and counters: kept at most a second old (plus the loop's piece
+  // of work) at every round's end. `jobs` summarizes every live job from a snapshot of it: only
+  // while somebody asks (within a minute).
+  if (is_due("status", std::nullopt)) {
+    const auto at = AnswerBoard::Clock::now();
+    board_.publish("status", status_json(), at);
+  }
+  if (is_due("jobs", seconds(60))) {
+    const auto at = AnswerBoard::Clock::now();
+    collect_written(false);  // a record on disk is a closed job's, as `jobs` in the loop says
+    board_.publish("jobs", jobs_json(), at);
+  }
 }
 
 nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext& ctx) {
@@ -2514,7 +2533,7 @@ int Daemon::run() {
     drain(false);
   }
   publish_metrics(true);
-  publish_answers();  // from now on the front thread answers `status` and `jobs`
+  publish_answers(Publish::all);  // from now on the front thread answers `status` and `jobs`
   spdlog::info("iolensd {} started: cgroup root {}, watching {}, {} job(s) found", IOLENS_VERSION,
                mount_, fmt::join(sel_->watch_roots(), ", "), table_->jobs().size());
   const int64_t interval = static_cast<int64_t>(cfg_.drain_interval_ms) * 1000000LL;
@@ -2558,9 +2577,9 @@ int Daemon::run() {
       if (drain_piece(now + piece, true)) {
         if (last_drain_complete_) write_closed();
         publish_metrics();
-        // While clients ask, what the front thread answers during a long piece of work is at
-        // most about a second older than that piece (docs/control.md#answer-times).
-        if (board_.due(std::chrono::seconds(1), std::chrono::seconds(60))) publish_answers();
+        // What the front thread answers during a long piece of work is then at most about a
+        // second older than that piece (docs/control.md#answer-times).
+        publish_answers(Publish::wanted_or_due);
       }
     }
     // The trace ring wakes us once half full (and is drained every round anyway).
@@ -2590,8 +2609,8 @@ int Daemon::run() {
         return handle(req, ctx);
       });
     }
-    // The front thread asked for fresh `status` and `jobs` answers (it waits control::kFreshAnswerWait).
-    if (board_.wanted()) publish_answers();
+    // Answers the front thread waits for (control::kFreshAnswerWait at most).
+    publish_answers(Publish::wanted);
     if (fds[2].revents & POLLIN) {
       signalfd_siginfo si{};
       if (read(sigfd_, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {

@@ -135,7 +135,7 @@ enum class Mode { loop, front_hands_all };
 
 void hand_everything_to_the_loop(Server& server) {
   std::string error;
-  ASSERT_TRUE(server.start_front([](const json&) { return std::optional<json>(); }, error))
+  ASSERT_TRUE(server.start_front([](const json&, Clock::time_point) { return std::optional<json>(); }, error))
       << error;
 }
 
@@ -310,7 +310,7 @@ TEST(ControlServer, SilentClientDelaysOthersAtMostTheTimeout) {
   close(good);
 }
 
-TEST(ControlServer, RefusedPeerGetsAnErrorAndIsLogged) {
+TEST_P(ServerModes, RefusedPeerGetsAnErrorAndIsLogged) {
   TempDir dir;
   auto server = must_listen(dir / "ctl.sock", getgid());
   ASSERT_TRUE(server);
@@ -319,6 +319,7 @@ TEST(ControlServer, RefusedPeerGetsAnErrorAndIsLogged) {
     seen.push_back(p);
     return false;
   });
+  if (GetParam() == Mode::front_hands_all) hand_everything_to_the_loop(*server);
   std::ostringstream log;
   auto previous = spdlog::default_logger();
   spdlog::set_default_logger(std::make_shared<spdlog::logger>(
@@ -676,20 +677,26 @@ TEST(ControlFront, AnswersWhileTheLoopIsBusyAndHandsTheRestOver) {
   ASSERT_TRUE(server);
   std::atomic<int> front_calls{0};
   std::string error;
+  Clock::time_point last_arrival{};
   ASSERT_TRUE(server->start_front(
-      [&](const json& req) -> std::optional<json> {
+      [&](const json& req, Clock::time_point arrived) -> std::optional<json> {
         ++front_calls;
+        last_arrival = arrived;
         if (req.at("cmd") == "status") return json{{"from", "front"}};
         return std::nullopt;
       },
       error))
       << error;
-  EXPECT_FALSE(server->start_front([](const json&) { return std::optional<json>(); }, error));
+  EXPECT_FALSE(server->start_front([](const json&, Clock::time_point) { return std::optional<json>(); },
+                                  error));
 
-  // Nobody calls serve_pending: the front answers alone.
+  // Nobody calls serve_pending: the front answers alone, told when the client arrived.
+  const auto before = Clock::now();
   auto r = request(server->path(), {{"cmd", "status"}}, error);
   ASSERT_TRUE(r) << error;
   EXPECT_EQ("front", r->at("from"));
+  EXPECT_GE(last_arrival, before);
+  EXPECT_LE(last_arrival, Clock::now());
 
   // A request for the loop waits for it; meanwhile the front still answers others.
   handler_calls = 0;
@@ -735,8 +742,8 @@ TEST(ControlFront, ASilentClientDoesNotDelayOthers) {
   auto server = must_listen(dir / "ctl.sock");
   ASSERT_TRUE(server);
   std::string error;
-  ASSERT_TRUE(server->start_front([](const json&) { return std::optional<json>(json::object()); },
-                                  error))
+  ASSERT_TRUE(server->start_front(
+      [](const json&, Clock::time_point) { return std::optional<json>(json::object()); }, error))
       << error;
   const int silent = connect_raw(server->path());
   ASSERT_GE(silent, 0);
@@ -757,13 +764,15 @@ TEST(ControlFront, StoppedWithRequestsHandedOverClosesThem) {
   auto server = must_listen(dir / "ctl.sock");
   ASSERT_TRUE(server);
   std::string error;
-  ASSERT_TRUE(server->start_front([](const json&) { return std::optional<json>(); }, error))
+  ASSERT_TRUE(server->start_front([](const json&, Clock::time_point) { return std::optional<json>(); },
+                                  error))
       << error;
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
   std::string asked_error;
+  const std::string path = server->path();  // the client's, not a reference into the server
   std::thread asker([&] {
-    EXPECT_FALSE(request(server->path(), {{"cmd", "run"}}, asked_error, 10000, fds[1]));
+    EXPECT_FALSE(request(path, {{"cmd", "run"}}, asked_error, 10000, fds[1]));
   });
   pollfd p{server->fd(), POLLIN, 0};
   ASSERT_EQ(1, poll(&p, 1, 5000));
@@ -775,4 +784,45 @@ TEST(ControlFront, StoppedWithRequestsHandedOverClosesThem) {
   char c;
   EXPECT_EQ(0, read(fds[0], &c, 1));
   close(fds[0]);
+}
+
+// Requests for a loop that does not serve pile up only so far: kMaxHanded handed over, then
+// kMaxConnectionsPerServe complete requests waiting in the front thread, then the backlog. One
+// serve_pending() takes at most kMaxHanded, and every request is answered once the loop serves.
+TEST(ControlFront, RequestsForABusyLoopAreBoundedAndAllAnswered) {
+  TempDir dir;
+  auto server = must_listen(dir / "ctl.sock");
+  ASSERT_TRUE(server);
+  std::string error;
+  ASSERT_TRUE(server->start_front(
+      [](const json&, Clock::time_point) { return std::optional<json>(); }, error))
+      << error;
+  const std::size_t n = kMaxHanded + kMaxConnectionsPerServe + 16;
+  std::vector<int> clients;
+  for (std::size_t i = 0; i < n; ++i) {
+    clients.push_back(connect_raw(server->path()));
+    ASSERT_GE(clients.back(), 0) << i;
+    send_all(clients.back(), json{{"cmd", "job"}, {"id", std::to_string(i)}}.dump() + "\n");
+  }
+  // Let the front thread read and hand over all it may (it does not wait for the loop).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::atomic<std::size_t> served{0};
+  const auto counting = [&](const json& req, RequestContext&) -> json {
+    ++served;
+    return {{"id", req.at("id")}};
+  };
+  pollfd p{server->fd(), POLLIN, 0};
+  ASSERT_EQ(1, poll(&p, 1, 5000));
+  server->serve_pending(counting);
+  EXPECT_EQ(kMaxHanded, served.load()) << "one serve takes what was handed over, at most kMaxHanded";
+  // The rest come as the loop serves again; each client gets its own answer.
+  for (int round = 0; round < 200 && served < n; ++round) {
+    if (poll(&p, 1, 50) == 1) server->serve_pending(counting);
+  }
+  EXPECT_EQ(n, served.load());
+  for (std::size_t i = 0; i < n; ++i) {
+    const json a = parse_line(read_all(clients[i]));
+    EXPECT_EQ(std::to_string(i), a["result"]["id"]) << a;
+    close(clients[i]);
+  }
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The board the control socket's front thread answers `status` and `jobs` from: fresh when the
-// loop publishes within the wait, the last published (with its age) when the loop is busy, and
-// a burst of requests waits at most one wait in all.
+// loop builds an answer within the wait after the request's arrival, the last one built (with
+// its age) when the loop is busy, and waits that run from each request's arrival.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,89 +15,108 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+/// A loop that publishes `cmd` with n once a request wants it.
+std::thread loop_answering(AnswerBoard& board, const std::string& cmd, int n) {
+  return std::thread([&board, cmd, n] {
+    while (!board.wanted(cmd)) std::this_thread::sleep_for(1ms);
+    board.publish(cmd, {{"n", n}}, Clock::now());
+  });
+}
+
+}  // namespace
+
 TEST(AnswerBoard, OnlyStatusAndJobsAndOnlyOncePublished) {
   AnswerBoard board(50ms);
   int asked = 0;
   const auto ask = [&] { ++asked; };
   // Nothing published yet: the loop answers (start-up), and nobody is told to wait.
-  EXPECT_FALSE(board.answer("status", ask));
+  EXPECT_FALSE(board.answer("status", Clock::now(), ask));
   EXPECT_EQ(0, asked);
-  EXPECT_FALSE(board.wanted());
-  board.publish({{"n", 1}}, {{"jobs", json::array({"a"})}});
-  EXPECT_FALSE(board.answer("job", ask));
-  EXPECT_FALSE(board.answer("run", ask));
-  EXPECT_FALSE(board.answer("", ask));
+  EXPECT_FALSE(board.wanted("status"));
+  board.publish("status", {{"n", 1}}, Clock::now());
+  EXPECT_FALSE(board.answer("jobs", Clock::now(), ask)) << "jobs not published yet";
+  board.publish("jobs", {{"jobs", json::array({"a"})}}, Clock::now());
+  board.publish("job", {{"x", 1}}, Clock::now());  // not a board command: ignored
+  for (const char* cmd : {"job", "run", "capture_status", ""}) {
+    EXPECT_FALSE(AnswerBoard::answers(cmd)) << cmd;
+    EXPECT_FALSE(board.answer(cmd, Clock::now(), ask)) << cmd;
+  }
+  EXPECT_TRUE(AnswerBoard::answers("status"));
+  EXPECT_TRUE(AnswerBoard::answers("jobs"));
   EXPECT_EQ(0, asked);
-  EXPECT_FALSE(board.wanted());
 }
 
 TEST(AnswerBoard, FreshWhenTheLoopPublishesWithinTheWait) {
   AnswerBoard board(5s);  // long: the answer must come from the publish, not the timeout
-  board.publish({{"n", 1}}, {{"jobs", json::array()}});
+  board.publish("status", {{"n", 1}}, Clock::now());
+  board.publish("jobs", {{"n", 1}}, Clock::now());
   std::atomic<int> asked{0};
-  // The loop: publishes n=2 once a request wants it.
-  std::thread loop([&] {
-    while (!board.wanted()) std::this_thread::sleep_for(1ms);
-    board.publish({{"n", 2}}, {{"jobs", json::array({"j"})}});
-  });
+  std::thread loop = loop_answering(board, "status", 2);
   const auto start = Clock::now();
-  const auto a = board.answer("status", [&] { ++asked; });
+  const auto a = board.answer("status", start, [&] { ++asked; });
   loop.join();
   ASSERT_TRUE(a);
   EXPECT_EQ(2, a->at("n"));
   EXPECT_LT(Clock::now() - start, 4s) << "waited for the timeout, not the publish";
   EXPECT_TRUE(a->contains("age_ms"));
   EXPECT_EQ(1, asked.load());
-  EXPECT_FALSE(board.wanted());  // the publish answered it
+  EXPECT_FALSE(board.wanted("status"));  // the publish answered it
+  EXPECT_FALSE(board.wanted("jobs")) << "only what was asked for is wanted";
   EXPECT_EQ(1u, board.counts().fresh);
   EXPECT_EQ(0u, board.counts().stale);
+  // Built after the request arrived already (a publish that came meanwhile): no wait at all.
+  const auto arrived = Clock::now();
+  board.publish("status", {{"n", 3}}, Clock::now());
+  const auto b = board.answer("status", arrived, [&] { ++asked; });
+  ASSERT_TRUE(b);
+  EXPECT_EQ(3, b->at("n"));
+  EXPECT_EQ(1, asked.load());
+  EXPECT_EQ(2u, board.counts().fresh);
 }
 
 TEST(AnswerBoard, TheLastPublishedWithItsAgeWhenTheLoopIsBusy) {
   AnswerBoard board(60ms);
-  board.publish({{"n", 1}}, {{"jobs", json::array({"a", "b"})}});
+  board.publish("jobs", {{"jobs", json::array({"a", "b"})}}, Clock::now());
   int asked = 0;
   const auto start = Clock::now();
-  const auto a = board.answer("jobs", [&] { ++asked; });
+  const auto a = board.answer("jobs", start, [&] { ++asked; });
   const auto waited = Clock::now() - start;
   ASSERT_TRUE(a);
   EXPECT_EQ(json::array({"a", "b"}), a->at("jobs"));
-  // Its age is at least the wait: published before the request, nothing since.
+  // Its age is at least the wait: built before the request, nothing since.
   EXPECT_GE(a->at("age_ms").get<uint64_t>(), 60u);
   EXPECT_GE(waited, 60ms);
   EXPECT_EQ(1, asked);
-  EXPECT_TRUE(board.wanted());  // still asked: the loop publishes when it comes back
+  EXPECT_TRUE(board.wanted("jobs"));  // still asked: the loop publishes when it comes back
   const auto c = board.counts();
   EXPECT_EQ(0u, c.fresh);
   EXPECT_EQ(1u, c.stale);
   EXPECT_GE(c.oldest_stale_ms, 60u);
 }
 
-TEST(AnswerBoard, ABurstWaitsOneWaitInAll) {
+TEST(AnswerBoard, WaitsRunFromEachRequestsArrival) {
   AnswerBoard board(300ms);
-  board.publish({{"n", 1}}, {{"jobs", json::array()}});
+  board.publish("status", {{"n", 1}}, Clock::now());
   int asked = 0;
   const auto ask = [&] { ++asked; };
-  ASSERT_TRUE(board.answer("status", ask));  // waits the whole 300 ms: the loop is busy
-  // The loop is still busy: the next requests find the first one's wait over and do not wait
-  // again (a front thread answering clients one after the other would otherwise take 300 ms
-  // for each). Loosely: well under one wait for all five.
+  // Clients that arrived together and are read one after the other (the front thread is one
+  // thread): after the first waited its 300 ms, the others' time is up too. Loosely: well under
+  // one wait for all five.
+  const auto arrived = Clock::now();
+  ASSERT_TRUE(board.answer("status", arrived, ask));
   const auto start = Clock::now();
-  for (int i = 0; i < 5; ++i) {
-    const auto a = board.answer(i % 2 ? "jobs" : "status", ask);
-    ASSERT_TRUE(a);
-  }
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(board.answer("status", arrived, ask));
   EXPECT_LT(Clock::now() - start, 150ms);
   EXPECT_EQ(1, asked) << "the loop is asked once until it publishes";
   EXPECT_EQ(6u, board.counts().stale);
-  // Once the loop publishes, a request asks afresh.
-  board.publish({{"n", 2}}, {{"jobs", json::array()}});
-  EXPECT_FALSE(board.wanted());
-  std::thread loop([&] {
-    while (!board.wanted()) std::this_thread::sleep_for(1ms);
-    board.publish({{"n", 3}}, {{"jobs", json::array()}});
-  });
-  const auto a = board.answer("status", ask);
+  // Once the loop publishes, a later request asks afresh.
+  board.publish("status", {{"n", 2}}, Clock::now());
+  EXPECT_FALSE(board.wanted("status"));
+  std::this_thread::sleep_for(2ms);
+  std::thread loop = loop_answering(board, "status", 3);
+  const auto a = board.answer("status", Clock::now(), ask);
   loop.join();
   ASSERT_TRUE(a);
   EXPECT_EQ(3, a->at("n"));
@@ -105,19 +124,22 @@ TEST(AnswerBoard, ABurstWaitsOneWaitInAll) {
   EXPECT_EQ(1u, board.counts().fresh);
 }
 
-// Published again at a round's end only while clients ask: a stale answer is then at most about
-// a second older than the loop's long piece of work, and an idle node builds no answers.
-TEST(AnswerBoard, DueAgainOnlyWhenOldAndAskedFor) {
+// Built again at a round's end: `status` whenever it is older than max_age, `jobs` (a snapshot
+// of every live job) only while somebody asks for it.
+TEST(AnswerBoard, DueAgainWhenOldAndForJobsOnlyWhenAskedFor) {
   AnswerBoard board(1ms);
-  EXPECT_FALSE(board.due(0ms, 1h));  // nothing published
-  board.publish({{"n", 1}}, {{"jobs", json::array()}});
+  EXPECT_FALSE(board.due("status", 0ms, std::nullopt));  // nothing published
+  board.publish("status", {{"n", 1}}, Clock::now());
+  board.publish("jobs", {{"n", 1}}, Clock::now());
   std::this_thread::sleep_for(5ms);
-  EXPECT_FALSE(board.due(0ms, 1h)) << "nobody asked";
-  ASSERT_TRUE(board.answer("status", [] {}));
-  EXPECT_TRUE(board.due(0ms, 1h));
-  EXPECT_FALSE(board.due(1h, 1h)) << "not old enough";
+  EXPECT_TRUE(board.due("status", 0ms, std::nullopt));
+  EXPECT_FALSE(board.due("status", 1h, std::nullopt)) << "not old enough";
+  EXPECT_FALSE(board.due("jobs", 0ms, 1h)) << "nobody asked";
+  ASSERT_TRUE(board.answer("jobs", Clock::now(), [] {}));
+  EXPECT_TRUE(board.due("jobs", 0ms, 1h));
   std::this_thread::sleep_for(5ms);
-  EXPECT_FALSE(board.due(0ms, 1ms)) << "asked too long ago";
-  board.publish({{"n", 2}}, {{"jobs", json::array()}});
-  EXPECT_FALSE(board.due(1s, 1h)) << "just published";
+  EXPECT_FALSE(board.due("jobs", 0ms, 1ms)) << "asked too long ago";
+  board.publish("jobs", {{"n", 2}}, Clock::now());
+  EXPECT_FALSE(board.due("jobs", 1s, 1h)) << "just built";
+  EXPECT_FALSE(board.due("job", 0ms, std::nullopt));
 }
