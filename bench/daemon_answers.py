@@ -14,7 +14,8 @@ cgroup is removed, and a thread asks `status` on the control socket every 20 ms 
 of the job until its record is on disk. Printed per build: the longest wait for an answer while
 the job ran and from the removal to the record (by when the answer came), the answers longer
 than 100 ms, the oldest answer (its "age_ms": a daemon whose loop was busy answers what it
-published last; 0 for builds before the control socket's front thread), how long the record took to appear, its size, and the daemon's VmHWM; then how
+published last; 0 for builds before the control socket's front thread), the longest wait of a
+/metrics scrape made every 100 ms beside it, how long the record took to appear, its size, and the daemon's VmHWM; then how
 long `job` of the closed job takes asked as `iolens job` asks (with "fd": the record comes as a
 descriptor; a daemon that does not know "fd" answers a page) and as an older client asks (a
 page of 10), and the longest wait for `status` meanwhile. The record
@@ -30,6 +31,7 @@ import os
 import sys
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
@@ -89,8 +91,26 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
                                + ")"))
             prev = st or prev
             time.sleep(0.02)
+    # /metrics scraped beside it every 100 ms (served by the exporter's threads from the last
+    # snapshot the loop published): how long a scrape waits.
+    scrapes = []  # (start, seconds)
+    port = ((d.status() or {}).get("metrics") or {}).get("ports", [None])[0]
+
+    def scrape():
+        while port and not stop[0]:
+            t = time.monotonic()
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                            timeout=120) as r:
+                    r.read()
+            except OSError:
+                pass
+            scrapes.append((t, time.monotonic() - t))
+            time.sleep(0.1)
     th = threading.Thread(target=poll)
     th.start()
+    th_scrape = threading.Thread(target=scrape)
+    th_scrape.start()
     t_job = time.monotonic()
     p = D.run_in_cgroup(cg.abs("a/big"), [workload, "many", data, str(nfiles), "100"])
     D.finish_workload(ck, p, "job_workload many", timeout=300)
@@ -116,6 +136,7 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
     time.sleep(0.2)
     stop[0] = True
     th.join()
+    th_scrape.join()
     size = os.path.getsize(os.path.join(d.output_dir, name)) if name else 0
     hwm = D.read_rss_kib(d.proc.pid)[1]
     d.stop()
@@ -130,7 +151,8 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
             "max_run": max(run or [0]), "max_close": max(close or [0]),
             "slow_run": sum(w > 0.1 for w in run), "slow_close": sum(w > 0.1 for w in close),
             "answers": len(waits), "hwm_mib": hwm / 1024, "slow": slow, "asked": asked,
-            "max_ask": max(ask or [0]), "age_run": max(age_run or [0]),
+            "max_ask": max(ask or [0]), "max_scrape": max([w for _, w in scrapes] or [0]),
+            "scrapes": len(scrapes), "age_run": max(age_run or [0]),
             "age_close": max(age_close or [0])}
 
 
@@ -152,8 +174,9 @@ def main():
     D.require_root()
     print("| iolensd | job | longest wait, job running (> 100 ms) | record after removal "
           "| longest wait, removal to record (> 100 ms) | oldest answer: running / to record "
-          "| record | VmHWM | `job` of the closed job: with fd / a page | longest wait meanwhile |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| record | VmHWM | `job` of the closed job: with fd / a page | longest wait meanwhile "
+          "| longest /metrics scrape (scrapes) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for build, compression in [(b, c) for b in a.iolensd for c in a.record_compression or [None]]:
         r = measure(os.path.realpath(build), os.path.realpath(a.workload), a.files, compression,
                     a.default_limits)
@@ -162,10 +185,11 @@ def main():
         fd_s, fd_how = r["asked"]["fd"]
         pg_s, pg_how = r["asked"]["page"]
         print("| %s | %d files, %.1f s | %.2f s (%d) | %.1f s | %.2f s (%d) | %.2f / %.2f s "
-              "| %.1f MB | %.0f MiB | %.2f s (%s) / %.2f s (%s) | %.2f s |" %
+              "| %.1f MB | %.0f MiB | %.2f s (%s) / %.2f s (%s) | %.2f s | %.2f s (%d) |" %
               (build, a.files, r["job_s"], r["max_run"], r["slow_run"], r["record_s"],
                r["max_close"], r["slow_close"], r["age_run"], r["age_close"], r["record_mb"],
-               r["hwm_mib"], fd_s, fd_how, pg_s, pg_how, r["max_ask"]), flush=True)
+               r["hwm_mib"], fd_s, fd_how, pg_s, pg_how, r["max_ask"], r["max_scrape"],
+               r["scrapes"]), flush=True)
         if a.why:
             for line in r["slow"]:
                 print("    " + line, flush=True)
