@@ -26,9 +26,11 @@ inline constexpr std::size_t kJobPageDefault = 1000;
 inline constexpr std::size_t kJobPageMax = 10000;
 
 /// How long the control socket's front thread waits for the loop's fresh `status` or `jobs`
-/// before it answers with what the loop published last (docs/control.md#answer-times); an
-/// answer whose "age_ms" is at least this is such an answer.
-inline constexpr std::chrono::milliseconds kFreshAnswerWait{80};
+/// before it answers with what the loop built last (docs/control.md#answer-times). The front
+/// thread is one thread: a client that connects while it waits for another is read after that
+/// wait, so a client waits at most twice this (80 ms) from its connection. An answer whose
+/// "age_ms" is at least this is a stale one (or one whose client took that long to send).
+inline constexpr std::chrono::milliseconds kFreshAnswerWait{40};
 
 /// Error codes in answers, for clients that act on the kind of failure rather than its text.
 inline constexpr const char* kCodeBadRequest = "bad_request";  // malformed, oversize, unknown cmd

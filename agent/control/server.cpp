@@ -38,7 +38,10 @@ struct ServerConnection {
   size_t sent = 0;
   bool done = false;
   UniqueFd passed;  // a descriptor sent with the request (SCM_RIGHTS)
-  UniqueFd reply;   // a descriptor for the client, sent with the answer's first bytes
+  // A descriptor for the client, sent with the answer's first bytes: the daemon's own file (a
+  // closed job's record in its output directory), closed here, not through the closer, whose
+  // room is kept for the descriptors clients pass.
+  UniqueFd reply;
   bool fd_sent = false;
   std::chrono::steady_clock::time_point accepted;
   std::optional<std::size_t> fds_refused_pending;  // read with no descriptors taken: closes then
@@ -152,7 +155,10 @@ struct FdPolicy {
 /// docs/control.md#limits), and the request is marked so that a capture can say why.
 ssize_t recv_request_bytes(Connection& c, char* buf, size_t size, FdPolicy& fds) {
   FdMessage m(buf, size);
-  const bool take = fds.closer.room() > fds.held.load();
+  // `held` first: the loop, dropping one meanwhile, queues it to the closer before it stops
+  // counting it, so reading room() second can only see less room, never more.
+  const std::size_t held = fds.held.load();
+  const bool take = fds.closer.room() > held;
   if (!take) {
     m.msg.msg_control = nullptr;
     m.msg.msg_controllen = 0;
@@ -422,7 +428,7 @@ void Server::step(Connection& c, bool ready, const Dispatch& dispatch) {
     }
     // Sent (the client has its own descriptor now) or given up: ours is not needed.
     if (n > 0) c.fd_sent = true;
-    if (n != 0) closer_.close(c.reply.release());
+    if (n != 0) c.reply.reset();
   }
   if (c.writing && !c.done && c.reply.get() < 0) {
     c.done = !send_some(c.fd.get(), c.out, c.sent) || c.sent == c.out.size();
@@ -475,9 +481,10 @@ bool Server::start_front(FrontHandler front, std::string& error) {
 }
 
 void Server::front_loop() {
-  std::vector<Connection> conns;  // being read or answered here, or waiting for room to be handed
+  std::vector<Connection> conns;  // being read or answered here
   std::vector<pollfd> fds;
   Clock::time_point accept_again{};  // after an accept() error (EMFILE), not before this
+  std::size_t handed_now = 0;  // front_->handed.size() when last looked at, plus those since
   const Dispatch at_front = [&](Connection& c, const std::string& line) {
     bool mine = true;
     std::string answer = answer_line(line, [&](const nlohmann::json& req) -> nlohmann::json {
@@ -488,37 +495,38 @@ void Server::front_loop() {
       }
       return std::move(*result);
     });
+    if (!mine && handed_now >= kMaxHanded) {
+      // The loop has not taken what it was handed: said at once, so that clients asking the
+      // loop cannot pile up, nor take the front thread's room from `status` and `jobs`.
+      answer = error_line(kCodeFailed, "the daemon's loop is busy: " +
+                                           std::to_string(kMaxHanded) +
+                                           " requests wait for it already; try again");
+      mine = true;
+    }
     if (mine) {
       drop_passed(c);  // answered here: nothing the front answers takes a descriptor
       return answer;
     }
     c.line = line;
     c.handed = true;
+    ++handed_now;
     return std::string();
   };
+  std::vector<Connection> to_loop, done;
   for (;;) {
     const auto now = Clock::now();
     auto next_deadline = now + kClientTimeout;
-    bool waiting = false;  // requests for the loop wait for room among the handed ones
     fds.clear();
     fds.push_back(pollfd{front_->stop.get(), POLLIN, 0});
     // Past kMaxConnectionsPerServe clients in hand, the others wait in the backlog.
     const bool accepting = conns.size() < kMaxConnectionsPerServe && now >= accept_again;
     fds.push_back(pollfd{accepting ? fd_ : -1, POLLIN, 0});
     for (const Connection& c : conns) {
-      if (c.handed) {
-        waiting = true;
-        fds.push_back(pollfd{-1, 0, 0});
-        continue;
-      }
       fds.push_back(pollfd{c.fd.get(), static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
       next_deadline = std::min(next_deadline, c.deadline);
     }
     if (!accepting && conns.size() < kMaxConnectionsPerServe)
       next_deadline = std::min(next_deadline, accept_again);
-    // Room among the handed ones is made by the loop, which does not wake this thread: looked
-    // at every 10 ms while a request waits for it.
-    if (waiting) next_deadline = std::min(next_deadline, now + std::chrono::milliseconds(10));
     const bool timed = !conns.empty() || !accepting;
     const int timeout = timed ? poll_timeout_ms(now, next_deadline) : -1;
     if (poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
@@ -527,9 +535,12 @@ void Server::front_loop() {
       continue;
     }
     if (fds[0].revents != 0) break;
+    {
+      std::lock_guard lk(front_->mu);
+      handed_now = front_->handed.size();
+    }
     try {
-      for (size_t i = 0; i < conns.size(); ++i)
-        if (!conns[i].handed) step(conns[i], fds[i + 2].revents != 0, at_front);
+      for (size_t i = 0; i < conns.size(); ++i) step(conns[i], fds[i + 2].revents != 0, at_front);
       if ((fds[1].revents & POLLIN) && !accept_into(conns))
         accept_again = Clock::now() + std::chrono::milliseconds(50);
     } catch (const std::exception& e) {
@@ -537,25 +548,27 @@ void Server::front_loop() {
       // it nobody is answered.
       spdlog::error("control: front thread: {}", e.what());
     }
-    bool handed_any = false;
-    {
-      std::lock_guard lk(front_->mu);
-      std::erase_if(conns, [&](Connection& c) {
-        if (c.handed) {
-          if (front_->handed.size() >= kMaxHanded) return false;  // waits for room
-          c.handed = false;
-          front_->handed.push_back(std::move(c));
-          handed_any = true;
-          return true;
-        }
-        if (c.done) {
-          drop_passed(c);
-          if (c.reply.get() >= 0) closer_.close(c.reply.release());
-        }
-        return c.done;
-      });
+    std::erase_if(conns, [&](Connection& c) {
+      if (c.handed) {
+        c.handed = false;
+        to_loop.push_back(std::move(c));
+        return true;
+      }
+      if (c.done) done.push_back(std::move(c));
+      return c.done;
+    });
+    // Dropped outside the lock the loop takes too (a close the closer has no room for would
+    // be done here, and must not hold the loop).
+    for (Connection& c : done) drop_passed(c);
+    done.clear();
+    if (!to_loop.empty()) {
+      {
+        std::lock_guard lk(front_->mu);
+        for (Connection& c : to_loop) front_->handed.push_back(std::move(c));
+      }
+      to_loop.clear();
+      wake_loop();
     }
-    if (handed_any) wake_loop();
   }
   for (Connection& c : conns) drop_passed(c);
 }
@@ -602,7 +615,7 @@ void Server::serve_pending(const ContextHandler& handler) {
     std::erase_if(conns, [&](Connection& c) {
       if (c.done) {
         drop_passed(c);
-        if (c.reply.get() >= 0) closer_.close(c.reply.release());
+        c.reply.reset();
         // Its client may not have read the descriptor yet: watched until it has.
         if (c.fd_sent) unread_.push_back({std::move(c.fd), c.peer.uid});
       }
@@ -624,7 +637,7 @@ void Server::serve_pending(const ContextHandler& handler) {
   }
   for (Connection& c : conns) {
     drop_passed(c);
-    if (c.reply.get() >= 0) closer_.close(c.reply.release());
+    c.reply.reset();
   }
   log_refusals(false);
 }

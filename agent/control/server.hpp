@@ -35,9 +35,9 @@ inline constexpr std::chrono::milliseconds kClientTimeout{2000};
 inline constexpr std::size_t kMaxConnectionsPerServe = 64;
 
 /// With the front thread: requests handed to the loop and not yet taken, at most. Past it a
-/// complete request waits in the front thread (counted among its kMaxConnectionsPerServe), and
-/// past those, clients wait in the listen backlog: a loop that is busy for long, and clients
-/// that keep asking it, cannot make the daemon hold more connections than before.
+/// request for the loop is answered at once with the error `failed`, "the daemon's loop is
+/// busy: ...": a loop that is busy for long, and clients that keep asking it, can neither make
+/// the daemon hold more connections nor take the front thread's room from `status` and `jobs`.
 inline constexpr std::size_t kMaxHanded = 64;
 
 /// Answers with a descriptor whose client has not read them, at most, per peer uid and in all.

@@ -20,9 +20,11 @@ void AnswerBoard::publish(const std::string& cmd, nlohmann::json result,
     std::lock_guard lk(mu_);
     const auto it = slots_.find(cmd);
     if (it == slots_.end()) return;
-    it->second.result.swap(doc);  // the old one is freed outside the lock
-    it->second.built_at = built_at;
-    it->second.wanted = false;
+    Slot& slot = it->second;
+    slot.result.swap(doc);  // the old one is freed outside the lock
+    slot.built_at = built_at;
+    // A request that arrived after this build began still wants a later one.
+    slot.wanted = slot.asked_at && *slot.asked_at > built_at;
   }
   published_cv_.notify_all();
 }

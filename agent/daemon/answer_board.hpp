@@ -9,8 +9,8 @@
 /// pass (a millisecond or so); one in a long piece of work (a fold, a state save's gathering, a
 /// round's end on a job of 150,000 records) does not, and the last one it built is sent instead.
 /// Each answer says how old it is ("age_ms"), and the board counts fresh and stale answers
-/// (docs/control.md#answer-times). Waits run from each request's arrival, so clients queued
-/// behind one another wait `fresh_wait` in all, not each.
+/// (docs/control.md#answer-times). Waits run from each request's arrival (its connection's
+/// accept), so clients accepted together share one wait.
 
 #include <chrono>
 #include <condition_variable>

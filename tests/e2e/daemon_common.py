@@ -369,6 +369,9 @@ def read_json_line(ck, p, what, timeout=30):
 # on a loaded 2-CPU machine (seen in CI: two tests failed at 5 s while other builds ran). The
 # tests check what the daemon answers, not how fast.
 CONTROL_TIMEOUT_S = 30.0
+# An answer from the control socket's front thread at least this old was built before it was
+# asked (control::kFreshAnswerWait, docs/control.md#answer-times).
+FRESH_ANSWER_MS = 40
 
 
 def control(sock, req, timeout=CONTROL_TIMEOUT_S, fds=(), received=None):
@@ -555,15 +558,16 @@ class Daemon:
 
     def status(self, fresh_within=10.0):
         """`status` as the loop sees it now. The front thread answers at once, from what the
-        loop published last when the loop is busy (age_ms at least 80: docs/control.md#answer-
-        times): asked again then, for up to `fresh_within` seconds, since checks here compare
+        loop built last when the loop is busy (age_ms at least FRESH_ANSWER_MS: docs/control.md
+        #answer-times): asked again then, for up to `fresh_within` seconds, since checks here compare
         the daemon's state after an action with the test's own truth. The last answer if none
         was fresh by then (a daemon without the front thread has no age_ms: always fresh)."""
         deadline = time.monotonic() + fresh_within
         while True:
             a = self.request({"cmd": "status"})
             st = a["result"] if a.get("ok") else None
-            if st is None or st.get("age_ms", 0) < 80 or time.monotonic() >= deadline:
+            if (st is None or st.get("age_ms", 0) < FRESH_ANSWER_MS or
+                    time.monotonic() >= deadline):
                 return st
             time.sleep(0.02)
 

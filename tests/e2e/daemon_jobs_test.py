@@ -75,24 +75,29 @@ def hex64():
 def front_answers(ck, d, n=10):
     """`status` and `jobs` are answered by the control socket's front thread from what the loop
     built (docs/control.md#answer-times): each answer says how old it is, other requests are
-    the loop's and carry no age, and `status` counts every front answer. Between a first
-    `status` and a last one that is fresh (built after it was asked: age_ms under 80, which a
-    stale answer never has, since it waited 80 ms), every request sent is counted: the first
-    `status` (counted after it was built), the n in between and each `status` asked again
-    until one was fresh (the daemon is idle here: at once, unless the machine is loaded)."""
+    the loop's and carry no age, and `status` counts every front answer. Between a fresh first
+    `status` and a fresh last one (built after they were asked: age_ms under FRESH_ANSWER_MS,
+    which a stale answer never has, since it waited that long), every request sent is counted:
+    the first `status` (counted after it was built), the n in between and each `status` asked
+    before the last, until it was fresh (the daemon is idle here: at once, unless the machine
+    is loaded)."""
     def ask(cmd):
         a = d.request({"cmd": cmd})
         return a.get("result") or {}
-    first = ask("status")
+
+    def fresh_status():
+        """The first fresh `status`, and how many stale ones were asked before it."""
+        deadline = time.monotonic() + 20
+        stale = 0
+        while True:
+            st = ask("status")
+            if st.get("age_ms", 10 ** 9) < D.FRESH_ANSWER_MS or time.monotonic() > deadline:
+                return st, stale
+            stale += 1
+            time.sleep(0.05)
+    first, _ = fresh_status()
     between = [ask("jobs" if i % 2 else "status") for i in range(n)]
-    asked_again = 0
-    deadline = time.monotonic() + 20
-    while True:
-        last = ask("status")
-        if last.get("age_ms", 10 ** 9) < 80 or time.monotonic() > deadline:
-            break
-        asked_again += 1
-        time.sleep(0.05)
+    last, stale = fresh_status()
     ages = [r.get("age_ms") for r in [first, last] + between]
     ck.check(all(isinstance(x, int) and x >= 0 for x in ages),
              "every status and jobs answer says how old it is (age_ms): %r" % ages)
@@ -100,8 +105,8 @@ def front_answers(ck, d, n=10):
     def answered(st):
         c = st.get("control") or {}
         return c.get("answered_fresh", 0) + c.get("answered_stale", 0)
-    ck.eq("front answers counted between two statuses (the first, %d between, %d asked again)"
-          % (n, asked_again), n + 1 + asked_again, answered(last) - answered(first))
+    ck.eq("front answers counted between two fresh statuses (the first, %d between, %d stale "
+          "before the last)" % (n, stale), 1 + n + stale, answered(last) - answered(first))
     other = d.request({"cmd": "job", "id": "no-such-job"})
     ck.check("age_ms" not in json.dumps(other),
              "a request the loop answers carries no age_ms: %r" % other)

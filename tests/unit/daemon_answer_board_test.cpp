@@ -17,10 +17,12 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-/// A loop that publishes `cmd` with n once a request wants it.
+/// A loop that publishes `cmd` with n once a request wants it (or after 10 s: a board that
+/// never says so fails the test instead of hanging it).
 std::thread loop_answering(AnswerBoard& board, const std::string& cmd, int n) {
   return std::thread([&board, cmd, n] {
-    while (!board.wanted(cmd)) std::this_thread::sleep_for(1ms);
+    const auto until = Clock::now() + 10s;
+    while (!board.wanted(cmd) && Clock::now() < until) std::this_thread::sleep_for(1ms);
     board.publish(cmd, {{"n", n}}, Clock::now());
   });
 }
@@ -142,4 +144,27 @@ TEST(AnswerBoard, DueAgainWhenOldAndForJobsOnlyWhenAskedFor) {
   board.publish("jobs", {{"n", 2}}, Clock::now());
   EXPECT_FALSE(board.due("jobs", 1s, 1h)) << "just built";
   EXPECT_FALSE(board.due("job", 0ms, std::nullopt));
+}
+
+// A build that began before a request arrived does not answer it, nor clear its wish: the loop
+// is still asked for a later one (a round-end rebuild under way when a client came).
+TEST(AnswerBoard, ABuildBegunBeforeARequestLeavesItWanted) {
+  AnswerBoard board(5s);
+  board.publish("status", {{"n", 1}}, Clock::now());
+  const auto begun = Clock::now();  // the loop starts building n=2
+  std::this_thread::sleep_for(2ms);
+  std::atomic<int> asked{0};
+  std::optional<json> a;
+  std::thread client([&] { a = board.answer("status", Clock::now(), [&] { ++asked; }); });
+  const auto until = Clock::now() + 10s;
+  while (!board.wanted("status") && Clock::now() < until) std::this_thread::sleep_for(1ms);
+  board.publish("status", {{"n", 2}}, begun);
+  EXPECT_TRUE(board.wanted("status")) << "the request still wants a build begun after it came";
+  board.publish("status", {{"n", 3}}, Clock::now());
+  client.join();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(3, a->at("n"));
+  EXPECT_EQ(1, asked.load());
+  EXPECT_FALSE(board.wanted("status"));
+  EXPECT_EQ(1u, board.counts().fresh);
 }
