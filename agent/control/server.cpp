@@ -554,8 +554,9 @@ void Server::front_loop() {
         to_loop.push_back(std::move(c));
         return true;
       }
-      if (c.done) done.push_back(std::move(c));
-      return c.done;
+      if (!c.done) return false;
+      done.push_back(std::move(c));
+      return true;
     });
     // Dropped outside the lock the loop takes too (a close the closer has no room for would
     // be done here, and must not hold the loop).
