@@ -139,6 +139,17 @@ ssize_t send_first_with_fd(int sock, const std::string& data, int fd) {
 
 using Connection = ServerConnection;
 
+/// Appends a poll entry for each connection (its request to read, or its answer to send) and
+/// returns the earliest of their deadlines and `until`.
+Clock::time_point watch(const std::vector<Connection>& conns, std::vector<pollfd>& fds,
+                        Clock::time_point until) {
+  for (const Connection& c : conns) {
+    fds.push_back(pollfd{c.fd.get(), static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
+    until = std::min(until, c.deadline);
+  }
+  return until;
+}
+
 /// What the server's recv() needs beyond the connection: where descriptors go, and whether
 /// any may come now.
 struct FdPolicy {
@@ -515,16 +526,12 @@ void Server::front_loop() {
   std::vector<Connection> to_loop, done;
   for (;;) {
     const auto now = Clock::now();
-    auto next_deadline = now + kClientTimeout;
     fds.clear();
     fds.push_back(pollfd{front_->stop.get(), POLLIN, 0});
     // Past kMaxConnectionsPerServe clients in hand, the others wait in the backlog.
     const bool accepting = conns.size() < kMaxConnectionsPerServe && now >= accept_again;
     fds.push_back(pollfd{accepting ? fd_ : -1, POLLIN, 0});
-    for (const Connection& c : conns) {
-      fds.push_back(pollfd{c.fd.get(), static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
-      next_deadline = std::min(next_deadline, c.deadline);
-    }
+    auto next_deadline = watch(conns, fds, now + kClientTimeout);
     if (!accepting && conns.size() < kMaxConnectionsPerServe)
       next_deadline = std::min(next_deadline, accept_again);
     const bool timed = !conns.empty() || !accepting;
@@ -616,7 +623,6 @@ void Server::serve_pending(const ContextHandler& handler) {
     std::erase_if(conns, [&](Connection& c) {
       if (c.done) {
         drop_passed(c);
-        c.reply.reset();
         // Its client may not have read the descriptor yet: watched until it has.
         if (c.fd_sent) unread_.push_back({std::move(c.fd), c.peer.uid});
       }
@@ -624,22 +630,15 @@ void Server::serve_pending(const ContextHandler& handler) {
     });
     if (conns.empty()) break;
     const auto now = Clock::now();
-    auto next_deadline = now + kClientTimeout;
     fds.clear();
-    for (const Connection& c : conns) {
-      fds.push_back(pollfd{c.fd.get(), static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
-      next_deadline = std::min(next_deadline, c.deadline);
-    }
+    const auto next_deadline = watch(conns, fds, now + kClientTimeout);
     if (poll(fds.data(), fds.size(), poll_timeout_ms(now, next_deadline)) < 0 && errno != EINTR) {
       spdlog::warn("control: poll: {}", std::strerror(errno));
       break;  // the connections are closed below; their clients see EOF
     }
     for (size_t i = 0; i < conns.size(); ++i) step(conns[i], fds[i].revents != 0, in_loop);
   }
-  for (Connection& c : conns) {
-    drop_passed(c);
-    c.reply.reset();
-  }
+  for (Connection& c : conns) drop_passed(c);  // the reply descriptor goes with the connection
   log_refusals(false);
 }
 
