@@ -389,6 +389,27 @@ json by_file_json(const core::FilesAcrossProcesses& by_file, std::size_t offset,
   return rows;
 }
 
+json run_page_json(const core::RunSnapshot& run, const core::FilesAcrossProcesses& by_file,
+                   const std::string& version, std::size_t offset, std::size_t limit,
+                   const RecordEdits& edits) {
+  json j = run_head_json(run, version);  // its coverage from every process, as the record's
+  if (edits.head) edits.head(j);
+  const auto rows = [&](const auto& all, const auto& to_json) {
+    json out = json::array();
+    for (std::size_t i = offset; i < all.size() && i - offset < limit; ++i)
+      out.push_back(to_json(all[i]));
+    return out;
+  };
+  j["processes"] = rows(run.processes, [&](const core::ProcessSnapshot& p) {
+    json pj = process_json(p);
+    if (edits.process) edits.process(pj);
+    return pj;
+  });
+  j["files"] = rows(run.files, file_json);
+  j["by_file"] = by_file_json(by_file, offset, limit);
+  return j;
+}
+
 json run_to_json(const core::RunSnapshot& run, const std::string& version) {
   json j = run_head_json(run, version);
   json procs = json::array();

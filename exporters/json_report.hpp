@@ -36,6 +36,14 @@ struct RecordEdits {
   /// Applied to each process's object before it is written.
   std::function<void(nlohmann::json& process)> process;
 };
+/// One page of the record run_to_json makes, with `edits` applied as write_run_json applies
+/// them: every member but the lists as in the whole record (coverage over every process), and
+/// rows [offset, offset + limit) of `processes`, `files` and `by_file` (`by_file` is `run`'s).
+/// Its cost is that of the page's rows: iolensd answers a live job's pages from one snapshot.
+nlohmann::json run_page_json(const core::RunSnapshot& run,
+                             const core::FilesAcrossProcesses& by_file,
+                             const std::string& version, std::size_t offset, std::size_t limit,
+                             const RecordEdits& edits);
 bool write_run_json(const core::RunSnapshot& run, const std::string& version,
                     const std::function<bool(std::string_view)>& write,
                     const RecordEdits& edits = {});

@@ -70,7 +70,7 @@ ssize_t recv_answer_bytes(int sock, char* buf, size_t size, int* received) {
 
 std::optional<nlohmann::json> request(const std::string& socket_path, const nlohmann::json& req,
                                       std::string& error, int timeout_ms, int pass_fd,
-                                      int* received_fd) {
+                                      int* received_fd, Answer* refusal) {
   const int timeout = std::max(timeout_ms, 1);
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout);
   const std::string timeout_text =
@@ -160,6 +160,7 @@ std::optional<nlohmann::json> request(const std::string& socket_path, const nloh
 
   Answer a = parse_answer(answer);
   if (a.result) return std::move(a.result);
+  if (refusal && !a.malformed) *refusal = a;
   if (a.malformed) {
     error = "malformed answer from iolensd at " + socket_path + ": " + a.error;
   } else if (a.code == kCodeDenied) {

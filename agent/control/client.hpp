@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "control/protocol.hpp"
+
 namespace iolens::control {
 
 /// Where iolensd listens unless told otherwise.
@@ -23,8 +25,10 @@ inline constexpr std::size_t kMaxAnswerBytes = 512u << 20;
 /// capture is written to, opened by the client with the client's own permissions.
 /// `received_fd`: where a descriptor the daemon sends with its answer goes (the caller closes
 /// it; left as it was when none came); null: any that comes is closed.
+/// `refusal`: when the daemon answers with an error, that answer (its code, its retry time).
 std::optional<nlohmann::json> request(const std::string& socket_path, const nlohmann::json& req,
                                       std::string& error, int timeout_ms = 5000,
-                                      int pass_fd = -1, int* received_fd = nullptr);
+                                      int pass_fd = -1, int* received_fd = nullptr,
+                                      Answer* refusal = nullptr);
 
 }  // namespace iolens::control

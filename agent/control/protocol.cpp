@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "control/protocol.hpp"
 
+#include <algorithm>
 #include <exception>
 
 namespace iolens::control {
@@ -29,6 +30,12 @@ std::string error_line(std::string_view code, std::string_view message) {
   return dump_line(json{{"ok", false}, {"code", code}, {"error", message}});
 }
 
+std::string retry_line(std::string_view message, std::chrono::milliseconds after) {
+  json j{{"ok", false}, {"code", kCodeRetry}, {"error", message}};
+  if (after.count() > 0) j["retry_after_ms"] = after.count();
+  return dump_line(j);
+}
+
 std::string answer_line(std::string_view request_line, const Handler& handler) {
   json request;
   try {
@@ -49,6 +56,8 @@ std::string answer_line(std::string_view request_line, const Handler& handler) {
     return error_line(kCodeBadRequest, short_text(e.what()));
   } catch (const Denied& e) {
     return error_line(kCodeDenied, e.what());
+  } catch (const Retry& e) {
+    return retry_line(e.what(), e.after);
   } catch (const std::exception& e) {
     return error_line(kCodeFailed, e.what());
   } catch (...) {
@@ -87,6 +96,10 @@ Answer parse_answer(std::string_view line) {
   if (const auto code = j.find("code"); code != j.end() && code->is_string()) {
     a.code = code->get<std::string>();
   }
+  if (const auto after = j.find("retry_after_ms");
+      a.code == kCodeRetry && after != j.end() && after->is_number_unsigned())
+    // (at most a day: a broken daemon's number does not make a client sleep for ever)
+    a.retry_after = std::chrono::milliseconds(std::min<uint64_t>(after->get<uint64_t>(), 86400000));
   const auto error = j.find("error");
   a.error = error != j.end() && error->is_string() ? error->get<std::string>() : "unknown error";
   return a;

@@ -24,6 +24,12 @@ inline constexpr std::size_t kMaxRequestBytes = 64 * 1024;
 /// JSON (its counters), so a page of the default is a few MB at most.
 inline constexpr std::size_t kJobPageDefault = 1000;
 inline constexpr std::size_t kJobPageMax = 10000;
+/// A live job's page holds at most this many rows of each list, whatever `limit` asks (its
+/// `page.limit` says what it holds; `page.next` goes on from there). Such pages are cut by the
+/// control socket's front thread (docs/control.md#live-jobs), which answers `status` too: a
+/// row costs it ~100 us, so a page (files and by_file: 400 rows for one process) keeps
+/// `status` waiting 20-40 ms.
+inline constexpr std::size_t kLiveJobPageMax = 200;
 
 /// How long the control socket's front thread waits for the loop's fresh `status` or `jobs`
 /// before it answers with what the loop built last (docs/control.md#answer-times). The front
@@ -36,6 +42,17 @@ inline constexpr std::chrono::milliseconds kFreshAnswerWait{40};
 inline constexpr const char* kCodeBadRequest = "bad_request";  // malformed, oversize, unknown cmd
 inline constexpr const char* kCodeDenied = "denied";           // the peer may not ask
 inline constexpr const char* kCodeFailed = "failed";           // the daemon could not answer
+/// Not now: ask again, after "retry_after_ms" when the answer gives it (a live job's snapshot
+/// the daemon may not take yet, or a page of one it no longer holds).
+inline constexpr const char* kCodeRetry = "retry";
+
+/// Thrown by a handler for a request to make again later: the answer's code is "retry", with
+/// "retry_after_ms" when `after` is not zero.
+struct Retry : std::runtime_error {
+  Retry(const std::string& what, std::chrono::milliseconds after_)
+      : std::runtime_error(what), after(after_) {}
+  std::chrono::milliseconds after;
+};
 
 /// Turns a request into its "result" object. Throw std::runtime_error (or BadRequest) for an
 /// error answer; the text is sent to the client.
@@ -57,6 +74,8 @@ struct Denied : std::runtime_error {
 /// their place instead of failing the whole answer.
 std::string ok_line(const nlohmann::json& result);
 std::string error_line(std::string_view code, std::string_view message);
+/// A "retry" answer: error_line's, with "retry_after_ms" when `after` is not zero.
+std::string retry_line(std::string_view message, std::chrono::milliseconds after);
 
 /// The answer to one request line (without its newline): parsed, checked to be an object with a
 /// string "cmd", handed to `handler`. Never throws.
@@ -69,6 +88,8 @@ std::string request_line(const nlohmann::json& request);
 struct Answer {
   std::optional<nlohmann::json> result;  // set iff the daemon said ok
   std::string code;                      // the error's code ("" if the daemon gave none)
+  /// With code "retry": how long to wait before asking again (0 when the daemon gave none).
+  std::chrono::milliseconds retry_after{0};
   std::string error;                     // the daemon's text, or why the line is not an answer
   bool malformed = false;                // the line is not a protocol answer at all
 };

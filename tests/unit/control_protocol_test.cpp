@@ -19,6 +19,8 @@ json handler(const json& req) {
   if (cmd == "fail") throw std::runtime_error("no job x");
   if (cmd == "alien") throw 42;
   if (cmd == "mine") throw Denied("capture 3 was started by uid 1000");
+  if (cmd == "later") throw Retry("ask again in 1500 ms", std::chrono::milliseconds(1500));
+  if (cmd == "again") throw Retry("ask again from offset 0", std::chrono::milliseconds(0));
   if (cmd == "bytes") return {{"path", std::string("/data/\xff\xfe.npy")}};
   throw BadRequest("unknown command: " + cmd);
 }
@@ -56,6 +58,29 @@ TEST(ControlProtocol, HandlerErrorsBecomeAnswers) {
   expect_error(R"({"cmd":"alien"})", kCodeFailed, "internal error");
   expect_error(R"({"cmd":"mine"})", kCodeDenied, "capture 3 was started by uid 1000");
   expect_error(R"({"cmd":"job"})", kCodeFailed, "[json.exception.out_of_range");
+}
+
+TEST(ControlProtocol, RetryAnswersSayWhenToAskAgain) {
+  expect_error(R"({"cmd":"later"})", kCodeRetry, "ask again in 1500 ms");
+  EXPECT_EQ(1500, answer(R"({"cmd":"later"})")["retry_after_ms"]);
+  // No time: none in the answer (ask again now, differently).
+  expect_error(R"({"cmd":"again"})", kCodeRetry, "ask again from offset 0");
+  EXPECT_FALSE(answer(R"({"cmd":"again"})").contains("retry_after_ms"));
+  // What a client reads of them; a time that is not a count, or in an answer of another code,
+  // is no time; a huge one is at most a day.
+  const Answer a = parse_answer(answer_line(R"({"cmd":"later"})", handler));
+  EXPECT_EQ(kCodeRetry, a.code);
+  EXPECT_EQ(std::chrono::milliseconds(1500), a.retry_after);
+  EXPECT_EQ(std::chrono::milliseconds(0),
+            parse_answer(R"({"ok":false,"code":"retry","error":"x","retry_after_ms":-5})").retry_after);
+  EXPECT_EQ(std::chrono::milliseconds(0),
+            parse_answer(R"({"ok":false,"code":"failed","error":"x","retry_after_ms":5})").retry_after);
+  EXPECT_EQ(std::chrono::milliseconds(0),
+            parse_answer(R"({"ok":false,"code":"retry","error":"x","retry_after_ms":1e30})")
+                .retry_after);
+  EXPECT_EQ(std::chrono::milliseconds(86400000),
+            parse_answer(R"({"ok":false,"code":"retry","error":"x","retry_after_ms":18446744073709551615})")
+                .retry_after);
 }
 
 TEST(ControlProtocol, MalformedRequests) {
