@@ -283,14 +283,23 @@ class Daemon {
   /// The run's job leaves the table as write_closed() would take it, without a record: its
   /// client has the counts.
   void take_run_job(const std::string& id);
+  /// A page of a live job's `job` answer: from the snapshot held for it, or a new one when
+  /// LivePages allows; else control::Retry (docs/control.md#live-jobs).
+  nlohmann::json live_job_page(const Job& job, const PageRequest& r);
+  /// Lets go of job `id`'s held snapshot (it leaves the table), or ("") of one nobody pages.
+  void drop_pages(const std::string& id);
+  /// Frees a snapshot let go of on the record writer's thread (freeing a big one takes long).
+  void dispose_pages(std::shared_ptr<const JobPages> pages);
 
   DaemonOptions opts_;
   jobs::Config cfg_;
   std::string mount_;
   std::optional<jobs::Selector> sel_;
   std::unique_ptr<loader::Loader> loader_;
-  // Before server_: its front thread reads the board until the server is destroyed.
+  // Before server_: its front thread reads the board and the held snapshot until the server is
+  // destroyed.
   AnswerBoard board_;
+  LivePages live_pages_;
   std::unique_ptr<control::Server> server_;
   std::unique_ptr<JobTable> table_;
   std::unique_ptr<JobWriter> writer_;
@@ -580,8 +589,17 @@ bool Daemon::setup() {
   if (!server_->start_front(
           [this, server](const nlohmann::json& req, AnswerBoard::Clock::time_point arrived)
               -> std::optional<nlohmann::json> {
-            return board_.answer(req.value("cmd", ""), arrived,
-                                 [server] { server->wake_loop(); });
+            const std::string cmd = req.value("cmd", "");
+            if (cmd == "job") {
+              // A live job's page from the snapshot held for it, when it may answer (the loop
+              // decides the rest: a new snapshot, a closed job, a refusal).
+              const PageRequest r = parse_page_request(req);
+              const auto now = LivePages::Clock::now();
+              if (auto pages = live_pages_.usable(r.id, r.snapshot, now))
+                return pages->page(r.offset, r.limit, now);
+              return std::nullopt;
+            }
+            return board_.answer(cmd, arrived, [server] { server->wake_loop(); });
           },
           err))
     spdlog::warn("control socket: {}; the loop answers every request", err);
@@ -1547,6 +1565,7 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
   r.darshan = cfg_.darshan_logs;
   r.node = node_;
   r.version = IOLENS_VERSION;
+  drop_pages(id);
   r.job = table_->take(id);
   release_losses(*r.job);
   r.serial = ++record_serial_;
@@ -1807,9 +1826,17 @@ nlohmann::json Daemon::status_json() {
   // How `status` and `jobs` were answered by the front thread: stale ones while the loop was
   // in a piece of work longer than control::kFreshAnswerWait.
   const AnswerBoard::Counts answers = board_.counts();
+  const LivePages::Counts pages = live_pages_.counts();
   j["control"] = {{"answered_fresh", answers.fresh},
                   {"answered_stale", answers.stale},
-                  {"oldest_stale_ms", answers.oldest_stale_ms}};
+                  {"oldest_stale_ms", answers.oldest_stale_ms},
+                  // `job` of live jobs (docs/control.md#live-jobs)
+                  {"live_pages", {{"snapshots", pages.snapshots},
+                                  {"last_snapshot_ms", pages.last_snapshot_us / 1000},
+                                  {"held_rows", pages.held_rows},
+                                  {"pages_held", pages.pages_held},
+                                  {"retry_busy", pages.retry_busy},
+                                  {"retry_gone", pages.retry_gone}}}};
   j["runs"] = {{"root", run_cg_ ? run_cg_->rel() : ""}, {"live", runs_.size()},
                {"orphans", run_orphans_.size()}, {"started", runs_started_},
                {"ended", runs_ended_}, {"abandoned", runs_abandoned_},
@@ -1952,6 +1979,7 @@ void Daemon::take_run_job(const std::string& id) {
     retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files),
                          clock_ns(CLOCK_MONOTONIC) +
                              static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
+  drop_pages(id);
   if (auto taken = table_->take(id)) release_losses(*taken);
   job_loss_base_.erase(id);
   job_decode_base_.erase(id);
@@ -2360,6 +2388,63 @@ nlohmann::json Daemon::jobs_json() const {
   return {{"jobs", list}};
 }
 
+nlohmann::json Daemon::live_job_page(const Job& job, const PageRequest& r) {
+  const std::string& id = job.identity.id;
+  auto now = LivePages::Clock::now();
+  // Pages of the snapshot held for the job: the front thread answers them unless it is past
+  // its reuse window (or the front thread is not running).
+  if (auto pages = live_pages_.usable(id, r.snapshot, now))
+    return pages->page(r.offset, r.limit, now);
+  if (r.snapshot) {
+    live_pages_.count_retry(true);
+    throw control::Retry("the snapshot " + std::to_string(*r.snapshot) + " of job " + id +
+                             " that these pages come from is no longer held (a newer one was "
+                             "taken, or it was not asked for in " +
+                             std::to_string(live_pages_.policy().idle_drop / std::chrono::seconds(1)) +
+                             " s): ask again from offset 0",
+                         std::chrono::milliseconds(0));
+  }
+  if (const auto wait = live_pages_.wait_for_new(now); wait > LivePages::Clock::duration::zero()) {
+    // Snapshots take a bounded share of the loop's time, and one being paged is kept a while.
+    live_pages_.count_retry(false);
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait);
+    throw control::Retry("iolensd holds a snapshot of a live job that a client is reading, or "
+                         "took one (" +
+                             std::to_string(live_pages_.counts().last_snapshot_us / 1000) +
+                             " ms long) a moment ago and spends at most 1/" +
+                             std::to_string(live_pages_.policy().budget_factor) +
+                             " of its time on them: ask again in " + std::to_string(ms.count()) +
+                             " ms",
+                         ms);
+  }
+  // The members the daemon adds to a job's record: its losses so far (the last drain's), as
+  // its record will have them, and what a restart or late hooks left out.
+  nlohmann::json members = nlohmann::json::object();
+  job_losses(id, members);
+  members["lost"]["untraced_cgroups"] = untraced_cgroups_of(job);
+  annotate_restart(job, members);
+  annotate_hooks(job, members);
+  // The one held goes first (freed on the writer's thread meanwhile): a big job's snapshot is
+  // hundreds of MB, and two are never held at once.
+  dispose_pages(live_pages_.release());
+  const uint64_t serial = live_pages_.next_serial();
+  auto pages = table_->job_pages(job, IOLENS_VERSION, serial, std::move(members), now);
+  const auto end = LivePages::Clock::now();
+  nlohmann::json page = pages->page(r.offset, r.limit, end);
+  dispose_pages(live_pages_.hold(pages, end - now, end));
+  return page;
+}
+
+void Daemon::dispose_pages(std::shared_ptr<const JobPages> pages) {
+  if (!pages) return;
+  const std::size_t rows = pages->rows();
+  records_->dispose(std::move(pages), rows);
+}
+
+void Daemon::drop_pages(const std::string& id) {
+  dispose_pages(live_pages_.drop(id, LivePages::Clock::now()));
+}
+
 void Daemon::publish_answers(Publish which) {
   using std::chrono::seconds;
   const auto is_due = [&](const char* cmd, std::optional<AnswerBoard::Clock::duration> asked) {
@@ -2406,30 +2491,12 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
   if (cmd == "jobs" || cmd == "job") collect_written(false);
   if (cmd == "jobs") return jobs_json();
   if (cmd == "job") {
-    const std::string id = req.value("id", "");
     // One page per request (docs/control.md#job): the answer's size and the memory it holds
-    // are bounded by the page; its time on the loop is that of a snapshot of the job.
-    auto count = [&](const char* key, uint64_t dflt) {
-      auto it = req.find(key);
-      if (it == req.end()) return dflt;
-      if (!it->is_number_unsigned())
-        throw control::BadRequest(std::string("'") + key + "' must be a non-negative integer");
-      return it->get<uint64_t>();
-    };
-    const uint64_t offset = count("offset", 0);
-    const uint64_t limit = count("limit", control::kJobPageDefault);
-    if (limit == 0 || limit > control::kJobPageMax)
-      throw control::BadRequest("'limit' must be from 1 to " +
-                                std::to_string(control::kJobPageMax));
-    if (Job* job = table_->find(id)) {
-      nlohmann::json page = table_->job_page(*job, IOLENS_VERSION, offset, limit);
-      // Its losses so far, as its record will have them (the last drain's).
-      job_losses(id, page);
-      page["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
-      annotate_restart(*job, page);
-      annotate_hooks(*job, page);
-      return page;
-    }
+    // are bounded by the page.
+    const PageRequest r = parse_page_request(req);
+    const std::string& id = r.id;
+    const uint64_t offset = r.offset, limit = r.limit;
+    if (Job* job = table_->find(id)) return live_job_page(*job, r);
     if (std::any_of(writing_.begin(), writing_.end(),
                     [&](const auto& w) { return w.second.job->identity.id == id; }))
       throw std::runtime_error("job " + id + " has ended and its record is being written: ask "
@@ -2582,6 +2649,7 @@ int Daemon::run() {
         publish_answers(Publish::wanted_or_due);
       }
     }
+    drop_pages("");  // a live job's snapshot nobody pages any more
     // The trace ring wakes us once half full (and is drained every round anyway).
     const bool capturing = capture_ && capture_->window_open();
     std::vector<pollfd> fds = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},

@@ -570,32 +570,24 @@ nlohmann::json JobTable::job_json(const Job& job, const core::RunSnapshot& snap,
   return j;
 }
 
-nlohmann::json JobTable::job_page(const Job& job, const std::string& version, std::size_t offset,
-                                  std::size_t limit) const {
+std::shared_ptr<const JobPages> JobTable::job_pages(const Job& job, const std::string& version,
+                                                    uint64_t serial, nlohmann::json overrides,
+                                                    JobPages::Clock::time_point now,
+                                                    std::size_t max_rows) const {
   core::RunSnapshot snap = job_snapshot(job);
   nlohmann::json summary = daemon::job_summary(job, snap);  // from the whole snapshot
-  nlohmann::json coverage = exporters::run_coverage_json(snap);
-  const std::size_t procs = snap.processes.size(), files = snap.files.size();
-  // The rows across processes come from every row of the file, so from the whole snapshot.
-  const core::FilesAcrossProcesses across(snap);  // sorts the rows once
-  nlohmann::json by_file = exporters::by_file_json(across, offset, limit);
-  const std::size_t by_file_rows = across.size();
-  auto slice = [&](auto& v) {
-    const std::size_t from = std::min(offset, v.size());
-    const std::size_t to = from + std::min(limit, v.size() - from);
-    v.erase(v.begin() + static_cast<std::ptrdiff_t>(to), v.end());
-    v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(from));
-  };
-  slice(snap.processes);
-  slice(snap.files);
-  nlohmann::json j = exporters::run_to_json(snap, version);
-  const exporters::RecordEdits e = job_record_edits(job, std::move(summary));
-  e.head(j);
-  if (e.process)
-    for (auto& p : j["processes"]) e.process(p);
-  j["coverage"] = std::move(coverage);
-  j["by_file"] = std::move(by_file);
-  j["page"] = page_json(offset, limit, procs, files, by_file_rows);
+  exporters::RecordEdits edits = job_record_edits(job, std::move(summary), std::move(overrides));
+  return std::make_shared<const JobPages>(job.identity.id, serial, std::move(snap),
+                                          std::move(edits), version, now, max_rows);
+}
+
+nlohmann::json JobTable::job_page(const Job& job, const std::string& version, std::size_t offset,
+                                  std::size_t limit) const {
+  const auto now = JobPages::Clock::now();
+  nlohmann::json j =
+      job_pages(job, version, 0, nlohmann::json::object(), now, limit)->page(offset, limit, now);
+  j["page"].erase("snapshot");
+  j["page"].erase("age_ms");
   return j;
 }
 

@@ -24,6 +24,7 @@
 #include "core/recorder.hpp"
 #include "core/snapshot.hpp"
 #include "exporters/darshan_log.hpp"
+#include "daemon/job_pages.hpp"
 #include "jobs/config.hpp"
 #include "jobs/selector.hpp"
 
@@ -195,6 +196,13 @@ class JobTable {
   /// bounded by `limit`, whatever the job's.
   nlohmann::json job_page(const Job& job, const std::string& version, std::size_t offset,
                           std::size_t limit) const;
+  /// A snapshot of the job to cut such pages from (JobPages::page, at most `max_rows` rows a
+  /// list), with `overrides` replacing the record's members (job_record_edits) and named
+  /// `serial` in its pages.
+  std::shared_ptr<const JobPages> job_pages(const Job& job, const std::string& version,
+                                            uint64_t serial, nlohmann::json overrides,
+                                            JobPages::Clock::time_point now,
+                                            std::size_t max_rows = control::kLiveJobPageMax) const;
   /// One line per job for `iolens jobs`.
   nlohmann::json job_summary(const Job& job) const;
   /// Processes held in the unattributed set (bounded, kMaxUnattributed).

@@ -14,6 +14,8 @@ namespace {
 
 /// Records (and processes) a disposed job must have held for its memory to be given back.
 constexpr std::size_t kTrimAfterRecords = 4096;
+/// Live jobs' snapshots (JobPages) are given back at most this often (ns).
+constexpr int64_t kSnapshotTrimEvery = 60'000'000'000;
 
 }  // namespace
 
@@ -81,9 +83,18 @@ std::size_t RecordWriter::pending() const {
 }
 
 void RecordWriter::dispose(std::shared_ptr<const Job> job) {
+  const std::size_t rows = job && job->rec ? job->rec->file_records() + job->rec->processes() : 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    disposed_.push_back(std::move(job));
+    disposed_.push_back({std::move(job), rows, false});
+  }
+  wake_.notify_all();
+}
+
+void RecordWriter::dispose(std::shared_ptr<const void> what, std::size_t rows) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    disposed_.push_back({std::move(what), rows, true});
   }
   wake_.notify_all();
 }
@@ -98,13 +109,18 @@ void RecordWriter::run() {
   for (;;) {
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty() || !disposed_.empty(); });
     if (!disposed_.empty()) {
-      std::vector<std::shared_ptr<const Job>> gone;
+      std::vector<Disposed> gone;
       gone.swap(disposed_);
       lock.unlock();
-      std::size_t held = 0;
-      for (const auto& job : gone)
-        if (job && job->rec) held += job->rec->file_records() + job->rec->processes();
+      std::size_t held = 0, snapshot_rows = 0;
+      for (const auto& d : gone) (d.snapshot ? snapshot_rows : held) += d.rows;
       gone.clear();
+      const int64_t now = core::clock_ns(CLOCK_MONOTONIC);
+      if (snapshot_rows >= kTrimAfterRecords &&
+          (last_snapshot_trim_ns_ == 0 || now - last_snapshot_trim_ns_ >= kSnapshotTrimEvery)) {
+        last_snapshot_trim_ns_ = now;
+        held += snapshot_rows;
+      }
       // A big closed job's records were most of the heap; freed, they stay the process's (glibc
       // keeps freed pages mapped) until given back: without this, iolensd's RSS stayed near its
       // peak after a big job (bench/README.md "Memory: records kept packed, ..."). Here, off

@@ -72,6 +72,11 @@ class RecordWriter {
   /// Lets this thread free `job` (the caller's last reference, once taken back from
   /// take_done()): a big job's memory takes long to free, and not on the loop.
   void dispose(std::shared_ptr<const Job> job);
+  /// The same for a live job's snapshot let go of (its pages, JobPages), `rows` saying how big
+  /// (processes and files). These come as often as snapshots are taken, so the memory they
+  /// held is given back to the system at most once a minute (the trim holds each allocator
+  /// arena's lock, the loop's too, while it works).
+  void dispose(std::shared_ptr<const void> what, std::size_t rows);
 
  private:
   void run();
@@ -84,7 +89,13 @@ class RecordWriter {
     int64_t submitted_ns;
   };
   std::deque<Queued> queue_;
-  std::vector<std::shared_ptr<const Job>> disposed_;
+  struct Disposed {
+    std::shared_ptr<const void> what;
+    std::size_t rows;
+    bool snapshot;  // a live job's snapshot: trims rate-limited
+  };
+  std::vector<Disposed> disposed_;
+  int64_t last_snapshot_trim_ns_ = 0;  // CLOCK_MONOTONIC; this thread's alone
   int64_t busy_since_ns_ = 0;  // the job being written (its submission), 0 when none
   bool tidying_ = false;       // after a record: rotating the directory, freeing the job
   std::vector<RecordDone> done_;
