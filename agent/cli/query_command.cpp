@@ -5,12 +5,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "control/client.hpp"
 #include "control/format.hpp"
@@ -31,6 +33,13 @@ uint64_t wall_now_ns() {
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+/// How long `iolens job` waits in all for a daemon that asks it to come back later: its
+/// snapshots of live jobs are bounded to a share of its time (docs/control.md#live-jobs).
+constexpr auto kRetryFor = std::chrono::seconds(60);
+/// How many times it starts a live job's pages again when the snapshot they come from is gone,
+/// or the job closed while they were read.
+constexpr int kRestarts = 3;
 
 }  // namespace
 
@@ -83,60 +92,107 @@ std::optional<nlohmann::json> read_record(int fd, const std::string& path, std::
 
 }  // namespace
 
+std::optional<nlohmann::json> QueryCommands::fetch_job(std::string& error) const {
+  using Clock = std::chrono::steady_clock;
+  const auto give_up = Clock::now() + kRetryFor;
+  control::Answer refusal;
+  // One request; a "retry" answer with a time is waited out (said once) while within kRetryFor.
+  bool said = false;
+  const auto ask = [&](const nlohmann::json& req, int* fd) {
+    for (;;) {
+      refusal = {};
+      auto r = control::request(socket_path_, req, error, 5000, -1, fd, &refusal);
+      if (r || refusal.code != control::kCodeRetry || refusal.retry_after.count() == 0 ||
+          Clock::now() + refusal.retry_after > give_up)
+        return r;
+      if (!said)
+        std::fprintf(stderr, "iolens: %s; waiting\n",
+                     control::terminal_safe(refusal.error).c_str());
+      said = true;
+      std::this_thread::sleep_for(refusal.retry_after);
+    }
+  };
+  for (int restarts = 0;; ++restarts) {
+    // A closed job's record comes as a descriptor to read here (docs/control.md#job).
+    nlohmann::json request = {{"cmd", "job"}, {"id", job_id_}, {"fd", true}};
+    int record_fd = -1;
+    auto result = ask(request, &record_fd);
+    const control::UniqueFd record(record_fd);
+    if (result && result->contains("record")) {
+      // The whole record, as the daemon wrote it: no pages to join.
+      return read_record(record.get(), result->value("record", ""), error);
+    }
+    // The daemon answers `job` a page at a time (docs/control.md#job): the rest is fetched and
+    // joined, so the output is the whole record as before. A live job's pages all come from
+    // the snapshot the first one names.
+    bool again = false;
+    while (result) {
+      const nlohmann::json* page = result->contains("page") ? &(*result)["page"] : nullptr;
+      if (!page || !page->is_object() || !page->contains("next") ||
+          !(*page)["next"].is_number_unsigned())
+        break;
+      const uint64_t next = (*page)["next"].get<uint64_t>();
+      if (next <= page->value("offset", uint64_t{0})) break;  // no progress: a broken daemon
+      request["offset"] = next;
+      if (const auto snap = page->find("snapshot"); snap != page->end() && snap->is_number_unsigned())
+        request["snapshot"] = *snap;
+      auto more = ask(request, nullptr);
+      // The snapshot went (a newer one was taken for another client), or the job closed and
+      // the daemon hands its record over (a closed job's record is never paged): from the start.
+      const bool gone = !more && refusal.code == control::kCodeRetry &&
+                        refusal.retry_after.count() == 0;
+      if (gone || (more && more->contains("record"))) {
+        again = true;
+        if (restarts == kRestarts) {
+          error = "the job's pages could not be read from one snapshot of it in " +
+                  std::to_string(kRestarts + 1) + " tries (other clients' requests replaced "
+                  "it, or the job ended meanwhile): try again";
+          return std::nullopt;
+        }
+        break;
+      }
+      if (!more) {
+        result.reset();
+        break;
+      }
+      for (const char* key : {"processes", "files", "by_file"}) {
+        // find, not []: a list the daemon does not send (an older one has no by_file) stays
+        // absent instead of becoming null
+        const auto into = result->find(key);
+        const auto part = more->find(key);
+        if (into == result->end() || part == more->end() || !into->is_array() ||
+            !part->is_array())
+          continue;
+        for (const auto& e : *part) into->push_back(e);
+      }
+      (*result)["page"] = (*more)["page"];
+    }
+    if (again) continue;
+    if (result && result->contains("page") && (*result)["page"].is_object() &&
+        (*result)["page"].value("next", nlohmann::json()).is_null()) {
+      // Joined whole: one record, as the daemon writes it (a partial join keeps `page`), and
+      // how old its snapshot is, as `status` says how old it is.
+      const nlohmann::json age = (*result)["page"].value("age_ms", nlohmann::json());
+      result->erase("page");
+      if (age.is_number_unsigned()) (*result)["age_ms"] = age;
+    }
+    return result;
+  }
+}
+
 int QueryCommands::run() const {
-  nlohmann::json request;
+  std::string error;
+  std::optional<nlohmann::json> result;
   if (status_->parsed()) {
-    request = {{"cmd", "status"}};
+    result = control::request(socket_path_, {{"cmd", "status"}}, error);
   } else if (jobs_->parsed()) {
-    request = {{"cmd", "jobs"}};
+    result = control::request(socket_path_, {{"cmd", "jobs"}}, error);
   } else {
     if (job_id_.empty()) {
       std::fprintf(stderr, "iolens: the job ID is empty\n");
       return 2;
     }
-    // A closed job's record comes as a descriptor to read here (docs/control.md#job).
-    request = {{"cmd", "job"}, {"id", job_id_}, {"fd", true}};
-  }
-
-  std::string error;
-  int record_fd = -1;
-  auto result = control::request(socket_path_, request, error, 5000, -1,
-                                 job_->parsed() ? &record_fd : nullptr);
-  const control::UniqueFd record(record_fd);
-  if (result && job_->parsed() && result->contains("record")) {
-    // The whole record, as the daemon wrote it: no pages to join.
-    const std::string path = result->value("record", "");
-    result = read_record(record.get(), path, error);
-  }
-  // The daemon answers `job` a page at a time (docs/control.md#job): the rest is fetched and
-  // joined, so the output is the whole record as before.
-  while (result && job_->parsed()) {
-    const nlohmann::json* page = result->contains("page") ? &(*result)["page"] : nullptr;
-    if (!page || !page->is_object() || !page->contains("next") || !(*page)["next"].is_number_unsigned())
-      break;
-    const uint64_t next = (*page)["next"].get<uint64_t>();
-    if (next <= page->value("offset", uint64_t{0})) break;  // no progress: a broken daemon
-    request["offset"] = next;
-    auto more = control::request(socket_path_, request, error);
-    if (!more) {
-      result.reset();
-      break;
-    }
-    for (const char* key : {"processes", "files", "by_file"}) {
-      // find, not []: a list the daemon does not send (an older one has no by_file) stays
-      // absent instead of becoming null
-      const auto into = result->find(key);
-      const auto part = more->find(key);
-      if (into == result->end() || part == more->end() || !into->is_array() || !part->is_array())
-        continue;
-      for (const auto& e : *part) into->push_back(e);
-    }
-    (*result)["page"] = (*more)["page"];
-  }
-  if (result && job_->parsed() && result->contains("page") && (*result)["page"].is_object() &&
-      (*result)["page"].value("next", nlohmann::json()).is_null()) {
-    // Joined whole: one record, as the daemon writes it (a partial join keeps `page`).
-    result->erase("page");
+    result = fetch_job(error);
   }
   if (!result) {
     // The daemon's text is not ours: escaped so it cannot drive the terminal.

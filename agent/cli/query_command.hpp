@@ -3,7 +3,10 @@
 /// `iolens status`, `iolens jobs`, `iolens job ID`: ask the node daemon (iolensd) over its
 /// control socket and print the answer as text or, with --json, as the daemon sent it.
 
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace CLI {
 class App;
@@ -29,6 +32,10 @@ class QueryCommands {
   int usage_error(CLI::App& app, const CLI::ParseError& e) const;
 
  private:
+  /// `job`: the closed job's record, or every page of the live job's answer joined; nullopt
+  /// and `error` when the daemon cannot be reached or refuses.
+  std::optional<nlohmann::json> fetch_job(std::string& error) const;
+
   CLI::App* status_;
   CLI::App* jobs_;
   CLI::App* job_;

@@ -483,6 +483,11 @@ std::string format_job(const json& result, uint64_t now_ns, std::size_t top_file
   out += labelled("cgroup", text_or_missing(job, "cgroup"));
   out += labelled("labels", labels_text(object_or_empty(job, "labels")));
   out += labelled("state", job_state(job, now_ns));
+  // A live job's answer is cut from a snapshot the daemon may have taken for an earlier
+  // request (docs/control.md#live-jobs): said once it is a second old.
+  if (const auto age = count_of(result, "age_ms"); age && *age >= 1000)
+    out += labelled("as of", human_age(static_cast<double>(*age) / 1000) +
+                                 " ago (the daemon's last snapshot of the job)");
   std::string procs = number_text(job, "processes");
   if (const auto live = count_of(job, "live_processes"))
     procs += ", " + human_count(*live) + " live";

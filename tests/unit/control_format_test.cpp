@@ -296,6 +296,23 @@ TEST(ControlFormat, Job) {
       format_job(result, kStart + 3725 * kSecond, 4));
 }
 
+// A live job's answer cut from a snapshot taken for an earlier request says how old it is, once
+// that is a second (docs/control.md#live-jobs).
+TEST(ControlFormat, JobAnsweredFromAnOlderSnapshot) {
+  json result = {{"schema", "iolens.job/1"}, {"job", job_entry("k8s/0f3e", "live")}};
+  const std::string fresh = format_job(result, kStart + 3725 * kSecond);
+  EXPECT_EQ(fresh.find("as of"), std::string::npos) << fresh;
+  result["age_ms"] = 999;
+  EXPECT_EQ(fresh, format_job(result, kStart + 3725 * kSecond));
+  result["age_ms"] = 12400;
+  const std::string text = format_job(result, kStart + 3725 * kSecond);
+  EXPECT_NE(text.find("running for 1 h 2 min\n"
+                      "as of          12.4 s ago (the daemon's last snapshot of the job)\n"
+                      "processes"),
+            std::string::npos)
+      << text;
+}
+
 // A record with `by_file` (files across processes) lists those, with the processes of each.
 TEST(ControlFormat, JobTopFilesAreFilesAcrossProcessesWhenTheRecordHasThem) {
   json result = {{"job", job_entry("k8s/0f3e", "closed")}, {"processes", json::array()}};
