@@ -24,6 +24,12 @@ not by walking the map: a walk is a syscall per record) is compared with bpftool
 same pinned map, while a 2,000-file process is alive and after its exit while its final records
 wait for a save.
 
+Before the big job's cgroup is removed, while it is live with its 20,000 files, `iolens job
+--json` joins its pages: one snapshot for all 100 pages (status `control.live_pages`), every file
+once and the workload's totals; pages naming a snapshot not held are told to retry; a snapshot of
+another job asked for right after a big one is told to retry after a time, which `iolens job`
+waits out (docs/control.md#live-jobs).
+
 Then a second job the same way, and iolensd is killed (SIGKILL) as soon as `jobs` lists it
 writing, and restarted: the job is never lost (docs/daemon.md#restart-without-loss: a job whose
 record is being written is in the saved state as closing, or still live in the state saved
@@ -49,6 +55,7 @@ SIZE = 100
 COUNT_FILES = 2000
 SHORT_JOBS = 12
 SHORT_FILES = 5
+LIVE_PAGE_ROWS = 200  # control::kLiveJobPageMax
 
 
 def job_totals_check(ck, doc, manifest, pid, cg_abs, where, nfiles=NFILES):
@@ -200,6 +207,100 @@ def closed_job_record(ck, d, job_id, t, mv, moved):
         D.log("iolens job stderr: %s" % cli.stderr[-500:])
 
 
+def live_pages(d):
+    return ((d.status() or {}).get("control") or {}).get("live_pages") or {}
+
+
+def live_job_pages(ck, d, cg, sub, job_id, p, manifest):
+    """A live job's `job` pages all come from one snapshot the loop takes for the first
+    (docs/control.md#live-jobs): `iolens job --json` of the live 20,000-file job joins 100
+    pages of 200 rows into the job at one moment (every file once, the workload's totals), and
+    the loop took one snapshot for all of them (it took one a page before: 100 snapshots of the
+    job). Pages naming a snapshot not held are told to retry from the start; a snapshot of
+    another job asked for right after a big one is told to retry after a time (snapshots take at
+    most 1/20 of the loop's time), which `iolens job` waits out."""
+    wait_drains(ck, d, 2)  # the exited workload's last records have left the kernel
+    idle = "resp/idle"
+    cg.mkdir(idle)
+    idle_id = "cgroup" + cg.rel(idle)
+    d.wait_live(ck, [idle_id])
+    before = live_pages(d)
+    cli = d.cli("job", job_id, "--json", timeout=300)
+    after = live_pages(d)
+    ck.eq("iolens job --json of the live job: exit code", 0, cli.returncode)
+    if cli.returncode != 0:
+        D.log("iolens job stderr: %s" % cli.stderr[-500:])
+        return
+    doc = json.loads(cli.stdout)
+    ck.eq("live job joined from its pages: job.state", "live", doc.get("job", {}).get("state"))
+    ck.check("page" not in doc, "the joined pages still carry `page`: %s" % doc.get("page"))
+    _, _, moved = job_totals_check(ck, doc, manifest, p.pid, cg.abs(sub),
+                                   "live job joined from its pages")
+    rows = NFILES + len(moved)
+    ck.eq("live job joined: distinct (path, pid) rows", rows,
+          len({(f.get("path"), f.get("pid")) for f in doc.get("files", [])}))
+    ck.eq("live job joined: by_file rows (one per file)", rows, len(doc.get("by_file", [])))
+    pages = -(-rows // LIVE_PAGE_ROWS)
+    ck.eq("snapshots the loop took for the %d pages" % pages, 1,
+          after.get("snapshots", 0) - before.get("snapshots", 0))
+    ck.eq("pages answered from the held snapshot", pages - 1,
+          after.get("pages_held", 0) - before.get("pages_held", 0))
+    ck.check(after.get("held_rows", 0) >= rows, "status control.live_pages.held_rows %s, fewer "
+             "than the job's %d rows" % (after.get("held_rows"), rows))
+
+    gone = d.request({"cmd": "job", "id": job_id, "offset": 200, "snapshot": 1 << 40})
+    ck.eq("a page of a snapshot not held: code", "retry", gone.get("code"))
+    ck.check("ask again from offset 0" in gone.get("error", "") and
+             "retry_after_ms" not in gone, "a page of a snapshot not held: %s" % gone)
+
+    # The idle job's snapshot (tiny), then the big job's afresh: the next of the idle job must
+    # wait 19 times what the big one took. (Each sequence starts once the last snapshot's
+    # budget is spent: 20 times what it took.)
+    def settle():
+        time.sleep(20 * (live_pages(d).get("last_snapshot_ms", 0) + 1) / 1000 + 0.05)
+    settle()
+    idle_page = d.request({"cmd": "job", "id": idle_id})
+    ck.check(idle_page.get("ok"), "`job` of the idle job: %s" % idle_page)
+    settle()
+    taken = live_pages(d).get("snapshots", 0)
+    big = d.request({"cmd": "job", "id": job_id, "limit": 1})
+    busy = d.request({"cmd": "job", "id": idle_id})
+    took_ms = live_pages(d).get("last_snapshot_ms", 0)
+    ck.eq("`job` of the big job after the idle job's: snapshots taken", 1,
+          live_pages(d).get("snapshots", 0) - taken)
+    ck.check(big.get("ok") and big["result"]["page"]["snapshot"] >
+             ((idle_page.get("result") or {}).get("page") or {}).get("snapshot", 0),
+             "`job` of the big job after the idle job's: its snapshot's serial does not count "
+             "up: %s" % str(big)[:300])
+    ck.eq("`job` of another job right after a big snapshot: code", "retry", busy.get("code"))
+    wait = busy.get("retry_after_ms", 0)
+    ck.check(0 < wait <= 19 * (took_ms + 1), "retry_after_ms %s for a snapshot of %s ms" %
+             (wait, took_ms))
+    D.log("a snapshot of the live %d-file job took %s ms; the next job's wait %s ms" %
+          (rows, took_ms, wait))
+    # `iolens job` told so waits and asks again.
+    settle()
+    ck.check(d.request({"cmd": "job", "id": idle_id}).get("ok"), "`job` of the idle job")
+    settle()
+    ck.check(d.request({"cmd": "job", "id": job_id, "limit": 1}).get("ok"), "`job` of the big job")
+    cli = d.cli("job", idle_id, "--json", timeout=60)
+    ck.eq("iolens job of the idle job, made to wait: exit code", 0, cli.returncode)
+    ck.check("waiting" in cli.stderr, "iolens job did not say it waited: %s" % cli.stderr[-300:])
+    ck.eq("iolens job of the idle job, made to wait: its id", idle_id,
+          (json.loads(cli.stdout or "{}").get("job") or {}).get("id"))
+    ck.eq("status control.live_pages.retry_busy: the refusals", 2,
+          live_pages(d).get("retry_busy", 0) - before.get("retry_busy", 0))
+    # The big job's snapshot held last: let go when the job closes (checked in main).
+    settle()
+    ck.check(d.request({"cmd": "job", "id": job_id, "limit": 1}).get("ok"), "`job` of the big job")
+    ck.check(live_pages(d).get("held_rows", 0) >= rows, "the big job's snapshot is not held: %s"
+             % live_pages(d))
+    cg.rmdir(idle)
+    d.wait_record(ck, idle_id, timeout=60)
+    ck.check(live_pages(d).get("held_rows", 0) >= rows, "the big job's snapshot was let go when "
+             "another job closed: %s" % live_pages(d))
+
+
 def kill_while_writing(ck, d, cg, args, data):
     sub = "resp/killed"
     job_id, p, manifest = run_job(ck, d, cg, args, data, sub)
@@ -253,6 +354,7 @@ def main():
     if manifest is None:
         ck.finish()
 
+    live_job_pages(ck, d, cg, sub, job_id, p, manifest)
     cg.rmdir(sub)
     t0 = time.monotonic()
     seen = []        # the job's line in each answer: "live", "writing", "closed", or None
@@ -297,6 +399,8 @@ def main():
               ((closed_line or {}).get("totals") or {}).get(k))
     st = d.status() or {}
     ck.eq("status output.writing once written", 0, st.get("output", {}).get("writing"))
+    ck.eq("status control.live_pages.held_rows once the job closed (its snapshot let go)", 0,
+          st.get("control", {}).get("live_pages", {}).get("held_rows"))
     closed_job_record(ck, d, job_id, t, mv, moved)
     rss = D.read_rss_kib(d.proc.pid)
     D.log("iolensd RSS %d KiB, VmHWM %d KiB" % rss)
