@@ -28,6 +28,7 @@ Uses the e2e harness (tests/e2e/daemon_common.py) to start the daemon and make t
 """
 import argparse
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -45,9 +46,13 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
     cg = D.Cgroups()
     data = D.tempdir("answers", base="/dev/shm")
     rules = '  - cgroup: {paths: ["%s/a/*"]}' % cg.prefix
-    # Sized to hold the whole job unfolded, or (--default-limits) the limits a node owner gets
-    # without configuring any (the 256 MiB memory bound's: records fold as the job grows).
-    sized = "" if default_limits else "limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n"
+    # Sized to hold the whole job unfolded (its records and its names: without the name bounds
+    # given, the 5 MiB of names the default bound derives folded part of it, a different part
+    # each run), or (--default-limits) the limits a node owner gets without configuring any
+    # (the 256 MiB memory bound's: records fold as the job grows).
+    sized = "" if default_limits else (
+        "limits:\n  kernel_file_records: 262144\n  ring_size: 64MiB\n  max_records: %d\n"
+        "  max_path_bytes: 256MiB\n  max_path_bytes_per_job: 256MiB\n" % (2 * nfiles))
     d = D.Daemon(iolensd, rules,
                  args=[] if default_limits else ["--max-files-per-job", str(2 * nfiles)],
                  tag="answers", extra_config=sized +
@@ -114,6 +119,20 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
     t_job = time.monotonic()
     p = D.run_in_cgroup(cg.abs("a/big"), [workload, "many", data, str(nfiles), "100"])
     D.finish_workload(ck, p, "job_workload many", timeout=300)
+    # The live job asked for as `iolens job` asks (every page of it, joined), then a page of 10
+    # twice more: how long the client waits, and how old `status` answers get meanwhile (the
+    # loop's time on it).
+    t_live = time.monotonic()
+    cli = os.path.join(os.path.dirname(os.path.dirname(iolensd)), "cli", "iolens")
+    out = subprocess.run([cli, "job", job_id, "--json", "--socket", d.socket],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    live_whole = (time.monotonic() - t_live, len(out.stdout), out.returncode)
+    live_pages = []
+    for _ in range(2):
+        t = time.monotonic()
+        a = d.request({"cmd": "job", "id": job_id, "limit": 10}, timeout=300)
+        live_pages.append((time.monotonic() - t, "answered" if a.get("ok") else "refused"))
+    t_live_end = time.monotonic()
     t_rm = time.monotonic()
     cg.rmdir("a/big")
     name = d.wait_record_file(300)
@@ -142,18 +161,20 @@ def measure(iolensd, workload, nfiles, compression=None, default_limits=False):
     d.stop()
     # By when the answer came: one asked during the job but answered after the removal waited
     # for the close.
-    run = [w for t, w, _ in waits if t + w < t_rm]
+    run = [w for t, w, _ in waits if t + w < t_live]
+    age_live = [age for t, w, age in waits if t_live <= t + w < t_live_end]
     close = [w for t, w, _ in waits if t_rm <= t + w < t_ask]
     ask = [w for t, w, _ in waits if t + w >= t_ask]
-    age_run = [age for t, w, age in waits if t + w < t_rm]
+    age_run = [age for t, w, age in waits if t + w < t_live]
     age_close = [age for t, w, age in waits if t_rm <= t + w < t_ask]
-    return {"job_s": t_rm - t_job, "record_s": t_rec - t_rm, "record_mb": size / 1e6,
+    return {"job_s": t_live - t_job, "record_s": t_rec - t_rm, "record_mb": size / 1e6,
             "max_run": max(run or [0]), "max_close": max(close or [0]),
             "slow_run": sum(w > 0.1 for w in run), "slow_close": sum(w > 0.1 for w in close),
             "answers": len(waits), "hwm_mib": hwm / 1024, "slow": slow, "asked": asked,
             "max_ask": max(ask or [0]), "max_scrape": max([w for _, w in scrapes] or [0]),
             "scrapes": len(scrapes), "age_run": max(age_run or [0]),
-            "age_close": max(age_close or [0])}
+            "age_close": max(age_close or [0]), "live_whole": live_whole,
+            "live_pages": live_pages, "age_live": max(age_live or [0])}
 
 
 def main():
@@ -190,6 +211,12 @@ def main():
                r["max_close"], r["slow_close"], r["age_run"], r["age_close"], r["record_mb"],
                r["hwm_mib"], fd_s, fd_how, pg_s, pg_how, r["max_ask"], r["max_scrape"],
                r["scrapes"]), flush=True)
+        lw_s, lw_bytes, lw_rc = r["live_whole"]
+        print("    live job: `iolens job --json` %.2f s (%.1f MB, exit %d); a page of 10: %s; "
+              "oldest `status` answer meanwhile %.2f s" %
+              (lw_s, lw_bytes / 1e6, lw_rc,
+               " / ".join("%.2f s (%s)" % p for p in r["live_pages"]), r["age_live"]),
+              flush=True)
         if a.why:
             for line in r["slow"]:
                 print("    " + line, flush=True)
