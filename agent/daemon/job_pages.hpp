@@ -3,9 +3,9 @@
 /// A live job's `job` answers, page by page, from one snapshot of the job
 /// (docs/control.md#live-jobs).
 ///
-/// A snapshot copies every record the job holds: about half a second of the daemon's loop for
-/// a job of 150,000 files. Cut afresh for each page, `iolens job` of such a job (150 pages)
-/// held the loop for 90 s, and any socket user could repeat it. Now the loop takes one snapshot
+/// A snapshot copies every record the job holds: 0.5-1.7 s of the daemon's loop for a job of
+/// 150,000 files. Cut afresh for each page, `iolens job` of such a job (150 pages) held the
+/// loop for minutes, and any socket user could repeat it (bench/README.md "Live jobs"). Now the loop takes one snapshot
 /// (JobPages) and LivePages holds it: the following pages are cut from it by the control
 /// socket's front thread, so a client paging through a job costs the loop one snapshot and
 /// joins pages of one and the same moment. LivePages also decides when the loop may take a new
