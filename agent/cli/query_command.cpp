@@ -102,9 +102,12 @@ std::optional<nlohmann::json> QueryCommands::fetch_job(std::string& error) const
     for (;;) {
       refusal = {};
       auto r = control::request(socket_path_, req, error, 5000, -1, fd, &refusal);
-      if (r || refusal.code != control::kCodeRetry || refusal.retry_after.count() == 0 ||
-          Clock::now() + refusal.retry_after > give_up)
+      if (r || refusal.code != control::kCodeRetry || refusal.retry_after.count() == 0)
         return r;
+      if (Clock::now() + refusal.retry_after > give_up) {
+        error += " (gave up after waiting " + std::to_string(kRetryFor.count()) + " s)";
+        return r;
+      }
       if (!said)
         std::fprintf(stderr, "iolens: %s; waiting\n",
                      control::terminal_safe(refusal.error).c_str());
@@ -112,7 +115,7 @@ std::optional<nlohmann::json> QueryCommands::fetch_job(std::string& error) const
       std::this_thread::sleep_for(refusal.retry_after);
     }
   };
-  for (int restarts = 0;; ++restarts) {
+  for (int restarts = 0, handed = 0;;) {
     // A closed job's record comes as a descriptor to read here (docs/control.md#job).
     nlohmann::json request = {{"cmd", "job"}, {"id", job_id_}, {"fd", true}};
     int record_fd = -1;
@@ -137,16 +140,24 @@ std::optional<nlohmann::json> QueryCommands::fetch_job(std::string& error) const
       if (const auto snap = page->find("snapshot"); snap != page->end() && snap->is_number_unsigned())
         request["snapshot"] = *snap;
       auto more = ask(request, nullptr);
-      // The snapshot went (a newer one was taken for another client), or the job closed and
-      // the daemon hands its record over (a closed job's record is never paged): from the start.
-      const bool gone = !more && refusal.code == control::kCodeRetry &&
-                        refusal.retry_after.count() == 0;
-      if (gone || (more && more->contains("record"))) {
+      // The job closed and the daemon hands its record over (a closed job's record is never
+      // paged): from the start, which reads the record.
+      if (more && more->contains("record")) {
         again = true;
-        if (restarts == kRestarts) {
+        if (handed++ == kRestarts) {  // only a broken daemon: the next first page is the record
+          error = "iolensd handed over a record for a page of job " + job_id_ + " " +
+                  std::to_string(kRestarts + 1) + " times, and pages again when asked anew";
+          return std::nullopt;
+        }
+        break;
+      }
+      // The snapshot went (a newer one was taken for another client): from the start.
+      if (!more && refusal.code == control::kCodeRetry && refusal.retry_after.count() == 0) {
+        again = true;
+        if (restarts++ == kRestarts) {
           error = "the job's pages could not be read from one snapshot of it in " +
-                  std::to_string(kRestarts + 1) + " tries (other clients' requests replaced "
-                  "it, or the job ended meanwhile): try again";
+                  std::to_string(kRestarts + 1) + " tries (requests for other jobs replaced "
+                  "it): try again";
           return std::nullopt;
         }
         break;

@@ -2405,7 +2405,10 @@ nlohmann::json Daemon::live_job_page(const Job& job, const PageRequest& r) {
                          std::chrono::milliseconds(0));
   }
   if (const auto wait = live_pages_.wait_for_new(now); wait > LivePages::Clock::duration::zero()) {
-    // Snapshots take a bounded share of the loop's time, and one being paged is kept a while.
+    // Snapshots take a bounded share of the loop's time, and one being paged is kept a while:
+    // the job's own held snapshot answers meanwhile, however old (its age_ms says so).
+    if (auto pages = live_pages_.usable_any_age(id, now))
+      return pages->page(r.offset, r.limit, now);
     live_pages_.count_retry(false);
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait);
     throw control::Retry("iolensd holds a snapshot of a live job that a client is reading, or "
@@ -2499,8 +2502,10 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
     if (Job* job = table_->find(id)) return live_job_page(*job, r);
     if (std::any_of(writing_.begin(), writing_.end(),
                     [&](const auto& w) { return w.second.job->identity.id == id; }))
-      throw std::runtime_error("job " + id + " has ended and its record is being written: ask "
-                               "again once `iolens jobs` no longer says it is writing");
+      // `iolens job` waits and asks again (a client paging the live job when it closed too).
+      throw control::Retry("job " + id + " has ended and its record is being written: ask "
+                           "again once `iolens jobs` no longer says it is writing",
+                           std::chrono::milliseconds(500));
     const auto fd_it = req.find("fd");
     if (fd_it != req.end() && !fd_it->is_boolean())
       throw control::BadRequest("'fd' must be true or false");

@@ -78,6 +78,15 @@ std::shared_ptr<const JobPages> LivePages::usable(const std::string& id,
   return held_;
 }
 
+std::shared_ptr<const JobPages> LivePages::usable_any_age(const std::string& id,
+                                                          Clock::time_point now) {
+  std::lock_guard lk(mu_);
+  if (!held_ || held_->id() != id) return nullptr;
+  last_used_ = std::max(last_used_, now);
+  ++counts_.pages_held;
+  return held_;
+}
+
 LivePages::Clock::duration LivePages::wait_for_new(Clock::time_point now) const {
   std::lock_guard lk(mu_);
   Clock::time_point until = next_allowed_;

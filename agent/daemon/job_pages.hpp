@@ -3,8 +3,8 @@
 /// A live job's `job` answers, page by page, from one snapshot of the job
 /// (docs/control.md#live-jobs).
 ///
-/// A snapshot copies every record the job holds: 0.5-1.7 s of the daemon's loop for a job of
-/// 150,000 files. Cut afresh for each page, `iolens job` of such a job (150 pages) held the
+/// A snapshot copies every record the job holds: 1.4-1.7 s of the daemon's loop for a job of
+/// 150,000 files held whole. Cut afresh for each page, `iolens job` of such a job (150 pages) held the
 /// loop for minutes, and any socket user could repeat it (bench/README.md "Live jobs"). Now the loop takes one snapshot
 /// (JobPages) and LivePages holds it: the following pages are cut from it by the control
 /// socket's front thread, so a client paging through a job costs the loop one snapshot and
@@ -86,7 +86,8 @@ class JobPages {
 /// - and the held one is not being paged: no page that named it (a client reading page after
 ///   page) within `in_use`, or it is older than `protect_max` (so a client paging through a
 ///   big job is not made to start again by every other request, nor can one hold it for ever).
-/// A request that would need one sooner is told to retry then. Thread-safe: the front thread
+/// A request that would need one sooner is answered from the held one if it is its job's,
+/// however old, else told to retry then. Thread-safe: the front thread
 /// answers from it, the loop takes snapshots.
 class LivePages {
  public:
@@ -108,6 +109,9 @@ class LivePages {
   /// `snapshot`, only that one. Marks it used and counts the page (pages_held).
   std::shared_ptr<const JobPages> usable(const std::string& id, std::optional<uint64_t> snapshot,
                                          Clock::time_point now);
+  /// The held snapshot if it is `id`'s, however old: for a request of that job while no new
+  /// snapshot may be taken (wait_for_new), rather than a refusal. Marks it used and counts it.
+  std::shared_ptr<const JobPages> usable_any_age(const std::string& id, Clock::time_point now);
   /// How long the loop must wait before it may take a new snapshot (zero: now): the budget's
   /// wait, or the held one's while it is being paged.
   Clock::duration wait_for_new(Clock::time_point now) const;

@@ -107,7 +107,22 @@ void RecordWriter::wait_idle() {
 void RecordWriter::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    wake_.wait(lock, [this] { return stopping_ || !queue_.empty() || !disposed_.empty(); });
+    const auto woken = [this] { return stopping_ || !queue_.empty() || !disposed_.empty(); };
+    if (snapshot_rows_untrimmed_ == 0) {
+      wake_.wait(lock, woken);
+    } else if (!wake_.wait_for(lock, std::chrono::nanoseconds(std::max<int64_t>(
+                                         0, last_snapshot_trim_ns_ + kSnapshotTrimEvery -
+                                                core::clock_ns(CLOCK_MONOTONIC))),
+                               woken)) {
+      // Snapshots freed since the last trim, given back once a minute has passed: with no
+      // other work, so that their memory is not kept until some other disposal comes.
+      snapshot_rows_untrimmed_ = 0;
+      last_snapshot_trim_ns_ = core::clock_ns(CLOCK_MONOTONIC);
+      lock.unlock();
+      malloc_trim(0);
+      lock.lock();
+      continue;
+    }
     if (!disposed_.empty()) {
       std::vector<Disposed> gone;
       gone.swap(disposed_);
@@ -116,10 +131,14 @@ void RecordWriter::run() {
       for (const auto& d : gone) (d.snapshot ? snapshot_rows : held) += d.rows;
       gone.clear();
       const int64_t now = core::clock_ns(CLOCK_MONOTONIC);
-      if (snapshot_rows >= kTrimAfterRecords &&
-          (last_snapshot_trim_ns_ == 0 || now - last_snapshot_trim_ns_ >= kSnapshotTrimEvery)) {
-        last_snapshot_trim_ns_ = now;
-        held += snapshot_rows;
+      if (snapshot_rows_untrimmed_ + snapshot_rows >= kTrimAfterRecords) {
+        if (last_snapshot_trim_ns_ == 0 || now - last_snapshot_trim_ns_ >= kSnapshotTrimEvery) {
+          last_snapshot_trim_ns_ = now;
+          held += kTrimAfterRecords;  // trimmed below
+          snapshot_rows_untrimmed_ = 0;
+        } else {
+          snapshot_rows_untrimmed_ += snapshot_rows;  // trimmed when the minute is up
+        }
       }
       // A big closed job's records were most of the heap; freed, they stay the process's (glibc
       // keeps freed pages mapped) until given back: without this, iolensd's RSS stayed near its

@@ -96,6 +96,7 @@ class RecordWriter {
   };
   std::vector<Disposed> disposed_;
   int64_t last_snapshot_trim_ns_ = 0;  // CLOCK_MONOTONIC; this thread's alone
+  std::size_t snapshot_rows_untrimmed_ = 0;  // freed since, to be trimmed when a minute is up
   int64_t busy_since_ns_ = 0;  // the job being written (its submission), 0 when none
   bool tidying_ = false;       // after a record: rotating the directory, freeing the job
   std::vector<RecordDone> done_;

@@ -256,8 +256,8 @@ def live_job_pages(ck, d, cg, sub, job_id, p, manifest):
     # The idle job's snapshot (tiny), then the big job's afresh: the next of the idle job must
     # wait 19 times what the big one took. (Each sequence starts once the last snapshot's
     # budget is spent: 20 times what it took.)
-    def settle():
-        time.sleep(20 * (live_pages(d).get("last_snapshot_ms", 0) + 1) / 1000 + 0.05)
+    def settle():  # the budget (20 times the last snapshot) and the 1 s a paged one is kept
+        time.sleep(max(20 * (live_pages(d).get("last_snapshot_ms", 0) + 1), 1000) / 1000 + 0.05)
     settle()
     idle_page = d.request({"cmd": "job", "id": idle_id})
     ck.check(idle_page.get("ok"), "`job` of the idle job: %s" % idle_page)
@@ -387,7 +387,8 @@ def main():
             ck.check(rec is not None and rec.get("job", {}).get("state") == "closed",
                      "`job` answered for a job not yet written: %s" % str(a)[:300])
         else:
-            ck.check("being written" in a.get("error", ""), "`job` while writing: %s" % a)
+            ck.check("being written" in a.get("error", "") and a.get("code") == "retry" and
+                     a.get("retry_after_ms") == 500, "`job` while writing: %s" % a)
     ck.check(job_answers, "`job` was never asked while the record was written")
 
     doc = d.wait_record(ck, job_id, timeout=60)

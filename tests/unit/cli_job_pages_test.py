@@ -8,8 +8,9 @@ A fake iolensd on a Unix socket answers each request from a script and logs it. 
 - a page of a snapshot no longer held ("retry", no time) makes the client start again from the
   first page, and the output is the new snapshot's rows only;
 - "retry" with `retry_after_ms` is waited out (said on stderr) and asked again;
-- a job that closes while its pages are read (the daemon hands the record's descriptor over)
-  makes the client start again and print the record;
+- a job that closes while its pages are read (the daemon says its record is being written,
+  then hands the record's descriptor over) makes the client wait, start again and print the
+  record;
 - a snapshot gone at every try ends in an error after four tries, exit 1.
 """
 import argparse
@@ -148,10 +149,14 @@ def main():
         return ({"ok": True, "result": {"id": "k8s/p", "state": "closed", "record": "/x.json",
                                         "bytes": os.path.getsize(tmp.name)}},
                 os.open(tmp.name, os.O_RDONLY))
-    r, reqs, _ = run(a.iolens, [lambda q: page(3, ["/a0", "/a1"], 0, 2), closed, closed])
+    writing = ({"ok": False, "code": "retry", "error": "job k8s/p has ended and its record is "
+                "being written: ask again once ...", "retry_after_ms": 200}, None)
+    r, reqs, _ = run(a.iolens, [lambda q: page(3, ["/a0", "/a1"], 0, 2), lambda q: writing,
+                                closed, closed])
     check(r.returncode == 0, "closed meanwhile: exit %d, stderr %s" % (r.returncode, r.stderr))
     check(json.loads(r.stdout or "{}") == record, "closed meanwhile: printed %s" % r.stdout[:300])
-    check(len(reqs) == 3, "closed meanwhile: %d requests" % len(reqs))
+    check([(q.get("offset"), q.get("snapshot")) for q in reqs] ==
+          [(None, None), (2, 3), (2, 3), (None, None)], "closed meanwhile: requests %s" % reqs)
 
     # Gone at every try: four tries, then an error.
     r, reqs, _ = run(a.iolens, [lambda q: page(1, ["/a0", "/a1"], 0, 2), lambda q: GONE] * 4)
