@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -411,18 +412,9 @@ json run_page_json(const core::RunSnapshot& run, const core::FilesAcrossProcesse
 }
 
 json run_to_json(const core::RunSnapshot& run, const std::string& version) {
-  json j = run_head_json(run, version);
-  json procs = json::array();
-  for (const auto& p : run.processes) procs.push_back(process_json(p));
-  j["processes"] = std::move(procs);
-  json files = json::array();
-  for (const auto& f : run.files) files.push_back(file_json(f));
-  j["files"] = std::move(files);
+  // One page holding every row.
   const core::FilesAcrossProcesses by_file(run);
-  json across = json::array();
-  for (std::size_t i = 0; i < by_file.size(); ++i) across.push_back(by_file_json(by_file.at(i)));
-  j["by_file"] = std::move(across);
-  return j;
+  return run_page_json(run, by_file, version, 0, std::numeric_limits<std::size_t>::max(), {});
 }
 
 bool write_run_json(const core::RunSnapshot& run, const std::string& version,

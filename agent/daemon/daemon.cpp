@@ -2407,7 +2407,7 @@ nlohmann::json Daemon::live_job_page(const Job& job, const PageRequest& r) {
   if (const auto wait = live_pages_.wait_for_new(now); wait > LivePages::Clock::duration::zero()) {
     // Snapshots take a bounded share of the loop's time, and one being paged is kept a while:
     // the job's own held snapshot answers meanwhile, however old (its age_ms says so).
-    if (auto pages = live_pages_.usable_any_age(id, now))
+    if (auto pages = live_pages_.usable(id, std::nullopt, now, true))
       return pages->page(r.offset, r.limit, now);
     live_pages_.count_retry(false);
     const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wait);

@@ -65,24 +65,15 @@ LivePages::Clock::duration LivePages::reuse_window(Clock::duration took) const {
 
 std::shared_ptr<const JobPages> LivePages::usable(const std::string& id,
                                                   std::optional<uint64_t> snapshot,
-                                                  Clock::time_point now) {
+                                                  Clock::time_point now, bool any_age) {
   std::lock_guard lk(mu_);
   if (!held_ || held_->id() != id) return nullptr;
   // A client continuing its pages asks for that snapshot however old.
   if (snapshot ? held_->serial() != *snapshot
-               : now - held_->taken_at() >= reuse_window(held_took_))
+               : !any_age && now - held_->taken_at() >= reuse_window(held_took_))
     return nullptr;
   last_used_ = std::max(last_used_, now);
   if (snapshot) last_paged_ = std::max(last_paged_.value_or(now), now);
-  ++counts_.pages_held;
-  return held_;
-}
-
-std::shared_ptr<const JobPages> LivePages::usable_any_age(const std::string& id,
-                                                          Clock::time_point now) {
-  std::lock_guard lk(mu_);
-  if (!held_ || held_->id() != id) return nullptr;
-  last_used_ = std::max(last_used_, now);
   ++counts_.pages_held;
   return held_;
 }

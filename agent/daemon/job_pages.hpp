@@ -106,12 +106,11 @@ class LivePages {
   explicit LivePages(Policy policy);
 
   /// The held snapshot if it may answer a request for `id` without a new one (above): with
-  /// `snapshot`, only that one. Marks it used and counts the page (pages_held).
+  /// `snapshot`, only that one; with `any_age`, `id`'s however old (for a request of that job
+  /// while no new snapshot may be taken, rather than a refusal). Marks it used and counts the
+  /// page (pages_held).
   std::shared_ptr<const JobPages> usable(const std::string& id, std::optional<uint64_t> snapshot,
-                                         Clock::time_point now);
-  /// The held snapshot if it is `id`'s, however old: for a request of that job while no new
-  /// snapshot may be taken (wait_for_new), rather than a refusal. Marks it used and counts it.
-  std::shared_ptr<const JobPages> usable_any_age(const std::string& id, Clock::time_point now);
+                                         Clock::time_point now, bool any_age = false);
   /// How long the loop must wait before it may take a new snapshot (zero: now): the budget's
   /// wait, or the held one's while it is being paged.
   Clock::duration wait_for_new(Clock::time_point now) const;

@@ -581,16 +581,6 @@ std::shared_ptr<const JobPages> JobTable::job_pages(const Job& job, const std::s
                                           std::move(edits), version, now, max_rows);
 }
 
-nlohmann::json JobTable::job_page(const Job& job, const std::string& version, std::size_t offset,
-                                  std::size_t limit) const {
-  const auto now = JobPages::Clock::now();
-  nlohmann::json j =
-      job_pages(job, version, 0, nlohmann::json::object(), now, limit)->page(offset, limit, now);
-  j["page"].erase("snapshot");
-  j["page"].erase("age_ms");
-  return j;
-}
-
 std::optional<nlohmann::json> record_page(std::string_view text, std::size_t offset,
                                           std::size_t limit) {
   using E = nlohmann::json::parse_event_t;

@@ -190,14 +190,9 @@ class JobTable {
   /// metadata. Mounts are the caller's (this class does no I/O). docs/darshan-log.md.
   exporters::DarshanJobInfo darshan_job_info(const Job& job, const core::RunSnapshot& snap,
                                              const std::string& node) const;
-  /// One page of a job's record for the `job` request: the record's fields with only
-  /// processes[offset, offset + limit) and files[offset, offset + limit), plus `page`
-  /// {offset, limit, processes, files, next} (docs/control.md#job): the answer's size is
-  /// bounded by `limit`, whatever the job's.
-  nlohmann::json job_page(const Job& job, const std::string& version, std::size_t offset,
-                          std::size_t limit) const;
-  /// A snapshot of the job to cut such pages from (JobPages::page, at most `max_rows` rows a
-  /// list), with `overrides` replacing the record's members (job_record_edits) and named
+  /// A snapshot of the job to cut the `job` request's pages from (JobPages::page: the record's
+  /// fields with rows [offset, offset + limit) of its lists, at most `max_rows` of each, plus
+  /// `page`, docs/control.md#job: the answer's size is bounded whatever the job's), with `overrides` replacing the record's members (job_record_edits) and named
   /// `serial` in its pages.
   std::shared_ptr<const JobPages> job_pages(const Job& job, const std::string& version,
                                             uint64_t serial, nlohmann::json overrides,
@@ -284,7 +279,7 @@ class JobTable {
 nlohmann::json page_json(std::size_t offset, std::size_t limit, std::size_t processes,
                          std::size_t files, std::size_t by_file);
 
-/// One page of a written record (`text`, iolens.job/1) as job_page() pages a live job's: the
+/// One page of a written record (`text`, iolens.job/1) as JobPages::page pages a live job's: the
 /// elements of `processes` and `files` outside [offset, offset + limit) are dropped while
 /// parsing, so only the page is ever held as JSON. nullopt when `text` is no JSON object.
 std::optional<nlohmann::json> record_page(std::string_view text, std::size_t offset,

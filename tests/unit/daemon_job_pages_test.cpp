@@ -144,8 +144,8 @@ TEST(LivePages, OneBeingPagedIsNotReplacedForAWhile) {
   EXPECT_EQ(live.wait_for_new(t0 + 30s), Clock::duration::zero());
   // Job a's own new request meanwhile: its held snapshot, however old, rather than a refusal.
   EXPECT_FALSE(live.usable("a", std::nullopt, t0 + 29600ms));  // past its reuse window
-  EXPECT_TRUE(live.usable_any_age("a", t0 + 29600ms));
-  EXPECT_FALSE(live.usable_any_age("b", t0 + 29600ms));
+  EXPECT_TRUE(live.usable("a", std::nullopt, t0 + 29600ms, true));
+  EXPECT_FALSE(live.usable("b", std::nullopt, t0 + 29600ms, true));
   // A new one is not being paged yet.
   live.hold(pages_of("b", live.next_serial(), t0 + 31s), 1ms, t0 + 31s);
   EXPECT_EQ(live.wait_for_new(t0 + 31s + 19ms), Clock::duration::zero());

@@ -777,7 +777,8 @@ TEST_F(JobTableTest, TheJobAnswerIsPagedAndThePagesMakeTheRecord) {
     int pages = 0;
     for (;;) {
       nlohmann::json page = written_record ? *daemon::record_page(text, offset, 1000)
-                                           : t.job_page(job, "v", offset, 1000);
+                                           : t.job_pages(job, "v", 1, nlohmann::json::object(), {}, 1000)
+                                                 ->page(offset, 1000, {});
       ++pages;
       EXPECT_LE(page["files"].size(), 1000u);
       EXPECT_EQ(page["page"]["files"], 2500u);
