@@ -1565,7 +1565,7 @@ static __always_inline void close_capture(struct task_struct *task, struct iolen
 					  int fd)
 {
 	/* After close the descriptor is gone: capture what it names now. */
-	struct file *f = fd_to_file(task, fd);
+	struct file *f = (struct file *)current_fd_file(fd);
 	__u32 mode = 0;
 
 	st->close_kind = 0;
@@ -1969,22 +1969,27 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
  * own, or, for io_uring's threads (PF_IO_WORKER: io-wq workers and the SQPOLL thread, which
  * no fork event announces), its group leader's. NULL: not traced. *own: whether it is the
  * thread's own.
- * Each direct load of a pointer field through a trusted pointer costs the verifier searches of
- * the kernel's BTF by name, ~1.2 ms for every time it walks the load (bench/README.md
- * "Start-up"): the leader is loaded first, before any branch, so that it is walked once; the
- * leader's storage is found by the helper (no load of its bpf_storage).
+ * Each direct load of a pointer field through a trusted pointer (task->bpf_storage,
+ * task->group_leader, mapping->host...) costs the verifier two to four linear searches of the
+ * kernel's BTF by name, ~1.2 ms every time it walks it (bench/README.md "Start-up"): these
+ * programs have one or two, each walked once. The filter is chosen for who loads them: the
+ * daemon, which loads once and runs on every node, keeps traced_state()'s one load of
+ * task->bpf_storage, the cheapest filter at run time for the events of every other process;
+ * `iolens run`, which loads them at every start, asks the helper directly (no load to verify,
+ * ~10 ns more per event of an untraced process, only while a run is live). select_jobs is a
+ * constant of .rodata, so the verifier walks only the branch taken.
  */
 
 static __always_inline struct iolens_task_state *io_task_state(struct task_struct *task,
 								int *own)
 {
-	struct task_struct *leader = task->group_leader;
-	struct iolens_task_state *st = traced_state(task);
+	struct iolens_task_state *st = select_jobs ? traced_state(task)
+						   : bpf_task_storage_get(&task_state, task, 0, 0);
 
 	*own = st != NULL;
 	if (st || !(task->flags & PF_IO_WORKER))
 		return st;
-	return bpf_task_storage_get(&task_state, leader, 0, 0);
+	return bpf_task_storage_get(&task_state, task->group_leader, 0, 0);
 }
 
 /*

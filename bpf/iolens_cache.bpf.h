@@ -341,20 +341,34 @@ dirty_record(struct task_struct *task, struct iolens_task_state *st)
 	return get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
 }
 
-/* A folio newly dirtied in the writer's context (write(), a store through a shared mapping).
- * The mapping argument is nullable (the verifier insists on the test). */
+/*
+ * For the writeback hooks, whose mapping argument is nullable (the verifier insists on the
+ * test): NULL without a mapping, else io_task_state() and the mapping's inode in *host. The
+ * test and the load come first, before io_task_state() branches, so that the load is walked
+ * once (see there).
+ */
+static __always_inline struct iolens_task_state *
+mapping_task_state(struct task_struct *task, struct address_space *mapping, struct inode **host,
+		   int *own)
+{
+	if (!mapping)
+		return NULL;
+	*host = mapping->host;
+	return io_task_state(task, own);
+}
+
+/* A folio newly dirtied in the writer's context (write(), a store through a shared mapping). */
 SEC("tp_btf/writeback_dirty_folio")
 int BPF_PROG(writeback_dirty_folio, struct folio *folio, struct address_space *mapping)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
+	struct inode *host = NULL;
 	int own;
-	struct iolens_task_state *st = io_task_state(task, &own);
+	struct iolens_task_state *st = mapping_task_state(task, mapping, &host, &own);
 	struct iolens_file_counters *c;
-	struct inode *host;
 
-	if (!st || !mapping)
+	if (!st)
 		return 0;
-	host = mapping->host;
 	c = file_record(task, st, host, io_ctx_now(task, st, own));
 	if (!c)
 		return 0;
@@ -400,15 +414,14 @@ SEC("tp_btf/folio_wait_writeback")
 int BPF_PROG(folio_wait_writeback, struct folio *folio, struct address_space *mapping)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
+	struct inode *host = NULL;
 	int own;
-	struct iolens_task_state *st = io_task_state(task, &own);
+	struct iolens_task_state *st = mapping_task_state(task, mapping, &host, &own);
 	struct iolens_file_counters *c;
 
-	/* the mapping argument is nullable here (the verifier insists on the test): loaded after
-	 * the state, where one branch of io_task_state() reaches it */
-	if (!st || !mapping)
+	if (!st)
 		return 0;
-	c = file_record(task, st, mapping->host, io_ctx_now(task, st, own));
+	c = file_record(task, st, host, io_ctx_now(task, st, own));
 	if (c)
 		IOLENS_ADD(&c->wb_waits, 1);
 	return 0;

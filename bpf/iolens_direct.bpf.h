@@ -321,6 +321,8 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 
 	if (!req)
 		return 0; /* an auxiliary completion (no request): nothing to charge */
+	/* before the branch on the entry below: its loads are walked once (io_task_state) */
+	st = io_task_state(task, &own);
 	vp = bpf_map_lookup_elem(&uring_inflight, &key);
 	if (vp) {
 		v = *vp;
@@ -332,7 +334,6 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	 * completion seen without its submission (in-flight map full, tracing began meanwhile)
 	 * is counted for the current process with zero time.
 	 */
-	st = io_task_state(task, &own);
 	if (!st)
 		return 0;
 	if (!vp) {
