@@ -651,6 +651,10 @@ bool Daemon::setup() {
   lo.btf_path = opts_.btf_path;
   lo.verbose = opts_.verbose;
   lo.select_jobs = true;
+  // No small BTF for CO-RE (loader/core_btf.hpp): it saves ~40 ms of a load, which the daemon
+  // does once per start, and a root service should not run bpftool or write /var/cache (its
+  // systemd unit makes it read-only).
+  lo.core_btf_cache.clear();
   lo.pin_dir = cfg_.pin_dir;
   lo.max_file_records = cfg_.limits.kernel_file_records;
   lo.max_cgroup_exclusions = cfg_.limits.kernel_cgroup_exclusions;

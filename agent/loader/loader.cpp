@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -29,6 +30,7 @@
 
 #include "core/clock.hpp"
 #include "iolens_bpf.skel.h"
+#include "loader/core_btf.hpp"
 #include "loader/phase_times.hpp"
 #include "loader/preflight.hpp"
 
@@ -375,10 +377,33 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   }
 
   times.mark("checks");
+  // CO-RE against a small BTF made for this object on this kernel (loader/core_btf.hpp): the
+  // search of the kernel's whole BTF for each struct was ~40 ms of every start.
+  CoreBtf core;
+  if (opts.btf_path == kVmlinuxBtf && !opts.core_btf_cache.empty()) {
+    const char* env_cache = std::getenv("IOLENS_CACHE_DIR");
+    const char* env_bpftool = std::getenv("IOLENS_BPFTOOL");
+    const std::string cache = env_cache ? env_cache : opts.core_btf_cache;
+    if (!cache.empty()) {
+      std::size_t n = 0;
+      const void* elf = iolens_bpf__elf_bytes(&n);
+      core = core_btf(cache, {static_cast<const unsigned char*>(elf), n}, kVmlinuxBtf,
+                      env_bpftool ? env_bpftool : opts.bpftool);
+      spdlog::debug("CO-RE target: {}", core.note);
+    }
+  }
+  struct CoreFdCloser {
+    int fd;
+    ~CoreFdCloser() {
+      if (fd >= 0) close(fd);
+    }
+  } core_fd{core.fd};
+  times.mark("core_btf");
   auto impl = std::make_unique<Impl>();
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
   // The default is libbpf's own choice: naming it would make libbpf read it as a custom file.
   if (opts.btf_path != kVmlinuxBtf) open_opts.btf_custom_path = opts.btf_path.c_str();
+  else if (!core.path.empty()) open_opts.btf_custom_path = core.path.c_str();
   impl->skel = iolens_bpf__open_opts(&open_opts);
   if (!impl->skel) {
     const int e = errno;

@@ -24,6 +24,12 @@ namespace iolens::loader {
 
 struct Options {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
+  /// Where the small BTF that CO-RE relocates against is kept (loader/core_btf.hpp), made by
+  /// `bpftool` on first use; "" to relocate against the kernel's whole BTF. Only with the
+  /// default btf_path. When not "", IOLENS_CACHE_DIR and IOLENS_BPFTOOL in the environment
+  /// replace these two (IOLENS_CACHE_DIR="" turns the cache off).
+  std::string core_btf_cache = "/var/cache/iolens";
+  std::string bpftool = "/usr/sbin/bpftool";
   uint32_t max_file_records = 65536;   // kernel map size; more are drained/folded, not lost
   uint32_t max_other_records = 8192;
   /// Entries of the cgroup exclusion map (daemon mode): excluded cgroups directly below a

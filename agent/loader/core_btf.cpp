@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "loader/core_btf.hpp"
+
+#include <bpf/btf.h>
+#include <fcntl.h>
+#include <linux/btf.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/private_dir.hpp"
+
+extern char** environ;
+
+namespace iolens::loader {
+namespace {
+
+constexpr uint64_t kMul1 = 0x9E3779B97F4A7C15ULL;
+constexpr uint64_t kMul2 = 0xBF58476D1CE4E5B9ULL;
+constexpr int kBpftoolTimeoutMs = 10000;
+constexpr uint64_t kMaxCoreBtfBytes = 16u << 20;  // a few KB expected: anything huge is wrong
+
+uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+/// Whether the file open at `fd` is the effective user's, written by nobody else, and starts
+/// with the BTF magic.
+std::string untrusted_file(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return std::string("cannot stat it: ") + std::strerror(errno);
+  if (st.st_uid != geteuid()) return "it is not owned by the effective user";
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) return "it is writable by group or others";
+  if (st.st_size < static_cast<off_t>(sizeof(btf_header)) ||
+      static_cast<uint64_t>(st.st_size) > kMaxCoreBtfBytes)
+    return "its size is not that of a small BTF file";
+  btf_header hdr{};
+  if (pread(fd, &hdr, sizeof(hdr), 0) != static_cast<ssize_t>(sizeof(hdr)) ||
+      hdr.magic != BTF_MAGIC)
+    return "it is not BTF";
+  // Parsed as libbpf will parse it (a few KB: well under a millisecond), so that a damaged
+  // file falls back here instead of failing the load.
+  btf* parsed = btf__parse_raw(("/proc/self/fd/" + std::to_string(fd)).c_str());
+  if (!parsed) return std::string("libbpf cannot parse it: ") + std::strerror(errno);
+  btf__free(parsed);
+  return "";
+}
+
+/// Runs `argv` with no input and no output but its error text (the first 4 KB, in `err`),
+/// for at most kBpftoolTimeoutMs. true if it exited with status 0.
+bool run_quietly(const std::vector<std::string>& args, std::string& err) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) {
+    err = std::string("pipe: ") + std::strerror(errno);
+    return false;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(pipefd[1]);
+  if (rc != 0) {
+    close(pipefd[0]);
+    err = "cannot run " + args[0] + ": " + std::strerror(rc);
+    return false;
+  }
+  // Its error text is short; read it as it comes so that it never blocks on a full pipe.
+  fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+  int status = 0;
+  bool exited = false;
+  for (int waited_ms = 0;; waited_ms += 2) {
+    char buf[512];
+    ssize_t n;
+    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0)
+      if (err.size() < 4096) err.append(buf, static_cast<std::size_t>(n));
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) {
+      exited = true;
+      break;
+    }
+    if (w < 0 && errno != EINTR) break;
+    if (waited_ms >= kBpftoolTimeoutMs) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      err = args[0] + " took over " + std::to_string(kBpftoolTimeoutMs / 1000) + " s: killed";
+      close(pipefd[0]);
+      return false;
+    }
+    struct timespec ts {0, 2000000};
+    nanosleep(&ts, nullptr);
+  }
+  close(pipefd[0]);
+  while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+  if (!exited) {
+    err = "cannot wait for " + args[0];
+    return false;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    err = args[0] + " failed" + (err.empty() ? std::string() : ": " + err);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+uint64_t digest64(std::span<const unsigned char> bytes, uint64_t seed) {
+  uint64_t h = seed ^ (bytes.size() * kMul1);
+  std::size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes.data() + i, 8);
+    h = rotl(h ^ (w * kMul1), 31) * kMul2;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+  h = rotl(h ^ (tail * kMul1), 31) * kMul2;
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDULL;
+  h ^= h >> 33;
+  return h;
+}
+
+bool file_digest(const std::string& path, uint64_t& out) {
+  Fd f{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) return false;
+  // Whole 64 KiB pieces whatever each read returns (sysfs files may give less): the digest
+  // depends on the content only.
+  std::vector<unsigned char> buf(64 * 1024);
+  uint64_t h = 0;
+  for (;;) {
+    std::size_t have = 0;
+    while (have < buf.size()) {
+      const ssize_t n = read(f.fd, buf.data() + have, buf.size() - have);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return false;
+      if (n == 0) break;
+      have += static_cast<std::size_t>(n);
+    }
+    h = digest64({buf.data(), have}, h);
+    if (have < buf.size()) break;
+  }
+  out = h;
+  return true;
+}
+
+std::string core_btf_name(uint64_t kernel_digest, uint64_t object_digest) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "core-%016" PRIx64 "-%016" PRIx64 ".btf", kernel_digest,
+                object_digest);
+  return name;
+}
+
+CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> object,
+                 const std::string& kernel_btf, const std::string& bpftool) {
+  CoreBtf out;
+  const std::string fallback = "; CO-RE uses the kernel's BTF";
+  uint64_t kernel_digest = 0;
+  if (!file_digest(kernel_btf, kernel_digest)) {
+    out.note = "cannot read " + kernel_btf + fallback;
+    return out;
+  }
+  std::string error;
+  Fd dir{core::open_private_dir(cache_dir, 0755, false, "cache directory", error)};
+  if (dir.fd < 0) {
+    out.note = error + fallback;
+    return out;
+  }
+  const std::string name = core_btf_name(kernel_digest, digest64(object));
+  Fd file{core::open_regular_at(dir.fd, name)};
+  if (file.fd < 0) {
+    // Made here: the object in a file for bpftool, its output under a temporary name, renamed
+    // into place once checked (a reader never sees a partial file).
+    const std::string tag = "." + std::to_string(getpid());
+    const std::string obj_name = tag + ".object.o", tmp_name = tag + ".core.btf";
+    Fd obj{core::create_fresh(dir.fd, obj_name, 0600)};
+    const bool wrote =
+        obj.fd >= 0 && core::write_all(obj.fd, {reinterpret_cast<const char*>(object.data()),
+                                                object.size()});
+    const int write_errno = errno;
+    unlinkat(dir.fd, tmp_name.c_str(), 0);
+    std::string err;
+    const bool ran =
+        wrote && run_quietly({bpftool, "gen", "min_core_btf", kernel_btf,
+                              cache_dir + "/" + tmp_name, cache_dir + "/" + obj_name},
+                             err);
+    unlinkat(dir.fd, obj_name.c_str(), 0);
+    if (!wrote) {
+      out.note = "cannot write the object into " + cache_dir + ": " +
+                 std::strerror(write_errno) + fallback;
+      return out;
+    }
+    if (!ran) {
+      unlinkat(dir.fd, tmp_name.c_str(), 0);
+      out.note = err + fallback;
+      return out;
+    }
+    Fd made{core::open_regular_at(dir.fd, tmp_name)};
+    // 0644 whatever the umask: untrusted_file() refuses a file others may write.
+    const std::string why = made.fd < 0                    ? "it is not a regular file"
+                            : fchmod(made.fd, 0644) != 0 ? std::strerror(errno)
+                                                           : untrusted_file(made.fd);
+    if (!why.empty() || renameat(dir.fd, tmp_name.c_str(), dir.fd, name.c_str()) != 0) {
+      unlinkat(dir.fd, tmp_name.c_str(), 0);
+      out.note = bpftool + "'s output cannot be used (" +
+                 (why.empty() ? std::string(std::strerror(errno)) : why) + ")" + fallback;
+      return out;
+    }
+    out.made = true;
+    file.fd = made.fd;
+    made.fd = -1;
+  }
+  if (const std::string why = untrusted_file(file.fd); !why.empty()) {
+    out.note = cache_dir + "/" + name + " is not used: " + why + fallback;
+    return out;
+  }
+  out.path = "/proc/self/fd/" + std::to_string(file.fd);
+  out.fd = file.fd;
+  file.fd = -1;
+  out.note = std::string(out.made ? "made " : "") + cache_dir + "/" + name;
+  return out;
+}
+
+}  // namespace iolens::loader
