@@ -179,8 +179,21 @@ def main():
                 # Buffered reads ask the page cache for each page once (64 KiB-aligned reads,
                 # so bytes / 4096), whether a system call or io_uring (its io_uring_enter or an
                 # io-wq worker, outside the hooked system calls) made them; O_DIRECT asks nothing.
-                ck.eq("%s cache_read_pages" % name, 0 if direct else b // 4096,
-                      c.get("cache_read_pages", 0))
+                got = c.get("cache_read_pages", 0)
+                if name == "uring_buf_read_qd32":
+                    # 32 requests in flight in one thread, documented as approximate
+                    # (docs/counters.md cache_read_pages): a request resumed after others
+                    # counts its rest again, and a batch the kernel hands over without the
+                    # tracepoint (its last folio still being read) is not counted. Observed:
+                    # -1 to -3 and +106 to +189 pages of 4,096, in up to 4 runs of 10. Bounded
+                    # so that counting nothing, or every batch of every read (~4.5 times the
+                    # pages), still fails.
+                    E.log("%s cache_read_pages %d for %d pages asked" % (name, got, b // 4096))
+                    ck.check(b // 4096 - 64 <= got <= 2 * (b // 4096),
+                             "%s cache_read_pages: %d, outside [%d, %d]"
+                             % (name, got, b // 4096 - 64, 2 * (b // 4096)))
+                else:
+                    ck.eq("%s cache_read_pages" % name, 0 if direct else b // 4096, got)
         if direct:
             ck.check(c.get("direct_max_time_ns", 0) > 0, "%s: no direct_max_time_ns" % name)
     check_uring_workload(ck, args, tmp)
