@@ -19,8 +19,6 @@
 
 #include "core/private_dir.hpp"
 
-extern char** environ;
-
 namespace iolens::loader {
 namespace {
 
@@ -76,8 +74,11 @@ bool run_quietly(const std::vector<std::string>& args, std::string& err) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // Nothing of iolens's environment (a sudo user's, maybe) reaches the tool.
+  char path_env[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+  char* envp[] = {path_env, nullptr};
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp);
   posix_spawn_file_actions_destroy(&fa);
   close(pipefd[1]);
   if (rc != 0) {

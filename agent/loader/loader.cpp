@@ -381,8 +381,11 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   // search of the kernel's whole BTF for each struct was ~40 ms of every start.
   CoreBtf core;
   if (opts.btf_path == kVmlinuxBtf && !opts.core_btf_cache.empty()) {
-    const char* env_cache = std::getenv("IOLENS_CACHE_DIR");
-    const char* env_bpftool = std::getenv("IOLENS_BPFTOOL");
+    // Under sudo the invoking user's environment must not choose what root runs or where it
+    // writes (docs/security.md section 5): the defaults then.
+    const bool sudo = std::getenv("SUDO_UID") != nullptr;
+    const char* env_cache = sudo ? nullptr : std::getenv("IOLENS_CACHE_DIR");
+    const char* env_bpftool = sudo ? nullptr : std::getenv("IOLENS_BPFTOOL");
     const std::string cache = env_cache ? env_cache : opts.core_btf_cache;
     if (!cache.empty()) {
       std::size_t n = 0;

@@ -27,7 +27,8 @@ struct Options {
   /// Where the small BTF that CO-RE relocates against is kept (loader/core_btf.hpp), made by
   /// `bpftool` on first use; "" to relocate against the kernel's whole BTF. Only with the
   /// default btf_path. When not "", IOLENS_CACHE_DIR and IOLENS_BPFTOOL in the environment
-  /// replace these two (IOLENS_CACHE_DIR="" turns the cache off).
+  /// replace these two (IOLENS_CACHE_DIR="" turns the cache off), except under sudo
+  /// (SUDO_UID set): the invoking user does not choose what root runs or writes.
   std::string core_btf_cache = "/var/cache/iolens";
   std::string bpftool = "/usr/sbin/bpftool";
   uint32_t max_file_records = 65536;   // kernel map size; more are drained/folded, not lost

@@ -108,6 +108,24 @@ def main():
              and "CO-RE uses the kernel's BTF" in target, "no bpftool: target %r" % target)
     ck.eq("no bpftool: files in the cache", [], os.listdir(cache2))
     ck.check(patched == oracle, "no bpftool: relocations differ from the kernel BTF's")
+
+    # Under sudo the user's environment does not choose what root runs or where it writes:
+    # IOLENS_BPFTOOL (a script that would leave a mark) and IOLENS_CACHE_DIR are ignored.
+    marker = os.path.join(tmp, "marker")
+    tool = os.path.join(tmp, "user-bpftool")
+    with open(tool, "w") as f:
+        f.write("#!/bin/sh\ntouch %s\nexit 1\n" % marker)
+    os.chmod(tool, 0o755)
+    cache3 = os.path.join(tmp, "cache3")
+    env = dict(os.environ, SUDO_UID="65534", SUDO_GID="65534", SUDO_USER="nobody",
+               IOLENS_BPFTOOL=tool, IOLENS_CACHE_DIR=cache3)
+    r = E.run_iolens(args.iolens, ["/bin/true"], extra=["-q", "--local", "-v"], env=env)
+    ck.eq("sudo: exit code", 0, r.rc)
+    m = TARGET.search(r.err_text())
+    ck.check(m is not None and "/var/cache/iolens/core-" in m.group(1),
+             "sudo: CO-RE target %r, not the default cache" % (m.group(1) if m else None))
+    ck.check(not os.path.exists(marker), "sudo: IOLENS_BPFTOOL was run")
+    ck.check(not os.path.exists(cache3), "sudo: IOLENS_CACHE_DIR was used")
     ck.finish()
 
 
