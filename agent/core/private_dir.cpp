@@ -75,13 +75,13 @@ int open_private_dir(const std::string& path, mode_t mode, bool force_mode, cons
     error = "cannot stat " + what + " " + path + ": " + std::strerror(errno);
   } else if (st.st_uid != euid) {
     error = what + " " + path + " is owned by uid " + std::to_string(st.st_uid) +
-            ", not by iolensd's user (uid " + std::to_string(euid) +
+            ", not by this process's user (uid " + std::to_string(euid) +
             "): refusing it (another user could replace its files)";
   } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
     error = what + " " + path + " is group- or world-writable (mode " + octal(st.st_mode) +
             (st.st_mode & S_ISVTX ? ", sticky" : "") +
             "): refusing it (other users could plant files or links in it; chmod go-w it, or "
-            "give a directory of iolensd's own)";
+            "give a directory of this user's own)";
   } else if ((created || force_mode) && (st.st_mode & 07777) != mode && fchmod(fd, mode) != 0) {
     error = "cannot chmod " + octal(mode) + " " + what + " " + path + ": " + std::strerror(errno);
   } else {

@@ -15,6 +15,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/private_dir.hpp"
@@ -100,7 +101,10 @@ bool run_quietly(const std::vector<std::string>& args, std::string& err) {
       exited = true;
       break;
     }
-    if (w < 0 && errno != EINTR) break;
+    if (w < 0 && errno != EINTR) {
+      kill(pid, SIGKILL);
+      break;
+    }
     if (waited_ms >= kBpftoolTimeoutMs) {
       kill(pid, SIGKILL);
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -123,6 +127,59 @@ bool run_quietly(const std::vector<std::string>& args, std::string& err) {
     return false;
   }
   return true;
+}
+
+/// Makes `name` in the cache directory `dir_fd` (`cache_dir`) with bpftool and returns it open,
+/// or -1 with `why`. bpftool works in a fresh 0700 directory of its own inside the cache (the
+/// object it reads, the file it writes with whatever mode its umask gives): nobody else can
+/// open either, and the file is renamed into place only once checked and made 0644, so a
+/// reader never sees a partial or a foreign file.
+int make_core_btf(int dir_fd, const std::string& cache_dir, const std::string& name,
+                  std::span<const unsigned char> object, const std::string& kernel_btf,
+                  const std::string& bpftool, std::string& why) {
+  if (access(bpftool.c_str(), X_OK) != 0) {
+    why = "no " + bpftool + " (Debian package bpftool): " + std::strerror(errno);
+    return -1;
+  }
+  const std::string work = ".make-" + std::to_string(getpid());
+  const std::string work_path = cache_dir + "/" + work;
+  // A directory of a dead iolens with the same pid (a kill during bpftool) goes first.
+  unlinkat(dir_fd, (work + "/object.o").c_str(), 0);
+  unlinkat(dir_fd, (work + "/core.btf").c_str(), 0);
+  unlinkat(dir_fd, work.c_str(), AT_REMOVEDIR);
+  if (mkdirat(dir_fd, work.c_str(), 0700) != 0) {
+    why = "cannot create " + work_path + ": " + std::strerror(errno);
+    return -1;
+  }
+  Fd wd{openat(dir_fd, work.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  int fd = -1;
+  if (wd.fd < 0) {
+    why = "cannot open " + work_path + ": " + std::strerror(errno);
+  } else {
+    Fd obj{core::create_fresh(wd.fd, "object.o", 0600)};
+    if (obj.fd < 0 || !core::write_all(obj.fd, {reinterpret_cast<const char*>(object.data()),
+                                                object.size()})) {
+      why = "cannot write the object into " + work_path + ": " + std::strerror(errno);
+    } else if (run_quietly({bpftool, "gen", "min_core_btf", kernel_btf,
+                            work_path + "/core.btf", work_path + "/object.o"},
+                           why)) {
+      Fd made{core::open_regular_at(wd.fd, "core.btf")};
+      // 0644 whatever the umask: untrusted_file() refuses a file others may write.
+      std::string bad = made.fd < 0                    ? "it is not a regular file"
+                        : fchmod(made.fd, 0644) != 0 ? std::strerror(errno)
+                                                       : untrusted_file(made.fd);
+      if (bad.empty() && renameat(wd.fd, "core.btf", dir_fd, name.c_str()) != 0)
+        bad = std::strerror(errno);
+      if (bad.empty())
+        std::swap(fd, made.fd);
+      else
+        why = bpftool + "'s output cannot be used (" + bad + ")";
+    }
+    unlinkat(wd.fd, "object.o", 0);
+    unlinkat(wd.fd, "core.btf", 0);
+  }
+  unlinkat(dir_fd, work.c_str(), AT_REMOVEDIR);
+  return fd;
 }
 
 }  // namespace
@@ -192,46 +249,13 @@ CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> ob
   const std::string name = core_btf_name(kernel_digest, digest64(object));
   Fd file{core::open_regular_at(dir.fd, name)};
   if (file.fd < 0) {
-    // Made here: the object in a file for bpftool, its output under a temporary name, renamed
-    // into place once checked (a reader never sees a partial file).
-    const std::string tag = "." + std::to_string(getpid());
-    const std::string obj_name = tag + ".object.o", tmp_name = tag + ".core.btf";
-    Fd obj{core::create_fresh(dir.fd, obj_name, 0600)};
-    const bool wrote =
-        obj.fd >= 0 && core::write_all(obj.fd, {reinterpret_cast<const char*>(object.data()),
-                                                object.size()});
-    const int write_errno = errno;
-    unlinkat(dir.fd, tmp_name.c_str(), 0);
-    std::string err;
-    const bool ran =
-        wrote && run_quietly({bpftool, "gen", "min_core_btf", kernel_btf,
-                              cache_dir + "/" + tmp_name, cache_dir + "/" + obj_name},
-                             err);
-    unlinkat(dir.fd, obj_name.c_str(), 0);
-    if (!wrote) {
-      out.note = "cannot write the object into " + cache_dir + ": " +
-                 std::strerror(write_errno) + fallback;
-      return out;
-    }
-    if (!ran) {
-      unlinkat(dir.fd, tmp_name.c_str(), 0);
-      out.note = err + fallback;
-      return out;
-    }
-    Fd made{core::open_regular_at(dir.fd, tmp_name)};
-    // 0644 whatever the umask: untrusted_file() refuses a file others may write.
-    const std::string why = made.fd < 0                    ? "it is not a regular file"
-                            : fchmod(made.fd, 0644) != 0 ? std::strerror(errno)
-                                                           : untrusted_file(made.fd);
-    if (!why.empty() || renameat(dir.fd, tmp_name.c_str(), dir.fd, name.c_str()) != 0) {
-      unlinkat(dir.fd, tmp_name.c_str(), 0);
-      out.note = bpftool + "'s output cannot be used (" +
-                 (why.empty() ? std::string(std::strerror(errno)) : why) + ")" + fallback;
+    Fd made{make_core_btf(dir.fd, cache_dir, name, object, kernel_btf, bpftool, out.note)};
+    if (made.fd < 0) {
+      out.note += fallback;
       return out;
     }
     out.made = true;
-    file.fd = made.fd;
-    made.fd = -1;
+    std::swap(file.fd, made.fd);
   }
   if (const std::string why = untrusted_file(file.fd); !why.empty()) {
     out.note = cache_dir + "/" + name + " is not used: " + why + fallback;
@@ -240,7 +264,8 @@ CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> ob
   out.path = "/proc/self/fd/" + std::to_string(file.fd);
   out.fd = file.fd;
   file.fd = -1;
-  out.note = std::string(out.made ? "made " : "") + cache_dir + "/" + name;
+  out.file = cache_dir + "/" + name;
+  out.note = std::string(out.made ? "made " : "") + out.file;
   return out;
 }
 

@@ -32,6 +32,7 @@ struct CoreBtf {
   /// libbpf reads), or "" for the kernel's own BTF.
   std::string path;
   int fd = -1;           // open while `path` is used; the caller closes it
+  std::string file;      // the cached file's path in the cache directory, when `path` is set
   bool made = false;     // made by this call (bpftool ran)
   std::string note;      // what was used, or why the kernel's own BTF is
 };

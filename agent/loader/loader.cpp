@@ -336,9 +336,21 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   std::map<std::string, std::string> left_out;
   for (const auto& name : opts.disabled_programs) left_out[name] = "disabled by configuration";
   PhaseTimes times;
+  Options o = opts;
   for (;;) {
-    std::string failed_prog, failed_line;
-    auto loader = create_once(opts, left_out, status, failed_prog, failed_line, times);
+    std::string failed_prog, failed_line, core_btf_file;
+    auto loader = create_once(o, left_out, status, failed_prog, failed_line, times, core_btf_file);
+    if (!loader && !core_btf_file.empty()) {
+      // A load that failed with the cached small BTF is tried again with the kernel's: a file
+      // that parses but lacks a type a relocation needs would poison that program. Removed if
+      // the kernel's BTF does better, so that the next run makes it again.
+      spdlog::warn("the load failed with the small CO-RE BTF {} ({}): trying the kernel's BTF",
+                   core_btf_file, status.message);
+      o.core_btf_cache.clear();
+      loader = create_once(o, left_out, status, failed_prog, failed_line, times, core_btf_file);
+      if (loader && unlink(core_btf_file.c_str()) != 0 && errno != ENOENT)
+        spdlog::warn("cannot remove {}: {}", core_btf_file, std::strerror(errno));
+    }
     if (loader) loader->start_times_ = times;
     if (loader || failed_prog.empty() || kCorePrograms.count(failed_prog) ||
         left_out.count(failed_prog))
@@ -352,7 +364,8 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
 std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                                             const std::map<std::string, std::string>& left_out,
                                             Status& status, std::string& failed_prog,
-                                            std::string& failed_line, PhaseTimes& times) {
+                                            std::string& failed_line, PhaseTimes& times,
+                                            std::string& core_btf_file) {
   g_verbose = opts.verbose;
   libbpf_set_print(libbpf_log);
 
@@ -393,6 +406,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       core = core_btf(cache, {static_cast<const unsigned char*>(elf), n}, kVmlinuxBtf,
                       env_bpftool ? env_bpftool : opts.bpftool);
       spdlog::debug("CO-RE target: {}", core.note);
+      if (!core.path.empty()) core_btf_file = core.file;
     }
   }
   struct CoreFdCloser {

@@ -273,7 +273,8 @@ class Loader {
   static std::unique_ptr<Loader> create_once(const Options& opts,
                                              const std::map<std::string, std::string>& left_out,
                                              Status& status, std::string& failed_prog,
-                                             std::string& failed_line, PhaseTimes& times);
+                                             std::string& failed_line, PhaseTimes& times,
+                                             std::string& core_btf_file);
   Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                std::vector<iolens_file_key>* deferred, WalkPosition* at, int64_t deadline_ns);
   Status attach_one(const std::string& name, bool pin);
