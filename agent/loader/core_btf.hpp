@@ -9,7 +9,8 @@
 /// relocates against it to the same offsets, sizes and enum values as against the kernel's
 /// (the tp_btf programs still attach by the kernel's own BTF, which libbpf reads as before).
 /// It is kept in a cache directory under a name made of digests of the kernel's BTF and of the
-/// object, so a new kernel or a new iolens makes its own.
+/// object, so a new kernel or a new iolens makes its own. (With a custom BTF libbpf does not
+/// look in kernel modules' BTF for CO-RE: every type iolens relocates is vmlinux's.)
 
 #include <cstdint>
 #include <span>
