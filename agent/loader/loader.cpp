@@ -406,7 +406,6 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       core = core_btf(cache, {static_cast<const unsigned char*>(elf), n}, kVmlinuxBtf,
                       env_bpftool ? env_bpftool : opts.bpftool);
       spdlog::debug("CO-RE target: {}", core.note);
-      if (!core.path.empty()) core_btf_file = core.file;
     }
   }
   struct CoreFdCloser {
@@ -634,6 +633,8 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       spdlog::debug("libbpf: {}", w);
   }
   if (int err = load_err; err) {
+    // Only a failure of the load itself can be the small BTF's (Loader::create tries again).
+    if (!core.path.empty()) core_btf_file = core.file;
     std::string msg = "cannot load the BPF programs: " + errno_text(err);
     if (err == -EPERM || err == -EACCES) msg += std::string(" (") + privilege_hint() + ")";
     else msg += " (run with -v for the verifier's log)";
