@@ -37,13 +37,20 @@ struct Fd {
   }
 };
 
-/// Whether the file open at `fd` is the effective user's, written by nobody else, and starts
-/// with the BTF magic.
-std::string untrusted_file(int fd) {
+/// Why the file open at `fd` may not be trusted at all ("" if it may): not the effective
+/// user's, or writable by others.
+std::string foreign_file(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) return std::string("cannot stat it: ") + std::strerror(errno);
   if (st.st_uid != geteuid()) return "it is not owned by the effective user";
   if (st.st_mode & (S_IWGRP | S_IWOTH)) return "it is writable by group or others";
+  return "";
+}
+
+/// Why the file open at `fd` is not a small BTF that libbpf parses ("" if it is).
+std::string damaged_file(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return std::string("cannot stat it: ") + std::strerror(errno);
   if (st.st_size < static_cast<off_t>(sizeof(btf_header)) ||
       static_cast<uint64_t>(st.st_size) > kMaxCoreBtfBytes)
     return "its size is not that of a small BTF file";
@@ -52,11 +59,16 @@ std::string untrusted_file(int fd) {
       hdr.magic != BTF_MAGIC)
     return "it is not BTF";
   // Parsed as libbpf will parse it (a few KB: well under a millisecond), so that a damaged
-  // file falls back here instead of failing the load.
+  // file is found here instead of failing the load.
   btf* parsed = btf__parse_raw(("/proc/self/fd/" + std::to_string(fd)).c_str());
   if (!parsed) return std::string("libbpf cannot parse it: ") + std::strerror(errno);
   btf__free(parsed);
   return "";
+}
+
+std::string untrusted_file(int fd) {
+  std::string why = foreign_file(fd);
+  return why.empty() ? damaged_file(fd) : why;
 }
 
 /// Runs `argv` with no input and no output but its error text (the first 4 KB, in `err`),
@@ -102,7 +114,8 @@ bool run_quietly(const std::vector<std::string>& args, std::string& err) {
       break;
     }
     if (w < 0 && errno != EINTR) {
-      kill(pid, SIGKILL);
+      // ECHILD: reaped already (SIGCHLD ignored); anything else: it is not ours to wait for.
+      if (errno != ECHILD) kill(pid, SIGKILL);
       break;
     }
     if (waited_ms >= kBpftoolTimeoutMs) {
@@ -115,6 +128,13 @@ bool run_quietly(const std::vector<std::string>& args, std::string& err) {
     }
     struct timespec ts {0, 2000000};
     nanosleep(&ts, nullptr);
+  }
+  {
+    // What it wrote just before it exited.
+    char buf[512];
+    ssize_t n;
+    while ((n = read(pipefd[0], buf, sizeof(buf))) > 0)
+      if (err.size() < 4096) err.append(buf, static_cast<std::size_t>(n));
   }
   close(pipefd[0]);
   while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
@@ -168,6 +188,8 @@ int make_core_btf(int dir_fd, const std::string& cache_dir, const std::string& n
       std::string bad = made.fd < 0                    ? "it is not a regular file"
                         : fchmod(made.fd, 0644) != 0 ? std::strerror(errno)
                                                        : untrusted_file(made.fd);
+      // On disk before it has its name: a crash must not leave an empty file under it.
+      if (bad.empty() && fsync(made.fd) != 0) bad = std::strerror(errno);
       if (bad.empty() && renameat(wd.fd, "core.btf", dir_fd, name.c_str()) != 0)
         bad = std::strerror(errno);
       if (bad.empty())
@@ -248,24 +270,36 @@ CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> ob
   }
   const std::string name = core_btf_name(kernel_digest, digest64(object));
   Fd file{core::open_regular_at(dir.fd, name)};
+  std::string replaced;
+  if (file.fd >= 0) {
+    if (const std::string why = foreign_file(file.fd); !why.empty()) {
+      out.note = cache_dir + "/" + name + " is not used: " + why + fallback;
+      return out;
+    }
+    // Ours but damaged (a bad copy, a disk error): made again.
+    replaced = damaged_file(file.fd);
+    if (!replaced.empty()) {
+      close(file.fd);
+      file.fd = -1;
+      unlinkat(dir.fd, name.c_str(), 0);
+    }
+  }
   if (file.fd < 0) {
     Fd made{make_core_btf(dir.fd, cache_dir, name, object, kernel_btf, bpftool, out.note)};
     if (made.fd < 0) {
+      if (!replaced.empty()) out.note = "the cached one was damaged (" + replaced + "): " + out.note;
       out.note += fallback;
       return out;
     }
     out.made = true;
     std::swap(file.fd, made.fd);
   }
-  if (const std::string why = untrusted_file(file.fd); !why.empty()) {
-    out.note = cache_dir + "/" + name + " is not used: " + why + fallback;
-    return out;
-  }
   out.path = "/proc/self/fd/" + std::to_string(file.fd);
   out.fd = file.fd;
   file.fd = -1;
   out.file = cache_dir + "/" + name;
-  out.note = std::string(out.made ? "made " : "") + out.file;
+  out.note = std::string(out.made ? "made " : "") + out.file +
+             (replaced.empty() ? "" : " (the cached one was damaged: " + replaced + ")");
   return out;
 }
 

@@ -347,6 +347,8 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
       spdlog::warn("the load failed with the small CO-RE BTF {} ({}): trying the kernel's BTF",
                    core_btf_file, status.message);
       o.core_btf_cache.clear();
+      failed_prog.clear();
+      failed_line.clear();
       loader = create_once(o, left_out, status, failed_prog, failed_line, times, core_btf_file);
       if (loader && unlink(core_btf_file.c_str()) != 0 && errno != ENOENT)
         spdlog::warn("cannot remove {}: {}", core_btf_file, std::strerror(errno));
@@ -626,15 +628,21 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   g_load_warnings = nullptr;
   const bool extra_failed = !failed_prog.empty() && !kCorePrograms.count(failed_prog) &&
                             !left_out.count(failed_prog);
+  // A relocation the small BTF could not resolve (libbpf names it in its warnings): create()
+  // loads again with the kernel's BTF, and these warnings are only debug output.
+  const bool core_btf_failed =
+      load_err && !core.path.empty() &&
+      std::any_of(warnings.begin(), warnings.end(), [](const std::string& w) {
+        return w.find("CO-RE relocation") != std::string::npos;
+      });
   for (const auto& w : warnings) {
-    if (load_err && !extra_failed)
+    if (load_err && !extra_failed && !core_btf_failed)
       spdlog::warn("libbpf: {}", w);
     else
       spdlog::debug("libbpf: {}", w);
   }
   if (int err = load_err; err) {
-    // Only a failure of the load itself can be the small BTF's (Loader::create tries again).
-    if (!core.path.empty()) core_btf_file = core.file;
+    if (core_btf_failed) core_btf_file = core.file;  // Loader::create tries again
     std::string msg = "cannot load the BPF programs: " + errno_text(err);
     if (err == -EPERM || err == -EACCES) msg += std::string(" (") + privilege_hint() + ")";
     else msg += " (run with -v for the verifier's log)";

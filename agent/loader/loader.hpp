@@ -270,8 +270,8 @@ class Loader {
  private:
   struct Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
-  /// One try of create(). `core_btf_file`: the cached small CO-RE BTF's path when the load
-  /// itself failed with it (create() then tries the kernel's BTF), else left alone.
+  /// One try of create(). `core_btf_file`: the cached small CO-RE BTF's path when a CO-RE
+  /// relocation failed with it (create() then tries the kernel's BTF), else left alone.
   static std::unique_ptr<Loader> create_once(const Options& opts,
                                              const std::map<std::string, std::string>& left_out,
                                              Status& status, std::string& failed_prog,

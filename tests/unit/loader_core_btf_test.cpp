@@ -158,21 +158,27 @@ TEST_F(CoreBtfCache, OutputThatIsNotBtfIsNotKept) {
   EXPECT_TRUE(names_in(cache_).empty());
 }
 
-TEST_F(CoreBtfCache, DamagedCachedFileIsNotUsed) {
+TEST_F(CoreBtfCache, DamagedCachedFileIsMadeAgainAndAForeignOneIsNotUsed) {
   const std::string bpftool = tool("cp " + (root_ / "good.btf").string() + " \"$4\"");
   ASSERT_TRUE(get(bpftool).made);
   const fs::path cached = cache_ / names_in(cache_).at(0);
-  // The right magic, cut short: libbpf could not parse it.
+  // The right magic, cut short: libbpf could not parse it. Ours: made again, and said so.
   write_file(cached, tiny_btf().substr(0, sizeof(btf_header) + 6));
   const CoreBtf r = get(bpftool);
-  EXPECT_TRUE(r.path.empty());
-  EXPECT_NE(r.note.find("is not used"), std::string::npos) << r.note;
-  EXPECT_EQ(calls(), 1) << "a damaged file is reported, not silently replaced";
-  // Writable by others: not used either.
-  write_file(cached, tiny_btf(), 0666);
+  ASSERT_FALSE(r.path.empty()) << r.note;
+  EXPECT_TRUE(r.made);
+  EXPECT_NE(r.note.find("the cached one was damaged: libbpf cannot parse it"),
+            std::string::npos)
+      << r.note;
+  EXPECT_EQ(calls(), 2);
+  std::ifstream f(cached, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), tiny_btf());
+  // Writable by others: not ours alone, so neither used nor replaced.
+  fs::permissions(cached, static_cast<fs::perms>(0666));
   const CoreBtf w = get(bpftool);
   EXPECT_TRUE(w.path.empty());
   EXPECT_NE(w.note.find("writable by group or others"), std::string::npos) << w.note;
+  EXPECT_EQ(calls(), 2);
 }
 
 TEST_F(CoreBtfCache, CacheDirectoryOthersMayWriteIsRefused) {
