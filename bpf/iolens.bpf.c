@@ -1561,8 +1561,7 @@ __noinline int trace_call(struct call_ctx *cx, struct iolens_task_state *st,
  * close's sys_exit (the descriptor is gone by then). sys_enter calls it with timing exact; with
  * timing off, close_enter (the classic tracepoint of close alone) does.
  */
-static __always_inline void close_capture(struct task_struct *task, struct iolens_task_state *st,
-					  int fd)
+static __always_inline void close_capture(struct iolens_task_state *st, int fd)
 {
 	/* After close the descriptor is gone: capture what it names now. */
 	struct file *f = (struct file *)current_fd_file(fd);
@@ -1613,7 +1612,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	st->enter_ns = bpf_ktime_get_ns();
 	st->io_ctx = iolens_syscall_io_ctx(id);
 	if (id == IOLENS_NR_close)
-		close_capture(task, st, (int)regs->di);
+		close_capture(st, (int)regs->di);
 	return 0;
 }
 
@@ -1633,7 +1632,7 @@ int close_enter(struct trace_event_raw_sys_enter *ctx)
 		return 0;
 	st = bpf_task_storage_get(&task_state, task, 0, 0);
 	if (st)
-		close_capture(task, st, (int)ctx->args[0]);
+		close_capture(st, (int)ctx->args[0]);
 	return 0;
 }
 

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "control/unique_fd.hpp"
 #include "core/private_dir.hpp"
 
 namespace iolens::loader {
@@ -30,12 +31,6 @@ constexpr uint64_t kMaxCoreBtfBytes = 16u << 20;  // a few KB expected: anything
 
 uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) close(fd);
-  }
-};
 
 /// Why the file open at `fd` may not be trusted at all ("" if it may): not the effective
 /// user's, or writable by others.
@@ -171,34 +166,36 @@ int make_core_btf(int dir_fd, const std::string& cache_dir, const std::string& n
     why = "cannot create " + work_path + ": " + std::strerror(errno);
     return -1;
   }
-  Fd wd{openat(dir_fd, work.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  control::UniqueFd wd{
+      openat(dir_fd, work.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
   int fd = -1;
-  if (wd.fd < 0) {
+  if (wd.get() < 0) {
     why = "cannot open " + work_path + ": " + std::strerror(errno);
   } else {
-    Fd obj{core::create_fresh(wd.fd, "object.o", 0600)};
-    if (obj.fd < 0 || !core::write_all(obj.fd, {reinterpret_cast<const char*>(object.data()),
-                                                object.size()})) {
+    control::UniqueFd obj{core::create_fresh(wd.get(), "object.o", 0600)};
+    if (obj.get() < 0 ||
+        !core::write_all(obj.get(),
+                         {reinterpret_cast<const char*>(object.data()), object.size()})) {
       why = "cannot write the object into " + work_path + ": " + std::strerror(errno);
     } else if (run_quietly({bpftool, "gen", "min_core_btf", kernel_btf,
                             work_path + "/core.btf", work_path + "/object.o"},
                            why)) {
-      Fd made{core::open_regular_at(wd.fd, "core.btf")};
+      control::UniqueFd made{core::open_regular_at(wd.get(), "core.btf")};
       // 0644 whatever the umask: untrusted_file() refuses a file others may write.
-      std::string bad = made.fd < 0                    ? "it is not a regular file"
-                        : fchmod(made.fd, 0644) != 0 ? std::strerror(errno)
-                                                       : untrusted_file(made.fd);
+      std::string bad = made.get() < 0                    ? "it is not a regular file"
+                        : fchmod(made.get(), 0644) != 0 ? std::strerror(errno)
+                                                       : untrusted_file(made.get());
       // On disk before it has its name: a crash must not leave an empty file under it.
-      if (bad.empty() && fsync(made.fd) != 0) bad = std::strerror(errno);
-      if (bad.empty() && renameat(wd.fd, "core.btf", dir_fd, name.c_str()) != 0)
+      if (bad.empty() && fsync(made.get()) != 0) bad = std::strerror(errno);
+      if (bad.empty() && renameat(wd.get(), "core.btf", dir_fd, name.c_str()) != 0)
         bad = std::strerror(errno);
       if (bad.empty())
-        std::swap(fd, made.fd);
+        fd = made.release();
       else
         why = bpftool + "'s output cannot be used (" + bad + ")";
     }
-    unlinkat(wd.fd, "object.o", 0);
-    unlinkat(wd.fd, "core.btf", 0);
+    unlinkat(wd.get(), "object.o", 0);
+    unlinkat(wd.get(), "core.btf", 0);
   }
   unlinkat(dir_fd, work.c_str(), AT_REMOVEDIR);
   return fd;
@@ -224,8 +221,8 @@ uint64_t digest64(std::span<const unsigned char> bytes, uint64_t seed) {
 }
 
 bool file_digest(const std::string& path, uint64_t& out) {
-  Fd f{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return false;
+  control::UniqueFd f{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.get() < 0) return false;
   // Whole 64 KiB pieces whatever each read returns (sysfs files may give less): the digest
   // depends on the content only.
   std::vector<unsigned char> buf(64 * 1024);
@@ -233,7 +230,7 @@ bool file_digest(const std::string& path, uint64_t& out) {
   for (;;) {
     std::size_t have = 0;
     while (have < buf.size()) {
-      const ssize_t n = read(f.fd, buf.data() + have, buf.size() - have);
+      const ssize_t n = read(f.get(), buf.data() + have, buf.size() - have);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return false;
       if (n == 0) break;
@@ -263,40 +260,41 @@ CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> ob
     return out;
   }
   std::string error;
-  Fd dir{core::open_private_dir(cache_dir, 0755, false, "cache directory", error)};
-  if (dir.fd < 0) {
+  control::UniqueFd dir{
+      core::open_private_dir(cache_dir, 0755, false, "cache directory", error)};
+  if (dir.get() < 0) {
     out.note = error + fallback;
     return out;
   }
   const std::string name = core_btf_name(kernel_digest, digest64(object));
-  Fd file{core::open_regular_at(dir.fd, name)};
+  control::UniqueFd file{core::open_regular_at(dir.get(), name)};
   std::string replaced;
-  if (file.fd >= 0) {
-    if (const std::string why = foreign_file(file.fd); !why.empty()) {
+  if (file.get() >= 0) {
+    if (const std::string why = foreign_file(file.get()); !why.empty()) {
       out.note = cache_dir + "/" + name + " is not used: " + why + fallback;
       return out;
     }
     // Ours but damaged (a bad copy, a disk error): made again.
-    replaced = damaged_file(file.fd);
+    replaced = damaged_file(file.get());
     if (!replaced.empty()) {
-      close(file.fd);
-      file.fd = -1;
-      unlinkat(dir.fd, name.c_str(), 0);
+      file.reset();
+      unlinkat(dir.get(), name.c_str(), 0);
     }
   }
-  if (file.fd < 0) {
-    Fd made{make_core_btf(dir.fd, cache_dir, name, object, kernel_btf, bpftool, out.note)};
-    if (made.fd < 0) {
-      if (!replaced.empty()) out.note = "the cached one was damaged (" + replaced + "): " + out.note;
+  if (file.get() < 0) {
+    control::UniqueFd made{
+        make_core_btf(dir.get(), cache_dir, name, object, kernel_btf, bpftool, out.note)};
+    if (made.get() < 0) {
+      if (!replaced.empty())
+        out.note = "the cached one was damaged (" + replaced + "): " + out.note;
       out.note += fallback;
       return out;
     }
     out.made = true;
-    std::swap(file.fd, made.fd);
+    file = std::move(made);
   }
-  out.path = "/proc/self/fd/" + std::to_string(file.fd);
-  out.fd = file.fd;
-  file.fd = -1;
+  out.path = "/proc/self/fd/" + std::to_string(file.get());
+  out.fd = std::move(file);
   out.file = cache_dir + "/" + name;
   out.note = std::string(out.made ? "made " : "") + out.file +
              (replaced.empty() ? "" : " (the cached one was damaged: " + replaced + ")");

@@ -16,6 +16,8 @@
 #include <span>
 #include <string>
 
+#include "control/unique_fd.hpp"
+
 namespace iolens::loader {
 
 /// A 64-bit digest of `bytes` (a cache key, not a cryptographic hash), continued from `seed`.
@@ -32,7 +34,7 @@ struct CoreBtf {
   /// A path naming the cached file (a /proc/self/fd/N path of `fd`: what was checked is what
   /// libbpf reads), or "" for the kernel's own BTF.
   std::string path;
-  int fd = -1;           // open while `path` is used; the caller closes it
+  control::UniqueFd fd;  // open while `path` is used
   std::string file;      // the cached file's path in the cache directory, when `path` is set
   bool made = false;     // made by this call (bpftool ran)
   std::string note;      // what was used, or why the kernel's own BTF is

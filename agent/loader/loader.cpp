@@ -410,12 +410,6 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       spdlog::debug("CO-RE target: {}", core.note);
     }
   }
-  struct CoreFdCloser {
-    int fd;
-    ~CoreFdCloser() {
-      if (fd >= 0) close(fd);
-    }
-  } core_fd{core.fd};
   times.mark("core_btf");
   auto impl = std::make_unique<Impl>();
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);

@@ -91,7 +91,6 @@ class CoreBtfCache : public ::testing::Test {
     CoreBtf r = core_btf(cache_, {reinterpret_cast<const unsigned char*>(object.data()),
                                   object.size()},
                          kernel_, bpftool);
-    if (r.fd >= 0) close(r.fd);
     return r;
   }
 
@@ -136,7 +135,7 @@ TEST_F(CoreBtfCache, AnotherObjectOrKernelMakesItsOwn) {
 TEST_F(CoreBtfCache, FailingToolFallsBackWithItsMessageAndLeavesNothing) {
   const CoreBtf r = get(tool("echo 'Error: failed to load BTF from the object' >&2; exit 1"));
   EXPECT_TRUE(r.path.empty());
-  EXPECT_EQ(r.fd, -1);
+  EXPECT_EQ(r.fd.get(), -1);
   EXPECT_NE(r.note.find("failed to load BTF from the object"), std::string::npos) << r.note;
   EXPECT_NE(r.note.find("CO-RE uses the kernel's BTF"), std::string::npos) << r.note;
   EXPECT_TRUE(names_in(cache_).empty());
