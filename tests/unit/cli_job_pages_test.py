@@ -87,14 +87,17 @@ GONE = ({"ok": False, "code": "retry", "error": "the snapshot of job k8s/p that 
 
 
 def run(iolens, script, extra=()):
-    d = tempfile.mkdtemp(prefix="iolens-cli-pages-")
-    path = os.path.join(d, "sock")
-    fake = FakeDaemon(path, script)
-    t = time.monotonic()
-    r = subprocess.run([iolens, "job", "k8s/p", "--json", "--socket", path] + list(extra),
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
-    took = time.monotonic() - t
-    fake.close()
+    with tempfile.TemporaryDirectory(prefix="iolens-cli-pages-") as d:
+        path = os.path.join(d, "sock")
+        fake = FakeDaemon(path, script)
+        t = time.monotonic()
+        try:
+            r = subprocess.run([iolens, "job", "k8s/p", "--json", "--socket", path] + list(extra),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=60)
+        finally:
+            took = time.monotonic() - t
+            fake.close()
     return r, fake.requests, took
 
 
@@ -157,6 +160,7 @@ def main():
     check(json.loads(r.stdout or "{}") == record, "closed meanwhile: printed %s" % r.stdout[:300])
     check([(q.get("offset"), q.get("snapshot")) for q in reqs] ==
           [(None, None), (2, 3), (2, 3), (None, None)], "closed meanwhile: requests %s" % reqs)
+    tmp.close()
 
     # Gone at every try: four tries, then an error.
     r, reqs, _ = run(a.iolens, [lambda q: page(1, ["/a0", "/a1"], 0, 2), lambda q: GONE] * 4)
