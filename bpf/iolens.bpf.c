@@ -43,6 +43,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile __u32 abi_version = IOLENS_ABI_VERSION;
 /* Daemon mode: report cgroup creation/removal and select tasks by cgroup and comm. */
 const volatile __u32 select_jobs = 0;
+/* Records that find `files` full go to `files_spill` (iolens run; see the maps). 0: one tier,
+ * and the verifier drops the second tier's code. */
+const volatile __u32 file_spill = 0;
 /* Set by the agent before it runs the task iterator: also report every process already traced
  * (a restarted daemon relearns which processes are traced). */
 __u32 scan_report_all = 0;
@@ -71,6 +74,7 @@ static __always_inline int fcntl_dups(unsigned long cmd)
 }
 #define MAX_ERRNO 4095
 #define EEXIST 17
+#define E2BIG 7
 
 /* Path walk limits: 48 components, each read with at most 256 bytes (NAME_MAX + 1). */
 #define PATH_MAX_DEPTH 48
@@ -85,7 +89,14 @@ struct {
 	__type(value, struct iolens_task_state);
 } task_state SEC(".maps");
 
-/* Per-(process, regular file) counters. Sized by the loader; no prealloc so memory follows use. */
+/*
+ * Per-(process, regular file) counters, in two tiers (bpf/README.md "Two tiers of records").
+ * `files` is sized by the loader. In the daemon it is the only tier and memory follows use (no
+ * prealloc). In `iolens run` (file_spill set) the loader preallocates it, small: making a
+ * record there reuses a ready element, where a hash without prealloc allocates ~1 KiB per new
+ * record (~2 us on the benchmark VM against ~0.4 us); the records it has no room for go to
+ * `files_spill`, whose memory follows use, up to the run's --max-file-records.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -93,6 +104,14 @@ struct {
 	__type(key, struct iolens_file_key);
 	__type(value, struct iolens_file_counters);
 } files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1); /* sized by the loader when file_spill is set */
+	__type(key, struct iolens_file_key);
+	__type(value, struct iolens_file_counters);
+} files_spill SEC(".maps");
 
 /* Per-(process, descriptor kind) counters of pipes, sockets, ttys...: never mixed with files. */
 struct {
@@ -126,6 +145,34 @@ struct {
 	__type(key, struct seen_key);
 	__type(value, struct seen_file);
 } seen_files SEC(".maps");
+
+/* iolens run (file_spill set): seen_files is a small preallocated hash (a new entry ~0.7 us
+ * cheaper than in a hash whose memory follows use, bench/README.md), and the files it has no
+ * room for are kept here, whose memory follows use (as `files` and `files_spill`). A run never
+ * deletes from seen_files: once it is full it stays full, so no file can be in both. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1); /* sized by the loader when file_spill is set */
+	__type(key, struct seen_key);
+	__type(value, struct seen_file);
+} seen_spill SEC(".maps");
+
+static __always_inline struct seen_file *seen_find(struct seen_key *sk)
+{
+	struct seen_file *seen = bpf_map_lookup_elem(&seen_files, sk);
+
+	if (seen || !file_spill)
+		return seen;
+	return bpf_map_lookup_elem(&seen_spill, sk);
+}
+
+static __always_inline void seen_add(struct seen_key *sk, struct seen_file *nv)
+{
+	/* -E2BIG: full (only a preallocated hash is: the daemon's LRU makes room) */
+	if (bpf_map_update_elem(&seen_files, sk, nv, BPF_ANY) == -E2BIG && file_spill)
+		bpf_map_update_elem(&seen_spill, sk, nv, BPF_ANY);
+}
 
 /*
  * Job selection (daemon mode), filled by the agent: cgroup v2 id -> enum iolens_cgroup_action.
@@ -605,7 +652,7 @@ __noinline int send_name(struct call_ctx *cx, struct name_req *r)
 	sk.ino = r->ino;
 	sk.dev = r->dev;
 	f = (struct file *)r->file;
-	seen = bpf_map_lookup_elem(&seen_files, &sk);
+	seen = seen_find(&sk);
 	if (seen && seen->gen == r->gen && seen->named)
 		return 0;
 	ev = path_event_begin(f ? IOLENS_PATH_FILE : IOLENS_PATH_LOOKUP, cx->tgid, cx->pstart,
@@ -644,7 +691,7 @@ __noinline int send_name(struct call_ctx *cx, struct name_req *r)
 	} else {
 		struct seen_file nv = { .gen = r->gen, .named = sent };
 
-		bpf_map_update_elem(&seen_files, &sk, &nv, BPF_ANY);
+		seen_add(&sk, &nv);
 	}
 	return 0;
 }
@@ -667,6 +714,72 @@ static __always_inline struct iolens_file_counters *get_record(void *map,
 		stat_inc(IOLENS_STAT_FILE_RECORDS_CREATED);
 	*created = 1;
 	return bpf_map_lookup_elem(map, key);
+}
+
+/*
+ * A per-file record, looked up in `files` first: a key that two threads made in both tiers at
+ * once (file_record_make) is then counted in `files` only, and the agent folds the other.
+ */
+static __always_inline struct iolens_file_counters *file_record_find(struct iolens_file_key *key)
+{
+	struct iolens_file_counters *c = bpf_map_lookup_elem(&files, key);
+
+	if (c || !file_spill)
+		return c;
+	return bpf_map_lookup_elem(&files_spill, key);
+}
+
+/*
+ * Makes the record of `key`, in `files` while it has room, else in `files_spill`. A global
+ * function: record creation is once per (process, file), and one copy verified once keeps the
+ * eleven places that create records small. Returns 0 when the record exists now (made here or
+ * by another CPU meanwhile), -1 when it could not be made (a loss, counted).
+ *
+ * Two threads of one process can make the same key at the same moment while `files` is full
+ * and a drain frees a slot of it in between: one in each tier. Each maker looks in the other
+ * tier after its own insert, so at least one of them sees the pair and counts it
+ * (FILE_RECORDS_TWICE); the agent then folds the `files_spill` copy into the other.
+ */
+__noinline int file_record_make(struct iolens_file_key *key)
+{
+	long err;
+
+	if (!key)
+		return -1;
+	err = bpf_map_update_elem(&files, key, &new_record, BPF_NOEXIST);
+	if (err == -E2BIG && file_spill) {
+		err = bpf_map_update_elem(&files_spill, key, &new_record, BPF_NOEXIST);
+		if (!err) {
+			stat_inc(IOLENS_STAT_FILE_RECORDS_SPILLED);
+			if (bpf_map_lookup_elem(&files, key))
+				stat_inc(IOLENS_STAT_FILE_RECORDS_TWICE);
+		}
+	} else if (!err && file_spill && bpf_map_lookup_elem(&files_spill, key)) {
+		stat_inc(IOLENS_STAT_FILE_RECORDS_TWICE);
+	}
+	if (err == -EEXIST)
+		return 0;
+	if (err) {
+		lose(IOLENS_STAT_FILE_RECORDS_LOST, key->tgid, key->pstart_ns);
+		return -1;
+	}
+	stat_inc(IOLENS_STAT_FILE_RECORDS_CREATED);
+	return 0;
+}
+
+/* The record of `key`, made if need be (*created = 1 then, also when another CPU made it
+ * meanwhile: as get_record). */
+static __always_inline struct iolens_file_counters *file_record_get(struct iolens_file_key *key,
+								     int *created)
+{
+	struct iolens_file_counters *c = file_record_find(key);
+
+	if (c)
+		return c;
+	if (file_record_make(key))
+		return NULL;
+	*created = 1;
+	return file_record_find(key);
 }
 
 /*
@@ -698,7 +811,7 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 		key.gen = 0;
 		return get_record(&others, &key, IOLENS_STAT_OTHER_RECORDS_LOST, &created);
 	}
-	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	c = file_record_get(&key, &created);
 	/* A record a page-cache or io_uring hook created (no struct file there) is named by the
 	 * first system call that reaches it. */
 	if (c && (created || !c->named)) {
@@ -863,7 +976,7 @@ static __always_inline void stat_buf_identity(void *ubuf, int is_statx, __u32 *d
 static __always_inline __u32 seen_gen(__u32 dev, __u64 ino)
 {
 	struct seen_key sk = { .ino = ino, .dev = dev };
-	struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
+	struct seen_file *seen = seen_find(&sk);
 
 	return seen ? seen->gen : 0;
 }
@@ -923,7 +1036,7 @@ __noinline int account_stat(struct call_ctx *cx, struct iolens_task_state *st,
 	if (!S_ISREG(mode))
 		return 0;
 	key.gen = seen_gen(key.dev, key.ino);
-	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	c = file_record_get(&key, &created);
 	if (!c)
 		return 0;
 	iolens_account_meta(c, IOLENS_META_STAT, cx->t0, cx->t1);
@@ -1586,7 +1699,7 @@ static __always_inline void close_capture(struct iolens_task_state *st, int fd)
 	 * this program, which every system call of a traced task runs, stays small). */
 	if (st->close_kind == 1) {
 		struct seen_key sk = { .ino = st->close_ino, .dev = st->close_dev };
-		struct seen_file *seen = bpf_map_lookup_elem(&seen_files, &sk);
+		struct seen_file *seen = seen_find(&sk);
 
 		st->close_name = !seen || seen->gen != st->close_gen || !seen->named;
 	}
@@ -1650,7 +1763,7 @@ __noinline int account_close(struct call_ctx *cx, struct iolens_task_state *st)
 	key.tgid = cx->tgid;
 	key.pstart_ns = cx->pstart;
 	key.gen = st->close_gen;
-	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	c = file_record_get(&key, &created);
 	/* A descriptor inherited from the parent has no record here yet: no name is known from
 	 * this process, the parent's record names it. */
 	if (c)
@@ -2014,7 +2127,7 @@ inode_record(struct task_struct *task, struct iolens_task_state *st, struct inod
 	key.ino = BPF_CORE_READ(inode, i_ino);
 	key.dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	key.gen = BPF_CORE_READ(inode, i_generation);
-	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	c = file_record_get(&key, &created);
 	if (c && f && !c->named) {
 		struct call_ctx cx = {
 			.tgid = key.tgid,

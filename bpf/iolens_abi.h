@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 11
+#define IOLENS_ABI_VERSION 12
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -574,6 +574,12 @@ enum iolens_stat {
 	IOLENS_STAT_LOSSES_NO_JOB,         /* (ABI 11) `proc_lost` losses of processes in no job,
 					    * or of a job already written (written by user space
 					    * only) */
+	IOLENS_STAT_FILE_RECORDS_SPILLED,  /* (ABI 12) of FILE_RECORDS_CREATED: made in
+					    * `files_spill` because the preallocated `files` was
+					    * full (iolens run; bpf/README.md "Two tiers") */
+	IOLENS_STAT_FILE_RECORDS_TWICE,    /* (ABI 12) records made in both tiers at once by two
+					    * threads (a race while `files` was full): the agent
+					    * folds the spilled copy into the other */
 	IOLENS_NR_STATS,
 };
 

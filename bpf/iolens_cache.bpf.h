@@ -112,9 +112,9 @@ file_record(struct task_struct *task, struct iolens_task_state *st, struct inode
 	if (what == IOLENS_CTX_READ || what == IOLENS_CTX_WRITE) {
 		if (!S_ISREG(inode->i_mode))
 			return NULL;
-		return get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+		return file_record_get(&key, &created);
 	}
-	return bpf_map_lookup_elem(&files, &key);
+	return file_record_find(&key);
 }
 
 /*
@@ -262,12 +262,12 @@ inherited_record(struct task_struct *task, struct iolens_task_state *st, struct 
 		      BPF_CORE_READ(inode, i_generation), &key);
 	key.tgid = BPF_CORE_READ(parent, tgid);
 	key.pstart_ns = leader_start(parent);
-	pc = bpf_map_lookup_elem(&files, &key);
+	pc = file_record_find(&key);
 	if (!pc || !pc->mmaps || (pc->map_flags & IOLENS_MAPPED_EXEC))
 		return NULL;
 	key.tgid = task->tgid;
 	key.pstart_ns = st->pstart_ns;
-	c = get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	c = file_record_get(&key, &created);
 	if (c && created)
 		c->named = pc->named;
 	return c;
@@ -338,7 +338,7 @@ dirty_record(struct task_struct *task, struct iolens_task_state *st)
 	if (!st->dirty_ino && !st->dirty_dev)
 		return NULL;
 	task_file_key(task, st, st->dirty_dev, st->dirty_ino, st->dirty_gen, &key);
-	return get_record(&files, &key, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	return file_record_get(&key, &created);
 }
 
 /*

@@ -128,7 +128,7 @@ int BPF_PROG(iomap_dio_complete, struct kiocb *iocb, int error, ssize_t ret)
 	if (!f || !inode_key(&fk, d.tgid, d.pstart_ns, BPF_CORE_READ(f, f_inode)))
 		return 0;
 	/* No name sent from here (IRQ context possibly): the begin hook named the record. */
-	c = get_record(&files, &fk, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+	c = file_record_get(&fk, &created);
 	if (!c)
 		return 0;
 	dio_account(c, &d, ret, bpf_ktime_get_ns());
@@ -364,7 +364,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 
 		if (!v.target_ok)
 			return 0;
-		c = get_record(&files, &fk, IOLENS_STAT_FILE_RECORDS_LOST, &created);
+		c = file_record_get(&fk, &created);
 		if (!c)
 			return 0;
 		IOLENS_ADD(&c->uring_closes, 1);

@@ -53,6 +53,12 @@ int main(int argc, char** argv) {
                   "is not limited by it (operations that find it full are counted as lost)")
       ->capture_default_str()
       ->check(CLI::Range(64u, 16u << 20));
+  cmd->add_option("--fast-file-records", run.loader.fast_file_records,
+                  "Of --max-file-records, how many the kernel preallocates: making a record "
+                  "there is several times cheaper, at ~1 KiB of kernel memory each from the "
+                  "start (0: none preallocated)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 16u << 20));
   cmd->add_option("--btf", run.loader.btf_path, "Kernel BTF file")->capture_default_str();
   cmd->add_option("--disable-program", run.loader.disabled_programs,
                   "Do not load this optional kernel program (page cache, fault, O_DIRECT, "
@@ -97,7 +103,8 @@ int main(int argc, char** argv) {
                             : iolens::cli::DaemonUse::Auto;
   // What only iolens's own programs can do: the daemon's are loaded already, its own way.
   for (const char* o :
-       {"--trace", "--btf", "--max-file-records", "--disable-program", "--timing"})
+       {"--trace", "--btf", "--max-file-records", "--fast-file-records", "--disable-program",
+        "--timing"})
     if (run.local_only_option.empty() && cmd->count(o) > 0) run.local_only_option = o;
   if (queries.given()) return queries.run();
   // Checked here, not by CLI11, so that a bad value exits 2 with one line, as the sizes do.

@@ -78,6 +78,7 @@ static_assert(offsetof(iolens_proc_key, pstart_ns) == 8);
 static_assert(sizeof(iolens_proc_key) == 16);
 static_assert(sizeof(iolens_proc_lost) == IOLENS_NR_STATS * 8);
 static_assert(IOLENS_STAT_LOSSES_UNATTRIBUTED == 20 && IOLENS_STAT_LOSSES_NO_JOB == 21);
+static_assert(IOLENS_STAT_FILE_RECORDS_SPILLED == 22 && IOLENS_STAT_FILE_RECORDS_TWICE == 23);
 static_assert(offsetof(iolens_block_counters, writeback_bytes) == 4 * 8);
 static_assert(offsetof(iolens_block_counters, read_reqs) == 9 * 8);
 static_assert(offsetof(iolens_block_counters, size_read) == 12 * 8);

@@ -32,6 +32,11 @@ struct Options {
   std::string core_btf_cache = "/var/cache/iolens";
   std::string bpftool = "/usr/sbin/bpftool";
   uint32_t max_file_records = 65536;   // kernel map size; more are drained/folded, not lost
+  /// Two tiers of file records (a run only: no pin_dir, no select_jobs; bpf/README.md "Two
+  /// tiers of records"): the first `fast_file_records` records live in a preallocated map,
+  /// where making one costs a fifth of what it costs in a map whose memory follows use; the
+  /// rest, up to max_file_records in all, in such a map. 0: one map whose memory follows use.
+  uint32_t fast_file_records = 0;
   uint32_t max_other_records = 8192;
   /// Entries of the cgroup exclusion map (daemon mode): excluded cgroups directly below a
   /// traced one. Traced cgroups have their own map (IOLENS_CGROUP_TRACE_MAX entries).
@@ -263,7 +268,10 @@ class Loader {
   /// One of them (cheap enough to poll every few milliseconds).
   uint64_t stat(uint32_t index) const;
   const std::vector<ProgramState>& programs() const { return programs_; }
+  /// All the tiers' entries (Options::max_file_records).
   uint32_t max_file_records() const { return max_file_records_; }
+  /// Entries of the preallocated first tier; 0 when there is one tier.
+  uint32_t fast_file_records() const { return fast_file_records_; }
   /// How long each step of create() took (IOLENS_TIMING, bench/startup.py).
   const PhaseTimes& start_times() const { return start_times_; }
 
@@ -290,6 +298,10 @@ class Loader {
   PhaseTimes start_times_;
   std::string pin_dir_;
   uint32_t max_file_records_ = 0;
+  uint32_t fast_file_records_ = 0;
+  /// FILE_RECORDS_TWICE as of the last drain of the spill tier: while it has not moved, no key
+  /// can be in both tiers and the drain does not look for one.
+  uint64_t twice_seen_ = 0;
   uint32_t max_cgroup_exclusions_ = 0;
   iolens_timing timing_ = IOLENS_TIMING_EXACT;
   std::string timing_note_;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -19,6 +20,9 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "core/counters.hpp"
 #include "core/events.hpp"
@@ -42,6 +46,7 @@ class BpfTest : public ::testing::Test {
   void SetUp() override {
     if (auto s = iolens::loader::check_privileges(); !s) GTEST_SKIP() << s.message;
     opts_.max_file_records = max_records();
+    opts_.fast_file_records = fast_records();
     iolens::Status st;
     loader_ = Loader::create(opts_, st);
     ASSERT_NE(loader_, nullptr) << st.message;
@@ -53,6 +58,7 @@ class BpfTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
   virtual uint32_t max_records() const { return 65536; }
+  virtual uint32_t fast_records() const { return 0; }
   /// Files written by a child, drained three times with each disposition (whole, or in pieces).
   void check_drain_hands_every_record_once(const std::string& prefix, bool in_pieces);
 
@@ -610,6 +616,140 @@ class BpfSmallMapTest : public BpfTest {
   uint32_t max_records() const override { return 64; }
 };
 }  // namespace
+
+namespace {
+/// A run's two tiers of records (bpf/README.md "Two tiers of records"), small: 8 preallocated.
+class BpfTwoTierTest : public BpfTest {
+ protected:
+  uint32_t max_records() const override { return 4096; }
+  uint32_t fast_records() const override { return 8; }
+};
+
+/// The descriptor this process holds for the loader's map called `name`, or -1.
+int own_map_fd(const std::string& name) {
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) {
+    const int fd = std::atoi(e.path().filename().c_str());
+    bpf_map_info info{};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0 && name == info.name) return fd;
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_F(BpfTwoTierTest, RecordsPastThePreallocatedTierAreExactAndNamed) {
+  constexpr int kFiles = 40;
+  for (int i = 0; i < kFiles; ++i) write_file(path("t" + std::to_string(i)), 100 + i);
+  const std::string d = dir_.string();
+  const pid_t pid = run_child([&] {
+    char b[256];
+    for (int i = 0; i < kFiles; ++i) {
+      int fd = open((d + "/t" + std::to_string(i)).c_str(), O_RDONLY);
+      // two reads: the data, then end of file
+      if (read(fd, b, sizeof(b)) != 100 + i || read(fd, b, sizeof(b)) != 0) _exit(1);
+      close(fd);
+    }
+  });
+  const auto st = loader_->stats();
+  // Exactly the preallocated tier's 8 records were made there; the rest spilled.
+  EXPECT_GE(st[IOLENS_STAT_FILE_RECORDS_CREATED], static_cast<uint64_t>(kFiles));
+  EXPECT_EQ(st[IOLENS_STAT_FILE_RECORDS_CREATED] - st[IOLENS_STAT_FILE_RECORDS_SPILLED], 8u);
+  EXPECT_EQ(st[IOLENS_STAT_FILE_RECORDS_LOST], 0u);
+  EXPECT_EQ(st[IOLENS_STAT_FILE_RECORDS_TWICE], 0u);
+  auto snap = collect(pid);
+  auto files = files_of(snap, pid);
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string p = path("t" + std::to_string(i));
+    ASSERT_TRUE(files.count(p)) << p << " has no record (or no name)";
+    const auto& c = files.at(p)->counters;
+    EXPECT_EQ(c.opens, 1u) << p;
+    EXPECT_EQ(c.reads, 2u) << p;
+    EXPECT_EQ(c.bytes_read, static_cast<uint64_t>(100 + i)) << p;
+    EXPECT_EQ(c.max_byte_read, 100 + i - 1) << p;
+    EXPECT_EQ(c.closes, 1u) << p;
+  }
+}
+
+TEST_F(BpfTwoTierTest, AKeyInBothTiersIsCountedOnce) {
+  // What two threads racing while `files` is full can leave (file_record_make): one key in
+  // both tiers, and FILE_RECORDS_TWICE moved. Made here by hand.
+  const int files = own_map_fd("files"), spill = own_map_fd("files_spill");
+  const int stats = own_map_fd("stats");
+  ASSERT_GE(files, 0);
+  ASSERT_GE(spill, 0);
+  ASSERT_GE(stats, 0);
+  iolens_file_key k{};
+  k.ino = 4242;
+  k.dev = 7;
+  k.tgid = 999999;
+  k.pstart_ns = 1;
+  iolens_file_counters in_files{}, in_spill{};
+  in_files.reads = 3;
+  in_files.bytes_read = 300;
+  in_spill.reads = 5;
+  in_spill.bytes_read = 500;
+  ASSERT_EQ(bpf_map_update_elem(files, &k, &in_files, BPF_NOEXIST), 0) << std::strerror(errno);
+  ASSERT_EQ(bpf_map_update_elem(spill, &k, &in_spill, BPF_NOEXIST), 0) << std::strerror(errno);
+  const __u32 idx = IOLENS_STAT_FILE_RECORDS_TWICE;
+  std::vector<uint64_t> per_cpu(static_cast<std::size_t>(libbpf_num_possible_cpus()), 0);
+  per_cpu[0] = 1;
+  ASSERT_EQ(bpf_map_update_elem(stats, &idx, per_cpu.data(), BPF_ANY), 0);
+
+  struct Seen {
+    uint64_t reads;
+    bool removed;
+  };
+  std::vector<Seen> seen;
+  iolens::core::Recorder rec(1, static_cast<uint32_t>(getpid()));
+  auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
+  auto sink = [&](const iolens_file_key& key, const iolens_file_counters& c, bool removed) {
+    if (key.tgid != k.tgid) return;
+    seen.push_back({c.reads, removed});
+    rec.on_file(key, c, removed);
+  };
+  ASSERT_TRUE(loader_->drain_files(keep, sink).ok);
+  ASSERT_EQ(seen.size(), 2u);
+  // The spilled copy is final and leaves the kernel, handed over first; `files` stays live.
+  EXPECT_EQ(seen[0].reads, 5u);
+  EXPECT_TRUE(seen[0].removed);
+  EXPECT_EQ(seen[1].reads, 3u);
+  EXPECT_FALSE(seen[1].removed);
+  iolens_file_counters v{};
+  EXPECT_NE(bpf_map_lookup_elem(spill, &k, &v), 0);
+  EXPECT_EQ(bpf_map_lookup_elem(files, &k, &v), 0);
+  // The recorder adds the two.
+  const auto snap = rec.snapshot(iolens::core::ClockBase{});
+  uint64_t reads = 0, bytes = 0;
+  for (const auto& f : snap.files)
+    if (f.pid == k.tgid) reads += f.counters.reads, bytes += f.counters.bytes_read;
+  EXPECT_EQ(reads, 8u);
+  EXPECT_EQ(bytes, 800u);
+  // A later drain hands over the one copy left.
+  seen.clear();
+  ASSERT_TRUE(loader_->drain_files(keep, sink).ok);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].reads, 3u);
+  EXPECT_FALSE(seen[0].removed);
+  reads = 0;
+  for (const auto& f : rec.snapshot(iolens::core::ClockBase{}).files)
+    if (f.pid == k.tgid) reads += f.counters.reads;
+  EXPECT_EQ(reads, 8u);
+}
+
+TEST(BpfLoaderOptions, TwoTiersAreARunsOnly) {
+  if (auto s = iolens::loader::check_privileges(); !s) GTEST_SKIP() << s.message;
+  for (bool select : {true, false}) {
+    iolens::loader::Options o;
+    o.fast_file_records = 8;
+    o.select_jobs = select;
+    if (!select) o.pin_dir = "/sys/fs/bpf/iolens-test-never-made";
+    iolens::Status st;
+    EXPECT_EQ(Loader::create(o, st), nullptr);
+    EXPECT_NE(st.message.find("two tiers of file records are for a run"), std::string::npos)
+        << st.message;
+    EXPECT_FALSE(fs::exists("/sys/fs/bpf/iolens-test-never-made"));
+  }
+}
 
 namespace {
 /// The kernel's `proc_lost` entry (ABI 11) of `pid`, and how many entries other processes have.

@@ -26,6 +26,10 @@ With `--max-file-records N` (registered as e2e_c_workload_small_map with N = 409
 6,000 records the workload's processes hold at its peak), the kernel map would overflow unless
 the agent drains early and folds idle records: every counter must still be exact with nothing
 lost.
+
+With `--fast-file-records 64` (registered as e2e_c_workload_spill), the first 64 records are made
+in the preallocated tier and the ~6,000 others in the spill tier (bpf/README.md "Two tiers of
+records"), from three processes at once: every counter and name must still be exact.
 """
 import os
 import sys
@@ -64,6 +68,8 @@ def main():
     args = E.parse_args(workload=True, extra=[
         (("--max-file-records",), {"type": int, "default": 0,
                                     "help": "pass this kernel map size to iolens"}),
+        (("--fast-file-records",), {"type": int, "default": None,
+                                     "help": "pass this preallocated tier size to iolens"}),
         (("--timing",), {"choices": ("exact", "off"), "default": "exact",
                          "help": "pass this --timing to iolens"})])
     E.require_root()
@@ -74,6 +80,8 @@ def main():
     out_json = os.path.join(tmp, "run.json")
 
     extra = ["--max-file-records", str(args.max_file_records)] if args.max_file_records else []
+    if args.fast_file_records is not None:
+        extra += ["--fast-file-records", str(args.fast_file_records)]
     extra += ["--timing", args.timing]
     run = E.run_iolens(args.iolens, [args.workload, work, "-"], json_path=out_json, extra=extra,
                        timeout=240)
