@@ -729,16 +729,20 @@ static __always_inline struct iolens_file_counters *file_record_find(struct iole
 	return bpf_map_lookup_elem(&files_spill, key);
 }
 
+/* Written only by file_record_make's locked adds, which order its insert before its look. */
+__u64 tier_fence = 0;
+
 /*
  * Makes the record of `key`, in `files` while it has room, else in `files_spill`. A global
  * function: record creation is once per (process, file), and one copy verified once keeps the
- * eleven places that create records small. Returns 0 when the record exists now (made here or
+ * nine places that create records small. Returns 0 when the record exists now (made here or
  * by another CPU meanwhile), -1 when it could not be made (a loss, counted).
  *
  * Two threads of one process can make the same key at the same moment while `files` is full
  * and a drain frees a slot of it in between: one in each tier. Each maker looks in the other
- * tier after its own insert, so at least one of them sees the pair and counts it
- * (FILE_RECORDS_TWICE); the agent then folds the `files_spill` copy into the other.
+ * tier after its own insert (a full barrier between), so at least one of them sees the pair
+ * and counts it (FILE_RECORDS_TWICE, once or twice a pair); the agent then folds the
+ * `files_spill` copy into the other.
  */
 __noinline int file_record_make(struct iolens_file_key *key)
 {
@@ -751,11 +755,16 @@ __noinline int file_record_make(struct iolens_file_key *key)
 		err = bpf_map_update_elem(&files_spill, key, &new_record, BPF_NOEXIST);
 		if (!err) {
 			stat_inc(IOLENS_STAT_FILE_RECORDS_SPILLED);
+			/* a full barrier between the insert and the look (a locked add): neither
+			 * maker's look can then miss the other's insert */
+			__sync_fetch_and_add(&tier_fence, 1);
 			if (bpf_map_lookup_elem(&files, key))
 				stat_inc(IOLENS_STAT_FILE_RECORDS_TWICE);
 		}
-	} else if (!err && file_spill && bpf_map_lookup_elem(&files_spill, key)) {
-		stat_inc(IOLENS_STAT_FILE_RECORDS_TWICE);
+	} else if (!err && file_spill) {
+		__sync_fetch_and_add(&tier_fence, 1);
+		if (bpf_map_lookup_elem(&files_spill, key))
+			stat_inc(IOLENS_STAT_FILE_RECORDS_TWICE);
 	}
 	if (err == -EEXIST)
 		return 0;

@@ -577,9 +577,10 @@ enum iolens_stat {
 	IOLENS_STAT_FILE_RECORDS_SPILLED,  /* (ABI 12) of FILE_RECORDS_CREATED: made in
 					    * `files_spill` because the preallocated `files` was
 					    * full (iolens run; bpf/README.md "Two tiers") */
-	IOLENS_STAT_FILE_RECORDS_TWICE,    /* (ABI 12) records made in both tiers at once by two
-					    * threads (a race while `files` was full): the agent
-					    * folds the spilled copy into the other */
+	IOLENS_STAT_FILE_RECORDS_TWICE,    /* (ABI 12) keys made in both tiers at once by two
+					    * threads (a race while `files` was full), counted by
+					    * one or both makers: the agent folds the spilled copy
+					    * into the other */
 	IOLENS_NR_STATS,
 };
 

@@ -198,6 +198,10 @@ json run_head_json(const core::RunSnapshot& run, const std::string& version) {
     json c = {{"path", run.collector}};
     if (run.collector == "iolensd") c["job"] = run.collector_note;
     else if (!run.collector_note.empty()) put_string(c, "daemon", run.collector_note);
+    if (run.collector == "local")
+      c["file_records"] = {{"preallocated", run.kernel_records.preallocated},
+                           {"made", run.kernel_records.made},
+                           {"spilled", run.kernel_records.spilled}};
     j["collector"] = std::move(c);
   }
   j["lost"] = run.lost;

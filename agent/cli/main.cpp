@@ -54,9 +54,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(64u, 16u << 20));
   cmd->add_option("--fast-file-records", run.loader.fast_file_records,
-                  "Of --max-file-records, how many the kernel preallocates: making a record "
-                  "there is several times cheaper, at ~1 KiB of kernel memory each from the "
-                  "start (0: none preallocated)")
+                  "Of --max-file-records (at most all of them), how many the kernel "
+                  "preallocates: making a record there is several times cheaper, at ~1 KiB of "
+                  "kernel memory each from the start (0: none preallocated)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 16u << 20));
   cmd->add_option("--btf", run.loader.btf_path, "Kernel BTF file")->capture_default_str();

@@ -410,6 +410,9 @@ int run_traced(const RunOptions& opts) {
   snap.command = opts.command;
   snap.collector = "local";
   snap.collector_note = no_daemon;
+  snap.kernel_records = {loader->fast_file_records(),
+                         loader->stat(IOLENS_STAT_FILE_RECORDS_CREATED),
+                         loader->stat(IOLENS_STAT_FILE_RECORDS_SPILLED)};
   snap.timing = loader->timing() == IOLENS_TIMING_OFF ? "off" : "exact";
   snap.timing_note = loader->timing_note();
   for (const auto& p : loader->programs())

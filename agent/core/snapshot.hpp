@@ -86,6 +86,12 @@ struct RunSnapshot {
   /// With "iolensd": the daemon's job id. With "local": why no daemon was used, if one was
   /// tried ("no iolensd at /run/iolens/iolens.sock", "--trace needs local programs", ...).
   std::string collector_note;
+  /// With "local": the kernel's file records of the run (bpf/README.md "Two tiers of records"):
+  /// how many the preallocated tier holds, how many were made, and how many of those went to
+  /// the spill tier because it was full. All 0: not known (the daemon path, a daemon's job).
+  struct KernelRecords {
+    uint64_t preallocated = 0, made = 0, spilled = 0;
+  } kernel_records;
   /// How calls were timed (docs/counters.md "Timing"): "exact" (each call's entry and exit),
   /// or "off" (no clock read: every time counter is 0, meaning not measured).
   std::string timing = "exact";

@@ -1350,22 +1350,26 @@ Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink
   const int files_fd = bpf_map__fd(impl_->skel->maps.files);
   if (!impl_->skel->rodata->file_spill)
     return drain(files_fd, remove, sink, deferred, at, deadline_ns);
-  // Two tiers (a run: never in pieces, never deferred; Loader::create refuses those options
-  // with two tiers), the spill tier first. A key in both (two threads made it at once, counted
-  // in FILE_RECORDS_TWICE) is counted in `files` from then on: its spilled copy is final, handed
-  // over as removed, and deleted. First, because a removed copy ends the live part the sink
-  // holds for the key (Recorder::FileAcc::add_removed), which the `files` copy then sets. Looked
-  // for only after such a race.
+  // Two tiers: a run's, which drains whole (Loader::create refuses two tiers to the daemon,
+  // which drains in pieces and defers its deletions).
+  if (deferred || at)
+    return Status::Error("a drain in pieces or with deferred deletions has one tier", EINVAL);
+  // The spill tier first. A key in both (two threads made it at once, counted in
+  // FILE_RECORDS_TWICE) is counted in `files` from then on: its spilled copy is taken out as
+  // a live record is (read and deleted in one step, so a call of the race still updating it is
+  // not lost) and handed over as removed. First, because a removed copy ends the live part the
+  // sink holds for the key (Recorder::FileAcc::add_removed), which the `files` copy then sets.
+  // Looked for only after such a race.
   const uint64_t twice = stat(IOLENS_STAT_FILE_RECORDS_TWICE);
   const bool look = twice != twice_seen_;
-  twice_seen_ = twice;
   iolens_file_counters other{};
   auto spill_remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
-    if (look && bpf_map_lookup_elem(files_fd, &k, &other) == 0) return Disposition::RemoveFinal;
+    if (look && bpf_map_lookup_elem(files_fd, &k, &other) == 0) return Disposition::RemoveLive;
     return remove(k, c);
   };
   Status spill = drain(bpf_map__fd(impl_->skel->maps.files_spill), spill_remove, sink, nullptr,
                        nullptr, 0);
+  if (spill) twice_seen_ = twice;  // else looked for again at the next drain
   Status status = drain(files_fd, remove, sink, nullptr, nullptr, 0);
   return spill ? status : spill;
 }
@@ -1389,17 +1393,15 @@ void Loader::forget_names(std::span<const NameId> ids) {
   struct SeenFile {
     uint32_t gen, named;
   };
-  const int fds[] = {bpf_map__fd(impl_->skel->maps.seen_files),
-                     impl_->skel->rodata->file_spill ? bpf_map__fd(impl_->skel->maps.seen_spill) : -1};
+  // The daemon's (one tier: seen_spill is a run's).
+  const int fd = bpf_map__fd(impl_->skel->maps.seen_files);
   for (const auto& id : ids) {
     const SeenKey k{id.ino, id.dev, 0};
-    for (const int fd : fds) {
-      SeenFile v{};
-      // Cleared, not deleted: a path-based stat still finds the generation here.
-      if (fd >= 0 && bpf_map_lookup_elem(fd, &k, &v) == 0 && v.gen == id.gen && v.named) {
-        v.named = 0;
-        bpf_map_update_elem(fd, &k, &v, BPF_EXIST);
-      }
+    SeenFile v{};
+    // Cleared, not deleted: a path-based stat still finds the generation here.
+    if (bpf_map_lookup_elem(fd, &k, &v) == 0 && v.gen == id.gen && v.named) {
+      v.named = 0;
+      bpf_map_update_elem(fd, &k, &v, BPF_EXIST);
     }
   }
 }

@@ -64,6 +64,25 @@ def check_times(ck, doc, work, timing):
         ck.check(timed > 3000, "only %d timed records" % timed)
 
 
+def check_tiers(ck, doc, manifest, args):
+    """The run's kernel records (collector.file_records): the preallocated tier's size as
+    asked, at least one record made per (pid, path) of the manifest, none spilled while the
+    tier was never full, and with a 64-record tier most of the ~6,000 spilled (the processes
+    hold them until they exit)."""
+    rec = doc.get("collector", {}).get("file_records", {})
+    maximum = args.max_file_records or 65536
+    fast = args.fast_file_records if args.fast_file_records is not None else 8192
+    ck.eq("collector.file_records.preallocated", min(fast, maximum), rec.get("preallocated"))
+    pairs = sum(len(p["files"]) for p in manifest["processes"])
+    made, spilled = rec.get("made", 0), rec.get("spilled", -1)
+    ck.check(made >= pairs, "collector.file_records.made %r < %d manifest records" % (made, pairs))
+    if made <= min(fast, maximum) or maximum <= fast:
+        ck.eq("collector.file_records.spilled (the tier never full, or no spill tier)", 0, spilled)
+    elif fast == 64:
+        ck.check(made // 2 < spilled <= made - 64,
+                 "collector.file_records.spilled %r of %r made" % (spilled, made))
+
+
 def main():
     args = E.parse_args(workload=True, extra=[
         (("--max-file-records",), {"type": int, "default": 0,
@@ -97,6 +116,7 @@ def main():
     ck.eq("command", [args.workload, work, "-"], doc.get("command"))
     E.check_io_manifest(ck, doc, manifest, iolens_pid=run.pid)
     ck.eq("timing", args.timing, doc.get("timing"))
+    check_tiers(ck, doc, manifest, args)
     check_times(ck, doc, os.path.realpath(work), args.timing)
     procs = E.procs_by_pid(ck, doc)
     if manifest["parent"] in procs:

@@ -369,8 +369,11 @@ TEST(Reports, CollectorSaysWhichPathTheRunTook) {
             std::string::npos)
       << text;
   s.collector_note.clear();
+  s.kernel_records = {8192, 9000, 808};
   j = exporters::run_to_json(s, "1");
-  EXPECT_EQ(j["collector"], json({{"path", "local"}}));
+  EXPECT_EQ(j["collector"],
+            json({{"path", "local"},
+                  {"file_records", {{"preallocated", 8192}, {"made", 9000}, {"spilled", 808}}}}));
   EXPECT_NE(exporters::run_summary(s, {}).find("counted by: iolens's own programs\n"),
             std::string::npos);
 }
