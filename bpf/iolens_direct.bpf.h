@@ -368,7 +368,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 		if (!c)
 			return 0;
 		IOLENS_ADD(&c->uring_closes, 1);
-		iolens_account_close(c, res, v.t0, t1);
+		record_close(c, res, v.t0, t1);
 		return 0;
 	}
 	if (kind == URING_OPEN && !v.target_ok)
@@ -399,9 +399,9 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 		}
 		/* a constant is_write in each copy (see account_rw) */
 		if (kind == URING_WRITE)
-			iolens_account_rw(c, 1, v.pos, res, v.t0, t1);
+			record_write(c, v.pos, res, v.t0, t1);
 		else
-			iolens_account_rw(c, 0, v.pos, res, v.t0, t1);
+			record_read(c, v.pos, res, v.t0, t1);
 		/* a begin of this request: its process, file and direction, after its submission;
 		 * and bytes moved by its last attempt (dio_take) */
 		if (dio_take(key, &dio) && dio.tgid == v.tgid && dio.file == (__u64)f &&
@@ -414,7 +414,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 		break;
 	case URING_OPEN:
 		IOLENS_ADD(&c->uring_opens, 1);
-		iolens_account_open(c, 0, v.t0, t1);
+		record_open(c, 0, v.t0, t1);
 		break;
 	default:
 		IOLENS_ADD(&c->uring_other, 1);
