@@ -94,7 +94,7 @@ struct {
  * `files` is sized by the loader. In the daemon it is the only tier and memory follows use (no
  * prealloc). In `iolens run` (file_spill set) the loader preallocates it, small: making a
  * record there reuses a ready element, where a hash without prealloc allocates ~1 KiB per new
- * record (~2 us on the benchmark VM against ~0.4 us); the records it has no room for go to
+ * record (~2 us on the benchmark VM against ~0.3 us); the records it has no room for go to
  * `files_spill`, whose memory follows use, up to the run's --max-file-records.
  */
 struct {
@@ -796,7 +796,7 @@ static __always_inline struct iolens_file_counters *file_record_get(struct iolen
  * program, whatever calls it, instead of once per call site. And once whichever tier the
  * record is in: a record of `files` and one of `files_spill` are pointers into two maps, which
  * the verifier never takes for the same state, so inlined accounting was walked once for each
- * (+7,100 verified instructions, ~3 ms of every start, bench/README.md "Two tiers of file
+ * (34,673 verified instructions instead of 31,944, bench/README.md "Two tiers of file
  * records"). A record is a pointer argument: NULL is allowed and does nothing.
  */
 __noinline int record_read(struct iolens_file_counters *c, __s64 pos, long ret, __u64 t0,

@@ -28,8 +28,8 @@ struct RunOptions {
   bool force = false;            // replace existing (regular) output files
   std::size_t top_files = 10;
   uint32_t drain_interval_ms = 1000;
-  /// A run's loader: two tiers of file records, the first 8,192 preallocated (~1 ms of the
-  /// start, ~8 MiB of kernel memory; bench/README.md "Two tiers of file records").
+  /// A run's loader: two tiers of file records, the first 8,192 preallocated (~2 ms of the
+  /// start, ~8 MiB of kernel memory; bench/README.md "Issue 14: two tiers of file records").
   loader::Options loader = [] {
     loader::Options o;
     o.fast_file_records = 8192;
