@@ -28,7 +28,7 @@ struct key {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1 << 18);
+	__uint(max_entries, 1 << 18); /* map_insert.c sets it to the run's calls */
 	__type(key, struct key);
 	__type(value, struct value);
 } m SEC(".maps");
@@ -55,7 +55,7 @@ int insert_one(__u64 *ctx)
 	if (!tgid || !insert || (bpf_get_current_pid_tgid() >> 32) != *tgid ||
 	    ctx[1] != NR_getppid || !*insert)
 		return 0;
-	k.a = __sync_fetch_and_add(&next_key, 1);
+	k.a = next_key++; /* one process, one thread inserts */
 	bpf_map_update_elem(&m, &k, &zero_value, BPF_NOEXIST);
 	return 0;
 }

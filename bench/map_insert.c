@@ -51,12 +51,22 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	calls = atol(argv[4]);
+	if (calls < 1 || calls > 1000000) {
+		fprintf(stderr, "map_insert: CALLS must be 1 to 1000000\n");
+		return 2;
+	}
 	obj = bpf_object__open_file(argv[1], NULL);
 	if (!obj) {
 		fprintf(stderr, "map_insert: cannot open %s\n", argv[1]);
 		return 1;
 	}
 	map = bpf_object__find_map_by_name(obj, "m");
+	if (!map) {
+		fprintf(stderr, "map_insert: %s has no map m\n", argv[1]);
+		return 1;
+	}
+	/* room for every insert and no more: a preallocated map is built whole */
+	bpf_map__set_max_entries(map, (__u32)calls);
 	if (!atoi(argv[2]))
 		bpf_map__set_map_flags(map, BPF_F_NO_PREALLOC);
 	if (bpf_object__load(obj)) {

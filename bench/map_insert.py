@@ -27,8 +27,11 @@ SIZES = (8, 64, 256, 936)
 
 
 def run_ok(argv):
-    return subprocess.run(argv, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit("map_insert: %s failed (%d): %s" % (" ".join(argv), r.returncode,
+                                                     r.stderr.strip()[-2000:]))
+    return r
 
 
 def build(tmp):
@@ -50,9 +53,12 @@ def build(tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=20000,
-                    help="getppid() calls (new entries) per run")
+    ap.add_argument("--calls", type=int, default=8192,
+                    help="getppid() calls (new entries) per run, and the map's size (default "
+                         "8192: iolens run's preallocated tier)")
     a = ap.parse_args()
+    if a.rounds < 1 or not 1 <= a.calls <= 1000000:
+        sys.exit("map_insert: --rounds at least 1, --calls 1 to 1000000")
     if os.geteuid() != 0:
         sys.exit("map_insert: run as root (it loads BPF programs)")
     with tempfile.TemporaryDirectory(prefix="iolens-map-insert-") as tmp:

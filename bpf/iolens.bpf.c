@@ -755,8 +755,9 @@ __noinline int file_record_make(struct iolens_file_key *key)
 		err = bpf_map_update_elem(&files_spill, key, &new_record, BPF_NOEXIST);
 		if (!err) {
 			stat_inc(IOLENS_STAT_FILE_RECORDS_SPILLED);
-			/* a full barrier between the insert and the look (a locked add): neither
-			 * maker's look can then miss the other's insert */
+			/* a full barrier between the insert and the look (on x86-64, which iolens
+			 * supports, a locked add): neither maker's look can then miss the other's
+			 * insert */
 			__sync_fetch_and_add(&tier_fence, 1);
 			if (bpf_map_lookup_elem(&files, key))
 				stat_inc(IOLENS_STAT_FILE_RECORDS_TWICE);
@@ -796,8 +797,8 @@ static __always_inline struct iolens_file_counters *file_record_get(struct iolen
  * program, whatever calls it, instead of once per call site. And once whichever tier the
  * record is in: a record of `files` and one of `files_spill` are pointers into two maps, which
  * the verifier never takes for the same state, so inlined accounting was walked once for each
- * (34,673 verified instructions instead of 31,944, bench/README.md "Two tiers of file
- * records"). A record is a pointer argument: NULL is allowed and does nothing.
+ * (34,673 verified instructions instead of 31,944, bench/README.md "Issue 14: two tiers of
+ * file records"). A record is a pointer argument: NULL is allowed and does nothing.
  */
 __noinline int record_read(struct iolens_file_counters *c, __s64 pos, long ret, __u64 t0,
 			   __u64 t1)

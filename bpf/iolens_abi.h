@@ -544,8 +544,9 @@ enum iolens_stat {
 	IOLENS_STAT_TASK_STATE_FAILED,     /* threads that could not get task storage (untraced!) */
 	IOLENS_STAT_PATHS_TRUNCATED,       /* path walks cut at the depth limit */
 	IOLENS_STAT_NAME_LOOKUPS,          /* path events emitted */
-	IOLENS_STAT_FILE_RECORDS_CREATED,  /* records inserted into `files` (not a loss: the agent
-					    * drains early when the map is half full) */
+	IOLENS_STAT_FILE_RECORDS_CREATED,  /* records inserted into `files` or, in a run,
+					    * `files_spill` (not a loss: the agent drains early when
+					    * the maps are half full) */
 	IOLENS_STAT_JOB_EVENTS_LOST,       /* of EVENTS_LOST: cgroup and mark events */
 	IOLENS_STAT_TRACE_RECORDS,         /* trace records produced (sent or lost) */
 	IOLENS_STAT_TRACE_LOST,            /* of which lost: the trace ring was full */

@@ -438,7 +438,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   bpf_map__set_max_entries(skel->maps.files, opts.max_file_records);
   const uint32_t fast = std::min(opts.fast_file_records, opts.max_file_records);
   if (fast > 0) {
-    // Preallocated: the kernel builds the elements at creation (~1 ms for 8,192 of ~1 KiB on
+    // Preallocated: the kernel builds the elements at creation (1-2 ms for 8,192 of ~1 KiB on
     // the benchmark VM, bench/README.md) and a new record takes a ready one.
     bpf_map__set_max_entries(skel->maps.files, fast);
     bpf_map__set_map_flags(skel->maps.files, 0);
@@ -1356,8 +1356,8 @@ Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink
     return Status::Error("a drain in pieces or with deferred deletions has one tier", EINVAL);
   // The spill tier first. A key in both (two threads made it at once, counted in
   // FILE_RECORDS_TWICE) is counted in `files` from then on: its spilled copy is taken out as
-  // a live record is (read and deleted in one step, so a call of the race still updating it is
-  // not lost) and handed over as removed. First, because a removed copy ends the live part the
+  // a live record is (read and deleted in one system call, so no update between a read and a
+  // separate delete is lost) and handed over as removed. First, because a removed copy ends the live part the
   // sink holds for the key (Recorder::FileAcc::add_removed), which the `files` copy then sets.
   // Looked for only after such a race.
   const uint64_t twice = stat(IOLENS_STAT_FILE_RECORDS_TWICE);

@@ -755,6 +755,27 @@ TEST_F(BpfTwoTierTest, RecordsTakenOutOfEitherTierAreHandedOverOnce) {
     ASSERT_EQ(stat(path("d" + std::to_string(i)).c_str(), &sb), 0);
     written[sb.st_ino] = static_cast<uint64_t>(sb.st_size);
   }
+  // Which tier holds which file: the first 8 records made are in `files`.
+  auto inodes_in = [&](const char* map) {
+    std::set<uint64_t> out;
+    const int fd = own_map_fd(map);
+    EXPECT_GE(fd, 0) << map;
+    iolens_file_key k{}, next{};
+    for (bool first = true; bpf_map_get_next_key(fd, first ? nullptr : &k, &next) == 0; first = false) {
+      k = next;
+      if (k.tgid == static_cast<uint32_t>(pid) && written.count(k.ino)) out.insert(k.ino);
+    }
+    return out;
+  };
+  const std::set<uint64_t> fast = inodes_in("files"), spilled = inodes_in("files_spill");
+  ASSERT_EQ(fast.size(), 8u);
+  ASSERT_EQ(spilled.size(), written.size() - 8);
+  // both tiers hold records of each disposition (sizes 1..5 in turn)
+  for (const auto* tier : {&fast, &spilled}) {
+    std::set<uint64_t> sizes;
+    for (uint64_t ino : *tier) sizes.insert(written.at(ino));
+    EXPECT_TRUE(sizes.count(1) && sizes.count(2) && sizes.count(3));
+  }
   using D = Loader::Disposition;
   std::map<uint64_t, std::vector<bool>> seen;  // inode -> `removed` of each hand-over
   auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
@@ -775,6 +796,14 @@ TEST_F(BpfTwoTierTest, RecordsTakenOutOfEitherTierAreHandedOverOnce) {
   ASSERT_TRUE(loader_->drain_files(remove, sink).ok);
   for (const auto& [ino, bytes] : written)
     EXPECT_EQ(seen.count(ino), bytes <= 2 ? 0u : 1u) << "inode " << ino << ", " << bytes << " B";
+  // ... and each kept record is still in its own tier
+  for (const char* map : {"files", "files_spill"}) {
+    const auto& before = std::string(map) == "files" ? fast : spilled;
+    std::set<uint64_t> kept;
+    for (uint64_t ino : before)
+      if (written.at(ino) > 2) kept.insert(ino);
+    EXPECT_EQ(inodes_in(map), kept) << map;
+  }
   // A drain in pieces or with deferred deletions is the daemon's: refused with two tiers.
   std::vector<iolens_file_key> deferred;
   EXPECT_FALSE(loader_->drain_files(remove, sink, &deferred).ok);
