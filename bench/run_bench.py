@@ -644,7 +644,7 @@ def prog_stats_of(pid):
 
 def profile_run(argv):
     """Runs `iolens run -q -- ...` and samples its programs' run counters every 0.2 s; returns
-    the last sample (the final <0.2 s is missed: averages per run are what to read)."""
+    the last sample (bpf_stats_phase makes the command linger so that it is complete)."""
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     last = {}
@@ -668,7 +668,10 @@ def bpf_stats_phase(iolens, loops, torch_job):
         if torch_job:
             work.append(("torch", torch_job))
         for name, argv in work:
-            st = profile_run([iolens, "run", "-q", "--"] + argv)
+            # The command lingers 0.5 s after the workload so that the last 0.2 s sample sees
+            # its every call: the quick small-file loop ends in ~40 ms, before any sample.
+            linger = ["sh", "-c", '"$@"; s=$?; sleep 0.5; exit $s', "sh"]
+            st = profile_run([iolens, "run", "-q", "--"] + linger + argv)
             for prog, (cnt, ns) in sorted(st.items()):
                 if cnt:
                     rows.append({"workload": name, "program": prog, "run_cnt": cnt,
