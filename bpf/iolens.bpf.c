@@ -696,6 +696,8 @@ __noinline int send_name(struct call_ctx *cx, struct name_req *r)
 	return 0;
 }
 
+/* A record of `others` (descriptor kinds), made if need be; regular files' records go through
+ * file_record_get below. */
 static __always_inline struct iolens_file_counters *get_record(void *map,
 							       struct iolens_file_key *key,
 							       __u32 lost_stat, int *created)
@@ -710,8 +712,6 @@ static __always_inline struct iolens_file_counters *get_record(void *map,
 		lose(lost_stat, key->tgid, key->pstart_ns);
 		return NULL;
 	}
-	if (!err && lost_stat == IOLENS_STAT_FILE_RECORDS_LOST)
-		stat_inc(IOLENS_STAT_FILE_RECORDS_CREATED);
 	*created = 1;
 	return bpf_map_lookup_elem(map, key);
 }

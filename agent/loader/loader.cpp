@@ -1355,11 +1355,11 @@ Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink
   if (deferred || at)
     return Status::Error("a drain in pieces or with deferred deletions has one tier", EINVAL);
   // The spill tier first. A key in both (two threads made it at once, counted in
-  // FILE_RECORDS_TWICE) is counted in `files` from then on: its spilled copy is taken out as
-  // a live record is (read and deleted in one system call, so no update between a read and a
-  // separate delete is lost) and handed over as removed. First, because a removed copy ends the live part the
-  // sink holds for the key (Recorder::FileAcc::add_removed), which the `files` copy then sets.
-  // Looked for only after such a race.
+  // FILE_RECORDS_TWICE) is counted in `files` from then on: its spilled copy is taken out as a
+  // live record is (read and deleted in one system call, so no update between a read and a
+  // separate delete is lost) and handed over as removed. First, because a removed copy ends
+  // the live part the sink holds for the key (Recorder::FileAcc::add_removed), which the
+  // `files` copy then sets. Looked for only after such a race.
   const uint64_t twice = stat(IOLENS_STAT_FILE_RECORDS_TWICE);
   const bool look = twice != twice_seen_;
   iolens_file_counters other{};

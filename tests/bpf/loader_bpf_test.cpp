@@ -743,7 +743,8 @@ TEST_F(BpfTwoTierTest, RecordsTakenOutOfEitherTierAreHandedOverOnce) {
   const pid_t pid = run_child([&] {
     const char data[5] = {'x', 'x', 'x', 'x', 'x'};
     for (int i = 0; i < kFiles; ++i) {
-      const int fd = open(path("d" + std::to_string(i)).c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+      const std::string p = path("d" + std::to_string(i));
+      const int fd = open(p.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
       if (fd < 0 || write(fd, data, static_cast<size_t>(i % 5 + 1)) != i % 5 + 1) _exit(1);
       close(fd);
     }
@@ -761,7 +762,8 @@ TEST_F(BpfTwoTierTest, RecordsTakenOutOfEitherTierAreHandedOverOnce) {
     const int fd = own_map_fd(map);
     EXPECT_GE(fd, 0) << map;
     iolens_file_key k{}, next{};
-    for (bool first = true; bpf_map_get_next_key(fd, first ? nullptr : &k, &next) == 0; first = false) {
+    for (bool first = true; bpf_map_get_next_key(fd, first ? nullptr : &k, &next) == 0;
+         first = false) {
       k = next;
       if (k.tgid == static_cast<uint32_t>(pid) && written.count(k.ino)) out.insert(k.ino);
     }
