@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return queries.given() || capture_cmd->parsed() || convert_cmd->parsed()
-               ? queries.usage_error(app, e)
-               : app.exit(e);
+    // Every usage error of every subcommand (a value out of range included: CLI11 would exit
+    // 105 for it): one line, exit 2.
+    return queries.usage_error(app, e);
   }
   run.daemon = local ? iolens::cli::DaemonUse::Never
               : need_daemon ? iolens::cli::DaemonUse::Require

@@ -10,7 +10,9 @@
   3c. --disable-program of a core or unknown program: exit 1, one line, the command never runs;
       a disabled optional program is said in the summary;
   3b. bad --trace-ring-size / --trace-max-size, a --timing not exact/off, --trace with --timing
-      off: exit 2, the error says what is wrong, the command never runs;
+      off, a size out of range (--max-file-records 1, --fast-file-records beyond 16 Mi or
+      negative, --drain-interval-ms 1) or an unknown option: exit 2, the error says what is
+      wrong, the command never runs;
      `convert` of a missing file: exit 1, one line naming it.
   4. as an unprivileged user (setpriv to 65534): non-zero, stderr mentions root or CAP_BPF; the
      same user with only CAP_BPF + CAP_PERFMON (ambient) traces a command: exit 0, its output,
@@ -29,7 +31,6 @@
  10. an output that cannot be written whole (--json, --darshan on a 4 KiB tmpfs): exit 1, one
      line naming the file and "No space left on device".
 """
-import json
 import os
 import re
 import shutil
@@ -109,6 +110,20 @@ def case_bad_trace_options(ck, iolens, tmp):
         ck.eq("run %s exit code" % " ".join(argv), 2, rc)
         ck.check(lines and all(w in " ".join(lines) for w in words),
                  "run %s: the error does not name %s: %r" % (" ".join(argv), words, lines))
+        ck.check(not os.path.exists(marker), "run %s: the command ran" % " ".join(argv))
+    # Values out of range and unknown options, which the command-line parser checks: exit 2,
+    # the first line names the option (and the value), the command never runs.
+    for argv, words in ((["--max-file-records", "1"], ("--max-file-records", "1")),
+                        (["--fast-file-records", "99999999"], ("--fast-file-records", "99999999")),
+                        (["--fast-file-records", "-1"], ("--fast-file-records", "-1")),
+                        (["--drain-interval-ms", "1"], ("--drain-interval-ms", "1")),
+                        (["--no-such-option"], ("--no-such-option",))):
+        rc, out, err = simple(iolens, ["run"] + argv + ["--", "touch", marker])
+        lines = nonempty_lines(err)
+        E.log("[3b] %s: rc %d, stderr %r" % (" ".join(argv), rc, err[:300]))
+        ck.eq("run %s exit code" % " ".join(argv), 2, rc)
+        ck.check(lines and lines[0].startswith("iolens: ") and all(w in lines[0] for w in words),
+                 "run %s: the first line does not name %s: %r" % (" ".join(argv), words, lines))
         ck.check(not os.path.exists(marker), "run %s: the command ran" % " ".join(argv))
     missing = os.path.join(tmp, "no-such.iotrace")
     rc, out, err = simple(iolens, ["convert", missing, "--to", "jsonl"])
