@@ -158,11 +158,22 @@ struct {
 	__type(value, struct seen_file);
 } seen_spill SEC(".maps");
 
+/*
+ * Set once a spill tier has taken its first entry, never cleared in a run: until then a lookup
+ * that misses the first tier does not look in the second. A miss in a big hash costs a cold
+ * bucket (~100-300 ns on the benchmark VM, bench/README.md "Issue 14: a new file's cold
+ * misses"), and most runs never spill. The races this opens are closed where each is used.
+ */
+__u32 files_spill_used = 0;
+__u32 seen_spill_used = 0;
+
 static __always_inline struct seen_file *seen_find(struct seen_key *sk)
 {
 	struct seen_file *seen = bpf_map_lookup_elem(&seen_files, sk);
 
-	if (seen || !file_spill)
+	/* A name being added to seen_spill on another CPU right now may be missed: it is then
+	 * sent twice, as the race of two first sights already can. */
+	if (seen || !file_spill || !seen_spill_used)
 		return seen;
 	return bpf_map_lookup_elem(&seen_spill, sk);
 }
@@ -170,8 +181,10 @@ static __always_inline struct seen_file *seen_find(struct seen_key *sk)
 static __always_inline void seen_add(struct seen_key *sk, struct seen_file *nv)
 {
 	/* -E2BIG: full (only a preallocated hash is: the daemon's LRU makes room) */
-	if (bpf_map_update_elem(&seen_files, sk, nv, BPF_ANY) == -E2BIG && file_spill)
-		bpf_map_update_elem(&seen_spill, sk, nv, BPF_ANY);
+	if (bpf_map_update_elem(&seen_files, sk, nv, BPF_ANY) == -E2BIG && file_spill) {
+		if (!bpf_map_update_elem(&seen_spill, sk, nv, BPF_ANY) && !seen_spill_used)
+			seen_spill_used = 1;
+	}
 }
 
 /*
@@ -427,8 +440,8 @@ static __always_inline void fill_header(struct iolens_event_header *h, __u32 typ
 
 struct walk_ctx {
 	struct dentry *dentry;
-	struct vfsmount *vfsmnt;
 	struct mount *mnt;
+	struct dentry *mnt_root; /* the mount's root, read once per mount the walk crosses */
 	__u32 off;
 	__u32 flags;
 };
@@ -438,19 +451,15 @@ static long walk_step(__u32 i, struct walk_ctx *w)
 {
 	/* Locals, not w->x, inside BPF_CORE_READ: relocations must start at kernel types. */
 	struct dentry *dentry = w->dentry;
-	struct vfsmount *vfsmnt = w->vfsmnt;
 	struct mount *mnt = w->mnt;
-	struct dentry *mnt_root = BPF_CORE_READ(vfsmnt, mnt_root);
-	struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
-	__u32 zero = 0;
-	struct iolens_path_event *ev = bpf_map_lookup_elem(&path_scratch, &zero);
+	struct dentry *parent;
+	struct iolens_path_event *ev;
 	const unsigned char *name;
+	__u32 zero = 0;
 	__u32 off = w->off;
 	long n;
 
-	if (!ev)
-		return 1;
-	if (dentry == mnt_root) {
+	if (dentry == w->mnt_root) {
 		struct mount *mp = BPF_CORE_READ(mnt, mnt_parent);
 
 		if (mp == mnt) {
@@ -459,14 +468,16 @@ static long walk_step(__u32 i, struct walk_ctx *w)
 		}
 		w->dentry = BPF_CORE_READ(mnt, mnt_mountpoint);
 		w->mnt = mp;
-		w->vfsmnt = &mp->mnt;
+		w->mnt_root = BPF_CORE_READ(mp, mnt.mnt_root);
 		return 0;
 	}
+	parent = BPF_CORE_READ(dentry, d_parent);
 	if (dentry == parent) {
 		w->flags |= 0x100 | IOLENS_PATH_UNREACHED;
 		return 1;
 	}
-	if (off > PATH_OFF_MASK - PATH_NAME_READ)
+	ev = bpf_map_lookup_elem(&path_scratch, &zero);
+	if (!ev || off > PATH_OFF_MASK - PATH_NAME_READ)
 		return 1;
 	name = BPF_CORE_READ(dentry, d_name.name);
 	n = bpf_probe_read_kernel_str(&ev->data[off & PATH_OFF_MASK], PATH_NAME_READ, name);
@@ -490,8 +501,8 @@ __noinline int walk_path(struct iolens_path_event *ev, __u32 start, __u64 dentry
 {
 	struct walk_ctx w = {
 		.dentry = (struct dentry *)dentry,
-		.vfsmnt = (struct vfsmount *)vfsmnt,
 		.mnt = container_of((struct vfsmount *)vfsmnt, struct mount, mnt),
+		.mnt_root = BPF_CORE_READ((struct vfsmount *)vfsmnt, mnt_root),
 		.off = start,
 	};
 
@@ -719,18 +730,17 @@ static __always_inline struct iolens_file_counters *get_record(void *map,
 /*
  * A per-file record, looked up in `files` first: a key that two threads made in both tiers at
  * once (file_record_make) is then counted in `files` only, and the agent folds the other.
+ * `files_spill` only once it has taken a record (files_spill_used): a record that another CPU
+ * is putting there right now can be missed, and file_record_get then makes it (see there).
  */
 static __always_inline struct iolens_file_counters *file_record_find(struct iolens_file_key *key)
 {
 	struct iolens_file_counters *c = bpf_map_lookup_elem(&files, key);
 
-	if (c || !file_spill)
+	if (c || !file_spill || !files_spill_used)
 		return c;
 	return bpf_map_lookup_elem(&files_spill, key);
 }
-
-/* Written only by file_record_make's locked adds, which order its insert before its look. */
-__u64 tier_fence = 0;
 
 /*
  * Makes the record of `key`, in `files` while it has room, else in `files_spill`. A global
@@ -740,12 +750,19 @@ __u64 tier_fence = 0;
  *
  * Two threads of one process can make the same key at the same moment while `files` is full
  * and a drain frees a slot of it in between: one in each tier. Each maker looks in the other
- * tier after its own insert (a full barrier between), so at least one of them sees the pair
- * and counts it (FILE_RECORDS_TWICE, once or twice a pair); the agent then folds the
- * `files_spill` copy into the other.
+ * tier after its own insert, so at least one of them sees the pair and counts it
+ * (FILE_RECORDS_TWICE, once or twice a pair); the agent then folds the `files_spill` copy
+ * into the other. The `files` maker looks only when files_spill_used is set. Both sides are a
+ * store, a full barrier, then a load (on x86-64, which iolens supports, a locked add is the
+ * barrier): the spill maker inserts, sets files_spill_used, then looks in `files`; the `files`
+ * maker inserts, then reads files_spill_used (and looks in `files_spill` if set). Neither can
+ * miss both of the other's stores; x86-64 keeps a CPU's stores in order, so a maker that sees
+ * files_spill_used set also sees the spill insert made before it. The barrier's add is on the
+ * maker's stack: no cache line shared between CPUs.
  */
 __noinline int file_record_make(struct iolens_file_key *key)
 {
+	volatile __u64 fence = 0;
 	long err;
 
 	if (!key)
@@ -753,18 +770,19 @@ __noinline int file_record_make(struct iolens_file_key *key)
 	err = bpf_map_update_elem(&files, key, &new_record, BPF_NOEXIST);
 	if (err == -E2BIG && file_spill) {
 		err = bpf_map_update_elem(&files_spill, key, &new_record, BPF_NOEXIST);
+		if (!err || err == -EEXIST) {
+			if (!files_spill_used)
+				files_spill_used = 1;
+		}
 		if (!err) {
 			stat_inc(IOLENS_STAT_FILE_RECORDS_SPILLED);
-			/* a full barrier between the insert and the look (on x86-64, which iolens
-			 * supports, a locked add): neither maker's look can then miss the other's
-			 * insert */
-			__sync_fetch_and_add(&tier_fence, 1);
+			__sync_fetch_and_add(&fence, 1);
 			if (bpf_map_lookup_elem(&files, key))
 				stat_inc(IOLENS_STAT_FILE_RECORDS_TWICE);
 		}
 	} else if (!err && file_spill) {
-		__sync_fetch_and_add(&tier_fence, 1);
-		if (bpf_map_lookup_elem(&files_spill, key))
+		__sync_fetch_and_add(&fence, 1);
+		if (files_spill_used && bpf_map_lookup_elem(&files_spill, key))
 			stat_inc(IOLENS_STAT_FILE_RECORDS_TWICE);
 	}
 	if (err == -EEXIST)
@@ -778,7 +796,9 @@ __noinline int file_record_make(struct iolens_file_key *key)
 }
 
 /* The record of `key`, made if need be (*created = 1 then, also when another CPU made it
- * meanwhile: as get_record). */
+ * meanwhile: as get_record). After the make the second tier is looked in whatever
+ * files_spill_used says: a record that is in neither `files` nor (by the flag) `files_spill`
+ * was made there by this call or another CPU's, which may not have set the flag yet. */
 static __always_inline struct iolens_file_counters *file_record_get(struct iolens_file_key *key,
 								     int *created)
 {
@@ -789,7 +809,10 @@ static __always_inline struct iolens_file_counters *file_record_get(struct iolen
 	if (file_record_make(key))
 		return NULL;
 	*created = 1;
-	return file_record_find(key);
+	c = bpf_map_lookup_elem(&files, key);
+	if (c || !file_spill)
+		return c;
+	return bpf_map_lookup_elem(&files_spill, key);
 }
 
 /*

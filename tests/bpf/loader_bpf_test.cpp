@@ -670,6 +670,40 @@ TEST_F(BpfTwoTierTest, RecordsPastThePreallocatedTierAreExactAndNamed) {
   }
 }
 
+// The page-cache programs only find records (a fault makes none): once `files` is full they must
+// look in `files_spill` too (files_spill_used, set by the first spilled record).
+TEST_F(BpfTwoTierTest, FaultsOnASpilledRecordAreCounted) {
+  constexpr int kFiles = 16;
+  constexpr int kPages = 16;
+  for (int i = 0; i < kFiles; ++i) write_file(path("s" + std::to_string(i)), 64);
+  write_file(path("m.bin"), kPages * 4096);
+  const std::string d = dir_.string();
+  const pid_t pid = run_child([&] {
+    char b[128];
+    for (int i = 0; i < kFiles; ++i) {
+      int fd = open((d + "/s" + std::to_string(i)).c_str(), O_RDONLY);
+      if (read(fd, b, sizeof(b)) != 64) _exit(1);
+      close(fd);
+    }
+    int fd = open((d + "/m.bin").c_str(), O_RDONLY);
+    void* m = mmap(nullptr, kPages * 4096, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) _exit(1);
+    unsigned sum = 0;
+    for (int p = 0; p < kPages; ++p) sum += static_cast<volatile unsigned char*>(m)[p * 4096];
+    munmap(m, kPages * 4096);
+    close(fd);
+    _exit(sum == 12345678 ? 2 : 0);
+  });
+  EXPECT_GE(loader_->stat(IOLENS_STAT_FILE_RECORDS_SPILLED), static_cast<uint64_t>(kFiles - 8 + 1));
+  auto snap = collect(pid);
+  auto files = files_of(snap, pid);
+  ASSERT_TRUE(files.count(path("m.bin")));
+  const auto& c = files.at(path("m.bin"))->counters;
+  EXPECT_EQ(c.mmaps, 1u);
+  EXPECT_GE(c.fault_pages + c.fault_around_pages, static_cast<uint64_t>(kPages))
+      << "the faults on a record of the spill tier were not counted";
+}
+
 TEST_F(BpfTwoTierTest, AKeyInBothTiersIsCountedOnce) {
   // What two threads racing while `files` is full can leave (file_record_make): one key in
   // both tiers, and FILE_RECORDS_TWICE moved. Made here by hand.
