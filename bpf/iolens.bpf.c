@@ -770,10 +770,8 @@ __noinline int file_record_make(struct iolens_file_key *key)
 	err = bpf_map_update_elem(&files, key, &new_record, BPF_NOEXIST);
 	if (err == -E2BIG && file_spill) {
 		err = bpf_map_update_elem(&files_spill, key, &new_record, BPF_NOEXIST);
-		if (!err || err == -EEXIST) {
-			if (!files_spill_used)
-				files_spill_used = 1;
-		}
+		if (!err || err == -EEXIST)
+			files_spill_used = 1;
 		if (!err) {
 			stat_inc(IOLENS_STAT_FILE_RECORDS_SPILLED);
 			__sync_fetch_and_add(&fence, 1);
@@ -796,9 +794,8 @@ __noinline int file_record_make(struct iolens_file_key *key)
 }
 
 /* The record of `key`, made if need be (*created = 1 then, also when another CPU made it
- * meanwhile: as get_record). After the make the second tier is looked in whatever
- * files_spill_used says: a record that is in neither `files` nor (by the flag) `files_spill`
- * was made there by this call or another CPU's, which may not have set the flag yet. */
+ * meanwhile: as get_record). A make that found or put the record in `files_spill` has set
+ * files_spill_used on this CPU, so the look after it cannot skip that tier. */
 static __always_inline struct iolens_file_counters *file_record_get(struct iolens_file_key *key,
 								     int *created)
 {
@@ -809,10 +806,7 @@ static __always_inline struct iolens_file_counters *file_record_get(struct iolen
 	if (file_record_make(key))
 		return NULL;
 	*created = 1;
-	c = bpf_map_lookup_elem(&files, key);
-	if (c || !file_spill)
-		return c;
-	return bpf_map_lookup_elem(&files_spill, key);
+	return file_record_find(key);
 }
 
 /*
