@@ -12,7 +12,6 @@ Checks: exactly one record of kind "process" holds X's pid, with exactly X's fil
 (no other file, no other process), labels rule/comm, state "closed" once X has exited (a
 process-rule job closes with its last process); no record holds Y's pid or Y's files.
 """
-import os
 import subprocess
 import sys
 

@@ -12,7 +12,6 @@ name). While it runs, `iolens run -- io_workload TRACED_DIR -` is traced. Checks
     iolens;
   - the traced io_workload's records are still exact (the same checks as c_workload_test.py).
 """
-import json
 import os
 import subprocess
 import sys
