@@ -15,6 +15,12 @@ With --torch-rounds R > 0, also a short PyTorch DataLoader job (tests/workloads/
 --torch-files files, 1 epoch, 2 workers, ~2-3 s of work): untraced, `iolens run -q` via the
 daemon (hooks attached) and `iolens run -q --local`, R interleaved rounds, whole-run wall time
 (issue 20's goal: within +5% of untraced).
+
+With --smallfiles-rounds R > 0, what a new (process, file) record costs inside a job of the
+daemon: bench/io_loops.c `smallfiles` (open, read 100 KiB, read EOF, close of each of
+--smallfiles cached files: every file a new record) untraced and via two daemons, one with its
+file records preallocated (the default) and one with `limits.kernel_file_records_preallocated:
+false`; R interleaved rounds of io_loops' own time per file (iolens' start and exit left out).
 """
 import argparse
 import os
@@ -23,6 +29,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -31,7 +38,7 @@ TORCH_JOB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 PYTHON = "/usr/bin/python3"  # Debian's: has torch and numpy
 
 
-def start_daemon(iolensd, work, tag, hooks_idle):
+def start_daemon(iolensd, work, tag, hooks_idle, extra=""):
     d = os.path.join(work, tag)
     os.makedirs(os.path.join(d, "sock"), mode=0o755)
     pin = "/sys/fs/bpf/iolens-bench-run-%d-%s" % (os.getpid(), tag)
@@ -39,8 +46,8 @@ def start_daemon(iolensd, work, tag, hooks_idle):
     with open(cfg, "w") as f:
         f.write("output_dir: %s/out\nstate_dir: %s/state\npin_dir: %s\nsocket: %s/sock/s\n"
                 "metrics:\n  listen: \"\"\nhooks_idle: %s\nruns: /iolens-bench-run-%d-%s.runs\n"
-                "jobs:\n  - cgroup: {paths: [\"/iolens-bench-run-%d-%s.jobs/*\"]}\n" %
-                (d, d, pin, d, hooks_idle, os.getpid(), tag, os.getpid(), tag))
+                "%sjobs:\n  - cgroup: {paths: [\"/iolens-bench-run-%d-%s.jobs/*\"]}\n" %
+                (d, d, pin, d, hooks_idle, os.getpid(), tag, extra, os.getpid(), tag))
     log = open(os.path.join(d, "iolensd.log"), "wb")
     p = subprocess.Popen([iolensd, "-c", cfg], stdout=log, stderr=subprocess.STDOUT)
     sock = os.path.join(d, "sock", "s")
@@ -96,6 +103,34 @@ def torch_rounds(a, work, sock):
         print("%-30s %7.0f ms %6.0f ms %6.0f ms  x%.3f" % (k, m, min(v), max(v), m / base))
 
 
+def smallfiles_rounds(a, work, daemons):
+    """io_loops smallfiles untraced and via each of `daemons` ({label: socket}), interleaved."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import run_bench as RB  # io_loops' build and its JSON line
+    exe = RB.build_io_loops(work)
+    data = os.path.join(work, "sf")
+    RB.run_ok([exe, "mkfiles", data, str(a.smallfiles), "100"])
+    loop = [exe, "smallfiles", data, str(a.smallfiles)]
+    cmds = {"untraced": loop}
+    for label, sock in daemons.items():
+        cmds[label] = [a.iolens, "run", "-q", "--daemon", "--socket", sock, "--"] + loop
+    res = {k: [] for k in cmds}
+    for r in range(a.smallfiles_rounds):
+        order = list(cmds.items())
+        if r % 2:
+            order.reverse()
+        for k, c in order:
+            res[k].append(RB.run_loop(c)["ns_per_op"])
+    base = statistics.median(res["untraced"])
+    print("\nsmall files via iolensd: %d files a run, each a new record (%d interleaved rounds; "
+          "load average %s)" % (a.smallfiles, a.smallfiles_rounds, os.getloadavg()))
+    print("%-44s %10s %10s %8s %10s" % ("run", "median", "min", "ratio", "extra"))
+    for k, v in res.items():
+        m = statistics.median(v)
+        print("%-44s %7.2f us %7.2f us  x%.3f %+7.2f us" % (k, m / 1000, min(v) / 1000, m / base,
+                                                           (m - base) / 1000))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iolens", required=True)
@@ -103,6 +138,8 @@ def main():
     ap.add_argument("-n", type=int, default=20)
     ap.add_argument("--torch-files", type=int, default=500)
     ap.add_argument("--torch-rounds", type=int, default=0)
+    ap.add_argument("--smallfiles", type=int, default=2000)
+    ap.add_argument("--smallfiles-rounds", type=int, default=0)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="iolens-bench-run-", dir="/var/tmp")
     os.chmod(work, 0o755)
@@ -129,6 +166,12 @@ def main():
         print("(%d interleaved rounds; load average %s)" % (a.n, os.getloadavg()))
         if a.torch_rounds > 0:
             torch_rounds(a, work, warm[1])
+        if a.smallfiles_rounds > 0:
+            ondemand = start_daemon(a.iolensd, work, "ondemand", "30s",
+                                    "limits:\n  kernel_file_records_preallocated: false\n")
+            daemons.append(ondemand)
+            smallfiles_rounds(a, work, {"via iolensd, records preallocated": warm[1],
+                                        "via iolensd, records made on demand": ondemand[1]})
     finally:
         for p, _, pin in daemons:
             p.send_signal(signal.SIGTERM)

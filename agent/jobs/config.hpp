@@ -50,6 +50,11 @@ struct Limits {
   uint64_t max_path_bytes_per_job = 5ull << 20;
   uint64_t max_path_bytes = 5ull << 20;
   uint32_t kernel_file_records = 65536;
+  /// The kernel's file records made ready at start (`kernel_file_records_preallocated`, the
+  /// default): a new (process, file) record then costs the traced call ~0.3 us instead of ~2 us
+  /// (bench/README.md "iolensd: preallocated file records"), for ~1 KiB of kernel memory per
+  /// record from the start (64.5 MiB at the default size) instead of as records are made.
+  bool kernel_file_records_preallocated = true;
   /// Entries of the kernel's cgroup exclusion map: excluded cgroups directly below a traced
   /// one (docs/daemon.md#job-selection). Users who may create cgroups there can fill it; its
   /// fill never takes a job's entry, and what does not fit is counted (unexcluded_cgroups).

@@ -374,8 +374,10 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   if (status = check_ring_size("the ring size", opts.ring_bytes); !status) return nullptr;
   if (status = check_ring_size("the trace ring size", opts.trace_ring_bytes); !status)
     return nullptr;
-  if (opts.fast_file_records > 0 && (opts.select_jobs || !opts.pin_dir.empty())) {
-    // The daemon drains in pieces and pins its maps: its one tier is `files`.
+  if (opts.fast_file_records > 0 && opts.fast_file_records < opts.max_file_records &&
+      (opts.select_jobs || !opts.pin_dir.empty())) {
+    // The daemon drains in pieces and pins its maps: its one tier is `files` (preallocated
+    // whole or not at all).
     status = Status::Error("two tiers of file records are for a run: not with job selection or "
                            "pinned maps", EINVAL);
     return nullptr;
@@ -550,6 +552,19 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       size_changed("ring", old.ring_bytes, opts.ring_bytes);
       size_changed("trace ring", old.trace_ring_bytes, opts.trace_ring_bytes);
       size_changed("cgroup exclusions", old.cgroup_excl_max, opts.max_cgroup_exclusions);
+      // Whether `files` is preallocated is the pinned map's own flag (the kernel refuses to
+      // reuse a map whose flags differ from the object's): read it from the pin.
+      const bool want_prealloc = opts.fast_file_records > 0;
+      bool files_prealloc = want_prealloc;
+      if (const int files_fd =
+              bpf_obj_get((opts.pin_dir + "/" + pin_name(skel->maps.files)).c_str());
+          files_fd >= 0) {
+        bpf_map_info files_info{};
+        __u32 files_info_len = sizeof(files_info);
+        if (bpf_obj_get_info_by_fd(files_fd, &files_info, &files_info_len) == 0)
+          files_prealloc = !(files_info.map_flags & BPF_F_NO_PREALLOC);
+        close(files_fd);
+      }
       const char* timing_names[] = {"exact", "off"};
       const bool timing_changed = old.timing != static_cast<uint32_t>(timing);
       if (!readable) {
@@ -559,6 +574,10 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                          std::to_string(IOLENS_ABI_VERSION);
       } else if (!resized.empty()) {
         pins.discarded = "map sizes changed (" + resized + ")";
+      } else if (files_prealloc != want_prealloc) {
+        pins.discarded = std::string("file records ") +
+                         (files_prealloc ? "preallocated" : "made on demand") + " -> " +
+                         (want_prealloc ? "preallocated" : "made on demand");
       } else if (timing_changed) {
         // The programs attached count for the timing they were attached with (sys_enter or
         // close_enter), and the live threads' enter_ns means one thing or the other.

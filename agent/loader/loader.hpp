@@ -32,10 +32,12 @@ struct Options {
   std::string core_btf_cache = "/var/cache/iolens";
   std::string bpftool = "/usr/sbin/bpftool";
   uint32_t max_file_records = 65536;   // kernel map size; more are drained/folded, not lost
-  /// Two tiers of file records (a run only: no pin_dir, no select_jobs; bpf/README.md "Two
-  /// tiers of records"): the first `fast_file_records` records live in a preallocated map,
-  /// where making one costs a fifth of what it costs in a map whose memory follows use; the
-  /// rest, up to max_file_records in all, in such a map. 0: one map whose memory follows use.
+  /// Preallocated file records (bpf/README.md "Two tiers of records"): the first
+  /// `fast_file_records` records live in a preallocated map, where making one costs a fifth of
+  /// what it costs in a map whose memory follows use; the rest, up to max_file_records in all,
+  /// in such a map (two tiers: a run only, no pin_dir, no select_jobs). At or above
+  /// max_file_records: one preallocated map (the daemon's choice). 0: one map whose memory
+  /// follows use.
   uint32_t fast_file_records = 0;
   uint32_t max_other_records = 8192;
   /// Entries of the cgroup exclusion map (daemon mode): excluded cgroups directly below a

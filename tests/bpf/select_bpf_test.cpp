@@ -446,6 +446,81 @@ TEST_F(SelectTest, PinnedStateOutlivesTheAgent) {
   EXPECT_FALSE(fs::exists(opts_.pin_dir));
 }
 
+namespace {
+/// Whether the `files` map pinned in `pin_dir` is preallocated; -1 if there is none.
+int pinned_files_preallocated(const std::string& pin_dir) {
+  const int fd = bpf_obj_get((pin_dir + "/files").c_str());
+  if (fd < 0) return -1;
+  bpf_map_info info{};
+  __u32 len = sizeof(info);
+  const int r = bpf_obj_get_info_by_fd(fd, &info, &len);
+  close(fd);
+  if (r != 0) return -1;
+  return (info.map_flags & BPF_F_NO_PREALLOC) ? 0 : 1;
+}
+}  // namespace
+
+// iolensd's file records preallocated whole (limits.kernel_file_records_preallocated): the
+// counts are the same, a full map still loses what does not fit, and pins made the other way
+// are not reused (the kernel would refuse the map) but discarded with the reason.
+TEST_F(SelectTest, PreallocatedRecordsCountAndPinsMadeTheOtherWayAreDiscarded) {
+  opts_.pin_dir = "/sys/fs/bpf/iolens-test-" + std::to_string(getpid()) + "-prealloc";
+  opts_.max_file_records = 16;
+  opts_.fast_file_records = 16;
+  load();
+  EXPECT_EQ(pinned_files_preallocated(opts_.pin_dir), 1);
+  EXPECT_EQ(loader_->fast_file_records(), 16u);
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  const std::string procs = cg("/cgroup.procs");
+  const std::string d = dir_.string();
+  constexpr int kFiles = 24;  // into 16 records: the first ones fit, the rest are lost (counted)
+  Child c = spawn([&] {
+    write_text(procs, "0");
+    for (int i = 0; i < kFiles; ++i) write_bytes(d + "/p" + std::to_string(i), 100 + i);
+  });
+  finish(c);
+  const uint64_t lost = loader_->stat(IOLENS_STAT_FILE_RECORDS_LOST);
+  Seen s = collect();
+  int records = 0;
+  for (const auto& [key, bytes] : s.written) records += key.first == static_cast<uint32_t>(c.pid);
+  EXPECT_EQ(records, 16) << "the full map did not hold exactly its 16 records";
+  // The files written first have their records, exact; none after the first one missing.
+  int counted = 0;
+  for (int i = 0; i < kFiles; ++i) {
+    auto it = s.written.find({static_cast<uint32_t>(c.pid), path("p" + std::to_string(i))});
+    if (it == s.written.end()) break;
+    EXPECT_EQ(it->second, static_cast<uint64_t>(100 + i)) << i;
+    ++counted;
+  }
+  for (int i = counted; i < kFiles; ++i)
+    EXPECT_FALSE(s.written.count({static_cast<uint32_t>(c.pid), path("p" + std::to_string(i))}))
+        << i;
+  EXPECT_GE(counted, 14);  // the close of cgroup.procs may take one record
+  EXPECT_GE(lost, static_cast<uint64_t>(kFiles - counted))
+      << "files that found the map full were not counted as lost";
+  loader_.reset();  // dies without unpinning
+
+  opts_.fast_file_records = 0;
+  load();
+  EXPECT_FALSE(loader_->pin_state().resumed);
+  EXPECT_EQ(loader_->pin_state().discarded, "file records preallocated -> made on demand");
+  EXPECT_EQ(pinned_files_preallocated(opts_.pin_dir), 0);
+  loader_.reset();
+
+  opts_.fast_file_records = 16;
+  load();
+  EXPECT_FALSE(loader_->pin_state().resumed);
+  EXPECT_EQ(loader_->pin_state().discarded, "file records made on demand -> preallocated");
+  EXPECT_EQ(pinned_files_preallocated(opts_.pin_dir), 1);
+  loader_.reset();
+  load();
+  EXPECT_TRUE(loader_->pin_state().resumed) << loader_->pin_state().discarded;
+  loader_->unpin_all();
+  loader_.reset();
+  EXPECT_FALSE(fs::exists(opts_.pin_dir));
+}
+
 // What daemon mode pins is ABI: the exclusion map's size is in the pin meta, and pins of ABI 7,
 // whose one selection map held exclusions too, are not reused.
 TEST_F(SelectTest, PinsOfAnotherExclusionSizeOrOfAbi7AreDiscarded) {

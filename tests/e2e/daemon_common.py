@@ -471,6 +471,15 @@ class Daemon:
                      (timeout, rc, self.log()))
         log("iolensd pid %d ready in %.2f s (hooks %s)" %
             (self.proc.pid, time.monotonic() - t0, st.get("syscall_hooks")))
+        # Its file records as the config asks (limits.kernel_file_records_preallocated, true
+        # unless said; the *_timing_off registrations say false), from its start-up log line.
+        with open(self.config) as f:
+            prealloc = not re.search(r"^\s*kernel_file_records_preallocated:\s*false\s*$",
+                                     f.read(), re.M)
+        want = r"kernel file records: \d+ preallocated \(" if prealloc else \
+            r"kernel file records: up to \d+, made as files are opened"
+        ck.check(re.search(want, self.log()) is not None,
+                 "iolensd's log does not say /%s/" % want)
         return st
 
     def spawn(self):

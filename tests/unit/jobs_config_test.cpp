@@ -131,6 +131,7 @@ TEST(JobsConfig, Defaults) {
   EXPECT_EQ(c.limits.max_path_bytes, 5ull << 20);
   EXPECT_EQ(c.limits.max_path_bytes_per_job, 5ull << 20);
   EXPECT_EQ(c.limits.kernel_file_records, 65536u);
+  EXPECT_TRUE(c.limits.kernel_file_records_preallocated);
   EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 65536u);
   EXPECT_EQ(c.rotation.max_bytes, 1ull << 30);
   EXPECT_EQ(c.rotation.max_age_s, 30ull * 86400);
@@ -155,6 +156,7 @@ limits:
   max_files_per_job: 1000
   max_records: 200000
   kernel_file_records: 131072
+  kernel_file_records_preallocated: false
   kernel_cgroup_exclusions: 4096
 rotation:
   max_size: 512MiB
@@ -197,6 +199,7 @@ jobs:
   EXPECT_EQ(c.limits.max_files_per_job, 1000u);
   EXPECT_EQ(c.limits.max_records, 200000u);
   EXPECT_EQ(c.limits.kernel_file_records, 131072u);
+  EXPECT_FALSE(c.limits.kernel_file_records_preallocated);
   EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 4096u);
   EXPECT_EQ(c.rotation.max_bytes, 512ull << 20);
   EXPECT_EQ(c.rotation.max_age_s, 12u * 3600);
@@ -431,6 +434,9 @@ TEST(JobsConfigErrors, Integers) {
   EXPECT_EQ(error_of(kJobs + "limits:\n  kernel_file_records: 4294967296\n"),
             "t.yaml:4:3: limits.kernel_file_records: expected a positive integer at most "
             "4294967295, got '4294967296'");
+  EXPECT_EQ(error_of(kJobs + "limits:\n  kernel_file_records_preallocated: yes\n"),
+            "t.yaml:4:3: limits.kernel_file_records_preallocated: expected true or false, got "
+            "'yes'");
   EXPECT_EQ(error_of(kJobs + "drain_interval_ms: 4294967296\n"),
             "t.yaml:3:1: drain_interval_ms: expected a positive integer at most 4294967295, got "
             "'4294967296'");
