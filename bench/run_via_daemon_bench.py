@@ -18,11 +18,13 @@ daemon (hooks attached) and `iolens run -q --local`, R interleaved rounds, whole
 
 With --smallfiles-rounds R > 0, what a new (process, file) record costs inside a job of the
 daemon: bench/io_loops.c `smallfiles` (open, read 100 KiB, read EOF, close of each of
---smallfiles cached files: every file a new record) untraced and via two daemons, one with its
-file records preallocated (the default) and one with `limits.kernel_file_records_preallocated:
-false`; R interleaved rounds of io_loops' own time per file (iolens' start and exit left out).
+--smallfiles cached files: every file a new record) untraced and via two daemons (started
+after the others stop, `hooks_idle: 0s`, every run waiting until both have their syscall hooks
+detached), one with `limits.kernel_file_records_preallocated: true` and one with `false`; R
+interleaved rounds of io_loops' own time per file (iolens' start and exit left out).
 """
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -103,8 +105,37 @@ def torch_rounds(a, work, sock):
         print("%-30s %7.0f ms %6.0f ms %6.0f ms  x%.3f" % (k, m, min(v), max(v), m / base))
 
 
+def hooks_attached(sock):
+    """Whether the daemon at `sock` has its syscall hooks attached (`status`, docs/control.md)."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    try:
+        s.connect(sock)
+        s.sendall(b'{"cmd": "status"}\n')
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        s.close()
+    return json.loads(data).get("result", {}).get("syscall_hooks") == "attached"
+
+
+def wait_detached(socks):
+    """Until no daemon of `socks` has its syscall hooks attached (hooks_idle: 0s detaches them
+    when a run's job ends), so that no run pays another daemon's hooks."""
+    deadline = time.monotonic() + 10
+    while any(hooks_attached(x) for x in socks):
+        if time.monotonic() > deadline:
+            raise SystemExit("a daemon kept its syscall hooks attached for 10 s")
+        time.sleep(0.02)
+
+
 def smallfiles_rounds(a, work, daemons):
-    """io_loops smallfiles untraced and via each of `daemons` ({label: socket}), interleaved."""
+    """io_loops smallfiles untraced and via each of `daemons` ({label: socket}, each with
+    hooks_idle: 0s), interleaved; every run starts with all their hooks detached."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import run_bench as RB  # io_loops' build and its JSON line
     exe = RB.build_io_loops(work)
@@ -120,6 +151,7 @@ def smallfiles_rounds(a, work, daemons):
         if r % 2:
             order.reverse()
         for k, c in order:
+            wait_detached(daemons.values())
             res[k].append(RB.run_loop(c)["ns_per_op"])
     base = statistics.median(res["untraced"])
     print("\nsmall files via iolensd: %d files a run, each a new record (%d interleaved rounds; "
@@ -167,10 +199,20 @@ def main():
         if a.torch_rounds > 0:
             torch_rounds(a, work, warm[1])
         if a.smallfiles_rounds > 0:
-            ondemand = start_daemon(a.iolensd, work, "ondemand", "30s",
+            # Only these two daemons, hooks detached between runs: the untraced runs pay no
+            # daemon's hooks, a traced run only its own.
+            for p, _, pin in daemons:
+                p.send_signal(signal.SIGTERM)
+                p.wait()
+                shutil.rmtree(pin, ignore_errors=True)
+            daemons = []
+            pre = start_daemon(a.iolensd, work, "pre", "0s",
+                               "limits:\n  kernel_file_records_preallocated: true\n")
+            daemons.append(pre)
+            ondemand = start_daemon(a.iolensd, work, "ondemand", "0s",
                                     "limits:\n  kernel_file_records_preallocated: false\n")
             daemons.append(ondemand)
-            smallfiles_rounds(a, work, {"via iolensd, records preallocated": warm[1],
+            smallfiles_rounds(a, work, {"via iolensd, records preallocated": pre[1],
                                         "via iolensd, records made on demand": ondemand[1]})
     finally:
         for p, _, pin in daemons:

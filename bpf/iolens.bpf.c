@@ -91,8 +91,9 @@ struct {
 
 /*
  * Per-(process, regular file) counters, in two tiers (bpf/README.md "Two tiers of records").
- * `files` is sized by the loader. In the daemon it is the only tier and memory follows use (no
- * prealloc). In `iolens run` (file_spill set) the loader preallocates it, small: making a
+ * `files` is sized by the loader. In the daemon it is the only tier, preallocated whole or (a
+ * config's choice, and before Linux 6.1) made on demand. In `iolens run` (file_spill set) the
+ * loader preallocates it, small: making a
  * record there reuses a ready element, where a hash without prealloc allocates ~1 KiB per new
  * record (~2 us on the benchmark VM against ~0.3 us); the records it has no room for go to
  * `files_spill`, whose memory follows use, up to the run's --max-file-records.

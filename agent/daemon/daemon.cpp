@@ -658,8 +658,23 @@ bool Daemon::setup() {
   lo.pin_dir = cfg_.pin_dir;
   lo.max_file_records = cfg_.limits.kernel_file_records;
   // One tier, preallocated whole or made on demand (the loader gives two tiers to a run only).
-  lo.fast_file_records =
-      cfg_.limits.kernel_file_records_preallocated ? cfg_.limits.kernel_file_records : 0;
+  // Unless the config says, a daemon that resumes pinned state keeps its kind of map (an
+  // upgrade must not lose the live jobs), and before Linux 6.1 the map is made on demand:
+  // there a preallocated map hands a deleted record's element to the next new one at once,
+  // where the on-demand map waited for an RCU grace period (bpf/README.md "Two tiers").
+  bool prealloc = cfg_.limits.kernel_file_records_preallocated;
+  std::string prealloc_why = "limits.kernel_file_records_preallocated";
+  if (!cfg_.limits.given.kernel_file_records_preallocated) {
+    const auto kernel = loader::running_kernel();
+    if (!kernel || !kernel->at_least(6, 1)) {
+      prealloc = false;
+      prealloc_why = "the default before Linux 6.1";
+    } else {
+      prealloc_why = "the default";
+    }
+    lo.file_records_follow_pins = true;
+  }
+  lo.fast_file_records = prealloc ? cfg_.limits.kernel_file_records : 0;
   lo.max_cgroup_exclusions = cfg_.limits.kernel_cgroup_exclusions;
   lo.ring_bytes = cfg_.limits.ring_bytes;
   lo.trace_ring_bytes = cfg_.limits.trace_ring_bytes;
@@ -678,14 +693,17 @@ bool Daemon::setup() {
   if (pins.resumed) spdlog::info("continuing the kernel state left in {}", cfg_.pin_dir);
   // A preallocated element: the key, the value, the hash map's own header (~48 bytes) and a
   // 16-byte bucket (what the kernel charges: 64.5 MiB for 65,536, its memlock).
-  if (cfg_.limits.kernel_file_records_preallocated)
-    spdlog::info("kernel file records: {} preallocated ({} of kernel memory)",
+  if (loader_->fast_file_records() != (prealloc ? cfg_.limits.kernel_file_records : 0))
+    prealloc_why = "the kernel state resumed";
+  if (loader_->fast_file_records() > 0)
+    spdlog::info("kernel file records: {} preallocated (~{} of kernel memory; {})",
                  cfg_.limits.kernel_file_records,
                  core::human_bytes(uint64_t{cfg_.limits.kernel_file_records} *
-                                   (sizeof(iolens_file_counters) + sizeof(iolens_file_key) + 48 + 16)));
+                                   (sizeof(iolens_file_counters) + sizeof(iolens_file_key) + 48 + 16)),
+                 prealloc_why);
   else
-    spdlog::info("kernel file records: up to {}, made as files are opened",
-                 cfg_.limits.kernel_file_records);
+    spdlog::info("kernel file records: up to {}, made as files are opened ({})",
+                 cfg_.limits.kernel_file_records, prealloc_why);
 
   start_mono_ = clock_ns(CLOCK_MONOTONIC);
   start_wall_ = clock_ns(CLOCK_REALTIME);

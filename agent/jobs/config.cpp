@@ -779,6 +779,7 @@ class ConfigParser {
         l.kernel_file_records = static_cast<uint32_t>(n);
       } else if (e.key == "kernel_file_records_preallocated") {
         check_.boolean(e, path, l.kernel_file_records_preallocated);
+        l.given.kernel_file_records_preallocated = true;
       } else if (e.key == "kernel_cgroup_exclusions") {
         uint64_t n = l.kernel_cgroup_exclusions;
         check_.positive(e, path, std::numeric_limits<uint32_t>::max(), n);

@@ -50,10 +50,12 @@ struct Limits {
   uint64_t max_path_bytes_per_job = 5ull << 20;
   uint64_t max_path_bytes = 5ull << 20;
   uint32_t kernel_file_records = 65536;
-  /// The kernel's file records made ready at start (`kernel_file_records_preallocated`, the
-  /// default): a new (process, file) record then costs the traced call ~0.3 us instead of ~2 us
-  /// (bench/README.md "iolensd: preallocated file records"), for ~1 KiB of kernel memory per
-  /// record from the start (64.5 MiB at the default size) instead of as records are made.
+  /// The kernel's file records made ready at start (`kernel_file_records_preallocated`): a new
+  /// (process, file) record then costs the traced call microseconds less (bench/README.md
+  /// "iolensd: preallocated file records"), for ~1 KiB of kernel memory per record from the
+  /// start (64.5 MiB at the default size) instead of as records are made. When the config does
+  /// not say (given.kernel_file_records_preallocated), the daemon chooses: what pinned state it
+  /// resumes has, else preallocated on Linux 6.1 and later (docs/daemon.md "Sizing").
   bool kernel_file_records_preallocated = true;
   /// Entries of the kernel's cgroup exclusion map: excluded cgroups directly below a traced
   /// one (docs/daemon.md#job-selection). Users who may create cgroups there can fill it; its
@@ -69,7 +71,7 @@ struct Limits {
   /// Which of the limits derived from `memory` the config (or a command-line flag) gave.
   struct Given {
     bool memory = false, max_files_per_job = false, max_records = false, max_path_bytes = false,
-         max_path_bytes_per_job = false;
+         max_path_bytes_per_job = false, kernel_file_records_preallocated = false;
   } given;
 };
 

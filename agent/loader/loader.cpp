@@ -438,7 +438,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     return nullptr;
   }
   bpf_map__set_max_entries(skel->maps.files, opts.max_file_records);
-  const uint32_t fast = std::min(opts.fast_file_records, opts.max_file_records);
+  uint32_t fast = std::min(opts.fast_file_records, opts.max_file_records);
   if (fast > 0) {
     // Preallocated: the kernel builds the elements at creation (1-2 ms for 8,192 of ~1 KiB on
     // the benchmark VM, bench/README.md) and a new record takes a ready one.
@@ -554,7 +554,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       size_changed("cgroup exclusions", old.cgroup_excl_max, opts.max_cgroup_exclusions);
       // Whether `files` is preallocated is the pinned map's own flag (the kernel refuses to
       // reuse a map whose flags differ from the object's): read it from the pin.
-      const bool want_prealloc = opts.fast_file_records > 0;
+      bool want_prealloc = fast > 0;
       bool files_prealloc = want_prealloc;
       if (const int files_fd =
               bpf_obj_get((opts.pin_dir + "/" + pin_name(skel->maps.files)).c_str());
@@ -564,6 +564,13 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
         if (bpf_obj_get_info_by_fd(files_fd, &files_info, &files_info_len) == 0)
           files_prealloc = !(files_info.map_flags & BPF_F_NO_PREALLOC);
         close(files_fd);
+      }
+      if (files_prealloc != want_prealloc && opts.file_records_follow_pins) {
+        // The configuration did not ask: keep the previous agent's kind of map and its state
+        // (an upgrade to a release whose default differs must not lose the live jobs).
+        want_prealloc = files_prealloc;
+        fast = files_prealloc ? opts.max_file_records : 0;
+        bpf_map__set_map_flags(skel->maps.files, files_prealloc ? 0 : BPF_F_NO_PREALLOC);
       }
       const char* timing_names[] = {"exact", "off"};
       const bool timing_changed = old.timing != static_cast<uint32_t>(timing);

@@ -39,6 +39,10 @@ struct Options {
   /// max_file_records: one preallocated map (the daemon's choice). 0: one map whose memory
   /// follows use.
   uint32_t fast_file_records = 0;
+  /// With pins to resume whose `files` map was made the other way (preallocated or not): keep
+  /// that map and resume, instead of discarding the pinned state (the daemon, when its
+  /// configuration does not say which it wants). fast_file_records() tells which was kept.
+  bool file_records_follow_pins = false;
   uint32_t max_other_records = 8192;
   /// Entries of the cgroup exclusion map (daemon mode): excluded cgroups directly below a
   /// traced one. Traced cgroups have their own map (IOLENS_CGROUP_TRACE_MAX entries).

@@ -5,10 +5,12 @@
 #include <linux/btf.h>
 #include <linux/capability.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -118,6 +120,24 @@ Status btf_strings_present(const std::string& path, const std::set<std::string>&
     }
   }
   return Status::Ok();
+}
+
+std::optional<KernelVersion> parse_kernel_release(std::string_view release) {
+  KernelVersion v;
+  const char* p = release.data();
+  const char* end = p + release.size();
+  auto [q, e1] = std::from_chars(p, end, v.major);
+  if (e1 != std::errc() || q == p || q == end || *q != '.') return std::nullopt;
+  const char* minor = q + 1;
+  auto [r, e2] = std::from_chars(minor, end, v.minor);
+  if (e2 != std::errc() || r == minor) return std::nullopt;
+  return v;
+}
+
+std::optional<KernelVersion> running_kernel() {
+  utsname u{};
+  if (uname(&u) != 0) return std::nullopt;
+  return parse_kernel_release(u.release);
 }
 
 }  // namespace iolens::loader

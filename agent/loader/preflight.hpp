@@ -2,8 +2,10 @@
 #pragma once
 /// Checks made before loading anything, so a user gets one clear line instead of a verifier dump.
 
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "loader/status.hpp"
 
@@ -25,5 +27,19 @@ Status btf_strings_present(const std::string& path, const std::set<std::string>&
 
 /// The hint printed after any permission error.
 const char* privilege_hint();
+
+/// A kernel release as uname(2) gives it ("6.18.44-fc-v857", "5.15.0-91-generic"): its major
+/// and minor numbers, or nothing if it does not start with "<major>.<minor>".
+struct KernelVersion {
+  unsigned major = 0;
+  unsigned minor = 0;
+  bool at_least(unsigned ma, unsigned mi) const {
+    return major > ma || (major == ma && minor >= mi);
+  }
+};
+std::optional<KernelVersion> parse_kernel_release(std::string_view release);
+
+/// The running kernel's version (uname), or nothing if it cannot be read.
+std::optional<KernelVersion> running_kernel();
 
 }  // namespace iolens::loader

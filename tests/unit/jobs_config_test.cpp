@@ -132,6 +132,7 @@ TEST(JobsConfig, Defaults) {
   EXPECT_EQ(c.limits.max_path_bytes_per_job, 5ull << 20);
   EXPECT_EQ(c.limits.kernel_file_records, 65536u);
   EXPECT_TRUE(c.limits.kernel_file_records_preallocated);
+  EXPECT_FALSE(c.limits.given.kernel_file_records_preallocated);  // the daemon chooses
   EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 65536u);
   EXPECT_EQ(c.rotation.max_bytes, 1ull << 30);
   EXPECT_EQ(c.rotation.max_age_s, 30ull * 86400);
@@ -200,6 +201,7 @@ jobs:
   EXPECT_EQ(c.limits.max_records, 200000u);
   EXPECT_EQ(c.limits.kernel_file_records, 131072u);
   EXPECT_FALSE(c.limits.kernel_file_records_preallocated);
+  EXPECT_TRUE(c.limits.given.kernel_file_records_preallocated);
   EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 4096u);
   EXPECT_EQ(c.rotation.max_bytes, 512ull << 20);
   EXPECT_EQ(c.rotation.max_age_s, 12u * 3600);

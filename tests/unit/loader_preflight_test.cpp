@@ -89,3 +89,25 @@ TEST(BtfStrings, RunningKernel) {
 
 }  // namespace
 }  // namespace iolens::loader
+
+TEST(KernelRelease, MajorAndMinorOfWhatUnameGives) {
+  using iolens::loader::parse_kernel_release;
+  auto v = parse_kernel_release("6.18.44-fc-v857");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->major, 6u);
+  EXPECT_EQ(v->minor, 18u);
+  EXPECT_TRUE(v->at_least(6, 1));
+  EXPECT_TRUE(v->at_least(6, 18));
+  EXPECT_FALSE(v->at_least(6, 19));
+  EXPECT_FALSE(v->at_least(7, 0));
+  v = parse_kernel_release("5.15.0-91-generic");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->at_least(6, 1));
+  EXPECT_TRUE(v->at_least(5, 15));
+  v = parse_kernel_release("6.0");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->minor, 0u);
+  for (const char* bad : {"", "6", "6.", ".1", "x6.1", "6.x", "-1.2"})
+    EXPECT_FALSE(parse_kernel_release(bad).has_value()) << bad;
+  EXPECT_TRUE(iolens::loader::running_kernel().has_value());
+}
