@@ -24,7 +24,6 @@ detached), one with `limits.kernel_file_records_preallocated: true` and one with
 interleaved rounds of io_loops' own time per file (iolens' start and exit left out).
 """
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -107,20 +106,9 @@ def torch_rounds(a, work, sock):
 
 def hooks_attached(sock):
     """Whether the daemon at `sock` has its syscall hooks attached (`status`, docs/control.md)."""
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(5)
-    try:
-        s.connect(sock)
-        s.sendall(b'{"cmd": "status"}\n')
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        s.close()
-    return json.loads(data).get("result", {}).get("syscall_hooks") == "attached"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import daemon_bench  # its control-socket request
+    return daemon_bench.ask(sock, "status").get("syscall_hooks") == "attached"
 
 
 def wait_detached(socks):
