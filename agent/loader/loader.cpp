@@ -554,7 +554,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       size_changed("cgroup exclusions", old.cgroup_excl_max, opts.max_cgroup_exclusions);
       // Whether `files` is preallocated is the pinned map's own flag (the kernel refuses to
       // reuse a map whose flags differ from the object's): read it from the pin.
-      bool want_prealloc = fast > 0;
+      const bool want_prealloc = fast > 0;
       bool files_prealloc = want_prealloc;
       if (const int files_fd =
               bpf_obj_get((opts.pin_dir + "/" + pin_name(skel->maps.files)).c_str());
@@ -565,13 +565,6 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
           files_prealloc = !(files_info.map_flags & BPF_F_NO_PREALLOC);
         close(files_fd);
       }
-      if (files_prealloc != want_prealloc && opts.file_records_follow_pins) {
-        // The configuration did not ask: keep the previous agent's kind of map and its state
-        // (an upgrade to a release whose default differs must not lose the live jobs).
-        want_prealloc = files_prealloc;
-        fast = files_prealloc ? opts.max_file_records : 0;
-        bpf_map__set_map_flags(skel->maps.files, files_prealloc ? 0 : BPF_F_NO_PREALLOC);
-      }
       const char* timing_names[] = {"exact", "off"};
       const bool timing_changed = old.timing != static_cast<uint32_t>(timing);
       if (!readable) {
@@ -581,7 +574,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                          std::to_string(IOLENS_ABI_VERSION);
       } else if (!resized.empty()) {
         pins.discarded = "map sizes changed (" + resized + ")";
-      } else if (files_prealloc != want_prealloc) {
+      } else if (files_prealloc != want_prealloc && !opts.file_records_follow_pins) {
         pins.discarded = std::string("file records ") +
                          (files_prealloc ? "preallocated" : "made on demand") + " -> " +
                          (want_prealloc ? "preallocated" : "made on demand");
@@ -595,6 +588,13 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
         pins.resumed = true;
         pins.mono_to_wall_ns = static_cast<int64_t>(old.mono_to_wall_ns);
         pins.created_wall_ns = old.created_wall_ns;
+      }
+      if (pins.resumed && files_prealloc != want_prealloc) {
+        // Resumed although `files` was made the other way: the configuration did not ask
+        // (file_records_follow_pins, checked above), so the previous agent's kind of map is
+        // kept with its state (an upgrade to a release whose default differs keeps its jobs).
+        fast = files_prealloc ? opts.max_file_records : 0;
+        bpf_map__set_map_flags(skel->maps.files, files_prealloc ? 0 : BPF_F_NO_PREALLOC);
       }
       if (!pins.resumed) remove_pins(opts.pin_dir);
     }
