@@ -544,6 +544,15 @@ TEST_F(SelectTest, PreallocatedRecordsCountAndPinsMadeTheOtherWayAreDiscarded) {
   EXPECT_TRUE(loader_->pin_state().resumed) << loader_->pin_state().discarded;
   EXPECT_EQ(loader_->fast_file_records(), 0u);
   EXPECT_EQ(pinned_files_preallocated(opts_.pin_dir), 0);
+  loader_.reset();
+  // State discarded for another reason: the new maps are of the kind asked, not the pinned one.
+  opts_.max_cgroup_exclusions = 4096;
+  load();
+  EXPECT_FALSE(loader_->pin_state().resumed);
+  EXPECT_EQ(loader_->pin_state().discarded.rfind("map sizes changed", 0), 0u)
+      << loader_->pin_state().discarded;
+  EXPECT_EQ(loader_->fast_file_records(), 16u);
+  EXPECT_EQ(pinned_files_preallocated(opts_.pin_dir), 1);
   loader_->unpin_all();
   loader_.reset();
   EXPECT_FALSE(fs::exists(opts_.pin_dir));
