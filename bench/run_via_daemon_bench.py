@@ -34,6 +34,11 @@ import sys
 import tempfile
 import time
 
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_bench  # noqa: E402  (its control-socket request)
+import run_bench as RB  # noqa: E402  (io_loops' build and its JSON line)
+
 TORCH_JOB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
                          "workloads", "torch_job.py")
 PYTHON = "/usr/bin/python3"  # Debian's: has torch and numpy
@@ -106,8 +111,6 @@ def torch_rounds(a, work, sock):
 
 def hooks_attached(sock):
     """Whether the daemon at `sock` has its syscall hooks attached (`status`, docs/control.md)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import daemon_bench  # its control-socket request
     return daemon_bench.ask(sock, "status").get("syscall_hooks") == "attached"
 
 
@@ -124,8 +127,6 @@ def wait_detached(socks):
 def smallfiles_rounds(a, work, daemons):
     """io_loops smallfiles untraced and via each of `daemons` ({label: socket}, each with
     hooks_idle: 0s), interleaved; every run starts with all their hooks detached."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import run_bench as RB  # io_loops' build and its JSON line
     exe = RB.build_io_loops(work)
     data = os.path.join(work, "sf")
     RB.run_ok([exe, "mkfiles", data, str(a.smallfiles), "100"])

@@ -666,7 +666,10 @@ bool Daemon::setup() {
   std::string prealloc_why = "limits.kernel_file_records_preallocated";
   if (!cfg_.limits.given.kernel_file_records_preallocated) {
     const auto kernel = loader::running_kernel();
-    if (!kernel || !kernel->at_least(6, 1)) {
+    if (!kernel) {
+      prealloc = false;
+      prealloc_why = "the default when the kernel's version is unknown";
+    } else if (!kernel->at_least(6, 1)) {
       prealloc = false;
       prealloc_why = "the default before Linux 6.1";
     } else {
@@ -693,8 +696,14 @@ bool Daemon::setup() {
   if (pins.resumed) spdlog::info("continuing the kernel state left in {}", cfg_.pin_dir);
   // A preallocated element: the key, the value, the hash map's own header (~48 bytes) and a
   // 16-byte bucket (what the kernel charges: 64.5 MiB for 65,536, its memlock).
-  if (loader_->fast_file_records() != (prealloc ? cfg_.limits.kernel_file_records : 0))
+  if (loader_->fast_file_records() != (prealloc ? cfg_.limits.kernel_file_records : 0)) {
     prealloc_why = "the kernel state resumed";
+    if (loader_->fast_file_records() > 0 && !prealloc)
+      spdlog::warn("kept the preallocated file records of the kernel state resumed, where this "
+                   "kernel's default is records made on demand (a preallocated map reuses a "
+                   "deleted record's element at once before Linux 6.1): set "
+                   "limits.kernel_file_records_preallocated to choose");
+  }
   if (loader_->fast_file_records() > 0)
     spdlog::info("kernel file records: {} preallocated (~{} of kernel memory; {})",
                  cfg_.limits.kernel_file_records,

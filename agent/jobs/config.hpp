@@ -68,7 +68,8 @@ struct Limits {
   /// hold what the job does between two of the daemon's reads (10-50 ms); what does not fit is
   /// lost and counted in the capture's file. Allocated (locked) for the daemon's lifetime.
   uint32_t trace_ring_bytes = 16u << 20;
-  /// Which of the limits derived from `memory` the config (or a command-line flag) gave.
+  /// Which of the limits derived from `memory` the config (or a command-line flag) gave, and
+  /// whether it said kernel_file_records_preallocated (else the daemon chooses).
   struct Given {
     bool memory = false, max_files_per_job = false, max_records = false, max_path_bytes = false,
          max_path_bytes_per_job = false, kernel_file_records_preallocated = false;

@@ -407,6 +407,13 @@ def control(sock, req, timeout=CONTROL_TIMEOUT_S, fds=(), received=None):
     return json.loads(data.split(b"\n", 1)[0].decode())
 
 
+def default_preallocated():
+    """iolensd's file records when its config does not say: preallocated on Linux 6.1 and later
+    (a preallocated map reuses a deleted element at once before, bpf/README.md)."""
+    m = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (6, 1)
+
+
 def read_text(path):
     """A log file's text ("" if it is not there), undecodable bytes replaced."""
     try:
@@ -472,14 +479,14 @@ class Daemon:
         log("iolensd pid %d ready in %.2f s (hooks %s)" %
             (self.proc.pid, time.monotonic() - t0, st.get("syscall_hooks")))
         # Its file records as the config asks (limits.kernel_file_records_preallocated; the
-        # *_timing_off registrations say false), or preallocated on this test kernel (6.1+)
-        # when it does not say and no earlier daemon's pins are resumed: this start's log line.
+        # *_timing_off registrations say false), or the default when it does not say and no
+        # earlier daemon's pins are resumed (preallocated on Linux 6.1+): this start's log line.
         with open(self.config) as f:
             text = f.read()
         said = re.search(r"^\s*kernel_file_records_preallocated:\s*(\S+)\s*(#.*)?$", text,
                          re.M)
         if said or not st.get("restart", {}).get("resumed"):
-            prealloc = not said or said.group(1).lower() == "true"
+            prealloc = said.group(1).lower() == "true" if said else default_preallocated()
             want = r"kernel file records: \d+ preallocated \(" if prealloc else \
                 r"kernel file records: up to \d+, made as files are opened"
             ck.check(re.search(want, self.log()[self.log_start:]) is not None,
