@@ -12,9 +12,11 @@ between runs, the usual case on a node where runs follow each other) and with `h
         --iolensd build/agent/daemon/iolensd -n 30 [--torch-files 500 --torch-rounds 5]
 
 With --torch-rounds R > 0, also a short PyTorch DataLoader job (tests/workloads/torch_job.py,
---torch-files files, 1 epoch, 2 workers, ~2-3 s of work): untraced, `iolens run -q` via the
-daemon (hooks attached) and `iolens run -q --local`, R interleaved rounds, whole-run wall time
-(issue 20's goal: within +5% of untraced).
+--torch-files files, --torch-epochs (1) epochs, 2 workers, ~2-3 s of work at the defaults):
+untraced, `iolens run -q` via the daemon (hooks attached) and `iolens run -q --local`, R
+interleaved rounds, whole-run wall time (issue 20's goal: within +5% of untraced), and the
+daemon's own CPU time during each run via the daemon, as a share of one core over the run
+(issue 14's goal for the agent: under 1%).
 
 With --smallfiles-rounds R > 0, what a new (process, file) record costs inside a job of the
 daemon: bench/io_loops.c `smallfiles` (open, read 100 KiB, read EOF, close of each of
@@ -70,43 +72,66 @@ def start_daemon(iolensd, work, tag, hooks_idle, extra=""):
     raise SystemExit("iolensd did not start; see %s" % os.path.join(d, "iolensd.log"))
 
 
-def rounds(cmds, n, reverse_odd=False):
+def rounds(cmds, n, reverse_odd=False, cpu_of=None):
     """{label: [wall ms...]}: every round runs each command once (reversed every other round
-    with reverse_odd)."""
+    with reverse_odd). cpu_of {label: pid}: also the CPU time (ms) that process (a daemon) used
+    during each run of that label, in res[label + " cpu"]."""
+    cpu_of = cpu_of or {}
     res = {k: [] for k in cmds}
+    for k in cpu_of:
+        res[k + " cpu"] = []
     for r in range(n):
         order = list(cmds.items())
         if reverse_odd and r % 2:
             order.reverse()
         for k, c in order:
+            c0 = RB.self_cpu_s(cpu_of[k]) if k in cpu_of else None
             t = time.perf_counter()
             p = subprocess.run(c, stdout=subprocess.DEVNULL)
             res[k].append((time.perf_counter() - t) * 1000)
+            if k in cpu_of:
+                # the daemon drains and records the job after it ends: 0.3 s covers that
+                # (its drain interval is 100 ms) and is charged to the run
+                time.sleep(0.3)
+                c1 = RB.self_cpu_s(cpu_of[k])
+                if c0 is None or c1 is None:
+                    raise SystemExit("%s: the daemon (pid %d) is gone" % (k, cpu_of[k]))
+                res[k + " cpu"].append((c1 - c0) * 1000)
             if p.returncode != 0:
                 raise SystemExit("%s: exit %d" % (k, p.returncode))
     return res
 
 
-def torch_rounds(a, work, sock):
+def torch_rounds(a, work, sock, daemon_pid):
     data = os.path.join(work, "torch-data")
     subprocess.run([PYTHON, TORCH_JOB, data, os.path.join(work, "ckpt"), "--make-data",
                     "--files", str(a.torch_files)], check=True, stdout=subprocess.DEVNULL)
     job = [PYTHON, TORCH_JOB, data, os.path.join(work, "ckpt"), "--files", str(a.torch_files),
-           "--epochs", "1", "--workers", "2"]
+           "--epochs", str(a.torch_epochs), "--workers", "2"]
+    via = "via iolensd (hooks attached)"
     cmds = {
         "untraced": job,
-        "via iolensd (hooks attached)": [a.iolens, "run", "-q", "--daemon", "--socket", sock,
-                                         "--"] + job,
+        via: [a.iolens, "run", "-q", "--daemon", "--socket", sock, "--"] + job,
         "local programs": [a.iolens, "run", "-q", "--local", "--"] + job,
     }
-    res = rounds(cmds, a.torch_rounds, reverse_odd=True)
+    res = rounds(cmds, a.torch_rounds, reverse_odd=True, cpu_of={via: daemon_pid})
+    cpu = res.pop(via + " cpu")
     base = statistics.median(res["untraced"])
-    print("\nPyTorch job, %d files, 1 epoch, 2 workers (%d interleaved rounds; load average %s)"
-          % (a.torch_files, a.torch_rounds, os.getloadavg()))
+    print("\nPyTorch job, %d files, %d epoch(s), 2 workers (%d interleaved rounds; load average "
+          "%s)" % (a.torch_files, a.torch_epochs, a.torch_rounds, os.getloadavg()))
     print("%-30s %9s %9s %9s %8s" % ("run", "median", "min", "max", "ratio"))
     for k, v in res.items():
         m = statistics.median(v)
         print("%-30s %7.0f ms %6.0f ms %6.0f ms  x%.3f" % (k, m, min(v), max(v), m / base))
+    # The daemon's own CPU (user + system, its threads; the kernel programs run in the job's
+    # threads and are in the job's time) from the run's start to 0.3 s after its end, against
+    # the run's wall time: the share of one core the node agent took for this job.
+    share = [c / w for c, w in zip(cpu, res[via])]
+    print("iolensd's CPU per run via the daemon: median %.0f ms (%s ms), %.2f%% of a core over "
+          "the run (min %.2f%%, max %.2f%%)" % (statistics.median(cpu),
+                                                  ", ".join("%.0f" % c for c in cpu),
+                                                  100 * statistics.median(share),
+                                                  100 * min(share), 100 * max(share)))
 
 
 def hooks_attached(sock):
@@ -159,6 +184,7 @@ def main():
     ap.add_argument("-n", type=int, default=20)
     ap.add_argument("--torch-files", type=int, default=500)
     ap.add_argument("--torch-rounds", type=int, default=0)
+    ap.add_argument("--torch-epochs", type=int, default=1)
     ap.add_argument("--smallfiles", type=int, default=2000)
     ap.add_argument("--smallfiles-rounds", type=int, default=0)
     a = ap.parse_args()
@@ -186,7 +212,7 @@ def main():
             print("%-34s %7.1f ms %6.1f ms %6.1f ms %9.1f ms" % (k, m, min(v), max(v), m - base))
         print("(%d interleaved rounds; load average %s)" % (a.n, os.getloadavg()))
         if a.torch_rounds > 0:
-            torch_rounds(a, work, warm[1])
+            torch_rounds(a, work, warm[1], warm[0].pid)
         if a.smallfiles_rounds > 0:
             # Only these two daemons, hooks detached between runs: the untraced runs pay no
             # daemon's hooks, a traced run only its own.

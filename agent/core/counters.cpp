@@ -270,7 +270,7 @@ uint64_t fnv1a(const void* p, std::size_t n, uint64_t h = 1469598103934665603ULL
 }
 }  // namespace
 
-std::size_t IdleClock::KeyHash::operator()(const iolens_file_key& k) const {
+std::size_t FileKeyHash::operator()(const iolens_file_key& k) const {
   uint64_t h = fnv1a(&k.ino, sizeof k.ino);
   h = fnv1a(&k.dev, sizeof k.dev, h);
   h = fnv1a(&k.gen, sizeof k.gen, h);
@@ -279,7 +279,7 @@ std::size_t IdleClock::KeyHash::operator()(const iolens_file_key& k) const {
   return static_cast<std::size_t>(h);
 }
 
-bool IdleClock::KeyEq::operator()(const iolens_file_key& a, const iolens_file_key& b) const {
+bool FileKeyEq::operator()(const iolens_file_key& a, const iolens_file_key& b) const {
   return a.ino == b.ino && a.dev == b.dev && a.gen == b.gen && a.tgid == b.tgid &&
          a.pstart_ns == b.pstart_ns;
 }

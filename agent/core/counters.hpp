@@ -117,6 +117,16 @@ bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, 
 /// record by its counters not having changed since an earlier drain saw them as they are: it
 /// has been idle since that drain at least. Per drain: begin(), since() for each record that
 /// may be evicted, end(); a record not asked about in a drain is forgotten.
+/// Hash and equality of a kernel file key by its fields (not its padding), for the hashed
+/// containers of a drain: one lookup per record per drain (a daemon's drain reads every record
+/// in the map each round, tens of thousands for a DataLoader job).
+struct FileKeyHash {
+  std::size_t operator()(const iolens_file_key& k) const;
+};
+struct FileKeyEq {
+  bool operator()(const iolens_file_key& a, const iolens_file_key& b) const;
+};
+
 class IdleClock {
  public:
   void begin() { next_.clear(); }
@@ -126,17 +136,11 @@ class IdleClock {
   std::size_t tracked() const { return prev_.size(); }
 
  private:
-  struct KeyHash {
-    std::size_t operator()(const iolens_file_key& k) const;
-  };
-  struct KeyEq {
-    bool operator()(const iolens_file_key& a, const iolens_file_key& b) const;
-  };
   struct Seen {
     uint64_t fingerprint;
     uint64_t since_ns;
   };
-  std::unordered_map<iolens_file_key, Seen, KeyHash, KeyEq> prev_, next_;
+  std::unordered_map<iolens_file_key, Seen, FileKeyHash, FileKeyEq> prev_, next_;
 };
 
 /// live_evictable in a drain: the record's last activity is its own end times, or with `idle`

@@ -38,6 +38,17 @@ struct FileIdentity {
 };
 static_assert(sizeof(FileIdentity) == 16);
 
+/// For hashed sets of files: a daemon job's `named`, looked up for every record of every drain.
+/// splitmix64's finalizer over the fields (inode numbers are dense; dev and gen vary little).
+struct FileIdentityHash {
+  std::size_t operator()(const FileIdentity& f) const {
+    uint64_t h = f.ino ^ ((static_cast<uint64_t>(f.dev) << 32 | f.gen) * 0x9e3779b97f4a7c15ULL);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    return static_cast<std::size_t>(h ^ (h >> 31));
+  }
+};
+
 struct FileKey {
   uint32_t dev = 0;  // kernel dev_t
   uint64_t ino = 0;

@@ -26,6 +26,7 @@
 #include <optional>
 #include <sstream>
 #include <tuple>
+#include <unordered_set>
 #include <variant>
 
 #include <spdlog/spdlog.h>
@@ -394,13 +395,10 @@ class Daemon {
   // limits spent up to 0.8 s at once there); saved with the state, so that a restart clears
   // what a crash left. Until cleared, a folded file used again gets a record without a name.
   std::deque<loader::Loader::NameId> names_to_clear_;
-  struct KeyLess {
-    bool operator()(const iolens_file_key& a, const iolens_file_key& b) const {
-      return std::memcmp(&a, &b, sizeof(a)) < 0;
-    }
-  };
-  // The same keys, for the drains until the deletion: they must not be reported again.
-  std::set<iolens_file_key, KeyLess> pending_set_;
+  // The same keys, for the drains until the deletion: they must not be reported again. Hashed:
+  // every record of every drain round is looked up here (a DataLoader job's ~10,000 exited
+  // records held until the next save cost a tree of them ~15 key compares per record read).
+  std::unordered_set<iolens_file_key, core::FileKeyHash, core::FileKeyEq> pending_set_;
   // Processes with records but no job yet: when first seen, and the ring's producer position
   // then (their mark, if any, is before it).
   struct Unknown {

@@ -292,7 +292,8 @@ void JobTable::on_event(const core::Event& ev) {
   Job* job = find(it->second);
   if (!job) return;
   job->rec->on_event(ev);
-  if (path && path->op == IOLENS_PATH_FILE) job->named.insert({path->dev, path->ino, path->gen});
+  if (path && path->op == IOLENS_PATH_FILE)
+    job->named.insert(core::FileIdentity{.ino = path->ino, .dev = path->dev, .gen = path->gen});
   if (const auto* x = std::get_if<core::ExitEvent>(&ev)) {
     job->live.erase(p);
     if (job->identity.kind == "process" && job->live.empty() && job->state == JobState::Live) {
@@ -320,14 +321,14 @@ void JobTable::note_unattributed(const core::ProcKey& p) {
 }
 
 void JobTable::give_name(Job& job, const iolens_file_key& key) {
-  const std::tuple<uint32_t, uint64_t, uint32_t> id{key.dev, key.ino, key.gen};
-  if (job.named.count(id)) return;
-  auto n = names_.find(id);
+  const core::FileIdentity file{.ino = key.ino, .dev = key.dev, .gen = key.gen};
+  if (job.named.count(file)) return;
+  auto n = names_.find({key.dev, key.ino, key.gen});
   if (n == names_.end()) return;
   core::PathEvent ev = n->second;
   ev.proc = core::ProcKey{key.tgid, key.pstart_ns};
   job.rec->on_event(ev);
-  job.named.insert(id);
+  job.named.insert(file);
 }
 
 void JobTable::on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed) {
@@ -497,7 +498,7 @@ std::size_t JobTable::enforce_limits(std::vector<core::FileIdentity>* forgotten,
   for (std::size_t i = before; i < forgotten->size(); ++i) {
     const auto& f = (*forgotten)[i];
     const std::tuple<uint32_t, uint64_t, uint32_t> id{f.dev, f.ino, f.gen};
-    for (auto& [jid, job] : jobs_) job->named.erase(id);
+    for (auto& [jid, job] : jobs_) job->named.erase(f);
     if (auto n = names_.find(id); n != names_.end()) {
       names_bytes_ -= std::min(names_bytes_, event_bytes(n->second));
       names_.erase(n);

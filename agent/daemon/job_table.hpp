@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 #include <string>
+#include <unordered_set>
 #include <string_view>
 #include <vector>
 
@@ -59,8 +60,9 @@ struct Job {
   std::map<core::ProcKey, std::map<std::string, std::string>> proc_labels;  // container, step...
   std::unique_ptr<core::Recorder> rec;
   /// Files whose name this job's recorder has received (its own event or one from the table's
-  /// node-wide cache): the kernel sends a file's name once for the whole node.
-  std::set<std::tuple<uint32_t, uint64_t, uint32_t>> named;
+  /// node-wide cache): the kernel sends a file's name once for the whole node. Hashed: every
+  /// record of every drain is looked up here (JobTable::give_name).
+  std::unordered_set<core::FileIdentity, core::FileIdentityHash> named;
   /// By file class name: what fold_to took out of the recorder's file records, so the per-class
   /// metrics stay monotonic when records are folded (their paths are gone then).
   std::map<std::string, core::ClassTotals> folded_classes;
