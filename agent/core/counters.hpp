@@ -113,10 +113,6 @@ inline constexpr uint64_t kEvictIdleNs = 10'000'000;
 bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns,
                     std::optional<uint64_t> last_ns = std::nullopt);
 
-/// Timing off: no record has an end time (docs/counters.md#timing), so a drain tells an idle
-/// record by its counters not having changed since an earlier drain saw them as they are: it
-/// has been idle since that drain at least. Per drain: begin(), since() for each record that
-/// may be evicted, end(); a record not asked about in a drain is forgotten.
 /// Hash and equality of a kernel file key by its fields (not its padding), for the hashed
 /// containers of a drain: one lookup per record per drain (a daemon's drain reads every record
 /// in the map each round, tens of thousands for a DataLoader job).
@@ -127,6 +123,10 @@ struct FileKeyEq {
   bool operator()(const iolens_file_key& a, const iolens_file_key& b) const;
 };
 
+/// Timing off: no record has an end time (docs/counters.md#timing), so a drain tells an idle
+/// record by its counters not having changed since an earlier drain saw them as they are: it
+/// has been idle since that drain at least. Per drain: begin(), since() for each record that
+/// may be evicted, end(); a record not asked about in a drain is forgotten.
 class IdleClock {
  public:
   void begin() { next_.clear(); }

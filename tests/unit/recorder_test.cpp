@@ -367,6 +367,38 @@ TEST(Counters, LiveEvictionTakesIdleRecordsUntilTheMapIsNearlyFull) {
 
 // Timing off: a record is idle since the first drain that saw its counters as they are; any
 // change starts it again, and a record a drain did not ask about is forgotten.
+TEST(Counters, FileKeysHashedByTheirFieldsOnly) {
+  // The drain's hashed sets of kernel keys (iolensd's pending keys, IdleClock): every field
+  // tells keys apart, the padding does not.
+  iolens_file_key a{};
+  a.ino = 7;
+  a.dev = 0x800001;
+  a.tgid = 42;
+  a.pstart_ns = 1'000;
+  a.gen = 3;
+  iolens_file_key b = a;
+  b.pad = 0xffffffff;
+  EXPECT_TRUE(FileKeyEq{}(a, b));
+  EXPECT_EQ(FileKeyHash{}(a), FileKeyHash{}(b));
+  for (int field = 0; field < 5; ++field) {
+    iolens_file_key c = a;
+    if (field == 0) c.ino = 8;
+    if (field == 1) c.dev = 0x800002;
+    if (field == 2) c.tgid = 43;
+    if (field == 3) c.pstart_ns = 1'001;
+    if (field == 4) c.gen = 4;
+    EXPECT_FALSE(FileKeyEq{}(a, c)) << "field " << field;
+    EXPECT_NE(FileKeyHash{}(a), FileKeyHash{}(c)) << "field " << field;
+  }
+  // A job's named files: dense inode numbers of one device spread over distinct hashes.
+  std::set<std::size_t> hashes;
+  for (uint64_t ino = 1; ino <= 1000; ++ino)
+    hashes.insert(FileIdentityHash{}(FileIdentity{.ino = ino, .dev = 0x800001, .gen = 0}));
+  EXPECT_EQ(hashes.size(), 1000u);
+  EXPECT_NE(FileIdentityHash{}(FileIdentity{.ino = 1, .dev = 1, .gen = 0}),
+            FileIdentityHash{}(FileIdentity{.ino = 1, .dev = 1, .gen = 1}));
+}
+
 TEST(Counters, IdleClockTellsIdleRecordsByUnchangedCounters) {
   FileCounters c = new_counters();
   c.opens = c.closes = 1;
