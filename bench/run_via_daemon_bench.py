@@ -72,10 +72,30 @@ def start_daemon(iolensd, work, tag, hooks_idle, extra=""):
     raise SystemExit("iolensd did not start; see %s" % os.path.join(d, "iolensd.log"))
 
 
+def settled(sock, saves_before, timeout=15.0):
+    """Until the daemon at `sock` has finished a state save begun after `saves_before` saves:
+    the records of a run's exited processes leave the kernel only once a save holds them
+    (docs/daemon.md, restart without loss), at most every 5 s, and until then every drain reads
+    them again. So a run's cost to the daemon ends there."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = daemon_bench.ask(sock, "status").get("state", {})
+        if st.get("saves", 0) > saves_before and not st.get("under_way", False):
+            time.sleep(0.2)  # the deletions follow the save's collection in the daemon's loop
+            return
+        time.sleep(0.1)
+    raise SystemExit("the daemon at %s made no state save within %.0f s" % (sock, timeout))
+
+
+def saves(sock):
+    return daemon_bench.ask(sock, "status").get("state", {}).get("saves", 0)
+
+
 def rounds(cmds, n, reverse_odd=False, cpu_of=None):
     """{label: [wall ms...]}: every round runs each command once (reversed every other round
-    with reverse_odd). cpu_of {label: pid}: also the CPU time (ms) that process (a daemon) used
-    during each run of that label, in res[label + " cpu"]."""
+    with reverse_odd). cpu_of {label: (pid, socket)}: also the CPU time (ms) that daemon used
+    for each run of that label, from the run's start until its first state save after the run
+    (settled()), in res[label + " cpu"]."""
     cpu_of = cpu_of or {}
     res = {k: [] for k in cmds}
     for k in cpu_of:
@@ -85,20 +105,21 @@ def rounds(cmds, n, reverse_odd=False, cpu_of=None):
         if reverse_odd and r % 2:
             order.reverse()
         for k, c in order:
-            c0 = RB.self_cpu_s(cpu_of[k]) if k in cpu_of else None
+            if k in cpu_of:
+                pid, sock = cpu_of[k]
+                settled(sock, saves(sock) - 1)  # no state save under way
+                c0, s0 = RB.self_cpu_s(pid), saves(sock)
             t = time.perf_counter()
             p = subprocess.run(c, stdout=subprocess.DEVNULL)
             res[k].append((time.perf_counter() - t) * 1000)
-            if k in cpu_of:
-                # the daemon drains and records the job after it ends: 0.3 s covers that
-                # (its drain interval is 100 ms) and is charged to the run
-                time.sleep(0.3)
-                c1 = RB.self_cpu_s(cpu_of[k])
-                if c0 is None or c1 is None:
-                    raise SystemExit("%s: the daemon (pid %d) is gone" % (k, cpu_of[k]))
-                res[k + " cpu"].append((c1 - c0) * 1000)
             if p.returncode != 0:
                 raise SystemExit("%s: exit %d" % (k, p.returncode))
+            if k in cpu_of:
+                settled(sock, s0)
+                c1 = RB.self_cpu_s(pid)
+                if c0 is None or c1 is None:
+                    raise SystemExit("%s: the daemon (pid %d) is gone" % (k, pid))
+                res[k + " cpu"].append((c1 - c0) * 1000)
     return res
 
 
@@ -114,7 +135,7 @@ def torch_rounds(a, work, sock, daemon_pid):
         via: [a.iolens, "run", "-q", "--daemon", "--socket", sock, "--"] + job,
         "local programs": [a.iolens, "run", "-q", "--local", "--"] + job,
     }
-    res = rounds(cmds, a.torch_rounds, reverse_odd=True, cpu_of={via: daemon_pid})
+    res = rounds(cmds, a.torch_rounds, reverse_odd=True, cpu_of={via: (daemon_pid, sock)})
     cpu = res.pop(via + " cpu")
     base = statistics.median(res["untraced"])
     print("\nPyTorch job, %d files, %d epoch(s), 2 workers (%d interleaved rounds; load average "
@@ -124,11 +145,12 @@ def torch_rounds(a, work, sock, daemon_pid):
         m = statistics.median(v)
         print("%-30s %7.0f ms %6.0f ms %6.0f ms  x%.3f" % (k, m, min(v), max(v), m / base))
     # The daemon's own CPU (user + system, its threads; the kernel programs run in the job's
-    # threads and are in the job's time) from the run's start to 0.3 s after its end, against
-    # the run's wall time: the share of one core the node agent took for this job.
+    # threads and are in the job's time) from the run's start to its first state save after
+    # the run (the run's exited records then leave the kernel), against the run's wall time:
+    # the share of one core the node agent took for this job.
     share = [c / w for c, w in zip(cpu, res[via])]
-    print("iolensd's CPU per run via the daemon: median %.0f ms (%s ms), %.2f%% of a core over "
-          "the run (min %.2f%%, max %.2f%%)" % (statistics.median(cpu),
+    print("iolensd's CPU per run via the daemon (up to its next state save): median %.0f ms "
+          "(%s ms), %.2f%% of a core over the run (min %.2f%%, max %.2f%%)" % (statistics.median(cpu),
                                                   ", ".join("%.0f" % c for c in cpu),
                                                   100 * statistics.median(share),
                                                   100 * min(share), 100 * max(share)))
