@@ -396,8 +396,8 @@ class Daemon {
   // what a crash left. Until cleared, a folded file used again gets a record without a name.
   std::deque<loader::Loader::NameId> names_to_clear_;
   // The same keys, for the drains until the deletion: they must not be reported again. Hashed:
-  // every record of every drain round is looked up here (a DataLoader job's ~10,000 exited
-  // records held until the next save cost a tree of them ~15 key compares per record read).
+  // every record of every drain round is looked up here (a DataLoader job's tens of thousands
+  // of exited records held until the next save cost a tree of them ~15 key compares a record).
   std::unordered_set<iolens_file_key, core::FileKeyHash, core::FileKeyEq> pending_set_;
   // Processes with records but no job yet: when first seen, and the ring's producer position
   // then (their mark, if any, is before it).
