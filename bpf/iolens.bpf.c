@@ -2177,6 +2177,75 @@ static __always_inline struct iolens_task_state *io_task_state(struct task_struc
 	return bpf_task_storage_get(&task_state, task->group_leader, 0, 0);
 }
 
+/* What iolens makes of an io_uring request's opcode (enum io_uring_op values from the kernel's
+ * BTF): its submission and completion (bpf/iolens_direct.bpf.h), and the context of an io-wq
+ * worker running it (io_worker_ctx). */
+enum uring_kind {
+	URING_SKIP = 0,
+	URING_READ,
+	URING_WRITE,
+	URING_OPEN,
+	URING_CLOSE,
+	URING_OTHER,
+};
+
+/* What iolens makes of an opcode (enum io_uring_op values from the kernel's BTF). */
+static __always_inline int uring_kind(__u32 op)
+{
+	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READV) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_FIXED))
+		return URING_READ;
+	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITE) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITEV) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITE_FIXED))
+		return URING_WRITE;
+	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_OPENAT) ||
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_OPENAT2))
+		return URING_OPEN;
+	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_CLOSE))
+		return URING_CLOSE;
+	/* Multishot reads post many completions for one submission: not counted. (6.7+: on an
+	 * older kernel the relocation of a missing enum value would fail the load.) */
+	if (bpf_core_enum_value_exists(enum io_uring_op, IORING_OP_READ_MULTISHOT) &&
+	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_MULTISHOT))
+		return URING_SKIP;
+	return URING_OTHER;
+}
+
+/*
+ * The context (enum iolens_io_ctx) of an io thread whose state is borrowed (io_task_state:
+ * own == 0). An io-wq worker runs one request at a time, io_worker::cur_work (the io_wq_work
+ * inside its struct io_kiocb), with no system call of its own: the pages it inserts are that
+ * request's, a read's misses or a write's new pages. The leader's context, whatever call it is
+ * in (usually another io_uring_enter, waiting), said nothing of them: such a read's misses
+ * counted as prefetches. The SQPOLL thread (no io_worker), or a kernel without these fields:
+ * the borrowed context, as before. Plain probe reads: nothing for the verifier to walk.
+ */
+static __always_inline __u32 io_worker_ctx(struct task_struct *task,
+					   struct iolens_task_state *st)
+{
+	struct io_worker *w;
+	struct io_wq_work *work;
+	struct io_kiocb *req;
+	int kind;
+
+	if (!bpf_core_field_exists(task->worker_private) ||
+	    !bpf_core_field_exists(struct io_worker, cur_work))
+		return st->io_ctx;
+	w = (struct io_worker *)BPF_CORE_READ(task, worker_private);
+	/* An io_worker names its task: anything else behind worker_private is not one. */
+	if (!w || BPF_CORE_READ(w, task) != task)
+		return st->io_ctx;
+	work = BPF_CORE_READ(w, cur_work);
+	if (!work)
+		return st->io_ctx;
+	req = (struct io_kiocb *)((void *)work - bpf_core_field_offset(struct io_kiocb, work));
+	kind = uring_kind(BPF_CORE_READ(req, opcode));
+	return kind == URING_READ ? IOLENS_CTX_READ :
+	       kind == URING_WRITE ? IOLENS_CTX_WRITE : IOLENS_CTX_NONE;
+}
+
 /*
  * The (process, file) record of `inode` for the traced task `task`, created if need be, or
  * NULL (not a regular file, map full: counted). With a struct file (O_DIRECT, io_uring) a new

@@ -67,8 +67,9 @@ static __always_inline void task_file_key(struct task_struct *task, struct iolen
  * is read from the registers the thread's entry into the kernel saved, orig_ax, the system call's
  * number (-1 in an exception from user mode: a page fault; a fault inside a call, copying to or
  * from a mapping, sees the call's). io_uring's issue still sets st->io_ctx (READ, WRITE) on the
- * issuing thread, and state borrowed from the group leader (io-wq, SQPOLL: own == 0) has no
- * system call of its own: both keep st->io_ctx.
+ * issuing thread, which keeps it. State borrowed from the group leader (io-wq, SQPOLL: own == 0)
+ * has no system call of its own: an io-wq worker's context is the request it runs
+ * (io_worker_ctx), the SQPOLL thread's the borrowed st->io_ctx.
  */
 static __always_inline __u32 io_ctx_now(struct task_struct *task, struct iolens_task_state *st,
 					int own)
@@ -76,7 +77,9 @@ static __always_inline __u32 io_ctx_now(struct task_struct *task, struct iolens_
 	struct pt_regs *regs;
 	long nr;
 
-	if (timing_mode != IOLENS_TIMING_OFF || !own || st->io_ctx == IOLENS_CTX_READ ||
+	if (!own)
+		return io_worker_ctx(task, st);
+	if (timing_mode != IOLENS_TIMING_OFF || st->io_ctx == IOLENS_CTX_READ ||
 	    st->io_ctx == IOLENS_CTX_WRITE)
 		return st->io_ctx;
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);

@@ -160,39 +160,6 @@ struct {
 	__type(value, struct uring_inflight);
 } uring_inflight SEC(".maps");
 
-enum uring_kind {
-	URING_SKIP = 0,
-	URING_READ,
-	URING_WRITE,
-	URING_OPEN,
-	URING_CLOSE,
-	URING_OTHER,
-};
-
-/* What iolens makes of an opcode (enum io_uring_op values from the kernel's BTF). */
-static __always_inline int uring_kind(__u32 op)
-{
-	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ) ||
-	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READV) ||
-	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_FIXED))
-		return URING_READ;
-	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITE) ||
-	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITEV) ||
-	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_WRITE_FIXED))
-		return URING_WRITE;
-	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_OPENAT) ||
-	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_OPENAT2))
-		return URING_OPEN;
-	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_CLOSE))
-		return URING_CLOSE;
-	/* Multishot reads post many completions for one submission: not counted. (6.7+: on an
-	 * older kernel the relocation of a missing enum value would fail the load.) */
-	if (bpf_core_enum_value_exists(enum io_uring_op, IORING_OP_READ_MULTISHOT) &&
-	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_MULTISHOT))
-		return URING_SKIP;
-	return URING_OTHER;
-}
-
 SEC("tp_btf/io_uring_submit_req")
 int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 {

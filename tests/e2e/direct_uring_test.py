@@ -201,6 +201,7 @@ def main():
     check_direct_edges(ck, args, tmp)
     check_unseen_dio_completions(ck, args, tmp, fio)
     check_uring_direct_eof(ck, args, tmp)
+    check_iowq_context(ck, args, tmp, fio)
     ck.finish()
 
 
@@ -246,6 +247,25 @@ def check_uring_workload(ck, args, tmp):
         ck.eq("uring_workload %s" % name, expected, c.get(name, 0))
 
 
+def run_fio(ck, args, fio, jobs, tmp, tag, extra):
+    """fio's job file `jobs` under iolens run with `extra` options: (the run's record, fio's
+    jobs by name), no loss."""
+    fio_json = os.path.join(tmp, tag + "-fio.json")
+    run = E.run_iolens(args.iolens, [fio, "--output-format=json", "--output=" + fio_json, jobs],
+                       json_path=os.path.join(tmp, tag + ".json"), extra=extra, timeout=120)
+    if run.rc != 0:
+        ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (tag, run.rc, run.err_text()))
+    doc = E.load_run(ck, run)
+    E.check_lost_zero(ck, doc)
+    with open(fio_json) as f:
+        return doc, {j["jobname"]: j for j in json.load(f)["jobs"]}
+
+
+def file_counters(doc, tmp, name):
+    """The counters of tmp/NAME.dat summed over the run's processes."""
+    return summed([r for r in doc["files"] if r.get("path") == os.path.join(tmp, name + ".dat")])
+
+
 def check_unseen_dio_completions(ck, args, tmp, fio):
     """The kernel does not always run the iomap_dio_complete program (seen here: completions in
     the softirq of a busy unrelated thread, no recursion miss counted; iolens_direct.bpf.h).
@@ -263,19 +283,10 @@ def check_unseen_dio_completions(ck, args, tmp, fio):
     jobs = os.path.join(tmp, "unseen.fio")
     with open(jobs, "w") as f:
         f.write("\n".join(lines))
-    fio_json = os.path.join(tmp, "unseen-fio.json")
-    run = E.run_iolens(args.iolens, [fio, "--output-format=json", "--output=" + fio_json, jobs],
-                       json_path=os.path.join(tmp, "unseen.json"),
-                       extra=["--disable-program", "iomap_dio_complete"], timeout=120)
-    if run.rc != 0:
-        ck.fatal("unseen: iolens run exited %d; stderr:\n%s" % (run.rc, run.err_text()))
-    doc = E.load_run(ck, run)
-    E.check_lost_zero(ck, doc)
-    with open(fio_json) as f:
-        fio_jobs = {j["jobname"]: j for j in json.load(f)["jobs"]}
+    doc, fio_jobs = run_fio(ck, args, fio, jobs, tmp, "unseen",
+                            ["--disable-program", "iomap_dio_complete"])
     for name, engine, rw in cases:
-        c = summed([r for r in doc["files"]
-                    if r.get("path") == os.path.join(tmp, name + ".dat")])
+        c = file_counters(doc, tmp, name)
         j = fio_jobs[name][rw]
         E.log("%s: fio %d ios %d bytes; iolens %s" % (name, j["total_ios"], j["io_bytes"],
                                                      E.brief(c)))
@@ -324,6 +335,58 @@ def check_uring_direct_eof(ck, args, tmp):
                                ("bytes_read", w["bytes_read"]), ("direct_reads", rounds),
                                ("direct_bytes_read", w["bytes_read"])):
             ck.eq("%s %s" % (tag, name), expected, c.get(name, 0))
+
+
+def check_iowq_context(ck, args, tmp, fio):
+    """Buffered io_uring requests that io-wq workers run (fio force_async=1: IOSQE_ASYNC on
+    every request): a worker has no system call of its own, so the page-cache hooks take its
+    context from the request it runs (io_worker_ctx in bpf/iolens.bpf.c). A cold 16 MiB read
+    in 64 KiB requests inserts every page as that read's miss, none as a prefetch (before the
+    fix: 4,096 prefetches, 0 misses, the context borrowed from the thread waiting in
+    io_uring_enter); the pages of a new file's writes are not misses at all. The same read
+    issued inline beside it, and both timing modes (their contexts come from different places
+    for the issuing thread)."""
+    pages = SIZE // 4096
+    lines = ["[global]", "size=%d" % SIZE, "bs=%d" % BS, "iodepth=1", "ioengine=io_uring",
+             "direct=0", "stonewall", ""]
+    cases = (("wq_read", "read", 1), ("inline_read", "read", 0), ("wq_write", "write", 1))
+    for name, rw, force_async in cases:
+        lines += ["[%s]" % name, "filename=%s" % os.path.join(tmp, name + ".dat"), "rw=%s" % rw]
+        if force_async:
+            lines.append("force_async=1")
+        lines.append("")
+    jobs = os.path.join(tmp, "iowq.fio")
+    with open(jobs, "w") as f:
+        f.write("\n".join(lines))
+    for timing in ("exact", "off"):
+        tag = "iowq_" + timing
+        for name, rw, _ in cases:
+            path = os.path.join(tmp, name + ".dat")
+            if rw == "read":
+                make_file(path)
+                fd = os.open(path, os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # cold: every page a miss
+                os.close(fd)
+            elif os.path.exists(path):
+                os.unlink(path)
+        doc, fio_jobs = run_fio(ck, args, fio, jobs, tmp, tag, ["--timing", timing])
+        for name, rw, _ in cases:
+            c = file_counters(doc, tmp, name)
+            j = fio_jobs[name][rw]
+            E.log("%s %s: fio %d ios %d bytes; iolens %s" % (tag, name, j["total_ios"],
+                                                             j["io_bytes"], E.brief(c)))
+            ck.eq("%s %s bytes" % (tag, name), SIZE, j["io_bytes"])
+            ops = "reads" if rw == "read" else "writes"
+            ck.eq("%s %s %s" % (tag, name, ops), j["total_ios"], c.get(ops, 0))
+            ck.eq("%s %s uring_%s" % (tag, name, ops), j["total_ios"], c.get("uring_" + ops, 0))
+            ck.eq("%s %s prefetch_pages" % (tag, name), 0, c.get("prefetch_pages", 0))
+            if rw == "read":
+                ck.eq("%s %s cache_read_pages" % (tag, name), pages, c.get("cache_read_pages", 0))
+                ck.eq("%s %s cache_miss_pages" % (tag, name), pages, c.get("cache_miss_pages", 0))
+            else:
+                ck.eq("%s %s cache_miss_pages (a write's new pages are no misses)" % (tag, name),
+                      0, c.get("cache_miss_pages", 0))
+                ck.eq("%s %s dirtied_pages" % (tag, name), pages, c.get("dirtied_pages", 0))
 
 
 if __name__ == "__main__":
