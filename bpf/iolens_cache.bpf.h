@@ -296,7 +296,9 @@ int BPF_PROG(mm_filemap_fault, struct address_space *mapping, unsigned long inde
 
 	if (!st)
 		return 0;
-	if (st->io_ctx == IOLENS_CTX_NONE)
+	/* Not on state borrowed from the group leader (an io thread's fault): its context is the
+	 * leader's call's, and a worker's comes from its request (io_worker_ctx). */
+	if (own && st->io_ctx == IOLENS_CTX_NONE)
 		st->io_ctx = IOLENS_CTX_FAULT;
 	what = io_ctx_now(task, st, own);
 	c = file_record(task, st, host, what);
