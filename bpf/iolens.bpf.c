@@ -2177,9 +2177,8 @@ static __always_inline struct iolens_task_state *io_task_state(struct task_struc
 	return bpf_task_storage_get(&task_state, task->group_leader, 0, 0);
 }
 
-/* What iolens makes of an io_uring request's opcode (enum io_uring_op values from the kernel's
- * BTF): its submission and completion (bpf/iolens_direct.bpf.h), and the context of an io-wq
- * worker running it (io_worker_ctx). */
+/* The kinds of io_uring requests iolens tells apart: at submission and completion
+ * (bpf/iolens_direct.bpf.h), and as the context of an io-wq worker running one (io_worker_ctx). */
 enum uring_kind {
 	URING_SKIP = 0,
 	URING_READ,
