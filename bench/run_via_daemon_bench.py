@@ -72,23 +72,22 @@ def start_daemon(iolensd, work, tag, hooks_idle, extra=""):
     raise SystemExit("iolensd did not start; see %s" % os.path.join(d, "iolensd.log"))
 
 
-def settled(sock, saves_before, timeout=15.0):
-    """Until the daemon at `sock` has finished a state save begun after `saves_before` saves:
-    the records of a run's exited processes leave the kernel only once a save holds them
-    (docs/daemon.md, restart without loss), at most every 5 s, and until then every drain reads
-    them again. So a run's cost to the daemon ends there."""
+def settled(sock, after=None, timeout=15.0):
+    """Until the daemon at `sock` has no state save under way and, with `after`, has finished
+    one since it had `after` saves; returns its saves then. The records of a run's exited
+    processes leave the kernel only once a save holds them (docs/daemon.md, restart without
+    loss), at most every 5 s, and until then every drain reads them again: a run's cost to the
+    daemon ends there."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = daemon_bench.ask(sock, "status").get("state", {})
-        if st.get("saves", 0) > saves_before and not st.get("under_way", False):
-            time.sleep(0.2)  # the deletions follow the save's collection in the daemon's loop
-            return
+        n = st.get("saves", 0)
+        if (after is None or n > after) and not st.get("under_way", False):
+            if after is not None:
+                time.sleep(0.2)  # the deletions follow the save's collection in the loop
+            return n
         time.sleep(0.1)
     raise SystemExit("the daemon at %s made no state save within %.0f s" % (sock, timeout))
-
-
-def saves(sock):
-    return daemon_bench.ask(sock, "status").get("state", {}).get("saves", 0)
 
 
 def rounds(cmds, n, reverse_odd=False, cpu_of=None):
@@ -107,15 +106,15 @@ def rounds(cmds, n, reverse_odd=False, cpu_of=None):
         for k, c in order:
             if k in cpu_of:
                 pid, sock = cpu_of[k]
-                settled(sock, saves(sock) - 1)  # no state save under way
-                c0, s0 = RB.self_cpu_s(pid), saves(sock)
+                s0 = settled(sock)
+                c0 = RB.self_cpu_s(pid)
             t = time.perf_counter()
             p = subprocess.run(c, stdout=subprocess.DEVNULL)
             res[k].append((time.perf_counter() - t) * 1000)
             if p.returncode != 0:
                 raise SystemExit("%s: exit %d" % (k, p.returncode))
             if k in cpu_of:
-                settled(sock, s0)
+                settled(sock, after=s0)
                 c1 = RB.self_cpu_s(pid)
                 if c0 is None or c1 is None:
                     raise SystemExit("%s: the daemon (pid %d) is gone" % (k, pid))
