@@ -59,6 +59,17 @@ int main(int argc, char** argv) {
                   "kernel memory each from the start (0: none preallocated)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 16u << 20));
+  cmd->add_option("--max-inflight", run.loader.max_inflight,
+                  "Entries of each kernel map of requests in flight (O_DIRECT calls, io_uring "
+                  "requests, block requests; 0: 8192, 8192 and 16384); those that do not fit "
+                  "are counted as lost (direct_inflight, uring_inflight, block_inflight)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 16u << 20));
+  cmd->add_option("--max-block-records", run.loader.max_block_records,
+                  "Kernel map size for (process, device) block-layer records; block I/O that "
+                  "finds it full is counted as lost (block_records)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 16u << 20));
   cmd->add_option("--btf", run.loader.btf_path, "Kernel BTF file")->capture_default_str();
   cmd->add_option("--disable-program", run.loader.disabled_programs,
                   "Do not load this optional kernel program (page cache, fault, O_DIRECT, "
@@ -103,8 +114,8 @@ int main(int argc, char** argv) {
                             : iolens::cli::DaemonUse::Auto;
   // What only iolens's own programs can do: the daemon's are loaded already, its own way.
   for (const char* o :
-       {"--trace", "--btf", "--max-file-records", "--fast-file-records", "--disable-program",
-        "--timing"})
+       {"--trace", "--btf", "--max-file-records", "--fast-file-records", "--max-inflight",
+        "--max-block-records", "--disable-program", "--timing"})
     if (run.local_only_option.empty() && cmd->count(o) > 0) run.local_only_option = o;
   if (queries.given()) return queries.run();
   // Checked here, not by CLI11, so that a bad value exits 2 with one line, as the sizes do.

@@ -677,6 +677,8 @@ bool Daemon::setup() {
   }
   lo.fast_file_records = prealloc ? cfg_.limits.kernel_file_records : 0;
   lo.max_cgroup_exclusions = cfg_.limits.kernel_cgroup_exclusions;
+  lo.max_block_records = cfg_.limits.kernel_block_records;
+  lo.max_inflight = cfg_.limits.kernel_inflight;
   lo.ring_bytes = cfg_.limits.ring_bytes;
   lo.trace_ring_bytes = cfg_.limits.trace_ring_bytes;
   lo.disabled_programs = cfg_.disabled_programs;

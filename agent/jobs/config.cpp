@@ -48,11 +48,11 @@ constexpr std::size_t kMaxTopFiles = 1000;
 constexpr uint64_t kMaxMetricsThreads = 256;
 constexpr uint64_t kMaxMetricsRequestTimeoutMs = 60000;
 constexpr std::array<std::string_view, 2> kHookModes{"on-demand", "always"};
-constexpr std::array<std::string_view, 11> kLimitKeys{
+constexpr std::array<std::string_view, 13> kLimitKeys{
     "memory",         "max_files_per_job",   "max_records", "max_processes_per_job",
     "max_path_bytes_per_job", "max_path_bytes", "kernel_file_records",
     "kernel_file_records_preallocated", "ring_size", "trace_ring_size",
-    "kernel_cgroup_exclusions"};
+    "kernel_cgroup_exclusions", "kernel_block_records", "kernel_inflight"};
 constexpr std::array<std::string_view, 2> kRotationKeys{"max_size", "max_age"};
 constexpr std::array<std::string_view, 6> kRuleKeys{"name",    "kubernetes", "slurm",
                                                     "systemd", "cgroup",     "process"};
@@ -784,6 +784,14 @@ class ConfigParser {
         uint64_t n = l.kernel_cgroup_exclusions;
         check_.positive(e, path, std::numeric_limits<uint32_t>::max(), n);
         l.kernel_cgroup_exclusions = static_cast<uint32_t>(n);
+      } else if (e.key == "kernel_block_records") {
+        uint64_t n = l.kernel_block_records;
+        check_.positive(e, path, std::numeric_limits<uint32_t>::max(), n);
+        l.kernel_block_records = static_cast<uint32_t>(n);
+      } else if (e.key == "kernel_inflight") {
+        uint64_t n = l.kernel_inflight;
+        check_.positive(e, path, std::numeric_limits<uint32_t>::max(), n);
+        l.kernel_inflight = static_cast<uint32_t>(n);
       } else if (e.key == "ring_size") {
         ring_size(e, path, l.ring_bytes);
       } else if (e.key == "trace_ring_size") {

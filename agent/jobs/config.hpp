@@ -61,6 +61,15 @@ struct Limits {
   /// one (docs/daemon.md#job-selection). Users who may create cgroups there can fill it; its
   /// fill never takes a job's entry, and what does not fit is counted (unexcluded_cgroups).
   uint32_t kernel_cgroup_exclusions = 65536;
+  /// Entries of the kernel's per-(process, device) block map (`kernel_block_records`): block
+  /// I/O of a pair that finds it full is counted (lost.block_records). Pinned: another size
+  /// discards the pinned kernel state at the next start.
+  uint32_t kernel_block_records = 16384;
+  /// Entries of each in-flight map (`kernel_inflight`: O_DIRECT calls, io_uring requests, block
+  /// requests between submission and completion); 0 (unset) keeps 8192, 8192 and 16384. What
+  /// does not fit loses its time only, counted (direct_inflight, uring_inflight,
+  /// block_inflight). Not pinned.
+  uint32_t kernel_inflight = 0;
   /// The kernel's ring buffer for names and process/cgroup events (`ring_size`). A burst of new
   /// files faster than the daemon reads them fills it; drops are counted (lost.events).
   uint32_t ring_bytes = 16u << 20;

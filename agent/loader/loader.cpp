@@ -141,6 +141,18 @@ std::string pin_name(const bpf_map* m) {
   return name;
 }
 
+/// The kernel's description of the map pinned for `m` under `pin_dir`, if it is there.
+std::optional<bpf_map_info> pinned_map_info(const std::string& pin_dir, const bpf_map* m) {
+  const int fd = bpf_obj_get((pin_dir + "/" + pin_name(m)).c_str());
+  if (fd < 0) return std::nullopt;
+  bpf_map_info info{};
+  __u32 len = sizeof(info);
+  const bool ok = bpf_obj_get_info_by_fd(fd, &info, &len) == 0;
+  close(fd);
+  if (!ok) return std::nullopt;
+  return info;
+}
+
 constexpr const char* kVmlinuxBtf = "/sys/kernel/btf/vmlinux";
 constexpr int kErrNotSupp = 524;  // the kernel's ENOTSUPP, not in user-space errno.h
 constexpr long kBpfFsMagic = 0xcafe4a11;
@@ -450,6 +462,10 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
   }
   bpf_map__set_max_entries(skel->maps.others, opts.max_other_records);
+  bpf_map__set_max_entries(skel->maps.blocks, opts.max_block_records);
+  if (opts.max_inflight)
+    for (bpf_map* m : {skel->maps.rq_inflight, skel->maps.dio_inflight, skel->maps.uring_inflight})
+      bpf_map__set_max_entries(m, opts.max_inflight);
   bpf_map__set_max_entries(skel->maps.cgroup_excl, opts.max_cgroup_exclusions);
   if (!opts.select_jobs) {
     // Job selection is the daemon's (select_jobs in .rodata turns its code off): its maps are
@@ -556,15 +572,12 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       // reuse a map whose flags differ from the object's): read it from the pin.
       const bool want_prealloc = fast > 0;
       bool files_prealloc = want_prealloc;
-      if (const int files_fd =
-              bpf_obj_get((opts.pin_dir + "/" + pin_name(skel->maps.files)).c_str());
-          files_fd >= 0) {
-        bpf_map_info files_info{};
-        __u32 files_info_len = sizeof(files_info);
-        if (bpf_obj_get_info_by_fd(files_fd, &files_info, &files_info_len) == 0)
-          files_prealloc = !(files_info.map_flags & BPF_F_NO_PREALLOC);
-        close(files_fd);
-      }
+      if (const auto files = pinned_map_info(opts.pin_dir, skel->maps.files))
+        files_prealloc = !(files->map_flags & BPF_F_NO_PREALLOC);
+      // `blocks` has no field in the meta map (its size became configurable in ABI 12): the
+      // pinned map's own size is the reference (libbpf refuses to reuse a map of another size).
+      if (const auto blocks = pinned_map_info(opts.pin_dir, skel->maps.blocks))
+        size_changed("block records", blocks->max_entries, opts.max_block_records);
       const char* timing_names[] = {"exact", "off"};
       const bool timing_changed = old.timing != static_cast<uint32_t>(timing);
       if (!readable) {

@@ -44,6 +44,14 @@ struct Options {
   /// configuration does not say which it wants). fast_file_records() tells which was kept.
   bool file_records_follow_pins = false;
   uint32_t max_other_records = 8192;
+  /// Entries of each in-flight map (O_DIRECT calls, io_uring requests, block requests between
+  /// submission and completion); 0 keeps the object's sizes (8192, 8192 and 16384). Not
+  /// pinned: a restarted daemon makes them anew. What does not fit is counted (lost.
+  /// direct_inflight, uring_inflight, block_inflight), never silently dropped.
+  uint32_t max_inflight = 0;
+  /// Entries of the per-(process, device) block map (pinned in daemon mode; another size
+  /// discards the pinned state). What does not fit is counted (lost.block_records).
+  uint32_t max_block_records = 16384;
   /// Entries of the cgroup exclusion map (daemon mode): excluded cgroups directly below a
   /// traced one. Traced cgroups have their own map (IOLENS_CGROUP_TRACE_MAX entries).
   uint32_t max_cgroup_exclusions = 65536;

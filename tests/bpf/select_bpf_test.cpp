@@ -558,6 +558,27 @@ TEST_F(SelectTest, PreallocatedRecordsCountAndPinsMadeTheOtherWayAreDiscarded) {
   EXPECT_FALSE(fs::exists(opts_.pin_dir));
 }
 
+// The block records map is pinned but has no meta field: its pinned size is compared (libbpf
+// would refuse to reuse a map of another size, failing the start). The in-flight maps are not
+// pinned: another size resumes.
+TEST_F(SelectTest, PinsOfAnotherBlockRecordsSizeAreDiscardedInflightSizesResume) {
+  opts_.pin_dir = "/sys/fs/bpf/iolens-test-" + std::to_string(getpid()) + "-blk";
+  opts_.max_block_records = 1024;
+  load();
+  loader_.reset();
+  opts_.max_inflight = 64;
+  load();
+  EXPECT_TRUE(loader_->pin_state().resumed) << loader_->pin_state().discarded;
+  loader_.reset();
+  opts_.max_block_records = 2048;
+  load();
+  EXPECT_FALSE(loader_->pin_state().resumed);
+  EXPECT_EQ(loader_->pin_state().discarded, "map sizes changed (block records 1024 -> 2048)");
+  loader_->unpin_all();
+  loader_.reset();
+  EXPECT_FALSE(fs::exists(opts_.pin_dir));
+}
+
 // What daemon mode pins is ABI: the exclusion map's size is in the pin meta, and pins of ABI 7,
 // whose one selection map held exclusions too, are not reused.
 TEST_F(SelectTest, PinsOfAnotherExclusionSizeOrOfAbi7AreDiscarded) {

@@ -134,6 +134,8 @@ TEST(JobsConfig, Defaults) {
   EXPECT_TRUE(c.limits.kernel_file_records_preallocated);
   EXPECT_FALSE(c.limits.given.kernel_file_records_preallocated);  // the daemon chooses
   EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 65536u);
+  EXPECT_EQ(c.limits.kernel_block_records, 16384u);
+  EXPECT_EQ(c.limits.kernel_inflight, 0u) << "unset: the object's sizes";
   EXPECT_EQ(c.rotation.max_bytes, 1ull << 30);
   EXPECT_EQ(c.rotation.max_age_s, 30ull * 86400);
   ASSERT_EQ(c.rules.size(), 1u);
@@ -159,6 +161,8 @@ limits:
   kernel_file_records: 131072
   kernel_file_records_preallocated: false
   kernel_cgroup_exclusions: 4096
+  kernel_block_records: 2048
+  kernel_inflight: 64
 rotation:
   max_size: 512MiB
   max_age: 12h
@@ -203,6 +207,8 @@ jobs:
   EXPECT_FALSE(c.limits.kernel_file_records_preallocated);
   EXPECT_TRUE(c.limits.given.kernel_file_records_preallocated);
   EXPECT_EQ(c.limits.kernel_cgroup_exclusions, 4096u);
+  EXPECT_EQ(c.limits.kernel_block_records, 2048u);
+  EXPECT_EQ(c.limits.kernel_inflight, 64u);
   EXPECT_EQ(c.rotation.max_bytes, 512ull << 20);
   EXPECT_EQ(c.rotation.max_age_s, 12u * 3600);
   EXPECT_EQ(c.grace_s, 90u);
@@ -435,6 +441,11 @@ TEST(JobsConfigErrors, Integers) {
             "18446744073709551615, got '18446744073709551616'");
   EXPECT_EQ(error_of(kJobs + "limits:\n  kernel_file_records: 4294967296\n"),
             "t.yaml:4:3: limits.kernel_file_records: expected a positive integer at most "
+            "4294967295, got '4294967296'");
+  EXPECT_EQ(error_of(kJobs + "limits:\n  kernel_inflight: 0\n"),
+            "t.yaml:4:3: limits.kernel_inflight: expected a positive integer, got '0'");
+  EXPECT_EQ(error_of(kJobs + "limits:\n  kernel_block_records: 4294967296\n"),
+            "t.yaml:4:3: limits.kernel_block_records: expected a positive integer at most "
             "4294967295, got '4294967296'");
   EXPECT_EQ(error_of(kJobs + "limits:\n  kernel_file_records_preallocated: yes\n"),
             "t.yaml:4:3: limits.kernel_file_records_preallocated: expected true or false, got "

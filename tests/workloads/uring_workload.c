@@ -10,6 +10,11 @@
  * finds end of file) and the second starts past it (0 bytes).
  * Used by tests/e2e/direct_uring_test.py (the uring_* open/close/other counters, O_DIRECT
  * at end of file).
+ *
+ * `uring_workload FILE open-batch N` (N at most 16): N IORING_OP_OPENAT requests of FILE
+ * submitted together in one io_uring_enter that waits for all N, so that they are in flight
+ * at once; then each descriptor closed with close(2). Prints {"opens":N} (opens that
+ * completed with a descriptor). Used by tests/e2e/lost_maps_test.py (uring_inflight).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -35,13 +40,13 @@ struct ring {
 	struct io_uring_cqe *cqes;
 };
 
-static void ring_setup(struct ring *r)
+static void ring_setup(struct ring *r, unsigned entries)
 {
 	struct io_uring_params p;
 	char *sq, *cq;
 
 	memset(&p, 0, sizeof(p));
-	r->fd = (int)syscall(__NR_io_uring_setup, 4, &p);
+	r->fd = (int)syscall(__NR_io_uring_setup, entries, &p);
 	if (r->fd < 0)
 		die("io_uring_setup");
 	sq = mmap(NULL, p.sq_off.array + p.sq_entries * sizeof(unsigned), PROT_READ | PROT_WRITE,
@@ -108,6 +113,54 @@ static long ring_read(struct ring *r, int fd, void *buf, unsigned len, long off)
 	return ring_must(r, &sqe, "IORING_OP_READ");
 }
 
+/* The open-batch mode (see the top of the file). */
+static int open_batch(const char *path, const char *count)
+{
+	struct ring r;
+	unsigned tail, head, i, n = (unsigned)atoi(count);
+	long opens = 0;
+
+	if (n < 1 || n > 16) {
+		fprintf(stderr, "uring_workload: open-batch N: N from 1 to 16\n");
+		return 2;
+	}
+	ring_setup(&r, 16);
+	tail = *r.sq_tail;
+	for (i = 0; i < n; i++) {
+		unsigned idx = (tail + i) & *r.sq_mask;
+
+		memset(&r.sqes[idx], 0, sizeof(r.sqes[idx]));
+		r.sqes[idx].opcode = IORING_OP_OPENAT;
+		r.sqes[idx].fd = AT_FDCWD;
+		r.sqes[idx].addr = (unsigned long)path;
+		r.sqes[idx].open_flags = O_RDONLY;
+		r.sq_array[idx] = idx;
+	}
+	__atomic_store_n(r.sq_tail, tail + n, __ATOMIC_RELEASE);
+	if (syscall(__NR_io_uring_enter, r.fd, n, n, IORING_ENTER_GETEVENTS, NULL, 0) != (long)n)
+		die("io_uring_enter of %u opens", n);
+	for (i = 0; i < n; i++) {
+		int res;
+
+		head = *r.cq_head;
+		if (head == __atomic_load_n(r.cq_tail, __ATOMIC_ACQUIRE)) {
+			errno = EAGAIN;
+			die("%u completions of %u", i, n);
+		}
+		res = r.cqes[head & *r.cq_mask].res;
+		__atomic_store_n(r.cq_head, head + 1, __ATOMIC_RELEASE);
+		if (res < 0) {
+			errno = -res;
+			die("IORING_OP_OPENAT %s", path);
+		}
+		opens++;
+		if (close(res) != 0)
+			die("close");
+	}
+	printf("{\"opens\":%ld}\n", opens);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static char buf[DIRECT_LEN] __attribute__((aligned(4096))); /* as O_DIRECT wants */
@@ -117,12 +170,14 @@ int main(int argc, char **argv)
 	int i, fd, direct;
 
 	wl_name = "uring_workload";
+	if (argc == 4 && strcmp(argv[2], "open-batch") == 0)
+		return open_batch(argv[1], argv[3]);
 	direct = argc == 3 && strcmp(argv[2], "direct-eof") == 0;
 	if (argc != 2 && !direct) {
-		fprintf(stderr, "usage: uring_workload FILE [direct-eof]\n");
+		fprintf(stderr, "usage: uring_workload FILE [direct-eof | open-batch N]\n");
 		return 2;
 	}
-	ring_setup(&r);
+	ring_setup(&r, 4);
 	for (i = 0; i < ROUNDS; i++) {
 		memset(&sqe, 0, sizeof(sqe));
 		sqe.opcode = IORING_OP_OPENAT;
