@@ -238,6 +238,10 @@ class Daemon {
   /// on-demand hooks were detached (docs/daemon.md#cost).
   void annotate_hooks(const Job& job, nlohmann::json& record) const;
   void resume();
+  /// A resumed daemon, once the initial scan has selected the watched cgroups: reads the ring,
+  /// then marks (report-all scan) every traced process, so those the saved state lacks join
+  /// their jobs before the first drain reads their records.
+  void relearn_processes();
   /// A fresh, empty job table (at start, and in place of one a bad state half loaded).
   void new_table();
   /// Renames an unusable state.cbor to state.cbor.corrupt-<time> (kept for inspection, the
@@ -1428,11 +1432,20 @@ void Daemon::resume() {
     unlinkat(state_dir_fd_, kMarkerName, 0);
   }
   restart_["lost"] = lost;
-  // Processes the saved state does not know (it was older, or absent) are relearned here; the
-  // hooks first if a job is live, so that they count from their mark.
+  spdlog::info("resumed: state {}, {}", restart_.value("state", "?"), restart_.dump());
+}
+
+void Daemon::relearn_processes() {
+  // The ring first: the scan below writes a mark per traced process into it, and a ring that
+  // filled while no daemon read it would drop them (counted, but each dropped mark leaves a
+  // process the saved state does not know, and its records, out of its job). What it holds is
+  // read in order, as the loop would, with the job table the initial scan completed.
+  loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+  // Processes the saved state does not know (it was older, or absent, or the marks the dead
+  // daemon read after its save could not be replayed) are relearned here; the hooks first if a
+  // job is live, so that they count from their mark.
   hooks_policy();
   if (Status s = loader_->scan_tasks(true); !s) spdlog::warn("{}", s.message);
-  spdlog::info("resumed: state {}, {}", restart_.value("state", "?"), restart_.dump());
 }
 
 std::string Daemon::move_state_aside(const std::string& why) {
@@ -2642,6 +2655,7 @@ int Daemon::run() {
   if (!setup()) return 1;
   initial_scan();
   if (restart_.value("resumed", false)) {
+    relearn_processes();
     for (const auto& [id, job] : table_->jobs()) found_at_start_.insert(id);
     // The saved state leaves the live records' counts to the kernel's map (checkpoint()): they
     // are read before anything is answered or published, or a job's totals (and its Prometheus

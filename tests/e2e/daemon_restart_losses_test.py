@@ -19,6 +19,21 @@ its own tally) runs across the restart:
      the window the marker covers, until the next save): restart.pressure_drain is said,
      status restart.lost.interrupted_pressure_drain = 1, the marker is gone once the restarted
      daemon has saved, and the job's record has lost.restart_interrupted_pressure_drain = 1.
+  4. the ring overrun while no daemon read it (a 4 KiB ring, drains every 200 ms): after a
+     save, a first process makes M files (job_workload many --keep: one name event each) whose
+     names the daemon reads, then iolensd is SIGKILLed before it saves again; a second process
+     makes N files while no daemon runs, so the ring fills and the kernel drops the rest of
+     their names. The restarted daemon cannot replay what the dead one read after its save
+     (the producer ran past the saved position by more than the ring): status
+     restart.lost.events_not_replayed > 0, the record's lost.restart_events_not_replayed the
+     same, and the first process's M files have no name (path_unknown). The kernel's drops are
+     exact: every one of the second process's files without a name had its name sent and
+     dropped three times (at its first open, and again at each of its two closes, since none
+     had reached user space; the reopen finds the record named), so lost.restart_events =
+     lost.restart_path_events = 3 x those files, with the other files named. Every file's
+     counts are the workload's own either way, the first process's included (its marks were
+     not replayed either: the restarted daemon reads the full ring before its report-all task
+     scan, whose marks would otherwise be dropped and the process left out of its job).
 Exit 0 pass, 1 fail, 77 skipped (not root).
 """
 import os
@@ -189,6 +204,118 @@ def case_pressure_drain(ck, args, cg, work):
     ck.eq("pressure: iolensd exit code", 0, rc)
 
 
+def many_files(ck, root, nfiles):
+    """The files `job_workload many DIR N ... --keep` left: {ino: path}."""
+    out = {}
+    for i in range(nfiles):
+        path = os.path.join(root, "d%03d" % (i // 1000), "f%06d" % i)
+        out[os.stat(path).st_ino] = path
+    return out
+
+
+def case_ring(ck, args, cg, work):
+    m, n, size = 5, 200, 64
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/rl/*"]}' % cg.prefix, tag="rl-ring",
+                 extra_config="limits:\n  ring_size: 4KiB\n")
+    d.start(ck)
+    cg.mkdir("rl/ring")
+    job_id = "cgroup" + cg.rel("rl/ring")
+    d.wait_live(ck, [job_id])
+    procs = []
+    first = None
+    # A save, then the first process's names read by the daemon before its next save (at most
+    # every 5 s, or once the ring has run half its size: 5 names are far less). A round that
+    # saw a save in between is repeated with a new first process (its names saved: not lost).
+    for attempt in range(3):
+        saved(ck, d, "before the first names")
+        t0 = time.monotonic()
+        saves = d.status()["state"]["saves"]
+        first = os.path.join(work, "ring-first-%d" % attempt)
+        os.makedirs(first)
+        p1 = D.run_in_cgroup(cg.abs("rl/ring"), [args.workload, "many", first, str(m), str(size),
+                                                  "--gate-end", "--keep"],
+                             stdin=subprocess.PIPE)
+        D.Cleanup.register("kill ring-first", lambda p=p1: p.poll() is None and p.kill())
+        procs.append(p1)
+        D.read_json_line(ck, p1, "ring: first process")
+        drains = d.status()["drain"]["count"]
+        D.wait_or_fail(ck, "ring: two drains after the first names",
+                       lambda: d.status()["drain"]["count"] >= drains + 2, 10)
+        if d.status()["state"]["saves"] == saves and time.monotonic() - t0 < 4:
+            break
+        D.log("ring: a save came before the kill (round %d): again" % attempt)
+    d.kill9()
+    second = os.path.join(work, "ring-second")
+    os.makedirs(second)
+    p2 = D.run_in_cgroup(cg.abs("rl/ring"), [args.workload, "many", second, str(n), str(size),
+                                              "--gate-end", "--keep"], stdin=subprocess.PIPE)
+    D.Cleanup.register("kill ring-second", lambda: p2.poll() is None and p2.kill())
+    procs.append(p2)
+    D.read_json_line(ck, p2, "ring: second process")
+    st = d.restart(ck)
+    rs = (st or {}).get("restart", {})
+    ck.eq("ring: restart.state", "loaded", rs.get("state"))
+    rlost = rs.get("lost") or {}
+    ck.check(rlost.get("events_not_replayed", 0) > 0,
+             "ring: no events_not_replayed although the dead daemon read names after its save "
+             "and the ring then filled: %r" % rs)
+    for p in procs:
+        p.stdin.close()
+        p.stdin = None
+    manifests = [D.finish_workload(ck, p, "ring workload") for p in procs]
+    cg.rmdir("rl/ring")
+    doc = d.wait_record(ck, job_id, timeout=30)
+    rc, _ = d.stop()
+    ck.eq("ring: iolensd exit code", 0, rc)
+    if not doc:
+        return
+    lost = doc.get("lost", {})
+    D.log("ring: record lost %r, restart %r" % (lost, doc.get("restart")))
+    by_ino = {}
+    for f in doc["files"]:
+        by_ino.setdefault(f.get("ino"), []).append(f)
+    ck.eq("ring: job totals of the workloads", sum(x["totals"]["bytes_written"] for x in manifests),
+          doc["job"]["totals"].get("bytes_written"))
+
+    def check_files(where, files, named_ok):
+        unknown = 0
+        for ino, path in sorted(files.items()):
+            recs = by_ino.get(ino, [])
+            if not ck.eq("%s: records of %s" % (where, path), 1, len(recs)):
+                continue
+            r = recs[0]
+            c = r.get("counters", {})
+            ck.eq("%s: %s counts" % (where, path), (2, 1, 1, size, size),
+                  (c.get("opens"), c.get("writes"), c.get("reads"), c.get("bytes_written"),
+                   c.get("bytes_read")))
+            if r.get("path_unknown"):
+                unknown += 1
+            elif named_ok:
+                ck.eq("%s: name of inode %d" % (where, ino), path, r.get("path"))
+            else:
+                ck.fail("%s: %s named %r, although its name event was read after the save and "
+                        "could not be replayed" % (where, path, r.get("path")))
+        return unknown
+
+    check_files("ring: first process", many_files(ck, first, m), False)
+    unnamed = check_files("ring: second process", many_files(ck, second, n), True)
+    ck.check(0 < unnamed < n, "ring: %d of %d names of the second process lost: the 4 KiB ring "
+             "should hold a few and drop the rest" % (unnamed, n))
+    ck.eq("ring: lost.restart_path_events (each unnamed file: its first open, its two closes)",
+          3 * unnamed, lost.get("restart_path_events"))
+    ck.eq("ring: lost.restart_events (path events only: nothing else was dropped)",
+          3 * unnamed, lost.get("restart_events"))
+    for k in ("events", "path_events"):
+        ck.eq("ring: lost.%s (the same drops, charged to the job's processes)" % k,
+              3 * unnamed, lost.get(k))
+    for k, v in lost.items():
+        if k not in ("events", "path_events", "restart_events", "restart_path_events",
+                     "restart_events_not_replayed") and k != "before_hooks":
+            ck.eq("ring: lost." + k, 0, v)
+    ck.eq("ring: record lost.restart_events_not_replayed (status's)",
+          rlost.get("events_not_replayed"), lost.get("restart_events_not_replayed"))
+
+
 def main():
     args = D.parse_args()
     D.require_root()
@@ -198,6 +325,7 @@ def main():
     case_no_state(ck, args, cg, work)
     case_stale_state(ck, args, cg, work)
     case_pressure_drain(ck, args, cg, work)
+    case_ring(ck, args, cg, work)
     ck.finish()
 
 

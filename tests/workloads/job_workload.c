@@ -21,10 +21,13 @@
  *       the first write, only the move itself (which the kernel may stretch to milliseconds when
  *       it has to synchronise RCU). The test removes CGDIR after the exit.
  *
- *   job_workload many DIR NFILES SIZE
+ *   job_workload many DIR NFILES SIZE [--gate-end] [--keep]
  *       Creates DIR/dNNN/fNNNNN (1000 files a directory, NFILES in all), each written with one
  *       write() of SIZE bytes; then reopens each and reads it with one read() of SIZE bytes; then
  *       unlinks them (and rmdirs the directories). Prints the manifest with the totals.
+ *       --gate-end: prints {"phase": "done", ...} and waits on stdin before the manifest and exit.
+ *       --keep: the files and directories are left (no unlink: each file makes one name event,
+ *       none for an unlink).
  *
  *   job_workload forks DIR NPROCS SIZE
  *       The fork storm of a job running a short command in a loop: forks NPROCS children one
@@ -287,12 +290,18 @@ static int do_many(int argc, char **argv)
 	char dir[PATH_MAX], p[PATH_MAX + 64];
 	struct tally t = {0};
 	int64_t nfiles, size, ndirs;
-	int gate_end = 0;
+	int gate_end = 0, keep = 0;
 
-	if (argc == 6 && !strcmp(argv[5], "--gate-end"))
-		gate_end = 1;
-	else if (argc != 5) {
-		fprintf(stderr, "usage: %s many DIR NFILES SIZE [--gate-end]\n", argv[0]);
+	for (int i = 5; i < argc; i++) {
+		if (!strcmp(argv[i], "--gate-end"))
+			gate_end = 1;
+		else if (!strcmp(argv[i], "--keep"))
+			keep = 1;
+		else
+			argc = 0; /* usage below */
+	}
+	if (argc < 5) {
+		fprintf(stderr, "usage: %s many DIR NFILES SIZE [--gate-end] [--keep]\n", argv[0]);
 		return 2;
 	}
 	if (!realpath(argv[2], dir))
@@ -346,13 +355,13 @@ static int do_many(int argc, char **argv)
 			die("close %s", p);
 		t.closes++;
 	}
-	for (int64_t i = 0; i < nfiles; i++) {
+	for (int64_t i = 0; i < nfiles && !keep; i++) {
 		snprintf(p, sizeof(p), "%s/d%03lld/f%06lld", dir, (long long)(i / 1000), (long long)i);
 		if (unlink(p) != 0)
 			die("unlink %s", p);
 		t.unlinks++;
 	}
-	for (int64_t d = 0; d < ndirs; d++) {
+	for (int64_t d = 0; d < ndirs && !keep; d++) {
 		snprintf(p, sizeof(p), "%s/d%03lld", dir, (long long)d);
 		if (rmdir(p) != 0)
 			die("rmdir %s", p);
