@@ -13,7 +13,16 @@ file system's device must show:
       kworkers write the pages, charged through the dirtiers map:
       write_bytes >= 32 MiB and writeback_bytes >= 32 MiB, write_bytes <= 40 MiB;
   (d) (a) and (b) again while an untraced process outside iolens reads and writes another
-      64 MiB with O_DIRECT in a loop: the same bounds (the neighbour is not charged).
+      64 MiB with O_DIRECT in a loop: the same bounds (the neighbour is not charged);
+  (e) flushes: a traced process fsyncs a loop device of the test's (over a file in the temp
+      dir; the disk itself may not be opened here) N times; each fsync of a block device sends
+      one empty write bio with a cache flush (blkdev_issue_flush) from the caller: flush_bios =
+      N and write_bios = N with write_bytes 0 when the device has a volatile write cache
+      ("write back" in its queue/write_cache), and 0 when it has none (the kernel drops the
+      flush before the block layer's queue tracepoint).
+  In (a) nothing is written: write_bios, writeback_bios and flush_bios are 0. In (c) the
+  flushers' bios are writeback bios, each of at least one page: 1 <= writeback_bios <=
+  writeback_bytes / 4096, and writeback_bios <= write_bios.
 Also: requests were counted, and as many device latencies as requests, less those the run
 counts in lost.block_untimed (a completion the kernel did not run block_rq_complete for: seen
 on this VM's 6.18 kernel for completions in some softirq contexts).
@@ -143,6 +152,8 @@ def direct_read(ck, args, tmp, src, dev, tag):
         ck.check(c["read_reqs"] >= 32, "%s: %d read requests, expected >= 32" %
                  (what, c["read_reqs"]))
         check_requests(ck, what, c, "read", untimed_of(ck, doc, what))
+        for k in ("write_bios", "writeback_bios", "flush_bios"):
+            ck.eq("%s: %s (the run writes nothing)" % (what, k), 0, c.get(k))
 
 
 def write_fsync(ck, args, tmp, dev, tag):
@@ -169,9 +180,42 @@ def write_sync(ck, args, tmp, dev):
         E.log("%s: %s" % (what, {k: v for k, v in c.items() if v and "_le_" not in k}))
         in_range(ck, what + " write_bytes", c["write_bytes"], 32 * MiB, 40 * MiB)
         in_range(ck, what + " writeback_bytes", c["writeback_bytes"], 32 * MiB, 40 * MiB)
+        ck.check(1 <= c["writeback_bios"] <= c["writeback_bytes"] // 4096,
+                 "%s: %d writeback bios for %d bytes: expected at least 1, at most one a page" %
+                 (what, c["writeback_bios"], c["writeback_bytes"]))
+        ck.check(c["writeback_bios"] <= c["write_bios"],
+                 "%s: %d writeback bios but %d write bios (writeback bios are write bios)" %
+                 (what, c["writeback_bios"], c["write_bios"]))
     # One file dirtied: its dirtier was remembered (lost.dirtiers counts those that were not).
     ck.eq(what + ": lost.dirtiers", 0, doc.get("lost", {}).get("dirtiers"))
     os.unlink(dst)
+
+
+def flushes(ck, args, tmp):
+    what = "(e) fsync of a block device"
+    n = 5
+    image = os.path.join(tmp, "flush.img")
+    with open(image, "wb") as f:
+        f.truncate(16 * MiB)
+    loop = subprocess.run(["losetup", "--find", "--show", image], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    try:
+        st = os.stat(loop)
+        dev = "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
+        with open("/sys/block/%s/queue/write_cache" % os.path.basename(loop)) as f:
+            cache = f.read().strip()
+        want = n if cache == "write back" else 0
+        E.log("%s: %s, write cache %r: %d flush bios expected" % (what, loop, cache, want))
+        script = ("import os\nfd = os.open(%r, os.O_RDONLY)\nfor _ in range(%d):\n"
+                  "    os.fsync(fd)\nos.close(fd)\n" % (loop, n))
+        doc = run_case(ck, args, tmp, "flush", [PY, "-c", script])
+    finally:
+        subprocess.run(["losetup", "-d", loop])
+    got = {"flush_bios": 0, "write_bios": 0, "write_bytes": 0}
+    for e in doc.get("block") or []:
+        if e.get("dev") == dev:
+            got = {k: e["counters"].get(k) for k in got}
+    ck.eq(what, {"flush_bios": want, "write_bios": want, "write_bytes": 0}, got)
 
 
 def main():
@@ -192,6 +236,7 @@ def main():
     direct_read(ck, args, tmp, src, dev, "a")
     write_fsync(ck, args, tmp, dev, "b")
     write_sync(ck, args, tmp, dev)
+    flushes(ck, args, tmp)
 
     # (d) the same with an untraced neighbour doing O_DIRECT I/O on the same device.
     noise = subprocess.Popen([PY, "-c", WORKLOAD, "neighbour", os.path.join(tmp, "noise")],
