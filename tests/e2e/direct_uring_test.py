@@ -115,6 +115,18 @@ def summed(records):
     return out
 
 
+def check_time_within_fio(ck, name, c, d, jd):
+    """The kernel's O_DIRECT time of direction `d` against fio's own clock: fio times each I/O
+    from before its submission to after it sees the completion, the kernel a part of that
+    (the direct call's start to its completion, or an io_uring request's submission to its
+    CQE), so the sum lies within fio's mean latency times its I/Os (0.1% for the rounding of
+    fio's mean) and is not 0."""
+    t = c.get("direct_%s_time_ns" % d, 0)
+    bound = jd.get("lat_ns", {}).get("mean", 0) * jd["total_ios"] * 1.001
+    ck.check(0 < t <= bound, "%s: direct_%s_time_ns %d, expected in (0, %d] (fio's latency, "
+             "%d I/Os)" % (name, d, t, bound, jd["total_ios"]))
+
+
 def main():
     args = E.parse_args(workload=True)
     E.require_root()
@@ -171,8 +183,7 @@ def main():
                 ck.eq("%s %s" % (name, direct_), n, c.get(direct_, 0))
                 ck.eq("%s direct_%s" % (name, nbytes), b, c.get("direct_" + nbytes, 0))
                 if n:
-                    ck.check(c.get("direct_%s_time_ns" % d, 0) > 0,
-                             "%s: no direct %s time" % (name, d))
+                    check_time_within_fio(ck, name, c, d, j[d])
             else:
                 ck.eq("%s %s" % (name, direct_), 0, c.get(direct_, 0))
             if d == "read":
@@ -196,7 +207,10 @@ def main():
                 else:
                     ck.eq("%s cache_read_pages" % name, 0 if direct else b // 4096, got)
         if direct:
-            ck.check(c.get("direct_max_time_ns", 0) > 0, "%s: no direct_max_time_ns" % name)
+            longest = max(j[d].get("lat_ns", {}).get("max", 0) for d, _, _ in DIRS)
+            ck.check(0 < c.get("direct_max_time_ns", 0) <= longest,
+                     "%s: direct_max_time_ns %d, expected in (0, %d] (fio's longest I/O)" %
+                     (name, c.get("direct_max_time_ns", 0), longest))
     check_uring_workload(ck, args, tmp)
     check_direct_edges(ck, args, tmp)
     check_unseen_dio_completions(ck, args, tmp, fio)
@@ -297,7 +311,7 @@ def check_unseen_dio_completions(ck, args, tmp, fio):
             ck.eq("%s direct_%s" % (name, ops), j["total_ios"], c.get("direct_" + ops, 0))
             nbytes = "direct_bytes_read" if rw == "read" else "direct_bytes_written"
             ck.eq("%s %s" % (name, nbytes), j["io_bytes"], c.get(nbytes, 0))
-            ck.check(c.get("direct_%s_time_ns" % rw, 0) > 0, "%s: no direct time" % name)
+            check_time_within_fio(ck, name, c, rw, j)
         else:
             ck.eq("%s direct_%s (no completion program)" % (name, ops), 0,
                   c.get("direct_" + ops, 0))
