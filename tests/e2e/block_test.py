@@ -20,6 +20,9 @@ file system's device must show:
       N and write_bios = N with write_bytes 0 when the device has a volatile write cache
       ("write back" in its queue/write_cache), and 0 when it has none (the kernel drops the
       flush before the block layer's queue tracepoint).
+  (f) a quiet device: a loop device of the test's, which nothing else uses, written and read
+      with O_DIRECT (8 x 1 MiB each way) by a traced process: read/write bytes and requests are
+      exactly the device's own /sys/block/loopN/stat deltas (sectors x 512, I/Os completed).
   In (a) nothing is written: write_bios, writeback_bios and flush_bios are 0. In (c) the
   flushers' bios are writeback bios, each of at least one page: 1 <= writeback_bios <=
   writeback_bytes / 4096, and writeback_bios <= write_bios.
@@ -56,6 +59,15 @@ elif mode in ("write_fsync", "write_nosync"):
         os.write(fd, chunk)
     if mode == "write_fsync":
         os.fsync(fd)
+    os.close(fd)
+elif mode == "direct_rw":
+    # MiB x 1 MiB O_DIRECT writes, then as many reads, of a raw block device
+    fd = os.open(path, os.O_RDWR | os.O_DIRECT)
+    buf.write(b"r" * (1 << 20))
+    for i in range(int(sys.argv[3])):
+        os.pwritev(fd, [buf], i << 20)
+    for i in range(int(sys.argv[3])):
+        os.preadv(fd, [buf], i << 20)
     os.close(fd)
 elif mode == "neighbour":
     # O_DIRECT writes then reads of a 64 MiB file, over and over, until killed.
@@ -194,14 +206,8 @@ def write_sync(ck, args, tmp, dev):
 def flushes(ck, args, tmp):
     what = "(e) fsync of a block device"
     n = 5
-    image = os.path.join(tmp, "flush.img")
-    with open(image, "wb") as f:
-        f.truncate(16 * MiB)
-    loop = subprocess.run(["losetup", "--find", "--show", image], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    loop, dev = loop_device(tmp, "flush", 16 * MiB)
     try:
-        st = os.stat(loop)
-        dev = "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
         with open("/sys/block/%s/queue/write_cache" % os.path.basename(loop)) as f:
             cache = f.read().strip()
         want = n if cache == "write back" else 0
@@ -216,6 +222,47 @@ def flushes(ck, args, tmp):
         if e.get("dev") == dev:
             got = {k: e["counters"].get(k) for k in got}
     ck.eq(what, {"flush_bios": want, "write_bios": want, "write_bytes": 0}, got)
+
+
+def loop_device(tmp, name, size):
+    """A loop device over a `size`-byte file in tmp: (path, MAJ:MIN). Detach with losetup -d."""
+    image = os.path.join(tmp, name + ".img")
+    with open(image, "wb") as f:
+        f.truncate(size)
+    loop = subprocess.run(["losetup", "--find", "--show", image], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    st = os.stat(loop)
+    return loop, "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
+
+
+def device_stat(loop):
+    """(read I/Os, read sectors, write I/Os, write sectors) completed (Documentation/block/
+    stat.rst)."""
+    with open("/sys/block/%s/stat" % os.path.basename(loop)) as f:
+        v = [int(x) for x in f.read().split()]
+    return v[0], v[2], v[4], v[6]
+
+
+def quiet_device(ck, args, tmp):
+    what = "(f) a quiet loop device"
+    loop, dev = loop_device(tmp, "quiet", 8 * MiB)
+    try:
+        before = device_stat(loop)
+        doc = run_case(ck, args, tmp, "quiet", [PY, "-c", WORKLOAD, "direct_rw", loop, "8"])
+        after = device_stat(loop)
+    finally:
+        subprocess.run(["losetup", "-d", loop])
+    d = [a - b for a, b in zip(after, before)]
+    E.log("%s: %s: stat deltas %s" % (what, loop, d))
+    ck.eq(what + ": the device's own bytes (8 MiB each way)", [8 * MiB, 8 * MiB],
+          [d[1] * 512, d[3] * 512])
+    e = block_entry(ck, doc, dev, what)
+    if e:
+        c = e["counters"]
+        ck.eq(what + ": read/write bytes and requests against the device's stat",
+              {"read_bytes": d[1] * 512, "read_reqs": d[0], "write_bytes": d[3] * 512,
+               "write_reqs": d[2]},
+              {k: c.get(k) for k in ("read_bytes", "read_reqs", "write_bytes", "write_reqs")})
 
 
 def main():
@@ -237,6 +284,7 @@ def main():
     write_fsync(ck, args, tmp, dev, "b")
     write_sync(ck, args, tmp, dev)
     flushes(ck, args, tmp)
+    quiet_device(ck, args, tmp)
 
     # (d) the same with an untraced neighbour doing O_DIRECT I/O on the same device.
     noise = subprocess.Popen([PY, "-c", WORKLOAD, "neighbour", os.path.join(tmp, "noise")],
