@@ -364,10 +364,13 @@ def read_json_line(ck, p, what, timeout=30):
 
 # --- the daemon ---------------------------------------------------------------------------------
 
-# How long a test waits for one answer. iolensd answers between two rounds of its loop, and a
-# round that drains a full kernel map or writes the record of a 100,000-file job takes seconds
-# on a loaded 2-CPU machine (seen in CI: two tests failed at 5 s while other builds ran). The
-# tests check what the daemon answers, not how fast.
+# How long a test waits for one answer. `status` and `jobs` come from the control socket's front
+# thread within two 40 ms waits whatever the loop does (docs/control.md#answer-times; asserted
+# by e2e_daemon_responsive, with the answers' age). `job` (a closed job, or a live job's first
+# page), `capture*` and `run*` are answered by the loop between its pieces of work, and a piece
+# that drains a full kernel map or snapshots a 100,000-file job took seconds on a loaded 2-CPU
+# machine (seen in CI: two tests failed at 5 s while other builds ran). The tests that use this
+# check what the daemon answers; how fast is e2e_daemon_responsive's and e2e_daemon_metrics_slow's.
 CONTROL_TIMEOUT_S = 30.0
 # An answer from the control socket's front thread at least this old was built before it was
 # asked (control::kFreshAnswerWait, docs/control.md#answer-times).
