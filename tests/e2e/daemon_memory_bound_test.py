@@ -21,8 +21,10 @@ Checks, from the kernel's own figures and the workloads' own counts:
   - each record: the job's totals equal the workload's own counts (the "names" job: its writes
     and bytes written; Python's start-up opens other files) unless calls or processes were lost
     (then what was lost is counted in `lost`, and printed); its file records
-    are at most the derived `max_files_per_job`, and the "many" job folded records; the "names"
-    job holds fewer names than it made (names folded by bytes) yet counts every file;
+    are at most the derived `max_files_per_job`, and the "many" job folded records; each job
+    counts as folded at least the files its rows do not hold; the "names" job keeps no more
+    names than `max_path_bytes_per_job` (5 MiB) holds at twice a path's bytes each (names folded
+    by bytes) yet counts every file;
   - the capture's file is a trace (its header parses) with records in it.
 Not covered, and measured over the bound (docs/daemon.md#memory-bound): 9,000 such names in the
 same run (IOLENS_E2E_MEM_NAMES=9000).
@@ -45,6 +47,7 @@ SIZE = 100
 NAMES = int(os.environ.get("IOLENS_E2E_MEM_NAMES", "3000"))
 BOUND = 256 << 20
 MAX_FILES = 12700  # max_files_per_job derived from 256 MiB (docs/daemon-config.md)
+MAX_PATH_BYTES = 5 << 20  # max_path_bytes_per_job derived from 256 MiB (and max_path_bytes)
 RECORD_WAIT_S = 60
 
 # The "names" job: NAMES files, each path ~3,600 bytes (14 directory levels of 250-byte names,
@@ -203,13 +206,27 @@ def main():
                      "%s: %d files over a limit of %d and nothing folded" %
                      (job, NFILES, MAX_FILES))
             if not short:
-                D.check_many_totals(ck, doc, manifest, p_many.pid, cg.abs("mem/many"), job,
-                                    nfiles=NFILES)
+                _, _, moved = D.check_many_totals(ck, doc, manifest, p_many.pid,
+                                                  cg.abs("mem/many"), job, nfiles=NFILES)
+                # Each file it made is a row or was folded (one process: a folded (process,
+                # file) pair is a folded file).
+                made = NFILES + len(moved)
+                ck.check((jt.get("folded_files") or 0) >= made - len(files),
+                         "%s: job.folded_files %r, but the record keeps %d rows of the %d files "
+                         "the job made" % (job, jt.get("folded_files"), len(files), made))
         if job == job_names and names_counts is not None:
-            named = [f for f in files if "x" * 50 in (f.get("path") or "")]
-            ck.check(len(named) < NAMES,
-                     "%s: %d of %d names of %d bytes kept: more than 5 MiB of names, none folded"
-                     % (job, len(named), NAMES, names_counts["path_bytes"]))
+            named = {f["path"] for f in files if "y" * 200 in (f.get("path") or "")}
+            # A kept name costs the job its path twice (the name and its path index entry,
+            # docs/daemon.md#bounded-memory), and the job's names are bounded by
+            # max_path_bytes_per_job: about that budget over twice a path's bytes can be kept.
+            kept = sum(2 * len(n.encode()) for n in named)
+            D.log("%s: %d of its %d names kept, %d bytes counted twice" %
+                  (job, len(named), NAMES, kept))
+            ck.check(kept <= MAX_PATH_BYTES,
+                     "%s: %d of %d names of %d bytes kept, %d bytes: over the %d bytes of "
+                     "names a job may keep (%d such names)" %
+                     (job, len(named), NAMES, names_counts["path_bytes"], kept, MAX_PATH_BYTES,
+                      MAX_PATH_BYTES // (2 * names_counts["path_bytes"])))
             if not short:
                 t = jt.get("totals", {})
                 mv = D.self_move_write(p_names.pid, cg.abs("mem/names"))
@@ -218,6 +235,15 @@ def main():
                 for k in ("writes", "bytes_written"):
                     ck.eq("%s: job.totals.%s (the workload's own count)" % (job, k),
                           names_counts[k] + (mv[k] if moved else 0), t.get(k))
+                # Every file counted, the folded ones too: its own NAMES and the move's, plus
+                # the files Python opens at start-up (not counted by the workload).
+                ck.check((jt.get("files") or 0) >= NAMES + int(moved),
+                         "%s: job.files %r, but the workload made %d files" %
+                         (job, jt.get("files"), NAMES + int(moved)))
+                ck.check((jt.get("folded_files") or 0) >= NAMES + int(moved) - len(files),
+                         "%s: job.folded_files %r, but the record keeps %d rows of the %d files "
+                         "the workload made" % (job, jt.get("folded_files"), len(files),
+                                                NAMES + int(moved)))
     d.stop()
     ck.finish()
 

@@ -317,6 +317,223 @@ TEST_F(JobTableTest, WithinARoundTheNodeWideShareFoldsFileRecordsNotProcesses) {
   EXPECT_EQ(written_total, total);
 }
 
+namespace {
+
+/// The name event of file `ino` (kernel dev 7, generation 1) sent with process `pid`'s call:
+/// `walk` is the kernel's walk, the file's own name first.
+core::PathEvent name_event(uint32_t pid, uint64_t ino, std::string walk) {
+  core::PathEvent n;
+  n.proc = {pid, pid * 10ull};
+  n.op = IOLENS_PATH_FILE;
+  n.dev = 7;
+  n.ino = ino;
+  n.gen = 1;
+  n.walk = std::move(walk);
+  return n;
+}
+
+/// The inodes of a job record's file rows.
+std::set<uint64_t> inodes_of(const nlohmann::json& rec) {
+  std::set<uint64_t> out;
+  for (const auto& f : rec["files"]) out.insert(f["ino"].get<uint64_t>());
+  return out;
+}
+
+}  // namespace
+
+TEST_F(JobTableTest, TheNodeWideRecordBudgetFoldsTheBigJobToItsShareAndSparesTheSmallOne) {
+  // docs/daemon-config.md `limits.max_records`: over the node-wide budget the biggest jobs
+  // fold, each to its share (max_records / jobs). A job under its share is not touched.
+  jobs::Limits limits;
+  limits.max_records = 40;  // share 20 for two jobs; each far under max_files_per_job
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/big", true, 0);
+  t.on_cgroup(3, "/dl/small", true, 0);
+  t.on_mark(mark(500, 2));
+  t.on_mark(mark(700, 3));
+  uint64_t big_total = 0, small_total = 0;
+  for (uint64_t i = 1; i <= 100; ++i) {
+    t.on_file(key(500, i), written(i), true);  // final: out of the kernel, foldable
+    big_total += i;
+  }
+  for (uint64_t i = 1; i <= 10; ++i) {
+    t.on_file(key(700, 1000 + i), written(1000 + i), true);
+    small_total += 1000 + i;
+  }
+  ASSERT_FALSE(t.records_over_limits(3));  // 110 records: over the budget, under thrice it
+  ASSERT_TRUE(t.records_over_limits());
+  const daemon::Job& big = *t.find("cgroup/dl/big");
+  const daemon::Job& small = *t.find("cgroup/dl/small");
+  // The big job folds to 9/10 of its share (fold_to's hysteresis: 18 records), which brings
+  // the total (28) under the budget: the small job keeps all 10.
+  EXPECT_EQ(t.enforce_limits(), 82u);
+  EXPECT_EQ(big.rec->file_records(), 18u);
+  EXPECT_EQ(small.rec->file_records(), 10u);
+  EXPECT_FALSE(t.records_over_limits());
+  EXPECT_EQ(t.stats().folded_records, 82u);
+  const auto b = t.job_json(big, "test");
+  EXPECT_EQ(b["job"]["files"], 100u);
+  EXPECT_EQ(b["job"]["folded_files"], 82u);
+  EXPECT_EQ(b["job"]["totals"]["bytes_written"], big_total);
+  EXPECT_EQ(b["job"]["totals"]["writes"], 100u);
+  // Least useful first (fewest bytes): the 18 files written most are the rows kept.
+  std::set<uint64_t> most;
+  for (uint64_t i = 83; i <= 100; ++i) most.insert(i);
+  EXPECT_EQ(inodes_of(b), most);
+  const auto s = t.job_json(small, "test");
+  EXPECT_EQ(s["job"]["files"], 10u);
+  EXPECT_EQ(s["job"]["folded_files"], 0u);
+  EXPECT_EQ(s["job"]["totals"]["bytes_written"], small_total);
+  EXPECT_EQ(s["files"].size(), 10u);
+}
+
+TEST_F(JobTableTest, TheNodeWideRecordBudgetFoldsTheBiggestJobsFirst) {
+  // Three jobs over max_records 60 (share 20), each over its share. Biggest first: c (50) and
+  // b (30) fold to 18 each, and then the total (58) fits, so a (22) keeps every record. Their
+  // ids sort the other way round: the table's order would have folded a first.
+  jobs::Limits limits;
+  limits.max_records = 60;
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  const std::vector<std::pair<std::string, uint64_t>> sizes = {{"a", 22}, {"b", 30}, {"c", 50}};
+  std::map<std::string, uint64_t> total;
+  uint32_t pid = 500;
+  for (const auto& [name, n] : sizes) {
+    t.on_cgroup(pid, "/dl/" + name, true, 0);
+    t.on_mark(mark(pid, pid));
+    for (uint64_t i = 1; i <= n; ++i) {
+      t.on_file(key(pid, i), written(i), true);
+      total[name] += i;
+    }
+    pid += 100;
+  }
+  ASSERT_EQ(t.file_records(), 102u);
+  EXPECT_EQ(t.enforce_limits(), (50u - 18) + (30 - 18));
+  EXPECT_EQ(t.file_records(), 58u);
+  EXPECT_EQ(t.stats().folded_records, 44u);
+  const std::map<std::string, uint64_t> kept = {{"a", 22}, {"b", 18}, {"c", 18}};
+  for (const auto& [name, n] : sizes) {
+    SCOPED_TRACE(name);
+    const daemon::Job& job = *t.find("cgroup/dl/" + name);
+    EXPECT_EQ(job.rec->file_records(), kept.at(name));
+    const auto rec = t.job_json(job, "test");
+    EXPECT_EQ(rec["job"]["files"], n);
+    EXPECT_EQ(rec["job"]["folded_files"], n - kept.at(name));
+    EXPECT_EQ(rec["job"]["totals"]["bytes_written"], total[name]);
+  }
+}
+
+TEST_F(JobTableTest, TheNodeWideNameBudgetFoldsEachJobToItsShareOfBytes) {
+  // docs/daemon-config.md `limits.max_path_bytes`: names of all jobs together are bounded, the
+  // biggest jobs folding first, each to its share. Two jobs of ~2.9 MiB of names each, under
+  // their own limit (max_path_bytes_per_job, 5 MiB) and over max_path_bytes (4 MiB) together:
+  // both must come down to their share, 2 MiB.
+  jobs::Limits limits;
+  limits.max_path_bytes = 4u << 20;
+  ASSERT_EQ(limits.max_path_bytes_per_job, 5u << 20);  // the default: not the bound that binds
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 0);
+  t.on_cgroup(3, "/dl/b", true, 0);
+  t.on_mark(mark(600, 2));
+  t.on_mark(mark(700, 3));
+  std::string dirs;  // four directories of 249 bytes: paths of ~1 KB
+  for (int d = 0; d < 4; ++d) dirs += std::string(249, static_cast<char>('a' + d)) + '\0';
+  constexpr uint64_t kFiles = 1500;
+  const std::vector<std::pair<uint32_t, uint64_t>> jobs = {{600, 1}, {700, 10001}};  // pid, ino
+  std::map<uint32_t, uint64_t> total;
+  for (const auto& [pid, first] : jobs) {
+    for (uint64_t ino = first; ino < first + kFiles; ++ino) {
+      t.on_event(name_event(pid, ino, "f" + std::to_string(ino) + '\0' + dirs));
+      t.on_file(key(pid, ino), written(ino), true);
+      total[pid] += ino;
+    }
+  }
+  const daemon::Job& a = *t.find("cgroup/dl/a");
+  const daemon::Job& b = *t.find("cgroup/dl/b");
+  const std::size_t share = 2u << 20;
+  for (const daemon::Job* j : {&a, &b}) {
+    ASSERT_GT(j->rec->name_bytes(), share);
+    ASSERT_LT(j->rec->name_bytes(), limits.max_path_bytes_per_job);
+  }
+  ASSERT_TRUE(t.names_over_limits());
+  ASSERT_FALSE(t.records_over_limits());  // the names bind, not the counts
+  std::vector<core::FileIdentity> forgotten;
+  const std::size_t folded = t.enforce_limits(&forgotten);
+  EXPECT_GT(folded, 0u);
+  EXPECT_FALSE(t.names_over_limits());
+  EXPECT_EQ(t.stats().folded_records, folded);
+  // Each folded file was named by its one process only: its name goes with it, and the kernel
+  // must be told to send it again.
+  EXPECT_EQ(forgotten.size(), folded);
+  uint64_t folded_files = 0;
+  for (const auto& [pid, first] : jobs) {
+    SCOPED_TRACE(pid);
+    const daemon::Job& job = pid == 600 ? a : b;
+    EXPECT_LE(job.rec->name_bytes(), share);
+    EXPECT_GT(job.rec->file_records(), 0u);
+    const auto rec = t.job_json(job, "test");
+    EXPECT_EQ(rec["job"]["files"], kFiles);
+    EXPECT_EQ(rec["job"]["totals"]["bytes_written"], total[pid]);
+    EXPECT_EQ(rec["job"]["folded_files"], kFiles - job.rec->file_records());
+    folded_files += rec["job"]["folded_files"].get<uint64_t>();
+    for (const auto& f : rec["files"]) EXPECT_FALSE(f.contains("path_unknown")) << f["ino"];
+  }
+  EXPECT_EQ(folded_files, folded);
+}
+
+TEST_F(JobTableTest, TheNodeWideNameCacheEvictsByFileIdentityAndForgetsTheEvicted) {
+  // The node-wide cache holds the last name event of each file, so that a job using a file
+  // another job named gets its path. Over max_records entries it evicts down to 9/10 of the
+  // bound, the lowest (dev, ino, generation) first (the cache's key order, not the order of
+  // use), and reports each evicted file in `forgotten` so the kernel sends its name again.
+  jobs::Limits limits;
+  limits.max_records = 10;
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 0);
+  t.on_cgroup(3, "/dl/b", true, 0);
+  t.on_mark(mark(600, 2));
+  t.on_mark(mark(700, 3));
+  // Job a names 20 files, the highest inode first: the lowest are the last used.
+  for (uint64_t ino = 20; ino >= 1; --ino)
+    t.on_event(name_event(600, ino, "f" + std::to_string(ino) + std::string("\0etc\0", 5)));
+  ASSERT_FALSE(t.names_over_limits());  // the bytes are small: only the count binds
+  std::vector<core::FileIdentity> forgotten;
+  EXPECT_EQ(t.enforce_limits(&forgotten), 0u);  // names evicted are no records folded
+  EXPECT_EQ(t.stats().folded_records, 0u);
+  std::vector<core::FileIdentity> evicted;  // 20 down to 9: inodes 1 to 11
+  for (uint64_t ino = 1; ino <= 11; ++ino) evicted.push_back({.ino = ino, .dev = 7, .gen = 1});
+  EXPECT_EQ(forgotten, evicted);
+  // Job a, which named them, no longer counts the evicted ones as given: a re-sent name of
+  // one must reach it again.
+  const daemon::Job& a = *t.find("cgroup/dl/a");
+  EXPECT_EQ(a.named.count({.ino = 1, .dev = 7, .gen = 1}), 0u);
+  EXPECT_EQ(a.named.count({.ino = 11, .dev = 7, .gen = 1}), 0u);
+  EXPECT_EQ(a.named.count({.ino = 12, .dev = 7, .gen = 1}), 1u);
+  // Down to 9, under the bound: the next call evicts nothing more.
+  std::vector<core::FileIdentity> again;
+  t.enforce_limits(&again);
+  EXPECT_TRUE(again.empty());
+  // Job b uses an evicted file and a kept one: only the kept one's name is given.
+  t.on_file(key(700, 1), written(5), false);
+  t.on_file(key(700, 20), written(6), false);
+  auto path_of = [&](uint64_t ino) {  // b's row of the file
+    const nlohmann::json rec = t.job_json(*t.find("cgroup/dl/b"), "v");
+    for (const auto& f : rec["files"])
+      if (f["ino"] == ino) return f;
+    return nlohmann::json();
+  };
+  EXPECT_EQ(path_of(20)["path"], "/etc/f20");
+  EXPECT_FALSE(path_of(20).contains("path_unknown"));
+  EXPECT_EQ(path_of(1)["path_unknown"], true) << path_of(1);
+  // The kernel, told to forget it, sends the evicted file's name again at b's next use.
+  t.on_event(name_event(700, 1, std::string("f1\0etc\0", 7)));
+  EXPECT_EQ(path_of(1)["path"], "/etc/f1");
+  EXPECT_FALSE(path_of(1).contains("path_unknown"));
+}
+
 TEST_F(JobTableTest, SavedTableLoadsIntoTheSameState) {
   auto t = make({kube_rule()});
   t.on_cgroup(1, "/kubepods.slice", false, 0);
