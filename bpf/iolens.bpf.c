@@ -399,12 +399,65 @@ __noinline __u64 current_fd_file(long fd)
 }
 
 /*
+ * btrfs: stat(2) reports a file's subvolume's anonymous device (btrfs_getattr: the root's
+ * anon_dev), not the superblock's s_dev, and inode numbers start again in every subvolume (the
+ * first file of each is 257), with generations that are transaction numbers: two files of one
+ * btrfs can share (s_dev, ino, generation). Local flavours of its types, so that the object
+ * builds and loads without them (btrfs as a module whose BTF the relocation does not see: then
+ * s_dev, as before).
+ */
+#define IOLENS_BTRFS_SUPER_MAGIC 0x9123683E
+struct btrfs_root___iolens {
+	dev_t anon_dev;
+} __attribute__((preserve_access_index));
+struct btrfs_inode___iolens {
+	struct btrfs_root___iolens *root;
+	struct inode vfs_inode;
+} __attribute__((preserve_access_index));
+
+/* The device stat(2) gives for the file of inode `inode_ptr` (a struct inode *): the
+ * superblock's, or a btrfs subvolume's. A global function: verified once, not at each of the
+ * identity sites (syscalls, page cache, O_DIRECT, io_uring, writeback: +1,149 instructions
+ * inlined); called only where the per-thread identity cache misses. */
+__noinline __u32 file_dev_of(__u64 inode_ptr)
+{
+	struct inode *inode = (struct inode *)inode_ptr;
+	struct super_block *sb = BPF_CORE_READ(inode, i_sb);
+	__u32 dev = BPF_CORE_READ(sb, s_dev);
+
+	if (bpf_core_type_exists(struct btrfs_inode___iolens) &&
+	    BPF_CORE_READ(sb, s_magic) == IOLENS_BTRFS_SUPER_MAGIC) {
+		struct btrfs_inode___iolens *bi = (void *)((char *)inode -
+			bpf_core_field_offset(struct btrfs_inode___iolens, vfs_inode));
+		__u32 anon = BPF_CORE_READ(bi, root, anon_dev);
+
+		if (anon)
+			dev = anon;
+	}
+	return dev;
+}
+
+/* file_dev_of(), for an inode pointer read with bpf_probe_read (a scalar to the verifier). */
+#define file_dev(inode) file_dev_of((__u64)(inode))
+
+/* file_dev_of(), for a trusted BTF pointer (a tp_btf argument, or a field of one read
+ * directly): a global function takes scalars only, so the pointer's value is copied out first
+ * (~the cost of one probe read, on a miss of the per-thread identity cache only). */
+static __always_inline __u32 file_dev_btf(struct inode *inode)
+{
+	__u64 v = 0;
+
+	bpf_probe_read_kernel(&v, sizeof(v), &inode);
+	return file_dev_of(v);
+}
+
+/*
  * A file's identity (dev, ino, generation) and mode, with a one-entry cache per thread for
  * loops of calls on one descriptor. struct
  * file and struct inode memory is reused as soon as another thread closes or replaces the
  * descriptor (SLAB_TYPESAFE_BY_RCU), so pointers alone prove nothing: a hit also needs the same
  * inode number and generation (random per inode on ext4/xfs/tmpfs), read afresh. What the cache
- * saves is the superblock's dev and the mode.
+ * saves is the file's dev (file_dev) and the mode.
  */
 static __always_inline void file_identity_cached(struct iolens_task_state *st, struct file *f,
 						 __u32 *dev, __u64 *ino, __u32 *gen, __u32 *mode)
@@ -419,7 +472,7 @@ static __always_inline void file_identity_cached(struct iolens_task_state *st, s
 		*mode = st->cache_mode;
 		return;
 	}
-	*dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	*dev = file_dev(inode);
 	*mode = BPF_CORE_READ(inode, i_mode);
 	st->cache_file = (__u64)f;
 	st->cache_inode = (__u64)inode;
@@ -1059,8 +1112,10 @@ static __always_inline __u32 seen_gen(__u32 dev, __u64 ino)
  * is how glibc implements fstat) the identity comes from the struct file, like every other call
  * on a descriptor. On a path there is no struct file: the identity comes from the buffer the
  * kernel just filled (st_dev/st_ino, statx's stx_dev_*), so stats of files never opened are
- * counted too. (On btrfs subvolumes and overlayfs, stat's st_dev differs from the superblock's
- * s_dev: such a path stat lands on a record of its own; docs/counters.md.)
+ * counted too. (file_dev gives a btrfs file the st_dev stat reports, so its path stats join its
+ * record; where btrfs's types are not in the BTF the programs were relocated against, and on an
+ * overlay whose layers are on another file system, such a path stat lands on a record of its
+ * own; docs/counters.md.)
  */
 /* A successful call of the stat family (stat, lstat, fstat, newfstatat, statx). */
 __noinline int account_stat(struct call_ctx *cx, struct iolens_task_state *st,
@@ -2266,7 +2321,7 @@ inode_record(struct task_struct *task, struct iolens_task_state *st, struct inod
 	key.tgid = task->tgid;
 	key.pstart_ns = st->pstart_ns;
 	key.ino = BPF_CORE_READ(inode, i_ino);
-	key.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	key.dev = file_dev(inode);
 	key.gen = BPF_CORE_READ(inode, i_generation);
 	c = file_record_get(&key, &created);
 	if (c && f && !c->named) {

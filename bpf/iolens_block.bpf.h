@@ -143,7 +143,7 @@ static __always_inline struct dirtier *bio_dirtier(struct bio *bio)
 	if (!host)
 		return NULL;
 	k.ino = BPF_CORE_READ(host, i_ino);
-	k.dev = BPF_CORE_READ(host, i_sb, s_dev);
+	k.dev = file_dev(host);
 	return bpf_map_lookup_elem(&dirtiers, &k);
 }
 

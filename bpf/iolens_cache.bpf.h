@@ -44,7 +44,7 @@ static __always_inline __u32 inode_dev(struct iolens_task_state *st, struct inod
 {
 	if (st->cache_inode == (__u64)inode && st->cache_ino == ino && st->cache_gen == gen)
 		return st->cache_dev;
-	return BPF_CORE_READ(inode, i_sb, s_dev);
+	return file_dev_btf(inode);
 }
 
 /* The (process, file) key of (dev, ino, gen) for the traced task `task`. */
@@ -149,7 +149,7 @@ int BPF_PROG(mm_filemap_get_pages, struct address_space *mapping, unsigned long 
 	if (!st || !host)
 		return 0;
 	ino = host->i_ino;
-	dev = host->i_sb->s_dev;
+	dev = file_dev_btf(host);
 	/* enter_ns is 0 outside the hooked system calls (io_uring_enter, io-wq workers, iolensd
 	 * with its syscall hooks detached): there the file and range alone tell a later batch. */
 	same = st->gp_enter == st->enter_ns && st->gp_dev == dev && st->gp_ino == ino &&
@@ -261,7 +261,7 @@ inherited_record(struct task_struct *task, struct iolens_task_state *st, struct 
 	parent = BPF_CORE_READ(task, real_parent);
 	if (!parent)
 		return NULL;
-	task_file_key(task, st, BPF_CORE_READ(inode, i_sb, s_dev), BPF_CORE_READ(inode, i_ino),
+	task_file_key(task, st, file_dev_btf(inode), BPF_CORE_READ(inode, i_ino),
 		      BPF_CORE_READ(inode, i_generation), &key);
 	key.tgid = BPF_CORE_READ(parent, tgid);
 	key.pstart_ns = leader_start(parent);

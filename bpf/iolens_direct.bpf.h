@@ -19,7 +19,7 @@ static __always_inline int inode_key(struct iolens_file_key *k, __u32 tgid, __u6
 	k->tgid = tgid;
 	k->pstart_ns = pstart;
 	k->ino = BPF_CORE_READ(inode, i_ino);
-	k->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	k->dev = file_dev(inode);
 	k->gen = BPF_CORE_READ(inode, i_generation);
 	return 1;
 }

@@ -301,4 +301,13 @@ CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> ob
   return out;
 }
 
+std::vector<std::string> modules_needing_kernel_btf(const std::string& sysfs_btf_dir) {
+  std::vector<std::string> out;
+  for (const char* module : {"btrfs"}) {
+    const std::string path = sysfs_btf_dir + "/" + module;
+    if (access(path.c_str(), F_OK) == 0) out.emplace_back(module);
+  }
+  return out;
+}
+
 }  // namespace iolens::loader

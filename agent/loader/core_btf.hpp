@@ -9,12 +9,15 @@
 /// relocates against it to the same offsets, sizes and enum values as against the kernel's
 /// (the tp_btf programs still attach by the kernel's own BTF, which libbpf reads as before).
 /// It is kept in a cache directory under a name made of digests of the kernel's BTF and of the
-/// object, so a new kernel or a new iolens makes its own. (With a custom BTF libbpf does not
-/// look in kernel modules' BTF for CO-RE: every type iolens relocates is vmlinux's.)
+/// object, so a new kernel or a new iolens makes its own. With a custom BTF libbpf does not
+/// look in kernel modules' BTF for CO-RE: the one module whose types iolens relocates is btrfs
+/// (a btrfs file's device, bpf/iolens.bpf.c file_dev), so where btrfs is a module, the cache is
+/// not used (modules_needing_kernel_btf).
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "control/unique_fd.hpp"
 
@@ -47,5 +50,10 @@ struct CoreBtf {
 /// not BTF) the result names no file and says why; CO-RE then uses the kernel's BTF as before.
 CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> object,
                  const std::string& kernel_btf, const std::string& bpftool);
+
+/// The kernel modules, among those whose types the programs relocate (btrfs), that are loaded
+/// with a BTF of their own under `sysfs_btf_dir` (/sys/kernel/btf): their types are in no small
+/// BTF made from vmlinux's, so CO-RE must use the kernel's BTF (libbpf then searches modules).
+std::vector<std::string> modules_needing_kernel_btf(const std::string& sysfs_btf_dir);
 
 }  // namespace iolens::loader

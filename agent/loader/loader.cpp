@@ -415,7 +415,12 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   // CO-RE against a small BTF made for this object on this kernel (loader/core_btf.hpp): the
   // search of the kernel's whole BTF for each struct was ~40 ms of every start.
   CoreBtf core;
-  if (opts.btf_path == kVmlinuxBtf && !opts.core_btf_cache.empty()) {
+  // A module whose types the programs read (btrfs: a file's device) has them in its own BTF,
+  // which libbpf searches only when CO-RE targets the kernel's: correct identities first.
+  const std::vector<std::string> modules = modules_needing_kernel_btf("/sys/kernel/btf");
+  if (!modules.empty())
+    spdlog::debug("CO-RE target: the kernel's BTF (types of module {} needed)", modules.front());
+  if (opts.btf_path == kVmlinuxBtf && !opts.core_btf_cache.empty() && modules.empty()) {
     // Under sudo the invoking user's environment must not choose what root runs or where it
     // writes (docs/security.md section 5): the defaults then.
     const bool sudo = std::getenv("SUDO_UID") != nullptr;

@@ -207,3 +207,24 @@ TEST(CoreBtfDigest, ContentOnly) {
 
 }  // namespace
 }  // namespace iolens::loader
+
+namespace iolens::loader {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Where btrfs is a module with its own BTF, its types are in no small BTF made from vmlinux's:
+// the loader then relocates against the kernel's BTF (libbpf searches modules only then).
+TEST(ModulesNeedingKernelBtf, BtrfsAsAModule) {
+  const fs::path dir = fs::temp_directory_path() / ("iolens_sysbtf_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  { std::ofstream(dir / "vmlinux") << "x"; }
+  { std::ofstream(dir / "ext4") << "x"; }
+  EXPECT_TRUE(modules_needing_kernel_btf(dir.string()).empty()) << "built in: vmlinux has them";
+  { std::ofstream(dir / "btrfs") << "x"; }
+  EXPECT_EQ(modules_needing_kernel_btf(dir.string()), std::vector<std::string>{"btrfs"});
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace iolens::loader
