@@ -20,7 +20,9 @@ Each file is converted to JSON lines (`iolens convert --to jsonl`) and checked a
 workload's manifest: every record lies inside the capture window (header window_start_ns,
 trailer window_end_ns); every call the workload made inside the window is in the file, in order,
 with its op, descriptor, offset, size asked and result; no record of the other job's process;
-and produced = records in the file + lost (ring full) + left out (size limit).
+produced = records in the file + lost (ring full) + left out (size limit), and lies between the
+workload's calls inside the window and those touching it; the window lies within the test's own
+CLOCK_MONOTONIC times of the capture client (and ends after the SIGINT, or the job's last call).
 """
 import bisect
 import json
@@ -109,9 +111,40 @@ def check_window(ck, lines, man, other_pid, what, cover="window"):
                 and ck.eq(where + " path", man["path"], g.get("path"))):
             break
     trailer = head.get("losses") or {}
-    ck.eq("%s: produced = records + ring full + size limit" % what, trailer.get("produced"),
+    produced = trailer.get("produced")
+    ck.eq("%s: produced = records + ring full + size limit" % what, produced,
           len(ops) + trailer.get("ring_full", 0) + trailer.get("size_limit", 0))
+    # produced against the workload's own log (docs/capture.md: it counts the calls of the
+    # window, those that start and end inside it). The kernel times a call inside the
+    # workload's [t0, t1] of it: every call logged inside the window is produced, and nothing
+    # is produced but calls logged overlapping it (within its loop the workload makes no other
+    # traced call), plus with "to_end" the few calls after its last logged one (its close,
+    # the manifest's open, write and close, the unlink: the tail allowance above).
+    if ck.check(isinstance(produced, int), "%s: trailer produced %r" % (what, produced)):
+        low = len([c for c in calls if c["t0"] >= ws and c["t1"] <= we])
+        high = len([c for c in calls if c["t1"] >= ws and c["t0"] <= we]) + \
+            (8 if cover == "to_end" else 0)
+        D.log("%s: produced %d; the workload logged %d calls inside the window, %d touching "
+              "it" % (what, produced, low, high))
+        ck.check(low <= produced <= high, "%s: produced %d, but the workload logged %d calls "
+                 "inside the window and %d touching it" % (what, produced, low, high))
     return head
+
+
+def check_span(ck, head, cap, what, after=None):
+    """The window lies within the test's own CLOCK_MONOTONIC times of the capture: from before
+    `iolens capture` started to after it exited (and, with `after`, ends after that time)."""
+    ws, we = head.get("window_start_ns"), head.get("window_end_ns")
+    if not (isinstance(ws, int) and isinstance(we, int)):
+        return None  # check_window said so
+    ck.check(cap.t_start_ns <= ws and we <= cap.t_end_ns,
+             "%s: window [%d, %d] is not within the capture's run [%d, %d] (CLOCK_MONOTONIC)" %
+             (what, ws, we, cap.t_start_ns, cap.t_end_ns))
+    if after is not None:
+        ck.check(we >= after, "%s: window ends at %d, before %d" % (what, we, after))
+    D.log("%s: window %.3f s, %.3f s after the client started, %.3f s before it exited" %
+          (what, (we - ws) / 1e9, (ws - cap.t_start_ns) / 1e9, (cap.t_end_ns - we) / 1e9))
+    return (we - ws) / 1e9
 
 
 class Capture:
@@ -120,6 +153,9 @@ class Capture:
     def __init__(self, d, args, out, tty=False):
         self.out = out
         argv = [d.iolens_path, "capture"] + list(args) + ["-o", out, "--socket", d.socket]
+        # CLOCK_MONOTONIC (time.monotonic on Linux), the clock of the file's window
+        self.t_start_ns = time.monotonic_ns()
+        self.t_end_ns = None
         self.tty_text = b""
         if tty:
             master, slave = pty.openpty()
@@ -152,10 +188,29 @@ class Capture:
             self.p.kill()
             _, err = self.p.communicate()
             ck.fail("%s: iolens capture still running after %d s" % (what, timeout))
+        self.t_end_ns = time.monotonic_ns()
         if self.reader:
             self.reader.join(5)
             err = self.tty_text
         return self.p.returncode, (err or b"").decode("utf-8", "replace")
+
+
+def workloads_counted(d, job_ids):
+    """Every job of job_ids lists a live process and its reads and writes in `jobs`."""
+    a = d.request({"cmd": "jobs"})
+    lines = {j.get("id"): j for j in (a.get("result") or {}).get("jobs", [])}
+    for job_id in job_ids:
+        j = lines.get(job_id) or {}
+        t = j.get("totals") or {}
+        if not (j.get("state") == "live" and j.get("live_processes", 0) >= 1 and
+                t.get("writes", 0) > 0 and t.get("reads", 0) > 0):
+            return None
+    return True
+
+
+def capture_produced(d):
+    a = d.request({"cmd": "capture_status"})
+    return (a.get("result") or {}).get("produced", 0) if a.get("ok") else 0
 
 
 def capture_running(d):
@@ -185,7 +240,13 @@ def main():
                                       [args.workload, "phases", dirs[name], str(SECONDS)])
         D.Cleanup.register("kill " + name, lambda p=procs[name]: p.poll() is None and p.kill())
     pa, pb = procs["a"].pid, procs["b"].pid
-    time.sleep(1)
+    # Both workloads known to the daemon before the captures: each job lists its one process
+    # live (capture 4's --pid needs pb in job B's live processes: job_head's live_processes is
+    # that set's size, and pb is the only process of B) and counts its first pwrites and
+    # preads (drained: the shell's move into the cgroup is not counted, so these are the
+    # workload's own).
+    D.wait_or_fail(ck, "both workloads live and counted in `jobs`",
+                   lambda: workloads_counted(d, (a_id, b_id)), 30)
 
     # 1. A window by cgroup, with progress on a terminal; a second capture is refused.
     f1 = os.path.join(work, "c1.iotrace")
@@ -223,8 +284,11 @@ def main():
     f3 = os.path.join(work, "c3.iotrace")
     c3 = Capture(d, ["--job", a_id, "--duration", "60s"], f3)
     D.wait_or_fail(ck, "capture 2 running", lambda: capture_running(d), 10)
-    time.sleep(1)
+    # Some calls in its window before the stop (check_window wants at least 20): the status's
+    # `produced` counts the window's calls as the trace ring is drained.
+    D.wait_or_fail(ck, "capture 2 holding 100 calls", lambda: capture_produced(d) >= 100, 20)
     t_int = time.monotonic()
+    t_int_ns = time.monotonic_ns()
     c3.p.send_signal(signal.SIGINT)
     rc, err = c3.wait(ck, "capture 2 (SIGINT)", 20)
     ck.eq("capture 2 exit code after SIGINT (%s)" % err.strip()[-300:], 0, rc)
@@ -265,24 +329,27 @@ def main():
     lines = jsonl(ck, args.iolens, f1, "capture 1")
     if lines:
         head = check_window(ck, lines, mans["a"], pb, "capture 1 (cgroup, 2 s)")
-        span = (head["window_end_ns"] - head["window_start_ns"]) / 1e9
-        ck.check(2.0 <= span < 10, "capture 1's window is %.2f s, asked 2 s" % span)
+        span = check_span(ck, head, c1, "capture 1")
+        ck.check(span is None or span >= 2.0, "capture 1's window is %.2f s, asked 2 s" % span)
         ck.eq("capture 1 job id", a_id, head.get("job_id"))
         ck.eq("capture 1 lost (ring full)", 0, head["losses"].get("ring_full"))
     lines = jsonl(ck, args.iolens, f3, "capture 2")
     if lines:
         head = check_window(ck, lines, mans["a"], pb, "capture 2 (SIGINT)")
-        span = (head["window_end_ns"] - head["window_start_ns"]) / 1e9
-        ck.check(span < 30, "capture 2's window is %.2f s: the SIGINT did not end it" % span)
+        # ended by the SIGINT: after it, and before the client's exit
+        check_span(ck, head, c3, "capture 2", after=t_int_ns)
     lines = jsonl(ck, args.iolens, f4, "capture 3")
     if lines:
         head = check_window(ck, lines, mans["a"], pb, "capture 3 (size limit)", cover="prefix")
+        check_span(ck, head, c4, "capture 3")
         ck.check(head["losses"].get("size_limit", 0) > 0,
                  "capture 3: no calls counted as left out by the size limit: %r" % head["losses"])
     lines = jsonl(ck, args.iolens, f5, "capture 4")
     if lines:
-        check_window(ck, lines, mans["b"], pa, "capture 4 (pid, to the job's end)",
-                     cover="to_end")
+        head = check_window(ck, lines, mans["b"], pa, "capture 4 (pid, to the job's end)",
+                            cover="to_end")
+        # ended by the job's end: after the workload's last logged call
+        check_span(ck, head, c5, "capture 4", after=mans["b"]["ops"][-1]["t1"])
     ck.check(not [n for n in os.listdir(work) if n.endswith(".iotrace") and
                   os.path.getsize(os.path.join(work, n)) == 0], "an empty trace file")
     ck.finish()

@@ -9,10 +9,13 @@ connections kept every scrape waiting ~30 s.
 
 - the default configuration: six connections trickle a request (more than the old thread count,
   fewer than the new default `metrics.threads`); a normal scrape started while they trickle
-  must answer within 10 s (Prometheus' own default scrape timeout);
+  must answer before any trickler's 5 s request timeout could have freed a thread for it, and
+  no trickler is dropped meanwhile;
 - `threads: 2, request_timeout: 2s`: four trickling connections take both threads and queue two
   more; the server must drop each of them before it has sent its whole request (the trickle
-  would last 30 s), and a scrape queued behind them must still answer within 10 s.
+  would last 30 s), after one to two request timeouts (the second pair after the first pair's),
+  and a scrape queued behind them must answer after two request timeouts, not before and not
+  much later.
 
 The tricklers connect to 127.0.0.1 only and stop by themselves: at most 30 bytes, one a second,
 or when the server closes the connection, or when the test ends.
@@ -31,6 +34,14 @@ import e2e_common as E  # noqa: E402
 log = E.log
 
 SCRAPE_TIMEOUT_S = 10
+# docs/metrics.md#slow-clients (agent/jobs/config.hpp): the default metrics.request_timeout,
+# and the one part 2 configures
+DEFAULT_REQUEST_TIMEOUT_S = 5.0
+SHORT_REQUEST_TIMEOUT_S = 2.0
+# Slack on the timeouts. Measured on the 2-CPU test VM: the part 1 scrape in 0.00 s; in part 2
+# tricklers dropped at 2.0 s and 4.0 s and the scrape answered in 3.99 s, against 4.0.
+EARLY_S = 0.25  # a trickler's own clock starts a little after the server took the connection
+LATE_S = 1.5
 TRICKLE_BYTES = 30  # one a second: a trickle that is not dropped lasts 30 s
 # A request line and a header that never ends: the server waits for the blank line.
 TRICKLE = (b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 64)[:TRICKLE_BYTES]
@@ -105,10 +116,10 @@ def metrics_port(ck, st):
     return ports[0]
 
 
-def wait_trickling(ts, nbytes=2, timeout=5):
+def wait_trickling(ck, ts, nbytes=2, timeout=10):
     """Until every trickler has sent `nbytes` (so each is connected and accepted)."""
-    D.wait_for("the tricklers to start", lambda: all(t.sent >= nbytes or t.dropped_after_s
-                                                     is not None or t.error for t in ts), timeout)
+    D.wait_or_fail(ck, "the tricklers to start", lambda: all(
+        t.sent >= nbytes or t.dropped_after_s is not None or t.error for t in ts), timeout)
 
 
 def main():
@@ -124,13 +135,23 @@ def main():
     port = metrics_port(ck, d.start(ck))
     stop = threading.Event()
     D.Cleanup.register("stop the tricklers", stop.set)
+    t_tricklers = time.monotonic()
     ts = start_tricklers(port, 6, stop)
-    wait_trickling(ts)
+    wait_trickling(ck, ts)
     for t in ts:
         ck.check(t.error is None, "a trickler could not connect: %s" % t.error)
+    t_scrape = time.monotonic()
     status, took, err = scrape(port)
     log("default config, 6 slow connections: scrape %r in %.2f s %s" % (status, took, err))
     ck.eq("a scrape while 6 connections trickle (default config): status", 200, status)
+    # It took a free thread: a scrape queued behind a trickler gets a thread only once the
+    # trickler's request_timeout (5 s from when its thread took it, after t_tricklers) ends.
+    ck.check(t_scrape + took < t_tricklers + DEFAULT_REQUEST_TIMEOUT_S,
+             "the scrape took %.2f s, answered %.2f s after the tricklers connected: it waited "
+             "for a trickler's %.0f s request timeout" %
+             (took, t_scrape + took - t_tricklers, DEFAULT_REQUEST_TIMEOUT_S))
+    ck.eq("tricklers dropped before the scrape was answered (the scrape proves nothing then)",
+          [], [i for i, t in enumerate(ts) if t.dropped_after_s is not None])
     stop.set()
     for t in ts:
         t.join(timeout=5)
@@ -143,22 +164,43 @@ def main():
     port = metrics_port(ck, d2.start(ck))
     stop2 = threading.Event()
     D.Cleanup.register("stop the tricklers", stop2.set)
+    t_tricklers = time.monotonic()
     ts = start_tricklers(port, 4, stop2)
-    wait_trickling(ts, nbytes=1)
+    wait_trickling(ck, ts, nbytes=1)
+    t_scrape = time.monotonic()
     status, took, err = scrape(port)
     log("threads 2, request_timeout 2s, 4 slow connections: scrape %r in %.2f s %s" %
         (status, took, err))
     ck.eq("a scrape queued behind 4 trickling connections (2 threads, 2 s timeout): status",
           200, status)
+    # Fifth in civetweb's queue on 2 threads: it gets one when the second pair of tricklers is
+    # dropped, two request timeouts after the first pair was taken (docs/metrics.md: "about
+    # request_timeout per threads connections queued ahead of it"); not before.
+    answered = t_scrape + took - t_tricklers
+    ck.check(2 * SHORT_REQUEST_TIMEOUT_S - EARLY_S <= answered <=
+             2 * SHORT_REQUEST_TIMEOUT_S + LATE_S,
+             "the scrape behind 4 tricklers on 2 threads was answered %.2f s after they "
+             "connected, want two request timeouts of %.0f s" % (answered, SHORT_REQUEST_TIMEOUT_S))
     for t in ts:
         t.join(timeout=TRICKLE_BYTES + 5)
     for i, t in enumerate(ts):
         log("trickler %d: sent %d of %d bytes, dropped after %s s" %
             (i, t.sent, len(TRICKLE), None if t.dropped_after_s is None
-             else "%.1f" % t.dropped_after_s))
+             else "%.2f" % t.dropped_after_s))
         ck.check(t.dropped_after_s is not None and t.sent < len(TRICKLE),
                  "trickler %d was not dropped by the server before its %d bytes were sent" %
                  (i, len(TRICKLE)))
+        # Held by a thread for one request timeout, after waiting in the queue for at most one
+        # more (one pair of tricklers ahead of it).
+        ck.check(t.dropped_after_s is None or
+                 SHORT_REQUEST_TIMEOUT_S - EARLY_S <= t.dropped_after_s <=
+                 2 * SHORT_REQUEST_TIMEOUT_S + LATE_S,
+                 "trickler %d dropped after %s s, want between one and two request timeouts "
+                 "of %.0f s" % (i, t.dropped_after_s, SHORT_REQUEST_TIMEOUT_S))
+    drops = sorted(t.dropped_after_s for t in ts if t.dropped_after_s is not None)
+    ck.check(len(drops) < 4 or drops[2] >= 2 * SHORT_REQUEST_TIMEOUT_S - EARLY_S,
+             "tricklers dropped after %s s: with 2 threads the second pair waits for the first "
+             "pair's request timeout" % ["%.2f" % x for x in drops])
     rc, _ = d2.stop()
     ck.eq("iolensd exit status", 0, rc)
     ck.finish()

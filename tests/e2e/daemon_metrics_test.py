@@ -24,7 +24,9 @@ Checked through Prometheus's HTTP API (values must converge within 30 s):
   - iolens_job_request_size_bytes: every cumulative `le` bucket, _count and _sum, both ops;
   - iolens_job_request_duration_seconds_count (and its +Inf bucket) = the calls;
   - iolens_job_metadata_operations_total open/close/fsync; iolens_job_files;
-  - a rate() is a finite value >= 0; iolens_job_info names the job (kind, cgroup, node);
+  - rate() of the idle job's bytes: exactly 0 over a 5 s window of final samples, and over 1 m
+    at most what the job's known bytes allow; iolens_job_info names the job (kind, cgroup,
+    node);
   - iolens_build_info, iolens_map_fill_ratio (in [0, 1]) exist; iolens_lost_total all 0.
 Hostile names: /metrics parses with a strict text-format parser (UTF-8, only \\\\ \\" \\n
 escapes, no duplicate series); the hostile file is a top file whose path label reads `\\\\` for
@@ -439,6 +441,76 @@ def converge(ck, prom, what, checks, timeout=CONVERGE_S):
     return bool(done)
 
 
+RATE_SHORT_S = 5  # 5 scrapes: a window holding only samples after job A's I/O
+
+
+def query_at(prom, expr, t):
+    """An instant query evaluated at wall time t: ({labels: value}, None) or (None, error)."""
+    data, err = prom.api("query", {"query": expr, "time": "%.3f" % t})
+    if err:
+        return None, err
+    if data["resultType"] != "vector":
+        return None, "result type %s" % data["resultType"]
+    return {tuple(sorted(r["metric"].items())): float(r["value"][1])
+            for r in data["result"]}, None
+
+
+def check_idle_rates(ck, prom, ja, truth, t_final):
+    """rate() of job A's byte counters once it is idle (it waits on stdin after its I/O, and
+    Prometheus's samples have been its exact totals since t_final). Ground truth: the
+    workload's bytes per op.
+    - A window of RATE_SHORT_S after t_final holds only final samples: the rate is exactly 0.
+    - The 1 m window: Prometheus's rate is the increase of the samples in it (at most the op's
+      total: the counter starts at 0 and ends at it; more would be a reset or a double count),
+      extrapolated by less than 1.1 mean sample intervals at each end, over 60 s: at most
+      total * (1 + 2.2 / (N - 1)) / 60 with N the samples in the window (extrapolatedRate in
+      Prometheus's promql/functions.go)."""
+    series = "iolens_job_io_bytes_total%s" % sel(**ja)
+    errors = []
+
+    def short_window_final():
+        """The three queries at one time t whose short window holds 3 final samples, or None
+        (not yet, or a query failed: asked again)."""
+        t = time.time()
+        if t < t_final + RATE_SHORT_S:
+            return None
+        got = [query_at(prom, e, t) for e in (
+            "count_over_time(%s[%ds])" % (series, RATE_SHORT_S),
+            "rate(%s[%ds])" % (series, RATE_SHORT_S), "rate(%s[1m])" % series,
+            "count_over_time(%s[1m])" % series)]
+        bad = [err for _, err in got if err]
+        if bad:
+            errors.append(bad[0])
+            return None
+        n5, short, longr, n = [v for v, _ in got]
+        if not (n5 and min(n5.values()) >= 3 and short and longr and n):
+            return None
+        return short, longr, n
+    got = D.wait_or_fail(ck, "3 samples of job A within %d s, all after its totals were final"
+                         % RATE_SHORT_S, short_window_final, 30, interval=0.5)
+    if errors:
+        D.log("Prometheus queries that failed meanwhile (asked again): %s" % errors[-3:])
+    if not got:
+        return
+    short, longr, n = got
+    for key, v in sorted(short.items()):
+        ck.eq("rate(iolens_job_io_bytes_total[%ds]) of idle job A, %s" % (RATE_SHORT_S, dict(key)),
+              0.0, v)
+    for key, v in sorted(longr.items()):
+        op = dict(key).get("op")
+        total = truth.bytes.get(op)
+        samples = n.get(key, 0)
+        if not ck.check(total is not None and samples >= 2, "job A's series %s: op %r, %r samples "
+                        "in 1 m" % (dict(key), op, samples)):
+            continue
+        bound = total * (1 + 2.2 / (samples - 1)) / 60
+        D.log("rate(iolens_job_io_bytes_total[1m]) of job A, op %s: %.0f B/s (bound %.0f: %d "
+              "bytes, %d samples)" % (op, v, bound, total, samples))
+        ck.check(math.isfinite(v) and 0 <= v <= bound,
+                 "rate(iolens_job_io_bytes_total[1m]) of job A op %s: %r, want at most %.0f (its "
+                 "%d bytes in %d samples)" % (op, v, bound, total, samples))
+
+
 # --- ground truth -------------------------------------------------------------------------------
 
 class Truth:
@@ -758,7 +830,8 @@ def main():
         ("build_info", "count(iolens_build_info == 1)", 1.0),
         ("up", 'up{job="iolens"}', 1.0),
     ]
-    converge(ck, prom, "job A's metrics in Prometheus", checks)
+    a_final = converge(ck, prom, "job A's metrics in Prometheus", checks)
+    t_final = time.time()  # Prometheus's samples of job A are its final totals from here on
     # rate() and the dashboard's range queries need a few samples of the job (Prometheus's first
     # scrape may come seconds after its start)
     nsamples = "max(count_over_time(iolens_job_io_bytes_total%s[1m]))" % sel(**ja)
@@ -767,10 +840,8 @@ def main():
                       prom.value(nsamples) >= 3, 20, interval=0.5):
         ck.fail("Prometheus holds fewer than 3 samples of job A after 20 s: %r" %
                 prom.value(nsamples))
-    rate = prom.value("sum(rate(iolens_job_io_bytes_total%s[1m]))" % sel(**ja))
-    ck.check(isinstance(rate, float) and math.isfinite(rate) and rate >= 0,
-             "rate(iolens_job_io_bytes_total[1m]) for job A: %r (want a finite value >= 0)" %
-             rate)
+    if a_final:
+        check_idle_rates(ck, prom, ja, truth, t_final)
     fill, err = prom.query("iolens_map_fill_ratio")
     ck.check(not err and fill and all(0 <= v <= 1 for _, v in fill),
              "iolens_map_fill_ratio: %s" % (err or fill or "absent"))
