@@ -51,7 +51,7 @@ void TraceSession::on_ops(std::span<const iolens_trace_record> ops) {
       continue;
     }
     // The limit is checked against what is on disk: the file can pass it by the one block of
-    // ops the writer buffers (docs/trace-format.md).
+    // ops that crossed it (docs/capture.md), whose ops were taken while it was under.
     if (size_dropped_ > 0 || (options_.max_bytes && writer_.bytes_written() >= options_.max_bytes)) {
       ++size_dropped_;
       continue;
@@ -60,6 +60,14 @@ void TraceSession::on_ops(std::span<const iolens_trace_record> ops) {
     if (!(op.flags & IOLENS_TRACE_F_NOFILE)) {
       const core::FileIdentity id{op.ino, op.dev, op.gen};
       if (!named_.count(id)) unnamed_.insert(id);
+    }
+    // Ops that complete a block are handed over at once (the writer writes the block), so that
+    // the next op is checked against the file with that block in it: a batch read from the
+    // ring can hold many blocks' worth.
+    if (options_.max_bytes && batch.size() == writer_.ops_until_block()) {
+      if (!keep(writer_.add_ops(batch))) return;
+      ops_written_ += batch.size();
+      batch.clear();
     }
   }
   if (batch.empty()) return;

@@ -1031,6 +1031,10 @@ Status TraceWriter::finish(const Losses& losses, uint64_t window_end_ns) {
 }
 
 uint64_t TraceWriter::bytes_written() const { return impl_->bytes; }
+
+uint32_t TraceWriter::ops_until_block() const {
+  return impl_->opt.ops_per_block - impl_->ops.count;
+}
 uint64_t TraceWriter::ops_added() const { return impl_->ops_added; }
 
 // ---- reading ----

@@ -79,6 +79,8 @@ class TraceWriter {
   uint64_t bytes_written() const;
   /// Ops accepted by add_ops (written or buffered).
   uint64_t ops_added() const;
+  /// How many more ops complete the OPS block being filled (add_ops writes it then).
+  uint32_t ops_until_block() const;
 
  private:
   struct Impl;

@@ -118,6 +118,42 @@ TEST(TraceSession, PastTheSizeLimitCallsAreCountedNotWritten) {
   EXPECT_EQ(r.trace.losses.produced, 10u);
 }
 
+// One batch from the ring can hold many blocks' worth of ops: the limit is checked against the
+// file with each completed block in it, so the file passes it by the one block that crossed it,
+// not by the whole batch. Stored blocks of 10 ops: the limit is one byte past the header and
+// META, so the first OPS block crosses it and the other 40 of the batch are left out.
+TEST(TraceSession, TheSizeLimitIsPassedByOneBlockNotByOneBatch) {
+  MemFd probe, f;
+  Status err;
+  SessionOptions o;
+  o.writer.ops_per_block = 10;
+  o.writer.compress = false;
+  {
+    auto p = TraceSession::open_fd(probe.fd(), meta_from(0), o, err);
+    ASSERT_TRUE(p) << err.message;
+  }
+  const off_t head = lseek(probe.fd(), 0, SEEK_END);
+  ASSERT_GT(head, 0);
+  o.max_bytes = static_cast<uint64_t>(head) + 1;
+  auto s = TraceSession::open_fd(f.fd(), meta_from(0), o, err);
+  ASSERT_TRUE(s) << err.message;
+  std::vector<iolens_trace_record> ops;
+  for (int i = 0; i < 50; ++i) ops.push_back(op(10 + i, 11 + i, i));
+  s->on_ops(ops);
+  EXPECT_EQ(s->ops_written(), 10u);
+  EXPECT_EQ(s->ops_dropped(), 40u);
+  trace::Losses kernel;
+  kernel.produced = 50;
+  core::Recorder rec(0, 0);
+  ASSERT_TRUE(s->finish(rec, kernel, 100));
+  const trace::ReadResult r = f.read_back();
+  ASSERT_TRUE(r.status) << r.status.message;
+  ASSERT_EQ(r.trace.ops.size(), 10u);
+  EXPECT_EQ(r.trace.ops.back().offset, 9);
+  EXPECT_EQ(r.trace.losses.size_limit, 40u);
+  EXPECT_EQ(r.trace.losses.produced, 50u);
+}
+
 TEST(TraceSession, AnUnwritableFileIsAnErrorAtOpen) {
   const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
