@@ -24,6 +24,9 @@ their /sys/block/loopN/stat deltas are the ground truth for requests (reads comp
      (process, device of B) is lost, each event once: lost.block_records = B's bios (queued) +
      2 x B's requests (issued, completed), from B's device stat; there is no record for B's
      device and A's device shows exactly its reads.
+  4. paths_truncated: a file 70 directories below the test's directory, opened once: its name
+     walk in the kernel stops at 56 steps (docs/counters.md), so lost.paths_truncated = 1 and
+     the file's record has path_incomplete and a path that is the end of the real one.
 The workload's Python is run once untraced first (its files in the page cache, so that the
 traced run does no block I/O but the test's), and with -S (no site packages).
 Exit 0 pass, 1 fail, 77 skipped (not root).
@@ -224,6 +227,30 @@ def case_block_records(ck, args, work, a, b):
             ck.eq("records: lost." + k, 0, v)
 
 
+def case_deep_path(ck, args, work):
+    deep = os.path.join(work, *["d%02d" % i for i in range(70)])
+    os.makedirs(deep)
+    path = os.path.join(deep, "leaf")
+    with open(path, "wb") as f:
+        f.write(b"x" * 100)
+    doc, _ = run(ck, args, work, "deep", [],
+                 [PY, "-S", "-c", "import sys; open(sys.argv[1], 'rb').read(); print('{}')",
+                  path])
+    lost = doc.get("lost", {})
+    ck.eq("deep: lost.paths_truncated (one name walk cut)", 1, lost.get("paths_truncated"))
+    recs = [f for f in doc["files"] if f.get("ino") == os.stat(path).st_ino]
+    if ck.eq("deep: records of the leaf", 1, len(recs)):
+        r = recs[0]
+        ck.eq("deep: path_incomplete", True, r.get("path_incomplete"))
+        got = r.get("path") or ""
+        ck.check(got.lstrip("/") and path.endswith(got.lstrip("/")) and len(got) < len(path),
+                 "deep: the record's path %r is not the end of %r" % (got, path))
+        ck.eq("deep: bytes read", 100, r["counters"].get("bytes_read"))
+    for k, v in lost.items():
+        if k != "paths_truncated":
+            ck.eq("deep: lost." + k, 0, v)
+
+
 def main():
     args = E.parse_args(workload=True)
     E.require_root()
@@ -243,6 +270,7 @@ def main():
     case_inflight(ck, args, work, a)
     case_uring(ck, args, work, a)
     case_block_records(ck, args, work, a, b)
+    case_deep_path(ck, args, work)
     ck.finish()
 
 
