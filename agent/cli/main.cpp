@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
                   "are counted as lost (direct_inflight, uring_inflight, block_inflight)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 16u << 20));
+  cmd->add_option("--max-other-records", run.loader.max_other_records,
+                  "Kernel map size for (process, kind) records of I/O on pipes, sockets and "
+                  "devices; calls that find it full are counted as lost (other_records)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 16u << 20));
   cmd->add_option("--max-block-records", run.loader.max_block_records,
                   "Kernel map size for (process, device) block-layer records; block I/O that "
                   "finds it full is counted as lost (block_records)")
@@ -115,7 +120,7 @@ int main(int argc, char** argv) {
   // What only iolens's own programs can do: the daemon's are loaded already, its own way.
   for (const char* o :
        {"--trace", "--btf", "--max-file-records", "--fast-file-records", "--max-inflight",
-        "--max-block-records", "--disable-program", "--timing"})
+        "--max-block-records", "--max-other-records", "--disable-program", "--timing"})
     if (run.local_only_option.empty() && cmd->count(o) > 0) run.local_only_option = o;
   if (queries.given()) return queries.run();
   // Checked here, not by CLI11, so that a bad value exits 2 with one line, as the sizes do.

@@ -27,6 +27,10 @@ their /sys/block/loopN/stat deltas are the ground truth for requests (reads comp
   4. paths_truncated: a file 70 directories below the test's directory, opened once: its name
      walk in the kernel stops at 56 steps (docs/counters.md), so lost.paths_truncated = 1 and
      the file's record has path_incomplete and a path that is the end of the real one.
+  5. other_records (`--max-other-records 1`): the workload reads and writes a pipe of its own
+     30 times, then writes a socket 50 times: the (process, pipe) record takes the map's one
+     entry, so lost.other_records = 50 (each socket write once), other_io has no `socket`, and
+     the pipe's 30 reads are all there.
 The workload's Python is run once untraced first (its files in the page cache, so that the
 traced run does no block I/O but the test's), and with -S (no site packages).
 Exit 0 pass, 1 fail, 77 skipped (not root).
@@ -251,6 +255,40 @@ def case_deep_path(ck, args, work):
             ck.eq("deep: lost." + k, 0, v)
 
 
+OTHER_WORKLOAD = r"""
+import os, socket, sys
+n, m = int(sys.argv[1]), int(sys.argv[2])
+r, w = os.pipe()
+for _ in range(n):
+    os.write(w, b"x")
+    os.read(r, 1)
+a, b = socket.socketpair()
+for _ in range(m):
+    os.write(a.fileno(), b"y")
+print("{}")
+"""
+
+
+def case_other(ck, args, work):
+    n, m = 30, 50
+    doc, _ = run(ck, args, work, "other", ["--max-other-records", "1"],
+                 [PY, "-S", "-c", OTHER_WORKLOAD, str(n), str(m)])
+    lost = doc.get("lost", {})
+    ck.eq("other: lost.other_records (each socket write: no room for its record)", m,
+          lost.get("other_records"))
+    io = {}
+    for p in doc["processes"]:
+        for kind, c in (p.get("other_io") or {}).items():
+            io.setdefault(kind, []).append(c)
+    ck.eq("other: kinds of other I/O counted (the pipe's record took the one entry)", ["pipe"],
+          sorted(io))
+    pipe_reads = sum(c.get("reads", 0) for c in io.get("pipe", []))
+    ck.eq("other: the pipe's reads (the workload's own)", n, pipe_reads)
+    for k, v in lost.items():
+        if k != "other_records":
+            ck.eq("other: lost." + k, 0, v)
+
+
 def main():
     args = E.parse_args(workload=True)
     E.require_root()
@@ -271,6 +309,7 @@ def main():
     case_uring(ck, args, work, a)
     case_block_records(ck, args, work, a, b)
     case_deep_path(ck, args, work)
+    case_other(ck, args, work)
     ck.finish()
 
 
