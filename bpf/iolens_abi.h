@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 12
+#define IOLENS_ABI_VERSION 13
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -45,7 +45,8 @@ enum iolens_io_type {
  */
 struct iolens_file_key {
 	__u64 ino;       /* inode number (inode->i_ino) */
-	__u32 dev;       /* kernel dev_t of the superblock (MAJOR << 20 | MINOR) */
+	__u32 dev;       /* kernel dev_t of the file as stat(2) gives it: the superblock's, a
+			  * btrfs subvolume's (ABI 13) (MAJOR << 20 | MINOR) */
 	__u32 tgid;      /* process id (thread-group id) */
 	__u64 pstart_ns; /* process start (group leader start_time), CLOCK_MONOTONIC ns */
 	__u32 gen;       /* inode->i_generation: a deleted file's inode number is reused by the

@@ -1446,6 +1446,10 @@ void Daemon::relearn_processes() {
   // job is live, so that they count from their mark.
   hooks_policy();
   if (Status s = loader_->scan_tasks(true); !s) spdlog::warn("{}", s.message);
+  // The scan's marks now (the iterator wrote them as it ran): a job they reopen (a process
+  // rule's, marked at the scan's time) is then among the jobs found at start, whose records say
+  // what the restart could not recover.
+  loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
 }
 
 std::string Daemon::move_state_aside(const std::string& why) {

@@ -32,6 +32,7 @@ on this VM's 6.18 kernel for completions in some softirq contexts).
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -236,6 +237,8 @@ def loop_device(tmp, name, size):
         f.truncate(size)
     loop = subprocess.run(["losetup", "--find", "--show", image], check=True,
                           capture_output=True, text=True).stdout.strip()
+    if shutil.which("udevadm"):  # udev's probe of the new device (blkid) done before the test's
+        subprocess.run(["udevadm", "settle"], capture_output=True)
     st = os.stat(loop)
     return loop, "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
 

@@ -88,6 +88,13 @@ print(json.dumps(out))
 """
 
 
+def settle():
+    """Where udev runs, it probes a new or written block device (blkid): its reads must be done
+    before the test's stat deltas begin."""
+    if shutil.which("udevadm"):
+        subprocess.run(["udevadm", "settle"], capture_output=True)
+
+
 class LoopFs:
     """A loop device over a sparse image in `work`, with an ext4 file system mounted (noatime)
     and one 8 MiB data file; removed at exit."""
@@ -100,6 +107,7 @@ class LoopFs:
                                   capture_output=True, text=True).stdout.strip()
         at_exit(lambda: subprocess.run(["losetup", "-d", self.dev]))
         # Everything initialised now: no lazy-init kernel thread writes to it later.
+        settle()
         subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0",
                         self.dev], check=True)
         self.mnt = os.path.join(work, name)
@@ -112,6 +120,7 @@ class LoopFs:
             f.flush()
             os.fsync(f.fileno())
         subprocess.run(["sync", "-f", self.data], check=True)
+        settle()
         self.name = os.path.basename(self.dev)
         st = os.stat(self.dev)
         self.majmin = "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
@@ -185,7 +194,7 @@ def case_inflight(ck, args, work, a):
     ck.eq("inflight: lost.block_inflight = requests without device latency - block_untimed",
           untimed - lost.get("block_untimed", 0), lost.get("block_inflight", 0))
     for k, v in lost.items():
-        if k not in ("direct_inflight", "block_inflight", "block_untimed"):
+        if k not in ("direct_inflight", "block_inflight", "block_untimed", "program_misses"):
             ck.eq("inflight: lost." + k, 0, v)
 
 
@@ -224,10 +233,16 @@ def case_block_records(ck, args, work, a, b):
         ck.eq("records: %s read_bytes" % a.name, READS_A * 4096,
               ea[0]["counters"].get("read_bytes"))
     lost = doc.get("lost", {})
-    ck.eq("records: lost.block_records = %s's bios + 2 x its requests (issued, completed)" %
-          b.name, bios_b + 2 * reqs_b, lost.get("block_records"))
+    # A completion the kernel did not run block_rq_complete for (lost.block_untimed, seen on
+    # this VM's 6.18 kernel) is one event of B's the program never saw, so not counted here.
+    untimed = lost.get("block_untimed", 0)
+    want = bios_b + 2 * reqs_b
+    ck.check(want - untimed <= lost.get("block_records", -1) <= want,
+             "records: lost.block_records %r, expected %s's bios + 2 x its requests (issued, "
+             "completed) = %d, less at most the %d untimed completions" %
+             (lost.get("block_records"), b.name, want, untimed))
     for k, v in lost.items():
-        if k != "block_records":
+        if k not in ("block_records", "block_untimed", "program_misses"):
             ck.eq("records: lost." + k, 0, v)
 
 
