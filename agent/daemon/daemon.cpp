@@ -1341,6 +1341,16 @@ void Daemon::resume() {
   restart_["at_ns"] = clock_ns(CLOCK_REALTIME);
   if (!pins.discarded.empty()) restart_["discarded"] = pins.discarded;
   if (!pins.resumed) {
+    struct stat saved {};
+    if (pins.discarded.empty() && fstatat(state_dir_fd_, kStateName, &saved, 0) == 0) {
+      // An earlier daemon's state, but no pinned kernel state to continue: the pins were
+      // removed, or the node restarted (bpffs does not survive it). What that daemon had not
+      // written in records yet is gone: said, not silent.
+      restart_["state"] = "unusable: " + state_path() + " of an earlier iolensd, but no pinned "
+                          "kernel state in " + cfg_.pin_dir + " to continue (removed, or the "
+                          "node restarted): its jobs' counts not yet in records are lost";
+      spdlog::warn("{}", restart_["state"].get<std::string>());
+    }
     unlinkat(state_dir_fd_, kStateName, 0);  // it described kernel state that no longer exists
     unlinkat(state_dir_fd_, kMarkerName, 0);
     return;

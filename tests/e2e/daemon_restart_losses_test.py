@@ -34,6 +34,11 @@ its own tally) runs across the restart:
      counts are the workload's own either way, the first process's included (its marks were
      not replayed either: the restarted daemon reads the full ring before its report-all task
      scan, whose marks would otherwise be dropped and the process left out of its job).
+  5. pins removed: a job's workload writes, gated, while its iolensd's pin directory is
+     removed under it (rm -r): the daemon goes on counting (it holds the maps and links: the
+     job's live totals reach the workload's written bytes); then SIGKILL (a state was saved
+     with the job) and a restart: no pins to continue, so status restart.resumed false and restart.state
+     "unusable: ..." (the earlier daemon's state is not used, and says why), never silence.
 Exit 0 pass, 1 fail, 77 skipped (not root).
 """
 import os
@@ -328,6 +333,35 @@ def case_ring(ck, args, cg, work):
           rlost.get("events_not_replayed"), lost.get("restart_events_not_replayed"))
 
 
+def case_pins_removed(ck, args, cg, work):
+    d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/rl/*"]}' % cg.prefix, tag="rl-pins")
+    d.start(ck)
+    job_id, p = gated_job(ck, d, cg, args, work, "pins")
+    saved(ck, d, "with the job")
+    shutil.rmtree(d.pin_dir)
+    ck.check(not os.path.exists(d.pin_dir), "the pin directory is still there")
+    # Still counting: the live job's totals reach what the workload wrote (its manifest line).
+    D.wait_or_fail(ck, "the job's writes counted with the pins gone", lambda: any(
+        j.get("id") == job_id and (j.get("totals") or {}).get("bytes_written") == W
+        for j in (d.request({"cmd": "jobs"}).get("result") or {}).get("jobs", [])), 10)
+    d.kill9()
+    ck.check(os.path.exists(os.path.join(d.state_dir, "state.cbor")), "no state.cbor to find")
+    st = d.restart(ck)
+    rs = (st or {}).get("restart", {})
+    ck.eq("pins: restart.resumed", False, rs.get("resumed"))
+    ck.check(str(rs.get("state", "")).startswith("unusable: "),
+             "pins: restart.state %r, want 'unusable: ...' (a state without pins)" %
+             rs.get("state"))
+    ck.check(any("unusable: " in x for x in d.log().splitlines()),
+             "pins: no warning in the log about the unusable state")
+    p.stdin.close()
+    p.stdin = None
+    D.finish_workload(ck, p, "pins")
+    cg.rmdir("rl/pins")
+    rc, _ = d.stop()
+    ck.eq("pins: iolensd exit code", 0, rc)
+
+
 def main():
     args = D.parse_args()
     D.require_root()
@@ -338,6 +372,7 @@ def main():
     case_stale_state(ck, args, cg, work)
     case_pressure_drain(ck, args, cg, work)
     case_ring(ck, args, cg, work)
+    case_pins_removed(ck, args, cg, work)
     ck.finish()
 
 
