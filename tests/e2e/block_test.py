@@ -32,7 +32,6 @@ on this VM's 6.18 kernel for completions in some softirq contexts).
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -212,35 +211,19 @@ def write_sync(ck, args, tmp, dev):
 def flushes(ck, args, tmp):
     what = "(e) fsync of a block device"
     n = 5
-    loop, dev = loop_device(tmp, "flush", 16 * MiB)
-    try:
-        with open("/sys/block/%s/queue/write_cache" % os.path.basename(loop)) as f:
-            cache = f.read().strip()
-        want = n if cache == "write back" else 0
-        E.log("%s: %s, write cache %r: %d flush bios expected" % (what, loop, cache, want))
-        script = ("import os\nfd = os.open(%r, os.O_RDONLY)\nfor _ in range(%d):\n"
-                  "    os.fsync(fd)\nos.close(fd)\n" % (loop, n))
-        doc = run_case(ck, args, tmp, "flush", [PY, "-c", script])
-    finally:
-        subprocess.run(["losetup", "-d", loop])
+    loop, dev = E.loop_device(tmp, "flush", 16 * MiB)
+    with open("/sys/block/%s/queue/write_cache" % os.path.basename(loop)) as f:
+        cache = f.read().strip()
+    want = n if cache == "write back" else 0
+    E.log("%s: %s, write cache %r: %d flush bios expected" % (what, loop, cache, want))
+    script = ("import os\nfd = os.open(%r, os.O_RDONLY)\nfor _ in range(%d):\n"
+              "    os.fsync(fd)\nos.close(fd)\n" % (loop, n))
+    doc = run_case(ck, args, tmp, "flush", [PY, "-c", script])
     got = {"flush_bios": 0, "write_bios": 0, "write_bytes": 0}
     for e in doc.get("block") or []:
         if e.get("dev") == dev:
             got = {k: e["counters"].get(k) for k in got}
     ck.eq(what, {"flush_bios": want, "write_bios": want, "write_bytes": 0}, got)
-
-
-def loop_device(tmp, name, size):
-    """A loop device over a `size`-byte file in tmp: (path, MAJ:MIN). Detach with losetup -d."""
-    image = os.path.join(tmp, name + ".img")
-    with open(image, "wb") as f:
-        f.truncate(size)
-    loop = subprocess.run(["losetup", "--find", "--show", image], check=True,
-                          capture_output=True, text=True).stdout.strip()
-    if shutil.which("udevadm"):  # udev's probe of the new device (blkid) done before the test's
-        subprocess.run(["udevadm", "settle"], capture_output=True)
-    st = os.stat(loop)
-    return loop, "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
 
 
 def device_stat(loop):
@@ -253,13 +236,10 @@ def device_stat(loop):
 
 def quiet_device(ck, args, tmp):
     what = "(f) a quiet loop device"
-    loop, dev = loop_device(tmp, "quiet", 8 * MiB)
-    try:
-        before = device_stat(loop)
-        doc = run_case(ck, args, tmp, "quiet", [PY, "-c", WORKLOAD, "direct_rw", loop, "8"])
-        after = device_stat(loop)
-    finally:
-        subprocess.run(["losetup", "-d", loop])
+    loop, dev = E.loop_device(tmp, "quiet", 8 * MiB)
+    before = device_stat(loop)
+    doc = run_case(ck, args, tmp, "quiet", [PY, "-c", WORKLOAD, "direct_rw", loop, "8"])
+    after = device_stat(loop)
     d = [a - b for a, b in zip(after, before)]
     E.log("%s: %s: stat deltas %s" % (what, loop, d))
     ck.eq(what + ": the device's own bytes (8 MiB each way)", [8 * MiB, 8 * MiB],

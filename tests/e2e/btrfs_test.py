@@ -21,7 +21,6 @@ renamed loads every program, and gives the documented fallback: one record of bo
 the superblock's device (docs/counters.md).
 Exit 0 pass, 1 fail, 77 skipped (not root).
 """
-import atexit
 import json
 import os
 import shutil
@@ -69,17 +68,12 @@ def main():
         if "btrfs" not in f.read().split():
             ck.fatal("this kernel has no btrfs (built in or loaded): cannot test its identities")
     work = E.disk_tempdir("btrfs")
-    image = os.path.join(work, "btrfs.img")
-    with open(image, "wb") as f:
-        f.truncate(256 * MiB)
-    loop = subprocess.run(["losetup", "--find", "--show", image], check=True,
-                          capture_output=True, text=True).stdout.strip()
-    atexit.register(lambda: subprocess.run(["losetup", "-d", loop]))  # after the umount below
+    loop, _ = E.loop_device(work, "btrfs", 256 * MiB)
     subprocess.run(["mkfs.btrfs", "-q", "-f", loop], check=True, capture_output=True)
     mnt = os.path.join(work, "mnt")
     os.mkdir(mnt)
     subprocess.run(["mount", "-t", "btrfs", loop, mnt], check=True)
-    atexit.register(lambda: subprocess.run(["umount", mnt]))
+    E.unmount_at_exit(mnt)
     subprocess.run(["btrfs", "-q", "subvolume", "create", os.path.join(mnt, "sub")], check=True)
     files = [os.path.join(mnt, "top"), os.path.join(mnt, "sub", "f")]
     for p in files:

@@ -91,6 +91,33 @@ def disk_tempdir(tag):
     return d
 
 
+def udev_settle():
+    """Where udev runs, it probes a new or written block device (blkid): its reads are done
+    before a test's /sys/block stat deltas begin."""
+    if shutil.which("udevadm"):
+        subprocess.run(["udevadm", "settle"], capture_output=True)
+
+
+def loop_device(work, name, size):
+    """A loop device over a sparse `size`-byte image in `work`: (its /dev path, "MAJ:MIN"),
+    detached at exit (atexit runs last-registered first: after what uses it, such as a mount
+    registered later with unmount_at_exit, and before the temporary directories go)."""
+    image = os.path.join(work, name + ".img")
+    with open(image, "wb") as f:
+        f.truncate(size)
+    dev = subprocess.run(["losetup", "--find", "--show", image], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    atexit.register(lambda: subprocess.run(["losetup", "-d", dev]))
+    udev_settle()
+    st = os.stat(dev)
+    return dev, "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
+
+
+def unmount_at_exit(mnt):
+    """Unmounts `mnt` at exit, before a loop device registered earlier is detached."""
+    atexit.register(lambda: subprocess.run(["umount", mnt]))
+
+
 class Run:
     """One finished `iolens run`: rc, stdout/stderr bytes, iolens's pid, the parsed JSON."""
 

@@ -35,7 +35,6 @@ The workload's Python is run once untraced first (its files in the page cache, s
 traced run does no block I/O but the test's), and with -S (no site packages).
 Exit 0 pass, 1 fail, 77 skipped (not root).
 """
-import atexit
 import json
 import os
 import shutil
@@ -50,13 +49,6 @@ MiB = 1 << 20
 THREADS, READS = 4, 300        # case 1: 1,200 concurrent reads of A
 READS_A, READS_B = 300, 200    # case 3: sequential reads of A then B
 URING_OPENS = 16
-
-
-def at_exit(fn):
-    """Runs fn at exit, before e2e_common removes the temporary directories (atexit: last
-    registered, first run): the file systems are unmounted and the loop devices detached
-    before their images go."""
-    atexit.register(fn)
 
 # `python3 -S -c WORKLOAD PATH:THREADS:READS...`: for each argument in turn, THREADS threads
 # each make READS 4 KiB O_DIRECT preads of PATH (offsets spread over the file); prints
@@ -88,42 +80,27 @@ print(json.dumps(out))
 """
 
 
-def settle():
-    """Where udev runs, it probes a new or written block device (blkid): its reads must be done
-    before the test's stat deltas begin."""
-    if shutil.which("udevadm"):
-        subprocess.run(["udevadm", "settle"], capture_output=True)
-
-
 class LoopFs:
     """A loop device over a sparse image in `work`, with an ext4 file system mounted (noatime)
     and one 8 MiB data file; removed at exit."""
 
     def __init__(self, ck, work, name):
-        self.image = os.path.join(work, name + ".img")
-        with open(self.image, "wb") as f:
-            f.truncate(64 * MiB)
-        self.dev = subprocess.run(["losetup", "--find", "--show", self.image], check=True,
-                                  capture_output=True, text=True).stdout.strip()
-        at_exit(lambda: subprocess.run(["losetup", "-d", self.dev]))
+        self.dev, self.majmin = E.loop_device(work, name, 64 * MiB)
         # Everything initialised now: no lazy-init kernel thread writes to it later.
-        settle()
         subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0",
                         self.dev], check=True)
         self.mnt = os.path.join(work, name)
         os.mkdir(self.mnt)
         subprocess.run(["mount", "-o", "noatime", self.dev, self.mnt], check=True)
-        at_exit(lambda: subprocess.run(["umount", self.mnt]))
+        E.unmount_at_exit(self.mnt)
         self.data = os.path.join(self.mnt, "data")
         with open(self.data, "wb") as f:
             f.write(os.urandom(8 * MiB))
             f.flush()
             os.fsync(f.fileno())
         subprocess.run(["sync", "-f", self.data], check=True)
-        settle()
+        E.udev_settle()
         self.name = os.path.basename(self.dev)
-        st = os.stat(self.dev)
-        self.majmin = "%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
 
     def stat(self):
         """(reads completed, reads merged) of the device (Documentation/block/stat.rst)."""
