@@ -117,6 +117,9 @@ def case_bad_trace_options(ck, iolens, tmp):
                         (["--fast-file-records", "99999999"], ("--fast-file-records", "99999999")),
                         (["--fast-file-records", "-1"], ("--fast-file-records", "-1")),
                         (["--drain-interval-ms", "1"], ("--drain-interval-ms", "1")),
+                        (["--max-block-records", "0"], ("--max-block-records", "0")),
+                        (["--max-other-records", "0"], ("--max-other-records", "0")),
+                        (["--max-inflight", "99999999"], ("--max-inflight", "99999999")),
                         (["--no-such-option"], ("--no-such-option",))):
         rc, out, err = simple(iolens, ["run"] + argv + ["--", "touch", marker])
         lines = nonempty_lines(err)
