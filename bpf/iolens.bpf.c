@@ -37,6 +37,28 @@ int lat_bucket(__u64 ns);
 #include "iolens_account.h"
 #include "iolens_syscalls.h"
 
+/*
+ * Untrusted loads (bpf/README.md "Cheap to verify"). Every direct load of a pointer field through
+ * a trusted BTF pointer costs the verifier up to four linear searches of the kernel's BTF by
+ * name. The object built with IOLENS_UNTRUSTED_LOADS (for kernels with the kfuncs
+ * bpf_rdonly_cast and bpf_task_from_pid, Linux 6.3+) first casts such a base pointer to an
+ * untrusted one of the same type: the load is then a PROBE_MEM load, as fast as a direct one,
+ * and the verifier searches nothing. The loader sets the kernel's BTF ids of the cast types
+ * (kid_*, read from .rodata as constants by the verifier). The other object loads directly.
+ */
+const volatile __u32 kid_task_struct = 0;
+const volatile __u32 kid_address_space = 0;
+const volatile __u32 kid_kiocb = 0;
+const volatile __u32 kid_folio = 0;
+#ifdef IOLENS_UNTRUSTED_LOADS
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
+extern void bpf_task_release(struct task_struct *p) __ksym;
+#define UNTRUSTED(type, p) ((struct type *)bpf_rdonly_cast((p), kid_##type))
+#else
+#define UNTRUSTED(type, p) (p)
+#endif
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* The loader refuses an object built against another ABI (see iolens_abi.h). */
@@ -374,7 +396,7 @@ static __always_inline struct file *fd_to_file(struct task_struct *task, long fd
 {
 	/* The kernel takes descriptors as unsigned int: only the low 32 bits of the register. */
 	int fd = (int)fd_arg;
-	struct files_struct *files = task->files;
+	struct files_struct *files = UNTRUSTED(task_struct, task)->files;
 	struct fdtable *fdt;
 	struct file *f = NULL;
 
@@ -1249,7 +1271,7 @@ static __always_inline __u64 leader_start(struct task_struct *task)
  */
 static __always_inline struct iolens_task_state *traced_state(struct task_struct *task)
 {
-	if (!task->bpf_storage)
+	if (!UNTRUSTED(task_struct, task)->bpf_storage)
 		return NULL;
 	return bpf_task_storage_get(&task_state, task, 0, 0);
 }
@@ -1844,7 +1866,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 	 * memory...: a traced job's most frequent calls) before the storage lookup. fcntl counts
 	 * only as a dup: the others (F_GETFL, F_SETFD, locks: ~88,000 in bench/README.md's
 	 * 10,000-file PyTorch run) leave here, and their sys_exit without reading the clock. */
-	if (!task->bpf_storage || !iolens_syscall_wanted(id) ||
+	if (!UNTRUSTED(task_struct, task)->bpf_storage || !iolens_syscall_wanted(id) ||
 	    (id == IOLENS_NR_fcntl && !fcntl_dups(regs->si)))
 		return 0;
 	st = bpf_task_storage_get(&task_state, task, 0, 0);
@@ -1869,7 +1891,7 @@ int close_enter(struct trace_event_raw_sys_enter *ctx)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct iolens_task_state *st;
 
-	if (!task->bpf_storage)
+	if (!UNTRUSTED(task_struct, task)->bpf_storage)
 		return 0;
 	st = bpf_task_storage_get(&task_state, task, 0, 0);
 	if (st)
@@ -2220,6 +2242,24 @@ int BPF_PROG(sched_process_exit, struct task_struct *p)
  * constant of .rodata, so the verifier walks only the branch taken.
  */
 
+/* The state of an io thread's group leader. Untrusted loads: the leader is looked up by its pid
+ * (an acquired, trusted task, with no pointer walked); else task->group_leader, walked. */
+static __always_inline struct iolens_task_state *leader_state(struct task_struct *task)
+{
+#ifdef IOLENS_UNTRUSTED_LOADS
+	struct task_struct *leader = bpf_task_from_pid(task->tgid);
+	struct iolens_task_state *st;
+
+	if (!leader)
+		return NULL;
+	st = bpf_task_storage_get(&task_state, leader, 0, 0);
+	bpf_task_release(leader);
+	return st;
+#else
+	return bpf_task_storage_get(&task_state, task->group_leader, 0, 0);
+#endif
+}
+
 static __always_inline struct iolens_task_state *io_task_state(struct task_struct *task,
 								int *own)
 {
@@ -2229,7 +2269,7 @@ static __always_inline struct iolens_task_state *io_task_state(struct task_struc
 	*own = st != NULL;
 	if (st || !(task->flags & PF_IO_WORKER))
 		return st;
-	return bpf_task_storage_get(&task_state, task->group_leader, 0, 0);
+	return leader_state(task);
 }
 
 /* The kinds of io_uring requests iolens tells apart: at submission and completion

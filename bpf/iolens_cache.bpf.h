@@ -138,7 +138,7 @@ int BPF_PROG(mm_filemap_get_pages, struct address_space *mapping, unsigned long 
 	     unsigned long last_index)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct inode *host = mapping->host;
+	struct inode *host = UNTRUSTED(address_space, mapping)->host;
 	int own;
 	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
@@ -180,7 +180,7 @@ int BPF_PROG(mm_filemap_add_to_page_cache, struct folio *folio)
 	struct task_struct *task = bpf_get_current_task_btf();
 	/* NULL mapping (anonymous, swap): the load of host yields NULL (the loads are not
 	 * through a trusted pointer, so the verifier needs no test) */
-	struct inode *host = folio->mapping->host;
+	struct inode *host = UNTRUSTED(folio, folio)->mapping->host;
 	int own;
 	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
@@ -292,7 +292,7 @@ SEC("tp_btf/mm_filemap_fault")
 int BPF_PROG(mm_filemap_fault, struct address_space *mapping, unsigned long index)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct inode *host = mapping->host;
+	struct inode *host = UNTRUSTED(address_space, mapping)->host;
 	int own;
 	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
@@ -321,7 +321,7 @@ int BPF_PROG(mm_filemap_map_pages, struct address_space *mapping, unsigned long 
 	     unsigned long last)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct inode *host = mapping->host;
+	struct inode *host = UNTRUSTED(address_space, mapping)->host;
 	int own;
 	struct iolens_task_state *st = io_task_state(task, &own);
 	struct iolens_file_counters *c;
@@ -363,7 +363,7 @@ mapping_task_state(struct task_struct *task, struct address_space *mapping, stru
 {
 	if (!mapping)
 		return NULL;
-	*host = mapping->host;
+	*host = UNTRUSTED(address_space, mapping)->host;
 	return io_task_state(task, own);
 }
 

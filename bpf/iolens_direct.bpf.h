@@ -60,7 +60,7 @@ int BPF_PROG(iomap_dio_rw_begin, struct kiocb *iocb, struct iov_iter *iter, unsi
 
 	if (!st)
 		return 0;
-	f = iocb->ki_filp;
+	f = UNTRUSTED(kiocb, iocb)->ki_filp;
 	/* Creates the record and sends its name now, in the task: the completion may be in IRQ. */
 	if (!f || !inode_record(task, st, BPF_CORE_READ(f, f_inode), f))
 		return 0;
@@ -124,7 +124,7 @@ int BPF_PROG(iomap_dio_complete, struct kiocb *iocb, int error, ssize_t ret)
 	bpf_map_delete_elem(&dio_inflight, &key);
 	if (ret < 0)
 		return 0;
-	f = iocb->ki_filp;
+	f = UNTRUSTED(kiocb, iocb)->ki_filp;
 	if (!f || !inode_key(&fk, d.tgid, d.pstart_ns, BPF_CORE_READ(f, f_inode)))
 		return 0;
 	/* No name sent from here (IRQ context possibly): the begin hook named the record. */

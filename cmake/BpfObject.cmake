@@ -26,7 +26,11 @@ foreach(_d ${_dirs})
 endforeach()
 
 function(iolens_bpf_object target)
-  cmake_parse_arguments(ARG "" "SKEL_NAME" "SOURCES;HEADERS" ${ARGN})
+  cmake_parse_arguments(ARG "" "SKEL_NAME" "SOURCES;HEADERS;DEFINES" ${ARGN})
+  set(defines "")
+  foreach(d ${ARG_DEFINES})
+    list(APPEND defines -D${d})
+  endforeach()
   set(outdir ${CMAKE_CURRENT_BINARY_DIR}/${target})
   file(MAKE_DIRECTORY ${outdir})
 
@@ -49,7 +53,7 @@ function(iolens_bpf_object target)
     set(obj ${outdir}/${name}.bpf.o)
     add_custom_command(OUTPUT ${obj}
       COMMAND ${CLANG_EXE} -g -O2 -Wall -Wtautological-unsigned-zero-compare -Werror -target bpf -D__TARGET_ARCH_x86
-              -I${vmlinux_dir} -I${CMAKE_CURRENT_SOURCE_DIR} ${BPF_SYS_INCLUDES}
+              ${defines} -I${vmlinux_dir} -I${CMAKE_CURRENT_SOURCE_DIR} ${BPF_SYS_INCLUDES}
               -c ${CMAKE_CURRENT_SOURCE_DIR}/${src} -o ${obj}
       DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${src} ${vmlinux} ${ARG_HEADERS}
       COMMENT "BPF ${src}"
@@ -71,4 +75,22 @@ function(iolens_bpf_object target)
   add_dependencies(${target} ${target}_gen)
   target_include_directories(${target} INTERFACE ${outdir} ${CMAKE_CURRENT_SOURCE_DIR})
   set(${target}_OBJECT ${linked} PARENT_SCOPE)
+  set(${target}_SKEL ${skel} PARENT_SCOPE)
+endfunction()
+
+# Two builds of one source share one skeleton (the loader opens either object's bytes with
+# the first one's skeleton): their maps, programs and global variables must match one to one.
+# bpftool's skeletons say exactly that (every map, program, variable, its offset, size and
+# padding); they are compared with the object bytes and the skeleton names left out, and the
+# build fails if they differ.
+function(iolens_bpf_same_layout target skel_a name_a skel_b name_b)
+  set(stamp ${CMAKE_CURRENT_BINARY_DIR}/${target}.stamp)
+  add_custom_command(OUTPUT ${stamp}
+    COMMAND ${CMAKE_COMMAND} -DA=${skel_a} -DNAME_A=${name_a} -DB=${skel_b} -DNAME_B=${name_b}
+            -P ${PROJECT_SOURCE_DIR}/cmake/SameSkeletonLayout.cmake
+    COMMAND ${CMAKE_COMMAND} -E touch ${stamp}
+    DEPENDS ${skel_a} ${skel_b} ${PROJECT_SOURCE_DIR}/cmake/SameSkeletonLayout.cmake
+    COMMENT "Same layout: ${name_a} and ${name_b}"
+    VERBATIM)
+  add_custom_target(${target} DEPENDS ${stamp})
 endfunction()

@@ -210,6 +210,8 @@ int run_traced(const RunOptions& opts) {
     error_line(st.message);
     return 1;  // ~SuspendedChild kills and reaps the command, which never ran
   }
+  spdlog::debug("programs: the {} build ({})", loader->program_build(),
+                loader->program_build_note());
   run_times.restart();
 
   int64_t start_wall = 0;

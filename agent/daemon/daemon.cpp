@@ -698,6 +698,8 @@ bool Daemon::setup() {
     spdlog::warn("discarded the kernel state a previous iolensd left in {}: {}", cfg_.pin_dir,
                  pins.discarded);
   if (pins.resumed) spdlog::info("continuing the kernel state left in {}", cfg_.pin_dir);
+  spdlog::info("programs: the {} build ({})", loader_->program_build(),
+               loader_->program_build_note());
   // A preallocated element: the key, the value, the hash map's own header (~48 bytes) and a
   // 16-byte bucket (what the kernel charges: 64.5 MiB for 65,536, its memlock).
   if (loader_->fast_file_records() != (prealloc ? cfg_.limits.kernel_file_records : 0)) {
@@ -1826,6 +1828,7 @@ nlohmann::json Daemon::status_json() {
   j["syscall_hooks_mode"] = opts_.syscall_hooks;
   j["timing"] = loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact";
   if (!loader_->timing_note().empty()) j["timing_note"] = loader_->timing_note();
+  j["program_build"] = loader_->program_build();
   nlohmann::json progs = nlohmann::json::array();
   std::map<std::string, uint64_t> misses;
   for (const auto& [name, n] : loader_->program_misses()) misses[name] = n;

@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <linux/btf.h>
+
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -30,6 +32,7 @@
 
 #include "core/clock.hpp"
 #include "iolens_bpf.skel.h"
+#include "iolens_bpf_casts.skel.h"
 #include "loader/core_btf.hpp"
 #include "loader/phase_times.hpp"
 #include "loader/preflight.hpp"
@@ -50,9 +53,21 @@ std::vector<std::string>* g_load_warnings = nullptr;
 
 int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   if (level == LIBBPF_DEBUG && !g_verbose) return 0;
+  // Most messages are short; a verifier log (IOLENS_VERIFIER_LOG) comes as one message of
+  // megabytes, formatted again at its length.
   char buf[2048];
+  va_list again;
+  va_copy(again, args);
   int n = vsnprintf(buf, sizeof(buf), fmt, args);
-  std::string line(buf);
+  std::string line;
+  if (n >= static_cast<int>(sizeof(buf))) {
+    line.resize(static_cast<std::size_t>(n) + 1);
+    vsnprintf(line.data(), line.size(), fmt, again);
+    line.resize(static_cast<std::size_t>(n));
+  } else {
+    line = n > 0 ? buf : "";
+  }
+  va_end(again);
   while (!line.empty() && line.back() == '\n') line.pop_back();
   if (level == LIBBPF_WARN && g_failed_prog && g_failed_prog->empty()) {
     const auto at = line.find("prog '");
@@ -79,6 +94,91 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
 }
 
 std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
+
+/// The build of the programs to load, and what the `casts` build needs set (bpf/README.md
+/// "Two builds").
+struct BuildChoice {
+  bool casts = false;
+  std::string note;  // why this build
+  // The kernel's BTF ids of the types the casts build casts to (.rodata kid_*).
+  uint32_t task_struct = 0, address_space = 0, kiocb = 0, folio = 0;
+};
+
+/// Options::program_build, or IOLENS_BPF_BUILD when set.
+Status asked_build(ProgramBuild opt, ProgramBuild& out) {
+  out = opt;
+  const char* env = std::getenv("IOLENS_BPF_BUILD");
+  if (!env) return Status::Ok();
+  const std::string v = env;
+  if (v == "auto") out = ProgramBuild::Auto;
+  else if (v == "casts") out = ProgramBuild::Casts;
+  else if (v == "plain") out = ProgramBuild::Plain;
+  else
+    return Status::Error("IOLENS_BPF_BUILD must be auto, casts or plain, not \"" + v + "\"",
+                         EINVAL);
+  return Status::Ok();
+}
+
+/// `casts` where the running kernel's BTF has the kfuncs it calls and the types it casts to
+/// (found by a walk of the BTF file: no parse), unless `plain` is asked.
+Status choose_build(const char* kernel_btf, ProgramBuild asked, BuildChoice& out) {
+  out = {};
+  if (asked == ProgramBuild::Plain) {
+    out.note = "asked for";
+    return Status::Ok();
+  }
+  static const std::vector<BtfTypeName> wanted = {
+      {"task_struct", BTF_KIND_STRUCT},     {"address_space", BTF_KIND_STRUCT},
+      {"kiocb", BTF_KIND_STRUCT},           {"folio", BTF_KIND_STRUCT},
+      {"bpf_rdonly_cast", BTF_KIND_FUNC},   {"bpf_task_from_pid", BTF_KIND_FUNC},
+      {"bpf_task_release", BTF_KIND_FUNC}};
+  std::vector<uint32_t> ids;
+  const Status read = btf_type_ids(kernel_btf, wanted, ids);
+  std::string why;
+  if (!read) {
+    why = read.message;
+  } else {
+    for (std::size_t i = 0; i < wanted.size(); ++i)
+      if (!ids[i]) why += (why.empty() ? "the kernel's BTF has no " : ", ") + wanted[i].name;
+  }
+  if (!why.empty()) {
+    if (asked == ProgramBuild::Casts)
+      return Status::Error("the casts build of the programs cannot load here: " + why, ENOTSUP);
+    out.note = why;
+    return Status::Ok();
+  }
+  out.casts = true;
+  out.note = asked == ProgramBuild::Casts ? "asked for"
+                                          : "the kernel has bpf_rdonly_cast and bpf_task_from_pid";
+  out.task_struct = ids[0];
+  out.address_space = ids[1];
+  out.kiocb = ids[2];
+  out.folio = ids[3];
+  return Status::Ok();
+}
+
+/// iolens_bpf__open_opts() with the bytes of either build: the two have one layout (maps,
+/// programs, variables; bpf/CMakeLists.txt checks it at build time), so the skeleton of one
+/// opens the other.
+iolens_bpf* open_build(const bpf_object_open_opts* opts, std::span<const unsigned char> elf) {
+  auto* obj = static_cast<iolens_bpf*>(calloc(1, sizeof(iolens_bpf)));
+  if (!obj) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  int err = iolens_bpf__create_skeleton(obj);
+  if (!err) {
+    obj->skeleton->data = const_cast<unsigned char*>(elf.data());
+    obj->skeleton->data_sz = elf.size();
+    err = bpf_object__open_skeleton(obj->skeleton, opts);
+  }
+  if (err) {
+    iolens_bpf__destroy(obj);
+    errno = -err;
+    return nullptr;
+  }
+  return obj;
+}
 
 /// What consume_events() hands the ring's callback for the duration of a call.
 struct EventConsumer {
@@ -349,9 +449,13 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   for (const auto& name : opts.disabled_programs) left_out[name] = "disabled by configuration";
   PhaseTimes times;
   Options o = opts;
+  if (status = asked_build(opts.program_build, o.program_build); !status) return nullptr;
+  std::string build_note;  // why the build loaded is not the one chosen first
   for (;;) {
     std::string failed_prog, failed_line, core_btf_file;
-    auto loader = create_once(o, left_out, status, failed_prog, failed_line, times, core_btf_file);
+    bool casts_refused = false;
+    auto loader = create_once(o, left_out, status, failed_prog, failed_line, times, core_btf_file,
+                              casts_refused);
     if (!loader && !core_btf_file.empty()) {
       // A load that failed with the cached small BTF is tried again with the kernel's: a file
       // that parses but lacks a type a relocation needs would poison that program. Removed if
@@ -361,10 +465,20 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
       o.core_btf_cache.clear();
       failed_prog.clear();
       failed_line.clear();
-      loader = create_once(o, left_out, status, failed_prog, failed_line, times, core_btf_file);
+      loader = create_once(o, left_out, status, failed_prog, failed_line, times, core_btf_file,
+                           casts_refused);
       if (loader && unlink(core_btf_file.c_str()) != 0 && errno != ENOENT)
         spdlog::warn("cannot remove {}: {}", core_btf_file, std::strerror(errno));
     }
+    if (!loader && casts_refused && o.program_build == ProgramBuild::Auto) {
+      // A kernel that names the kfuncs but refuses the build (a program type it does not give
+      // them to, a verifier older than the build assumes): the plain build, said once.
+      build_note = "the kernel refused the casts build (" + status.message + ")";
+      spdlog::warn("{}: loading the plain build", build_note);
+      o.program_build = ProgramBuild::Plain;
+      continue;
+    }
+    if (loader && !build_note.empty()) loader->program_build_note_ = build_note;
     if (loader) loader->start_times_ = times;
     if (loader || failed_prog.empty() || kCorePrograms.count(failed_prog) ||
         left_out.count(failed_prog))
@@ -379,7 +493,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                                             const std::map<std::string, std::string>& left_out,
                                             Status& status, std::string& failed_prog,
                                             std::string& failed_line, PhaseTimes& times,
-                                            std::string& core_btf_file) {
+                                            std::string& core_btf_file, bool& casts_refused) {
   g_verbose = opts.verbose;
   libbpf_set_print(libbpf_log);
 
@@ -412,6 +526,17 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   }
 
   times.mark("checks");
+  // Which build of the programs (bpf/README.md "Two builds").
+  BuildChoice build;
+  if (status = choose_build(kVmlinuxBtf, opts.program_build, build); !status) return nullptr;
+  const bool casts = build.casts;
+  std::span<const unsigned char> elf;
+  {
+    std::size_t n = 0;
+    const void* bytes = casts ? iolens_bpf_casts__elf_bytes(&n) : iolens_bpf__elf_bytes(&n);
+    elf = {static_cast<const unsigned char*>(bytes), n};
+  }
+  times.mark("build");
   // CO-RE against a small BTF made for this object on this kernel (loader/core_btf.hpp): the
   // search of the kernel's whole BTF for each struct was ~40 ms of every start.
   CoreBtf core;
@@ -428,20 +553,31 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     const char* env_bpftool = sudo ? nullptr : std::getenv("IOLENS_BPFTOOL");
     const std::string cache = env_cache ? env_cache : opts.core_btf_cache;
     if (!cache.empty()) {
-      std::size_t n = 0;
-      const void* elf = iolens_bpf__elf_bytes(&n);
-      core = core_btf(cache, {static_cast<const unsigned char*>(elf), n}, kVmlinuxBtf,
-                      env_bpftool ? env_bpftool : opts.bpftool);
+      core = core_btf(cache, elf, kVmlinuxBtf, env_bpftool ? env_bpftool : opts.bpftool);
       spdlog::debug("CO-RE target: {}", core.note);
     }
   }
   times.mark("core_btf");
   auto impl = std::make_unique<Impl>();
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+  // IOLENS_VERIFIER_LOG=N: the verifier's log of every program at level N (1, 2, 4 or a sum),
+  // printed with libbpf's debug output (-v): for tests/e2e/verifier_walks_test.py and for
+  // reading what the verifier walks.
+  if (const char* lvl = std::getenv("IOLENS_VERIFIER_LOG")) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(lvl, &end, 10);
+    if (end == lvl || *end || v == 0 || v > 7) {
+      status = Status::Error("IOLENS_VERIFIER_LOG must be 1 to 7, not \"" + std::string(lvl) +
+                                 "\"",
+                             EINVAL);
+      return nullptr;
+    }
+    open_opts.kernel_log_level = static_cast<__u32>(v);
+  }
   // The default is libbpf's own choice: naming it would make libbpf read it as a custom file.
   if (opts.btf_path != kVmlinuxBtf) open_opts.btf_custom_path = opts.btf_path.c_str();
   else if (!core.path.empty()) open_opts.btf_custom_path = core.path.c_str();
-  impl->skel = iolens_bpf__open_opts(&open_opts);
+  impl->skel = open_build(&open_opts, elf);
   if (!impl->skel) {
     const int e = errno;
     status = Status::Error("cannot open the BPF object: " + errno_text(e), e);
@@ -454,6 +590,10 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                            std::to_string(IOLENS_ABI_VERSION));
     return nullptr;
   }
+  skel->rodata->kid_task_struct = build.task_struct;
+  skel->rodata->kid_address_space = build.address_space;
+  skel->rodata->kid_kiocb = build.kiocb;
+  skel->rodata->kid_folio = build.folio;
   bpf_map__set_max_entries(skel->maps.files, opts.max_file_records);
   uint32_t fast = std::min(opts.fast_file_records, opts.max_file_records);
   if (fast > 0) {
@@ -707,6 +847,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   }
   if (int err = load_err; err) {
     if (core_btf_failed) core_btf_file = core.file;  // Loader::create tries again
+    casts_refused = casts;  // Loader::create tries the plain build
     std::string msg = "cannot load the BPF programs: " + errno_text(err);
     if (err == -EPERM || err == -EACCES) msg += std::string(" (") + privilege_hint() + ")";
     else msg += " (run with -v for the verifier's log)";
@@ -757,6 +898,8 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   loader->pin_dir_ = opts.pin_dir;
   loader->timing_ = timing;
   loader->timing_note_ = timing_note;
+  loader->program_build_ = casts ? "casts" : "plain";
+  loader->program_build_note_ = build.note;
   // Attach one by one so that each failure is named. Lifecycle and job programs are required;
   // in daemon mode the syscall hooks wait for set_syscall_hooks(true), unless a previous agent
   // left them attached (resumed), in which case its links are kept: re-attaching would leave a

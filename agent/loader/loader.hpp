@@ -22,8 +22,18 @@
 
 namespace iolens::loader {
 
+/// The two builds of the programs (bpf/README.md "Two builds"): `casts` loads through trusted
+/// kernel pointers cast to untrusted ones (the kfuncs bpf_rdonly_cast and bpf_task_from_pid,
+/// Linux 6.3+), which the verifier checks without searching the kernel's BTF: ~45 ms less of
+/// every start on the test VM; `plain` loads directly, for any kernel iolens supports.
+enum class ProgramBuild { Auto, Casts, Plain };
+
 struct Options {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
+  /// Auto: `casts` where the kernel has what it needs, else `plain`, and `plain` again if the
+  /// kernel refuses the `casts` build. IOLENS_BPF_BUILD in the environment (auto, casts or
+  /// plain) replaces it.
+  ProgramBuild program_build = ProgramBuild::Auto;
   /// Where the small BTF that CO-RE relocates against is kept (loader/core_btf.hpp), made by
   /// `bpftool` on first use; "" to relocate against the kernel's whole BTF. Only with the
   /// default btf_path. When not "", IOLENS_CACHE_DIR and IOLENS_BPFTOOL in the environment
@@ -145,6 +155,9 @@ class Loader {
   /// not be had (timing_note() says why).
   iolens_timing timing() const { return timing_; }
   const std::string& timing_note() const { return timing_note_; }
+  /// The build of the programs loaded ("casts" or "plain"), and why that one.
+  const std::string& program_build() const { return program_build_; }
+  const std::string& program_build_note() const { return program_build_note_; }
   /// Daemon mode: what start-up found in pin_dir.
   const PinState& pin_state() const { return pin_state_; }
   /// Removes every pin, so the maps and programs go away with this agent (a clean stop).
@@ -294,11 +307,12 @@ class Loader {
   explicit Loader(std::unique_ptr<Impl> impl);
   /// One try of create(). `core_btf_file`: the cached small CO-RE BTF's path when a CO-RE
   /// relocation failed with it (create() then tries the kernel's BTF), else left alone.
+  /// `casts_refused`: the kernel refused to load the casts build (create() tries the plain one).
   static std::unique_ptr<Loader> create_once(const Options& opts,
                                              const std::map<std::string, std::string>& left_out,
                                              Status& status, std::string& failed_prog,
                                              std::string& failed_line, PhaseTimes& times,
-                                             std::string& core_btf_file);
+                                             std::string& core_btf_file, bool& casts_refused);
   Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                std::vector<iolens_file_key>* deferred, WalkPosition* at, int64_t deadline_ns);
   Status attach_one(const std::string& name, bool pin);
@@ -319,6 +333,8 @@ class Loader {
   uint32_t max_cgroup_exclusions_ = 0;
   iolens_timing timing_ = IOLENS_TIMING_EXACT;
   std::string timing_note_;
+  std::string program_build_ = "plain";
+  std::string program_build_note_;
   bool batch_ok_ = true;  // cleared when the kernel refuses batched map reads
 };
 

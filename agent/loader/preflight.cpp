@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <vector>
 
 namespace iolens::loader {
@@ -65,59 +66,224 @@ Status check_btf(const std::string& path) {
   return Status::Ok();
 }
 
-Status btf_strings_present(const std::string& path, const std::set<std::string>& names,
-                           std::set<std::string>& found) {
-  found.clear();
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    return Status::Error("cannot open " + path + ": " + std::strerror(e), e);
-  }
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { close(fd); }
-  } closer{fd};
+namespace {
+
+/// A BTF file open for reading in pieces, with its header checked.
+struct BtfFile {
+  int fd = -1;
   btf_header hdr{};
-  if (pread(fd, &hdr, sizeof(hdr), 0) != static_cast<ssize_t>(sizeof(hdr)) ||
-      hdr.magic != BTF_MAGIC || hdr.hdr_len < sizeof(hdr))
-    return Status::Error(path + " is not a BTF file (bad header)", EINVAL);
+  ~BtfFile() {
+    if (fd >= 0) close(fd);
+  }
+  Status open_checked(const std::string& path) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      return Status::Error("cannot open " + path + ": " + std::strerror(e), e);
+    }
+    if (pread(fd, &hdr, sizeof(hdr), 0) != static_cast<ssize_t>(sizeof(hdr)) ||
+        hdr.magic != BTF_MAGIC || hdr.hdr_len < sizeof(hdr))
+      return Status::Error(path + " is not a BTF file (bad header)", EINVAL);
+    return Status::Ok();
+  }
+};
+
+/// Reads [start, start + len) of a file front to back through a 64 KiB buffer.
+class PieceReader {
+ public:
+  PieceReader(int fd, off_t start, uint64_t len) : fd_(fd), next_(start), left_(len) {}
+  /// The next `n` bytes into `out`; false at the end or on an error (errno then set).
+  bool read(void* out, std::size_t n) {
+    auto* dst = static_cast<char*>(out);
+    while (n > 0) {
+      if (pos_ == have_ && !refill()) return false;
+      const std::size_t k = std::min(n, have_ - pos_);
+      std::memcpy(dst, buf_.data() + pos_, k);
+      pos_ += k;
+      dst += k;
+      n -= k;
+    }
+    return true;
+  }
+  bool skip(uint64_t n) {
+    while (n > 0) {
+      if (pos_ == have_ && !refill()) return false;
+      const std::size_t k = static_cast<std::size_t>(std::min<uint64_t>(n, have_ - pos_));
+      pos_ += k;
+      n -= k;
+    }
+    return true;
+  }
+  bool at_end() const { return pos_ == have_ && left_ == 0; }
+
+ private:
+  bool refill() {
+    if (left_ == 0) {
+      errno = 0;
+      return false;
+    }
+    const std::size_t want = static_cast<std::size_t>(std::min<uint64_t>(buf_.size(), left_));
+    const ssize_t n = pread(fd_, buf_.data(), want, next_);
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    next_ += n;
+    left_ -= static_cast<uint64_t>(n);
+    have_ = static_cast<std::size_t>(n);
+    pos_ = 0;
+    return true;
+  }
+  int fd_;
+  off_t next_;
+  uint64_t left_;
+  std::vector<char> buf_ = std::vector<char>(64 * 1024);
+  std::size_t have_ = 0, pos_ = 0;
+};
+
+/// Calls found(name, offset) for each string of the file's string section that is in `names`,
+/// with its offset in the section, until stop() says so. Only a string whose length is that of
+/// a name is compared (the kernel's 2 MB of strings are ~100,000 strings).
+template <class Found, class Stop>
+Status scan_strings(const BtfFile& f, const std::string& path, const std::set<std::string>& names,
+                    Found found, Stop stop) {
   std::size_t longest = 0;
   for (const auto& n : names) longest = std::max(longest, n.size());
-  // What every name starts with ("btf_trace_"): most strings end the search at their first bytes.
-  std::string prefix = names.empty() ? "" : *names.begin();
-  for (const auto& n : names) {
-    std::size_t k = 0;
-    while (k < prefix.size() && k < n.size() && prefix[k] == n[k]) ++k;
-    prefix.resize(k);
-  }
-  // The string section, a piece at a time; `cur` holds the string that a piece cut in two.
-  const off_t start = static_cast<off_t>(hdr.hdr_len) + hdr.str_off;
+  std::vector<bool> length(longest + 1, false);
+  for (const auto& n : names) length[n.size()] = true;
+  auto match = [&](std::string_view str, uint32_t off) {
+    if (str.size() <= longest && length[str.size()])
+      if (auto it = names.find(std::string(str)); it != names.end()) found(*it, off);
+  };
+  // The string section, a piece at a time; `cur` holds the start of a string that a piece cut
+  // in two (or as much of it as can still be a name).
+  const off_t start = static_cast<off_t>(f.hdr.hdr_len) + f.hdr.str_off;
   std::vector<char> buf(64 * 1024);
   std::string cur;
-  bool too_long = false;  // `cur` is longer than any name: skip to its end
-  for (uint32_t done = 0; done < hdr.str_len;) {
-    const std::size_t want = std::min<std::size_t>(buf.size(), hdr.str_len - done);
-    const ssize_t n = pread(fd, buf.data(), want, start + done);
+  uint32_t cur_off = 0;   // where `cur`'s string starts in the section
+  bool cut = false;       // a string is continued from the previous piece
+  for (uint32_t done = 0; done < f.hdr.str_len && !stop();) {
+    const std::size_t want = std::min<std::size_t>(buf.size(), f.hdr.str_len - done);
+    const ssize_t n = pread(f.fd, buf.data(), want, start + done);
     if (n <= 0) {
       const int e = n < 0 ? errno : EIO;
       return Status::Error("cannot read " + path + ": " + std::strerror(e), e);
     }
+    const uint32_t piece = done;
     done += static_cast<uint32_t>(n);
-    for (const char *p = buf.data(), *end = p + n; p < end;) {
-      const auto left = static_cast<std::size_t>(end - p);
-      const auto* nul = static_cast<const char*>(std::memchr(p, '\0', left));
-      const char* stop = nul ? nul : end;
-      if (!too_long) {
-        cur.append(p, static_cast<std::size_t>(stop - p));
-        too_long = cur.size() > longest;
+    const char* p = buf.data();
+    const char* end = p + n;
+    while (p < end) {
+      const auto* nul = static_cast<const char*>(std::memchr(p, '\0', static_cast<std::size_t>(end - p)));
+      const char* stop_at = nul ? nul : end;
+      if (cut || !nul) {
+        if (!cut) cur_off = piece + static_cast<uint32_t>(p - buf.data());
+        if (cur.size() <= longest)
+          cur.append(p, std::min<std::size_t>(static_cast<std::size_t>(stop_at - p), longest + 1));
+        cut = !nul;
+        if (!nul) break;
+        match(cur, cur_off);
+        cur.clear();
+      } else {
+        match(std::string_view(p, static_cast<std::size_t>(nul - p)),
+              piece + static_cast<uint32_t>(p - buf.data()));
       }
-      if (!nul) break;
-      if (!too_long && cur.compare(0, prefix.size(), prefix) == 0 && names.count(cur))
-        found.insert(cur);
-      cur.clear();
-      too_long = false;
       p = nul + 1;
     }
+  }
+  return Status::Ok();
+}
+
+/// Bytes that follow a type's 12-byte header, by kind (include/uapi/linux/btf.h); -1 for a kind
+/// not known here.
+int64_t btf_type_tail(uint32_t kind, uint32_t vlen) {
+  switch (kind) {
+    case BTF_KIND_INT:
+    case BTF_KIND_VAR:
+    case BTF_KIND_DECL_TAG:
+      return 4;
+    case BTF_KIND_ARRAY:
+      return 12;
+    case BTF_KIND_STRUCT:
+    case BTF_KIND_UNION:
+    case BTF_KIND_DATASEC:
+    case BTF_KIND_ENUM64:
+      return 12 * static_cast<int64_t>(vlen);
+    case BTF_KIND_ENUM:
+    case BTF_KIND_FUNC_PROTO:
+      return 8 * static_cast<int64_t>(vlen);
+    case BTF_KIND_PTR:
+    case BTF_KIND_FWD:
+    case BTF_KIND_TYPEDEF:
+    case BTF_KIND_VOLATILE:
+    case BTF_KIND_CONST:
+    case BTF_KIND_RESTRICT:
+    case BTF_KIND_FUNC:
+    case BTF_KIND_FLOAT:
+    case BTF_KIND_TYPE_TAG:
+      return 0;
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+Status btf_strings_present(const std::string& path, const std::set<std::string>& names,
+                           std::set<std::string>& found) {
+  found.clear();
+  BtfFile f;
+  if (Status s = f.open_checked(path); !s) return s;
+  return scan_strings(
+      f, path, names, [&](const std::string& name, uint32_t) { found.insert(name); },
+      [&] { return found.size() == names.size(); });
+}
+
+Status btf_type_ids(const std::string& path, const std::vector<BtfTypeName>& wanted,
+                    std::vector<uint32_t>& ids) {
+  ids.assign(wanted.size(), 0);
+  BtfFile f;
+  if (Status s = f.open_checked(path); !s) return s;
+  std::set<std::string> names;
+  for (const auto& w : wanted) names.insert(w.name);
+  // Kernel BTF is deduplicated (one offset per string); a file in general need not be.
+  std::vector<std::pair<uint32_t, std::size_t>> at;  // (string offset, index in `wanted`)
+  std::set<std::string> seen;
+  if (Status s = scan_strings(
+          f, path, names,
+          [&](const std::string& name, uint32_t off) {
+            seen.insert(name);
+            for (std::size_t i = 0; i < wanted.size(); ++i)
+              if (wanted[i].name == name) at.emplace_back(off, i);
+          },
+          [&] { return seen.size() == names.size(); });
+      !s)
+    return s;
+  if (at.empty()) return Status::Ok();
+  uint32_t kinds = 0;  // bit per kind looked for
+  for (const auto& w : wanted) kinds |= w.kind < 32 ? 1u << w.kind : 0;
+  PieceReader types(f.fd, static_cast<off_t>(f.hdr.hdr_len) + f.hdr.type_off, f.hdr.type_len);
+  std::size_t left = at.size();
+  for (uint32_t id = 1; left > 0 && !types.at_end(); ++id) {
+    btf_type t{};
+    if (!types.read(&t, sizeof(t)))
+      return Status::Error("cannot read " + path + ": " + std::strerror(errno ? errno : EIO),
+                           errno ? errno : EIO);
+    const uint32_t kind = BTF_INFO_KIND(t.info);
+    const int64_t tail = btf_type_tail(kind, BTF_INFO_VLEN(t.info));
+    if (tail < 0)
+      return Status::Error(path + ": type " + std::to_string(id) + " has a BTF kind unknown here (" +
+                               std::to_string(kind) + ")",
+                           EINVAL);
+    if (kinds & (1u << kind))
+      for (auto& [off, i] : at)
+        if (off == t.name_off && wanted[i].kind == kind && ids[i] == 0) {
+          ids[i] = id;
+          --left;
+        }
+    if (!types.skip(static_cast<uint64_t>(tail)))
+      return Status::Error(path + ": type " + std::to_string(id) + " runs past the type section",
+                           EINVAL);
   }
   return Status::Ok();
 }

@@ -2,10 +2,12 @@
 #pragma once
 /// Checks made before loading anything, so a user gets one clear line instead of a verifier dump.
 
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "loader/status.hpp"
 
@@ -24,6 +26,20 @@ Status check_btf(const std::string& path);
 /// names present; an error if the file is not readable BTF.
 Status btf_strings_present(const std::string& path, const std::set<std::string>& names,
                            std::set<std::string>& found);
+
+/// A type looked for by btf_type_ids: its name and BTF kind (BTF_KIND_STRUCT, BTF_KIND_FUNC...).
+struct BtfTypeName {
+  std::string name;
+  uint32_t kind = 0;
+};
+
+/// The ids of the types `wanted` in the BTF file at `path`: ids[i] for wanted[i], the first
+/// type of that name and kind, 0 if there is none. Read in small pieces as btf_strings_present
+/// does (no parse: the string section once for the names' offsets, then every type's header
+/// in id order). An error if the file is not readable BTF, or holds a kind this code does not
+/// know (the ids after it could not be counted).
+Status btf_type_ids(const std::string& path, const std::vector<BtfTypeName>& wanted,
+                    std::vector<uint32_t>& ids);
 
 /// The hint printed after any permission error.
 const char* privilege_hint();
