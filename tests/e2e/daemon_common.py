@@ -417,6 +417,27 @@ def default_preallocated():
     return bool(m) and (int(m.group(1)), int(m.group(2))) >= (6, 1)
 
 
+_kernel_has_casts = []
+
+
+def expected_program_build():
+    """The build of the programs iolensd must say it loaded (status.program_build; bpf/README.md
+    "Two builds"): IOLENS_BPF_BUILD's when it names one, else casts where the kernel's BTF has
+    the kfuncs bpf_rdonly_cast, bpf_task_from_pid and bpf_task_release (bpftool's dump, read
+    once), else plain."""
+    asked = os.environ.get("IOLENS_BPF_BUILD", "auto")
+    if asked in ("casts", "plain"):
+        return asked
+    if not _kernel_has_casts:
+        out = subprocess.run(["/usr/sbin/bpftool", "btf", "dump", "file",
+                              "/sys/kernel/btf/vmlinux"], capture_output=True, text=True,
+                             check=True).stdout
+        funcs = set(re.findall(r"^\[\d+\] FUNC '(bpf_rdonly_cast|bpf_task_from_pid|"
+                               r"bpf_task_release)'", out, re.M))
+        _kernel_has_casts.append(len(funcs) == 3)
+    return "casts" if _kernel_has_casts[0] else "plain"
+
+
 def read_text(path):
     """A log file's text ("" if it is not there), undecodable bytes replaced."""
     try:
@@ -479,8 +500,12 @@ class Daemon:
             rc = self.proc.poll()
             ck.fatal("iolensd did not come up within %d s (exit %r); log:\n%s" %
                      (timeout, rc, self.log()))
-        log("iolensd pid %d ready in %.2f s (hooks %s)" %
-            (self.proc.pid, time.monotonic() - t0, st.get("syscall_hooks")))
+        log("iolensd pid %d ready in %.2f s (hooks %s, %s build)" %
+            (self.proc.pid, time.monotonic() - t0, st.get("syscall_hooks"),
+             st.get("program_build")))
+        ck.check(st.get("program_build") == expected_program_build(),
+                 "iolensd loaded the %r build of the programs, not %r" %
+                 (st.get("program_build"), expected_program_build()))
         # Its file records as the config asks (limits.kernel_file_records_preallocated; the
         # *_timing_off registrations say false), or the default when it does not say and no
         # earlier daemon's pins are resumed (preallocated on Linux 6.1+): this start's log line.

@@ -11,7 +11,12 @@ instruction it walks (log level 2), for the object as `iolens run` loads it (.ro
 no job selection), loaded by bpftool into a private bpffs. A walk is a 64-bit load whose source
 register the log shows as `trusted_ptr_`/`rcu_ptr_` and whose result is not a scalar (register
 states are followed from line to line, as the log prints only the registers an instruction
-changes). Budgets: 3 per program, 32 in all (30 on 6.18 after issue 20's second round).
+changes). Budgets for the plain build (the object as bpftool loads it): 3 per program, 32 in
+all (30 on 6.18 after issue 20's second round). The casts build (bpf/README.md "Two builds")
+casts every such base pointer to an untrusted one: none at all, read from the verifier's log of
+`iolens run` itself (IOLENS_VERIFIER_LOG, both timing modes: close_enter loads only with timing
+off), which must also say which build it loaded; the plain build's count is read that way too
+and must agree with bpftool's.
 """
 import collections
 import os
@@ -58,6 +63,31 @@ def count_walks(log):
     return programs, walks
 
 
+def walks_via_iolens(ck, iolens, build):
+    """(programs, {program: walks}) of what `iolens run` loads with IOLENS_BPF_BUILD=build, from
+    the verifier's log that libbpf prints with -v; both timing modes, each program's larger
+    count."""
+    programs, walks = set(), {}
+    for timing in ("exact", "off"):
+        env = dict(os.environ, IOLENS_VERIFIER_LOG="3", IOLENS_BPF_BUILD=build)
+        p = subprocess.run([iolens, "run", "-v", "-q", "--timing", timing, "--", "true"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        if p.returncode != 0:
+            ck.fatal("iolens run (%s build, timing %s) exited %d:\n%s" %
+                     (build, timing, p.returncode, p.stderr[-3000:]))
+        ck.check("programs: the %s build" % build in p.stderr,
+                 "iolens run -v does not say it loaded the %s build" % build)
+        # Each line of libbpf's output comes as "iolens: debug: libbpf: <line>".
+        text = "\n".join(line.split("libbpf: ", 1)[1] if "libbpf: " in line else line
+                         for line in p.stderr.splitlines())
+        progs, w = count_walks(text)
+        programs |= progs
+        for prog in progs:
+            if len(w.get(prog, [])) >= len(walks.get(prog, [])):
+                walks[prog] = w.get(prog, [])
+    return programs, walks
+
+
 def main():
     args = E.parse_args(extra=[(("--object",), {"required": True,
                                                 "help": "the programs' BPF object"})])
@@ -99,6 +129,24 @@ def main():
     ck.check(any(src.startswith("trusted_ptr_task_struct") for src, _, _ in walks["sys_exit"]),
              "no walk found in sys_exit, which loads task->bpf_storage: the parser is broken")
     ck.check(total <= TOTAL, "%d walks in all (budget %d)" % (total, TOTAL))
+
+    # The same count from iolens's own loads: the plain build as bpftool found it, program by
+    # program (what iolens run loads of it), and the casts build with none.
+    for build in ("plain", "casts"):
+        progs, w = walks_via_iolens(ck, args.iolens, build)
+        ck.check(len(progs) >= 20 and "sys_exit" in progs and "close_enter" in progs,
+                 "%s build: only %d program logs from iolens run (%s)" %
+                 (build, len(progs), sorted(progs)))
+        n = sum(len(v) for v in w.values())
+        E.log("%s build via iolens run: %d walks in %d programs" % (build, n, len(progs)))
+        for prog in sorted(progs):
+            if build == "plain":
+                ck.check(len(w.get(prog, [])) == len(walks.get(prog, [])),
+                         "plain build: iolens run's %s walks %d, bpftool's %d" %
+                         (prog, len(w.get(prog, [])), len(walks.get(prog, []))))
+            else:
+                ck.check(not w.get(prog), "casts build: %s walks %s: cast its base pointer "
+                         "(UNTRUSTED() in bpf/iolens.bpf.c)" % (prog, w.get(prog)))
     ck.finish()
 
 

@@ -1,20 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
-// The loader's checks that read files only (no BPF): the kernel-BTF string scan.
+// The loader's checks that read files only (no BPF): the kernel-BTF string scan, and the walk of
+// its types that finds ids (the casts build, bpf/README.md "Two builds").
 #include <gtest/gtest.h>
 #include <linux/btf.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "loader/preflight.hpp"
 
 namespace iolens::loader {
 namespace {
 
-/// A BTF file with no types and the given string section (which starts with the empty string).
-std::string write_btf(const std::string& strings, uint16_t magic = BTF_MAGIC) {
+/// A BTF file with a type section (none by default) and the given string section (which starts
+/// with the empty string), the types first as in the kernel's.
+std::string write_btf(const std::string& strings, uint16_t magic = BTF_MAGIC,
+                      const std::string& types = "") {
   char path[] = "/tmp/iolens_btf_XXXXXX";
   const int fd = mkstemp(path);
   EXPECT_GE(fd, 0);
@@ -23,13 +28,33 @@ std::string write_btf(const std::string& strings, uint16_t magic = BTF_MAGIC) {
   hdr.magic = magic;
   hdr.version = 1;
   hdr.hdr_len = sizeof(hdr);
-  hdr.str_off = 0;
+  hdr.type_off = 0;
+  hdr.type_len = static_cast<uint32_t>(types.size());
+  hdr.str_off = hdr.type_len;
   hdr.str_len = static_cast<uint32_t>(strings.size());
   std::ofstream f(path, std::ios::binary);
   f.write(reinterpret_cast<const char*>(&hdr), sizeof(hdr));
+  f.write(types.data(), static_cast<std::streamsize>(types.size()));
   f.write(strings.data(), static_cast<std::streamsize>(strings.size()));
   return path;
 }
+
+/// Builds a BTF type section: each add() is the next id (from 1), `tail` bytes after its header.
+struct Types {
+  std::string bytes;
+  uint32_t next_id = 1;
+  uint32_t add(uint32_t name_off, uint32_t kind, uint32_t vlen, std::size_t tail) {
+    btf_type t{};
+    t.name_off = name_off;
+    t.info = (kind << 24) | vlen;
+    t.size = 4;
+    bytes.append(reinterpret_cast<const char*>(&t), sizeof(t));
+    // Filler that looks like a header (a name offset of the wanted name), so that a walk that
+    // got a kind's length wrong would match in the middle of a record.
+    for (std::size_t i = 0; i < tail; ++i) bytes += static_cast<char>(i % 4 == 0 ? 1 : 0);
+    return next_id++;
+  }
+};
 
 std::string strings_of(std::initializer_list<std::string> names) {
   std::string s(1, '\0');
@@ -85,6 +110,119 @@ TEST(BtfStrings, RunningKernel) {
   ASSERT_TRUE(btf_strings_present(
       vmlinux, {"btf_trace_sched_process_exec", "btf_trace_iolens_no_such_tracepoint"}, found));
   EXPECT_EQ(found, std::set<std::string>{"btf_trace_sched_process_exec"});
+}
+
+TEST(BtfTypeIds, EveryKindWalkedToTheRightId) {
+  // Strings: "" at 0, then the names at known offsets.
+  const std::string strings = strings_of({"target", "other", "func_x"});
+  const uint32_t target = 1, other = 8, func_x = 14;
+  Types t;
+  // One of each kind with its tail (include/uapi/linux/btf.h), names that must not match.
+  t.add(other, BTF_KIND_INT, 0, 4);
+  t.add(0, BTF_KIND_PTR, 0, 0);
+  t.add(0, BTF_KIND_ARRAY, 0, 12);
+  t.add(other, BTF_KIND_STRUCT, 3, 3 * 12);
+  t.add(other, BTF_KIND_UNION, 2, 2 * 12);
+  t.add(other, BTF_KIND_ENUM, 5, 5 * 8);
+  t.add(target, BTF_KIND_FWD, 0, 0);  // the name, but not the kind looked for
+  t.add(other, BTF_KIND_TYPEDEF, 0, 0);
+  t.add(0, BTF_KIND_VOLATILE, 0, 0);
+  t.add(0, BTF_KIND_CONST, 0, 0);
+  t.add(0, BTF_KIND_RESTRICT, 0, 0);
+  t.add(0, BTF_KIND_FUNC_PROTO, 4, 4 * 8);
+  t.add(other, BTF_KIND_VAR, 0, 4);
+  t.add(other, BTF_KIND_DATASEC, 2, 2 * 12);
+  t.add(other, BTF_KIND_FLOAT, 0, 0);
+  t.add(other, BTF_KIND_DECL_TAG, 0, 4);
+  t.add(0, BTF_KIND_TYPE_TAG, 0, 0);
+  t.add(other, BTF_KIND_ENUM64, 3, 3 * 12);
+  const uint32_t want_struct = t.add(target, BTF_KIND_STRUCT, 1, 12);
+  t.add(target, BTF_KIND_STRUCT, 0, 0);  // a second one: the first is given
+  const uint32_t want_func = t.add(func_x, BTF_KIND_FUNC, 0, 0);
+  const std::string path = write_btf(strings, BTF_MAGIC, t.bytes);
+  std::vector<uint32_t> ids;
+  ASSERT_TRUE(btf_type_ids(path,
+                           {{"target", BTF_KIND_STRUCT},
+                            {"func_x", BTF_KIND_FUNC},
+                            {"target", BTF_KIND_UNION},
+                            {"absent", BTF_KIND_STRUCT}},
+                           ids));
+  EXPECT_EQ(ids, (std::vector<uint32_t>{want_struct, want_func, 0, 0}));
+  unlink(path.c_str());
+}
+
+TEST(BtfTypeIds, TypesAcrossReadPieces) {
+  // 20,000 structs of 3 members (~960 KB): records cut by the 64 KiB reads; the one looked for
+  // is the last.
+  const std::string strings = strings_of({"filler", "wanted"});
+  Types t;
+  for (int i = 0; i < 20000; ++i) t.add(1, BTF_KIND_STRUCT, 3, 3 * 12);
+  const uint32_t last = t.add(8, BTF_KIND_STRUCT, 2, 2 * 12);
+  const std::string path = write_btf(strings, BTF_MAGIC, t.bytes);
+  std::vector<uint32_t> ids;
+  ASSERT_TRUE(btf_type_ids(path, {{"wanted", BTF_KIND_STRUCT}}, ids));
+  EXPECT_EQ(ids, std::vector<uint32_t>{last});
+  unlink(path.c_str());
+}
+
+TEST(BtfTypeIds, UnknownKindAndTruncationAreErrors) {
+  const std::string strings = strings_of({"wanted"});
+  {
+    Types t;
+    t.add(0, 31, 0, 0);  // a kind no BTF has yet: what follows cannot be counted
+    t.add(1, BTF_KIND_STRUCT, 0, 0);
+    const std::string path = write_btf(strings, BTF_MAGIC, t.bytes);
+    std::vector<uint32_t> ids;
+    const Status st = btf_type_ids(path, {{"wanted", BTF_KIND_STRUCT}}, ids);
+    EXPECT_FALSE(st);
+    EXPECT_NE(st.message.find("kind unknown"), std::string::npos) << st.message;
+    unlink(path.c_str());
+  }
+  {
+    Types t;
+    t.add(0, BTF_KIND_STRUCT, 5, 5 * 12);
+    t.add(1, BTF_KIND_STRUCT, 0, 0);
+    t.bytes.resize(t.bytes.size() - 20);  // the section ends inside the first struct's members
+    const std::string path = write_btf(strings, BTF_MAGIC, t.bytes);
+    std::vector<uint32_t> ids;
+    const Status st = btf_type_ids(path, {{"wanted", BTF_KIND_STRUCT}}, ids);
+    EXPECT_FALSE(st);
+    EXPECT_NE(st.message.find("runs past"), std::string::npos) << st.message;
+    unlink(path.c_str());
+  }
+  std::vector<uint32_t> ids;
+  EXPECT_FALSE(btf_type_ids("/nonexistent/vmlinux", {{"a", BTF_KIND_STRUCT}}, ids));
+}
+
+TEST(BtfTypeIds, RunningKernelAgreesWithBpftool) {
+  // The ids the casts build is given, against bpftool's dump of the same BTF (an independent
+  // reader): "[114] STRUCT 'task_struct' size=..." lines.
+  const char* vmlinux = "/sys/kernel/btf/vmlinux";
+  const char* bpftool = "/usr/sbin/bpftool";
+  if (access(vmlinux, R_OK) != 0) GTEST_SKIP() << "no kernel BTF at " << vmlinux;
+  if (access(bpftool, X_OK) != 0) GTEST_SKIP() << "no " << bpftool;
+  const std::vector<BtfTypeName> wanted = {{"task_struct", BTF_KIND_STRUCT},
+                                           {"folio", BTF_KIND_STRUCT},
+                                           {"kiocb", BTF_KIND_STRUCT},
+                                           {"bpf_rdonly_cast", BTF_KIND_FUNC}};
+  std::vector<uint32_t> ids;
+  ASSERT_TRUE(btf_type_ids(vmlinux, wanted, ids));
+  FILE* p = popen("/usr/sbin/bpftool btf dump file /sys/kernel/btf/vmlinux", "r");
+  ASSERT_NE(p, nullptr);
+  std::vector<uint32_t> theirs(wanted.size(), 0);
+  char line[4096];
+  while (fgets(line, sizeof(line), p)) {
+    unsigned id = 0;
+    char kind[32] = {}, name[256] = {};
+    if (std::sscanf(line, "[%u] %31s '%255[^']'", &id, kind, name) != 3) continue;
+    for (std::size_t i = 0; i < wanted.size(); ++i) {
+      const char* k = wanted[i].kind == BTF_KIND_STRUCT ? "STRUCT" : "FUNC";
+      if (theirs[i] == 0 && wanted[i].name == name && std::strcmp(kind, k) == 0) theirs[i] = id;
+    }
+  }
+  ASSERT_EQ(pclose(p), 0);
+  EXPECT_EQ(ids, theirs);
+  EXPECT_NE(ids[0], 0u);
 }
 
 }  // namespace
