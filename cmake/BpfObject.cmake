@@ -83,7 +83,7 @@ endfunction()
 # bpftool's skeletons say exactly that (every map, program, variable, its offset, size and
 # padding); they are compared with the object bytes and the skeleton names left out, and the
 # build fails if they differ.
-function(iolens_bpf_same_layout target skel_a name_a skel_b name_b)
+function(iolens_bpf_same_layout target target_a skel_a name_a target_b skel_b name_b)
   set(stamp ${CMAKE_CURRENT_BINARY_DIR}/${target}.stamp)
   add_custom_command(OUTPUT ${stamp}
     COMMAND ${CMAKE_COMMAND} -DA=${skel_a} -DNAME_A=${name_a} -DB=${skel_b} -DNAME_B=${name_b}
@@ -93,4 +93,6 @@ function(iolens_bpf_same_layout target skel_a name_a skel_b name_b)
     COMMENT "Same layout: ${name_a} and ${name_b}"
     VERBATIM)
   add_custom_target(${target} DEPENDS ${stamp})
+  # The skeletons are the outputs of the objects' own targets: built there, never here too.
+  add_dependencies(${target} ${target_a}_gen ${target_b}_gen)
 endfunction()

@@ -157,6 +157,33 @@ Status choose_build(const char* kernel_btf, ProgramBuild asked, BuildChoice& out
   return Status::Ok();
 }
 
+/// One line per map and program of an object's ELF `bytes` (opened, not loaded): what the
+/// shared skeleton assumes of both builds beyond the layout the build checks.
+Status describe_object(std::span<const unsigned char> bytes, std::vector<std::string>& out) {
+  // One object name for both: libbpf names the internal maps (.rodata...) after it.
+  LIBBPF_OPTS(bpf_object_open_opts, opts, .object_name = "iolens_bpf");
+  bpf_object* obj = bpf_object__open_mem(bytes.data(), bytes.size(), &opts);
+  if (!obj) return Status::Error("cannot open a build's object: " + errno_text(errno), errno);
+  bpf_map* m = nullptr;
+  bpf_object__for_each_map(m, obj) {
+    out.push_back(std::string("map ") + bpf_map__name(m) + " type " +
+                  std::to_string(bpf_map__type(m)) + " key " +
+                  std::to_string(bpf_map__key_size(m)) + " value " +
+                  std::to_string(bpf_map__value_size(m)) + " entries " +
+                  std::to_string(bpf_map__max_entries(m)) + " flags " +
+                  std::to_string(bpf_map__map_flags(m)));
+  }
+  bpf_program* p = nullptr;
+  bpf_object__for_each_program(p, obj) {
+    out.push_back(std::string("program ") + bpf_program__name(p) + " type " +
+                  std::to_string(bpf_program__type(p)) + " attach " +
+                  std::to_string(bpf_program__expected_attach_type(p)) + " section " +
+                  bpf_program__section_name(p));
+  }
+  bpf_object__close(obj);
+  return Status::Ok();
+}
+
 /// iolens_bpf__open_opts() with the bytes of either build: the two have one layout (maps,
 /// programs, variables; bpf/CMakeLists.txt checks it at build time), so the skeleton of one
 /// opens the other.
@@ -439,6 +466,21 @@ struct Loader::Impl {
   }
 };
 
+Status program_builds_alike() {
+  std::size_t n = 0;
+  const void* plain = iolens_bpf__elf_bytes(&n);
+  std::vector<std::string> a, b;
+  if (Status s = describe_object({static_cast<const unsigned char*>(plain), n}, a); !s) return s;
+  const void* casts = iolens_bpf_casts__elf_bytes(&n);
+  if (Status s = describe_object({static_cast<const unsigned char*>(casts), n}, b); !s) return s;
+  for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string x = i < a.size() ? a[i] : "(none)";
+    const std::string y = i < b.size() ? b[i] : "(none)";
+    if (x != y) return Status::Error("plain build: " + x + "; casts build: " + y, EINVAL);
+  }
+  return Status::Ok();
+}
+
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Loader::~Loader() = default;
 
@@ -451,6 +493,10 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
   Options o = opts;
   if (status = asked_build(opts.program_build, o.program_build); !status) return nullptr;
   std::string build_note;  // why the build loaded is not the one chosen first
+  // An optional program the casts build could not load, tried in the plain build; set once that
+  // showed an optional program's refusal was not the casts' (then such refusals leave it out).
+  std::string plain_trial;
+  bool casts_extras_checked = false;
   for (;;) {
     std::string failed_prog, failed_line, core_btf_file;
     bool casts_refused = false;
@@ -470,13 +516,27 @@ std::unique_ptr<Loader> Loader::create(const Options& opts, Status& status) {
       if (loader && unlink(core_btf_file.c_str()) != 0 && errno != ENOENT)
         spdlog::warn("cannot remove {}: {}", core_btf_file, std::strerror(errno));
     }
-    if (!loader && casts_refused && o.program_build == ProgramBuild::Auto) {
+    const bool optional = !failed_prog.empty() && !kCorePrograms.count(failed_prog);
+    if (!loader && casts_refused && o.program_build == ProgramBuild::Auto &&
+        !(optional && casts_extras_checked)) {
       // A kernel that names the kfuncs but refuses the build (a program type it does not give
       // them to, a verifier older than the build assumes): the plain build, said once.
-      build_note = "the kernel refused the casts build (" + status.message + ")";
+      build_note = "the kernel refused the casts build (" +
+                   (failed_prog.empty() ? status.message : failed_line) + ")";
       spdlog::warn("{}: loading the plain build", build_note);
       o.program_build = ProgramBuild::Plain;
+      if (optional) plain_trial = failed_prog;
       continue;
+    }
+    if (!loader && !plain_trial.empty() && failed_prog == plain_trial) {
+      // The plain build refuses that optional program too: not the casts' doing. Back to the
+      // casts build without it, as any build would go on; later refusals of optional programs
+      // are taken the same way.
+      spdlog::warn("{} cannot load in either build: the casts build without it", failed_prog);
+      o.program_build = ProgramBuild::Auto;
+      casts_extras_checked = true;
+      build_note.clear();
+      plain_trial.clear();
     }
     if (loader && !build_note.empty()) loader->program_build_note_ = build_note;
     if (loader) loader->start_times_ = times;
@@ -494,6 +554,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
                                             Status& status, std::string& failed_prog,
                                             std::string& failed_line, PhaseTimes& times,
                                             std::string& core_btf_file, bool& casts_refused) {
+  casts_refused = false;
   g_verbose = opts.verbose;
   libbpf_set_print(libbpf_log);
 
@@ -839,15 +900,20 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
       std::any_of(warnings.begin(), warnings.end(), [](const std::string& w) {
         return w.find("CO-RE relocation") != std::string::npos;
       });
+  // The casts build refused under auto is loaded again as the plain one (Loader::create): its
+  // verifier log is for -v, the retry's own failure is what to show.
+  const bool retried_plain = casts && opts.program_build == ProgramBuild::Auto &&
+                             load_err != -EPERM && load_err != -EACCES;
   for (const auto& w : warnings) {
-    if (load_err && !extra_failed && !core_btf_failed)
+    if (load_err && !extra_failed && !core_btf_failed && !retried_plain)
       spdlog::warn("libbpf: {}", w);
     else
       spdlog::debug("libbpf: {}", w);
   }
   if (int err = load_err; err) {
     if (core_btf_failed) core_btf_file = core.file;  // Loader::create tries again
-    casts_refused = casts;  // Loader::create tries the plain build
+    // Loader::create tries the plain build (not for a lack of privileges, which it shares)
+    casts_refused = casts && err != -EPERM && err != -EACCES;
     std::string msg = "cannot load the BPF programs: " + errno_text(err);
     if (err == -EPERM || err == -EACCES) msg += std::string(" (") + privilege_hint() + ")";
     else msg += " (run with -v for the verifier's log)";

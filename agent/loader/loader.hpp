@@ -24,9 +24,15 @@ namespace iolens::loader {
 
 /// The two builds of the programs (bpf/README.md "Two builds"): `casts` loads through trusted
 /// kernel pointers cast to untrusted ones (the kfuncs bpf_rdonly_cast and bpf_task_from_pid,
-/// Linux 6.3+), which the verifier checks without searching the kernel's BTF: ~45 ms less of
+/// Linux 6.2+), which the verifier checks without searching the kernel's BTF: ~45 ms less of
 /// every start on the test VM; `plain` loads directly, for any kernel iolens supports.
 enum class ProgramBuild { Auto, Casts, Plain };
+
+/// Whether the two builds' objects have the same maps (name, type, key and value sizes,
+/// entries, flags) and programs (name, type, expected attach type, section), in the same order:
+/// what the skeleton they share assumes beyond the layout of their variables, which the build
+/// compares (bpf/CMakeLists.txt). Opens both, loads nothing: no privileges needed.
+Status program_builds_alike();
 
 struct Options {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
