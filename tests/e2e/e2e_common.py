@@ -64,6 +64,17 @@ def parse_args(workload=False, extra=None):
         if not os.access(a.workload, os.X_OK):
             log("FAIL: workload %s is not executable" % a.workload)
             sys.exit(1)
+    # The *_plain registrations (tests/e2e/CMakeLists.txt) choose a build of the programs by the
+    # environment: this iolens must load that one, or they would test the other build again.
+    build = os.environ.get("IOLENS_BPF_BUILD")
+    if build in ("casts", "plain") and os.geteuid() == 0:
+        p = subprocess.run([a.iolens, "run", "-v", "-q", "--local", "--", "true"],
+                           capture_output=True, text=True, timeout=120)
+        if "programs: the %s build" % build not in p.stderr:
+            log("FAIL: IOLENS_BPF_BUILD=%s, but iolens run -v does not say it loaded that build "
+                "(exit %d):\n%s" % (build, p.returncode, p.stderr[-2000:]))
+            sys.exit(1)
+        log("iolens loads the %s build (IOLENS_BPF_BUILD)" % build)
     return a
 
 

@@ -165,6 +165,27 @@ TEST(BtfTypeIds, TypesAcrossReadPieces) {
   unlink(path.c_str());
 }
 
+TEST(BtfTypeIds, NameCutByTheReadPiece) {
+  // The string section read 64 KiB at a time: the wanted name across the first boundary, so
+  // that its offset is counted from where its first part began; a long string cut too.
+  const std::string cut = "wanted_cut_in_two";
+  std::string s(1, '\0');
+  s += std::string(70000, 'z') + '\0';  // longer than any name, and across the boundary
+  while (s.size() < 2 * 64 * 1024 - cut.size() / 2) s += "fill\0";
+  s.resize(2 * 64 * 1024 - cut.size() / 2);
+  s.back() = '\0';
+  const auto cut_off = static_cast<uint32_t>(s.size());
+  s += cut + '\0';
+  Types t;
+  t.add(cut_off + 1, BTF_KIND_STRUCT, 0, 0);  // the name's tail: not the name
+  const uint32_t id = t.add(cut_off, BTF_KIND_STRUCT, 0, 0);
+  const std::string path = write_btf(s, BTF_MAGIC, t.bytes);
+  std::vector<uint32_t> ids;
+  ASSERT_TRUE(btf_type_ids(path, {{cut, BTF_KIND_STRUCT}}, ids));
+  EXPECT_EQ(ids, std::vector<uint32_t>{id});
+  unlink(path.c_str());
+}
+
 TEST(BtfTypeIds, UnknownKindAndTruncationAreErrors) {
   const std::string strings = strings_of({"wanted"});
   {
