@@ -41,7 +41,7 @@ int lat_bucket(__u64 ns);
  * Untrusted loads (bpf/README.md "Cheap to verify"). Every direct load of a pointer field through
  * a trusted BTF pointer costs the verifier up to four linear searches of the kernel's BTF by
  * name. The object built with IOLENS_UNTRUSTED_LOADS (for kernels with the kfuncs
- * bpf_rdonly_cast and bpf_task_from_pid, Linux 6.3+) first casts such a base pointer to an
+ * bpf_rdonly_cast and bpf_task_from_pid, Linux 6.2+) first casts such a base pointer to an
  * untrusted one of the same type: the load is then a PROBE_MEM load, as fast as a direct one,
  * and the verifier searches nothing. The loader sets the kernel's BTF ids of the cast types
  * (kid_*, read from .rodata as constants by the verifier). The other object loads directly.
