@@ -724,9 +724,11 @@ struct name_req {
 	__u64 ustr; /* const char __user * */
 };
 
-/* Send the name of (dev, ino) once, from its struct file (exact) or from a lookup's arguments.
- * A global function: verified once, whichever program and call site reach it. */
-__noinline int send_name(struct call_ctx *cx, struct name_req *r)
+/* Send the name of (dev, ino) once, from its struct file (exact, `lookup` 0) or from a lookup's
+ * arguments (`lookup` 1). Two global functions below, one per kind: each is verified once per
+ * program that calls it, and a program that names files only (io_uring, O_DIRECT, the page
+ * cache) does not verify the lookup's walk from a directory descriptor at all. */
+static __always_inline int send_name_of(struct call_ctx *cx, struct name_req *r, const int lookup)
 {
 	struct seen_key sk = {};
 	struct file *f;
@@ -736,13 +738,15 @@ __noinline int send_name(struct call_ctx *cx, struct name_req *r)
 
 	if (!cx || !r)
 		return 0;
+	f = lookup ? NULL : (struct file *)r->file;
+	if (!lookup && !f)
+		return 0;
 	sk.ino = r->ino;
 	sk.dev = r->dev;
-	f = (struct file *)r->file;
 	seen = seen_find(&sk);
 	if (seen && seen->gen == r->gen && seen->named)
 		return 0;
-	ev = path_event_begin(f ? IOLENS_PATH_FILE : IOLENS_PATH_LOOKUP, cx->tgid, cx->pstart,
+	ev = path_event_begin(lookup ? IOLENS_PATH_LOOKUP : IOLENS_PATH_FILE, cx->tgid, cx->pstart,
 			      cx->t1);
 	if (!ev)
 		return 0;
@@ -754,7 +758,7 @@ __noinline int send_name(struct call_ctx *cx, struct name_req *r)
 		struct vfsmount *mnt = NULL;
 		int walk = 1;
 
-		if (f) {
+		if (!lookup) {
 			dentry = BPF_CORE_READ(f, f_path.dentry);
 			mnt = BPF_CORE_READ(f, f_path.mnt);
 		} else {
@@ -763,14 +767,14 @@ __noinline int send_name(struct call_ctx *cx, struct name_req *r)
 		}
 		if (walk)
 			ev->walk_len = walk_path(ev, 0, (__u64)dentry, (__u64)mnt);
-		if (!f)
+		if (lookup)
 			ev->str1_len = read_user_str(ev, ev->walk_len, (const char *)r->ustr);
 	}
 	sent = path_event_send(ev) == 0;
 	/* Only a name that reached user space counts as sent: a dropped one is sent again next
 	 * time. A lookup's name is lexical (symlinks in the argument unresolved): it is not
 	 * recorded, so the first open sends the canonical name. */
-	if (!f)
+	if (lookup)
 		return 0;
 	if (seen) {
 		seen->gen = r->gen;
@@ -781,6 +785,18 @@ __noinline int send_name(struct call_ctx *cx, struct name_req *r)
 		seen_add(&sk, &nv);
 	}
 	return 0;
+}
+
+/* The name of a file from its struct file (r->file; nothing without one). */
+__noinline int send_name(struct call_ctx *cx, struct name_req *r)
+{
+	return send_name_of(cx, r, 0);
+}
+
+/* The name a lookup found, from its arguments (r->dirfd, r->ustr). */
+__noinline int send_lookup_name(struct call_ctx *cx, struct name_req *r)
+{
+	return send_name_of(cx, r, 1);
 }
 
 /* A record of `others` (descriptor kinds), made if need be; regular files' records go through
@@ -1197,7 +1213,7 @@ __noinline int account_stat(struct call_ctx *cx, struct iolens_task_state *st,
 			.ino = key.ino, .dev = key.dev, .gen = key.gen, .dirfd = dirfd, .ustr = ustr,
 		};
 
-		send_name(cx, &r);
+		send_lookup_name(cx, &r);
 	}
 	return 0;
 }
@@ -2283,8 +2299,11 @@ enum uring_kind {
 	URING_OTHER,
 };
 
-/* What iolens makes of an opcode (enum io_uring_op values from the kernel's BTF). */
-static __always_inline int uring_kind(__u32 op)
+/* What iolens makes of an opcode (enum io_uring_op values from the kernel's BTF). A global
+ * function: the verifier does not know which kind it returns, so what the io_uring programs do
+ * for every kind (the file's record) is walked once, not once per kind (io_uring_complete: 6,551
+ * walked instructions with it inlined). */
+__noinline int uring_kind(__u32 op)
 {
 	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ) ||
 	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READV) ||
