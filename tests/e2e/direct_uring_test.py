@@ -395,7 +395,14 @@ def check_iowq_context(ck, args, tmp, fio):
             ck.eq("%s %s uring_%s" % (tag, name, ops), j["total_ios"], c.get("uring_" + ops, 0))
             ck.eq("%s %s prefetch_pages" % (tag, name), 0, c.get("prefetch_pages", 0))
             if rw == "read":
-                ck.eq("%s %s cache_read_pages" % (tag, name), pages, c.get("cache_read_pages", 0))
+                # Never more than the pages asked (each read counted once), and short only by
+                # batches the kernel serves without its tracepoint (docs/counters.md
+                # cache_read_pages: a request's first batch cut short while its last folio is
+                # still being read). Seen: 1 and 4 pages short, in about 1 run of 25 of either
+                # build; counting nothing, or a read twice, still fails.
+                got = c.get("cache_read_pages", 0)
+                ck.check(pages - 64 <= got <= pages, "%s %s cache_read_pages: %d, outside "
+                         "[%d, %d]" % (tag, name, got, pages - 64, pages))
                 ck.eq("%s %s cache_miss_pages" % (tag, name), pages, c.get("cache_miss_pages", 0))
             else:
                 ck.eq("%s %s cache_miss_pages (a write's new pages are no misses)" % (tag, name),
