@@ -2305,6 +2305,12 @@ enum uring_kind {
  * walked instructions with it inlined). */
 __noinline int uring_kind(__u32 op)
 {
+	/* A kernel without io_uring has no such enum: its values below would be poisoned calls,
+	 * which a verifier before 6.8 walks in a global function even where nothing calls it
+	 * (io_worker_ctx's callers are the page-cache programs). A relocated constant: the rest is
+	 * dead code there. */
+	if (!bpf_core_type_exists(enum io_uring_op))
+		return URING_OTHER;
 	if (op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ) ||
 	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READV) ||
 	    op == bpf_core_enum_value(enum io_uring_op, IORING_OP_READ_FIXED))

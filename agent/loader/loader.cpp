@@ -912,7 +912,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   // The casts build refused under auto is loaded again as the plain one (Loader::create): its
   // verifier log is for -v, the retry's own failure is what to show.
   const bool retried_plain = casts && opts.program_build == ProgramBuild::Auto &&
-                             load_err != -EPERM && load_err != -EACCES;
+                             load_err != -EPERM;
   for (const auto& w : warnings) {
     if (load_err && !extra_failed && !core_btf_failed && !retried_plain)
       spdlog::warn("libbpf: {}", w);
@@ -921,8 +921,10 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   }
   if (int err = load_err; err) {
     if (core_btf_failed) core_btf_file = core.file;  // Loader::create tries again
-    // Loader::create tries the plain build (not for a lack of privileges, which it shares)
-    casts_refused = casts && err != -EPERM && err != -EACCES;
+    // Loader::create tries the plain build (not for a lack of privileges, which it shares;
+    // the verifier's own refusals are EACCES: a kfunc not allowed here, a pointer it types
+    // otherwise)
+    casts_refused = casts && err != -EPERM;
     std::string msg = "cannot load the BPF programs: " + errno_text(err);
     if (err == -EPERM || err == -EACCES) msg += std::string(" (") + privilege_hint() + ")";
     else msg += " (run with -v for the verifier's log)";

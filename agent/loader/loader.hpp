@@ -24,7 +24,7 @@ namespace iolens::loader {
 
 /// The two builds of the programs (bpf/README.md "Two builds"): `casts` loads through trusted
 /// kernel pointers cast to untrusted ones (the kfuncs bpf_rdonly_cast and bpf_task_from_pid,
-/// Linux 6.2+), which the verifier checks without searching the kernel's BTF: ~45 ms less of
+/// Linux 6.2+), which the verifier checks without searching the kernel's BTF: ~30 ms less of
 /// every start on the test VM; `plain` loads directly, for any kernel iolens supports.
 enum class ProgramBuild { Auto, Casts, Plain };
 
