@@ -26,7 +26,7 @@ BURNER = ("import time\n"
           "t = time.process_time()\n"
           "while time.process_time() - t < %s: pass\n"
           "print('cpu', time.process_time(), flush=True)\n" % BURN_S)
-START_STEPS = ("checks", "core_btf", "open", "extras_check", "load", "attach", "rings")
+START_STEPS = ("checks", "build", "core_btf", "open", "extras_check", "load", "attach", "rings")
 EXIT_STEPS = ("child_start", "final_drain", "snapshot", "teardown")
 
 
