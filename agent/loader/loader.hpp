@@ -18,15 +18,11 @@
 #include "core/block.hpp"
 #include "iolens_abi.h"
 #include "loader/phase_times.hpp"
+#include "loader/preflight.hpp"
 #include "loader/status.hpp"
 
 namespace iolens::loader {
 
-/// The two builds of the programs (bpf/README.md "Two builds"): `casts` loads through trusted
-/// kernel pointers cast to untrusted ones (the kfuncs bpf_rdonly_cast and bpf_task_from_pid,
-/// Linux 6.2+), which the verifier checks without searching the kernel's BTF: ~30 ms less of
-/// every start on the test VM; `plain` loads directly, for any kernel iolens supports.
-enum class ProgramBuild { Auto, Casts, Plain };
 
 /// Whether the two builds' objects have the same maps (name, type, key and value sizes,
 /// entries, flags) and programs (name, type, expected attach type, section), in the same order:

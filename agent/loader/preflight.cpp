@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -285,6 +286,68 @@ Status btf_type_ids(const std::string& path, const std::vector<BtfTypeName>& wan
       return Status::Error(path + ": type " + std::to_string(id) + " runs past the type section",
                            EINVAL);
   }
+  return Status::Ok();
+}
+
+/// Options::program_build, or IOLENS_BPF_BUILD when set.
+Status asked_build(ProgramBuild opt, ProgramBuild& out) {
+  out = opt;
+  const char* env = std::getenv("IOLENS_BPF_BUILD");
+  if (!env) return Status::Ok();
+  const std::string v = env;
+  if (v == "auto") out = ProgramBuild::Auto;
+  else if (v == "casts") out = ProgramBuild::Casts;
+  else if (v == "plain") out = ProgramBuild::Plain;
+  else
+    return Status::Error("IOLENS_BPF_BUILD must be auto, casts or plain, not \"" + v + "\"",
+                         EINVAL);
+  return Status::Ok();
+}
+
+/// `casts` where the running kernel's BTF has the kfuncs it calls and the types it casts to
+/// (found by a walk of the BTF file: no parse), unless `plain` is asked.
+Status choose_build(const std::string& kernel_btf, ProgramBuild asked, BuildChoice& out) {
+  out = {};
+  if (asked == ProgramBuild::Plain) {
+    out.note = "asked for";
+    return Status::Ok();
+  }
+  // The cast types are among the kernel's first (ids under 1,000 on 6.18), so their walk stops
+  // early; the kfuncs' FUNC types are far (~65,000), so their names are looked for among the
+  // strings instead: a deduplicated BTF holds a name only if a type uses it, and these names
+  // only the kfuncs do. ~0.1 + ~1 ms, against ~3-4 ms for a walk to the kfuncs' ids.
+  static const std::vector<BtfTypeName> wanted = {{"task_struct", BTF_KIND_STRUCT},
+                                                  {"address_space", BTF_KIND_STRUCT},
+                                                  {"kiocb", BTF_KIND_STRUCT},
+                                                  {"folio", BTF_KIND_STRUCT}};
+  static const std::set<std::string> kfuncs = {"bpf_rdonly_cast", "bpf_task_from_pid",
+                                               "bpf_task_release"};
+  std::vector<uint32_t> ids;
+  std::set<std::string> have;
+  Status read = btf_type_ids(kernel_btf, wanted, ids);
+  if (read) read = btf_strings_present(kernel_btf, kfuncs, have);
+  std::string why;
+  if (!read) {
+    why = read.message;
+  } else {
+    for (std::size_t i = 0; i < wanted.size(); ++i)
+      if (!ids[i]) why += (why.empty() ? "the kernel's BTF has no " : ", ") + wanted[i].name;
+    for (const auto& k : kfuncs)
+      if (!have.count(k)) why += (why.empty() ? "the kernel's BTF has no " : ", ") + k;
+  }
+  if (!why.empty()) {
+    if (asked == ProgramBuild::Casts)
+      return Status::Error("the casts build of the programs cannot load here: " + why, ENOTSUP);
+    out.note = why;
+    return Status::Ok();
+  }
+  out.casts = true;
+  out.note = asked == ProgramBuild::Casts ? "asked for"
+                                          : "the kernel has bpf_rdonly_cast and bpf_task_from_pid";
+  out.task_struct = ids[0];
+  out.address_space = ids[1];
+  out.kiocb = ids[2];
+  out.folio = ids[3];
   return Status::Ok();
 }
 

@@ -41,6 +41,29 @@ struct BtfTypeName {
 Status btf_type_ids(const std::string& path, const std::vector<BtfTypeName>& wanted,
                     std::vector<uint32_t>& ids);
 
+/// The two builds of the programs (bpf/README.md "Two builds"): `casts` loads through trusted
+/// kernel pointers cast to untrusted ones (the kfuncs bpf_rdonly_cast and bpf_task_from_pid,
+/// Linux 6.2+), which the verifier checks without searching the kernel's BTF: ~30 ms less of
+/// every start on the test VM; `plain` loads directly, for any kernel iolens supports.
+enum class ProgramBuild { Auto, Casts, Plain };
+
+/// The build to load and what the `casts` build needs set: the kernel's BTF ids of the types
+/// it casts to (.rodata kid_*).
+struct BuildChoice {
+  bool casts = false;
+  std::string note;  // why this build
+  uint32_t task_struct = 0, address_space = 0, kiocb = 0, folio = 0;
+};
+
+/// `opt`, or IOLENS_BPF_BUILD (auto, casts, plain) when the environment sets it; an error for
+/// any other value.
+Status asked_build(ProgramBuild opt, ProgramBuild& out);
+
+/// `casts` where the kernel BTF at `kernel_btf` has the kfuncs the casts build calls
+/// (bpf_rdonly_cast, bpf_task_from_pid, bpf_task_release) and the types it casts to, unless
+/// `plain` is asked; `plain` with the reason otherwise, or an error when `casts` was asked.
+Status choose_build(const std::string& kernel_btf, ProgramBuild asked, BuildChoice& out);
+
 /// The hint printed after any permission error.
 const char* privilege_hint();
 

@@ -9,6 +9,8 @@
      starting the command.
   3c. --disable-program of a core or unknown program: exit 1, one line, the command never runs;
       a disabled optional program is said in the summary;
+  3d. IOLENS_BPF_BUILD or IOLENS_VERIFIER_LOG with a bad value: exit 1, one line naming it, the
+      command never runs;
   3b. bad --trace-ring-size / --trace-max-size, a --timing not exact/off, --trace with --timing
       off, a size out of range (--max-file-records 1, --fast-file-records beyond 16 Mi or
       negative, --drain-interval-ms 1) or an unknown option: exit 2, the error says what is
@@ -427,6 +429,24 @@ def case_bad_disable_program(ck, iolens, tmp):
              "a disabled program is not said in the summary: %r" % err[-400:])
 
 
+def case_bad_environment(ck, iolens, tmp):
+    """IOLENS_BPF_BUILD not auto/casts/plain, IOLENS_VERIFIER_LOG not 1-7 (docs/run.md): exit 1
+    before the command runs, one line naming the variable and the value."""
+    marker = os.path.join(tmp, "marker-env")
+    for var, bad, want in (("IOLENS_BPF_BUILD", "fast", "must be auto, casts or plain"),
+                           ("IOLENS_VERIFIER_LOG", "9", "must be 1 to 7"),
+                           ("IOLENS_VERIFIER_LOG", "x", "must be 1 to 7")):
+        env = dict(os.environ, **{var: bad})
+        rc, out, err = simple(iolens, ["run", "--local", "--", "touch", marker], env=env)
+        lines = nonempty_lines(err)
+        E.log("[3d] %s=%s: rc %d, stderr %r" % (var, bad, rc, err[:300]))
+        ck.eq("%s=%s exit code" % (var, bad), 1, rc)
+        ck.check(len(lines) == 1 and var in lines[0] and want in lines[0] and
+                 '"%s"' % bad in lines[0],
+                 "%s=%s: not one line naming it: %r" % (var, bad, lines))
+        ck.check(not os.path.exists(marker), "%s=%s: the command ran" % (var, bad))
+
+
 def main():
     args = E.parse_args()
     E.require_root()
@@ -438,6 +458,7 @@ def main():
     case_bad_json(ck, args.iolens, tmp)
     case_bad_trace_options(ck, args.iolens, tmp)
     case_bad_disable_program(ck, args.iolens, tmp)
+    case_bad_environment(ck, args.iolens, tmp)
     case_unprivileged(ck, args.iolens, tmp)
     case_bad_btf(ck, args.iolens)
     case_full_output(ck, args.iolens, tmp)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -244,6 +245,77 @@ TEST(BtfTypeIds, RunningKernelAgreesWithBpftool) {
   ASSERT_EQ(pclose(p), 0);
   EXPECT_EQ(ids, theirs);
   EXPECT_NE(ids[0], 0u);
+}
+
+/// A kernel BTF with the four cast types and, by name, the kfuncs of `funcs`.
+std::string casts_btf(std::initializer_list<std::string> funcs, uint32_t& task_struct_id) {
+  std::string strings(1, '\0');
+  auto add = [&](const std::string& name) {
+    const auto off = static_cast<uint32_t>(strings.size());
+    strings += name + '\0';
+    return off;
+  };
+  Types t;
+  t.add(add("int"), BTF_KIND_INT, 0, 4);
+  task_struct_id = t.add(add("task_struct"), BTF_KIND_STRUCT, 0, 0);
+  t.add(add("address_space"), BTF_KIND_STRUCT, 0, 0);
+  t.add(add("kiocb"), BTF_KIND_STRUCT, 0, 0);
+  t.add(add("folio"), BTF_KIND_STRUCT, 0, 0);
+  for (const auto& f : funcs) t.add(add(f), BTF_KIND_FUNC, 0, 0);
+  return write_btf(strings, BTF_MAGIC, t.bytes);
+}
+
+TEST(ProgramBuildChoice, CastsWhereTheKernelHasTheKfuncs) {
+  unsetenv("IOLENS_BPF_BUILD");
+  uint32_t task_struct = 0;
+  const std::string all =
+      casts_btf({"bpf_rdonly_cast", "bpf_task_from_pid", "bpf_task_release"}, task_struct);
+  BuildChoice c;
+  ASSERT_TRUE(choose_build(all, ProgramBuild::Auto, c));
+  EXPECT_TRUE(c.casts);
+  EXPECT_EQ(c.task_struct, task_struct);
+  EXPECT_EQ(c.address_space, task_struct + 1);
+  EXPECT_EQ(c.kiocb, task_struct + 2);
+  EXPECT_EQ(c.folio, task_struct + 3);
+  ASSERT_TRUE(choose_build(all, ProgramBuild::Plain, c));
+  EXPECT_FALSE(c.casts);
+  EXPECT_EQ(c.note, "asked for");
+
+  // Without bpf_task_from_pid: plain under auto, with the reason; an error when casts is asked.
+  const std::string some = casts_btf({"bpf_rdonly_cast", "bpf_task_release"}, task_struct);
+  ASSERT_TRUE(choose_build(some, ProgramBuild::Auto, c));
+  EXPECT_FALSE(c.casts);
+  EXPECT_NE(c.note.find("has no bpf_task_from_pid"), std::string::npos) << c.note;
+  const Status refused = choose_build(some, ProgramBuild::Casts, c);
+  EXPECT_FALSE(refused);
+  EXPECT_NE(refused.message.find("the casts build of the programs cannot load here: the "
+                                 "kernel's BTF has no bpf_task_from_pid"),
+            std::string::npos)
+      << refused.message;
+  // An unreadable kernel BTF: plain, saying why.
+  ASSERT_TRUE(choose_build("/nonexistent/vmlinux", ProgramBuild::Auto, c));
+  EXPECT_FALSE(c.casts);
+  EXPECT_NE(c.note.find("cannot open /nonexistent/vmlinux"), std::string::npos) << c.note;
+  unlink(all.c_str());
+  unlink(some.c_str());
+}
+
+TEST(ProgramBuildChoice, EnvironmentChoosesOrIsRefused) {
+  ProgramBuild b = ProgramBuild::Casts;
+  unsetenv("IOLENS_BPF_BUILD");
+  ASSERT_TRUE(asked_build(ProgramBuild::Auto, b));
+  EXPECT_EQ(b, ProgramBuild::Auto);
+  setenv("IOLENS_BPF_BUILD", "plain", 1);
+  ASSERT_TRUE(asked_build(ProgramBuild::Auto, b));
+  EXPECT_EQ(b, ProgramBuild::Plain);
+  setenv("IOLENS_BPF_BUILD", "casts", 1);
+  ASSERT_TRUE(asked_build(ProgramBuild::Plain, b));
+  EXPECT_EQ(b, ProgramBuild::Casts);
+  setenv("IOLENS_BPF_BUILD", "fast", 1);
+  const Status bad = asked_build(ProgramBuild::Auto, b);
+  EXPECT_FALSE(bad);
+  EXPECT_EQ(bad.message, "IOLENS_BPF_BUILD must be auto, casts or plain, not \"fast\"");
+  unsetenv("IOLENS_BPF_BUILD");
 }
 
 }  // namespace
