@@ -243,6 +243,58 @@ bool file_digest(const std::string& path, uint64_t& out) {
   return true;
 }
 
+std::vector<unsigned char> gnu_build_id(std::span<const unsigned char> notes) {
+  // Each note: namesz, descsz, type (4 bytes each), then the name and the descriptor, each
+  // padded to 4 bytes (the kernel's notes are 4-byte aligned, Elf64 or not).
+  constexpr uint32_t kNtGnuBuildId = 3;
+  const auto pad4 = [](std::size_t n) { return (n + 3) & ~static_cast<std::size_t>(3); };
+  std::size_t at = 0;
+  while (notes.size() - at >= 12) {
+    uint32_t head[3];
+    std::memcpy(head, notes.data() + at, sizeof(head));
+    const std::size_t name_at = at + 12;
+    const std::size_t name_len = pad4(head[0]);
+    if (name_len > notes.size() - name_at) break;
+    const std::size_t desc_at = name_at + name_len;
+    const std::size_t desc_len = pad4(head[1]);
+    if (desc_len > notes.size() - desc_at) break;
+    if (head[2] == kNtGnuBuildId && head[0] == 4 && head[1] > 0 &&
+        std::memcmp(notes.data() + name_at, "GNU", 4) == 0)
+      return {notes.begin() + static_cast<std::ptrdiff_t>(desc_at),
+              notes.begin() + static_cast<std::ptrdiff_t>(desc_at + head[1])};
+    at = desc_at + desc_len;
+  }
+  return {};
+}
+
+bool kernel_btf_key(const std::string& path, const std::string& notes_path, uint64_t& out) {
+  if (!notes_path.empty()) {
+    struct stat st {};
+    control::UniqueFd f{open(notes_path.c_str(), O_RDONLY | O_CLOEXEC)};
+    unsigned char buf[4096];
+    ssize_t n = -1;
+    if (f.get() >= 0) {
+      do {
+        n = read(f.get(), buf, sizeof(buf));
+      } while (n < 0 && errno == EINTR);
+    }
+    if (n > 0 && stat(path.c_str(), &st) == 0) {
+      std::vector<unsigned char> id = gnu_build_id({buf, static_cast<std::size_t>(n)});
+      if (!id.empty()) {
+        // Tagged apart from every whole-file digest: "build id" and the BTF's size follow it.
+        const uint64_t size = static_cast<uint64_t>(st.st_size);
+        const unsigned char* sz = reinterpret_cast<const unsigned char*>(&size);
+        id.insert(id.end(), sz, sz + sizeof(size));
+        const char tag[] = "build id";
+        id.insert(id.end(), tag, tag + sizeof(tag) - 1);
+        out = digest64(id);
+        return true;
+      }
+    }
+  }
+  return file_digest(path, out);
+}
+
 std::string core_btf_name(uint64_t kernel_digest, uint64_t object_digest) {
   char name[64];
   std::snprintf(name, sizeof(name), "core-%016" PRIx64 "-%016" PRIx64 ".btf", kernel_digest,
@@ -251,11 +303,12 @@ std::string core_btf_name(uint64_t kernel_digest, uint64_t object_digest) {
 }
 
 CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> object,
-                 const std::string& kernel_btf, const std::string& bpftool) {
+                 const std::string& kernel_btf, const std::string& bpftool,
+                 const std::string& kernel_notes) {
   CoreBtf out;
   const std::string fallback = "; CO-RE uses the kernel's BTF";
   uint64_t kernel_digest = 0;
-  if (!file_digest(kernel_btf, kernel_digest)) {
+  if (!kernel_btf_key(kernel_btf, kernel_notes, kernel_digest)) {
     out.note = "cannot read " + kernel_btf + fallback;
     return out;
   }

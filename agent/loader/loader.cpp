@@ -550,7 +550,8 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     const char* env_bpftool = sudo ? nullptr : std::getenv("IOLENS_BPFTOOL");
     const std::string cache = env_cache ? env_cache : opts.core_btf_cache;
     if (!cache.empty()) {
-      core = core_btf(cache, elf, kVmlinuxBtf, env_bpftool ? env_bpftool : opts.bpftool);
+      core = core_btf(cache, elf, kVmlinuxBtf, env_bpftool ? env_bpftool : opts.bpftool,
+                      "/sys/kernel/notes");
       spdlog::debug("CO-RE target: {}", core.note);
     }
   }

@@ -53,6 +53,27 @@ std::vector<std::string> names_in(const fs::path& dir) {
   return out;
 }
 
+/// One ELF note as the kernel lays them out in /sys/kernel/notes: namesz, descsz, type, then
+/// the name and the descriptor, each padded to 4 bytes.
+std::string note(const std::string& name_with_nul, const std::string& desc, uint32_t type) {
+  const uint32_t head[3] = {static_cast<uint32_t>(name_with_nul.size()),
+                            static_cast<uint32_t>(desc.size()), type};
+  std::string out(reinterpret_cast<const char*>(head), sizeof(head));
+  out += name_with_nul + std::string((4 - name_with_nul.size() % 4) % 4, '\0');
+  out += desc + std::string((4 - desc.size() % 4) % 4, '\0');
+  return out;
+}
+
+std::vector<unsigned char> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
+
+/// The notes of a kernel with build id `id`, between two notes of other kinds (as on the test
+/// VM: Xen's and Linux's own).
+std::string kernel_notes(const std::string& id) {
+  return note(std::string("Xen\0", 4), std::string(4, '\1'), 18) +
+         note(std::string("GNU\0", 4), id, 3) +
+         note(std::string("Linux\0", 6), "6.18.0", 0x100);
+}
+
 class CoreBtfCache : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -87,10 +108,11 @@ class CoreBtfCache : public ::testing::Test {
     for (std::string line; std::getline(f, line);) ++n;
     return n;
   }
-  CoreBtf get(const std::string& bpftool, const std::string& object = "object bytes") {
+  CoreBtf get(const std::string& bpftool, const std::string& object = "object bytes",
+              const std::string& notes = "") {
     CoreBtf r = core_btf(cache_, {reinterpret_cast<const unsigned char*>(object.data()),
                                   object.size()},
-                         kernel_, bpftool);
+                         kernel_, bpftool, notes);
     return r;
   }
 
@@ -130,6 +152,80 @@ TEST_F(CoreBtfCache, AnotherObjectOrKernelMakesItsOwn) {
   ASSERT_TRUE(get(bpftool, "object two").made);
   EXPECT_EQ(calls(), 3);
   EXPECT_EQ(names_in(cache_).size(), 3u);
+}
+
+TEST_F(CoreBtfCache, KeyedByTheKernelsBuildIdWhenItHasOne) {
+  const std::string bpftool = tool("cp " + (root_ / "good.btf").string() + " \"$4\"");
+  const fs::path notes = root_ / "notes";
+  write_file(notes, kernel_notes("0123456789abcdefghij"));
+  ASSERT_TRUE(get(bpftool, "object", notes).made);
+  // The same id and size: the same kernel, whatever is read from the BTF file (not read).
+  write_file(kernel_, std::string(200000, 'x'));
+  EXPECT_FALSE(get(bpftool, "object", notes).made);
+  EXPECT_EQ(calls(), 1);
+  // Another build id, or the same with a BTF of another size: another kernel.
+  write_file(notes, kernel_notes("0123456789abcdefghiJ"));
+  EXPECT_TRUE(get(bpftool, "object", notes).made);
+  write_file(kernel_, std::string(200001, 'x'));
+  EXPECT_TRUE(get(bpftool, "object", notes).made);
+  // Notes without a build id, or none: the whole file's digest, as without notes.
+  write_file(notes, note(std::string("Linux\0", 6), "6.18.0", 0x100));
+  ASSERT_TRUE(get(bpftool, "object", notes).made);
+  uint64_t kd = 0;
+  ASSERT_TRUE(file_digest(kernel_, kd));
+  const std::string object = "object";
+  const std::string by_content = core_btf_name(
+      kd, digest64({reinterpret_cast<const unsigned char*>(object.data()), object.size()}));
+  EXPECT_TRUE(fs::exists(cache_ / by_content));
+  EXPECT_FALSE(get(bpftool, "object", (root_ / "no-notes").string()).made);
+  EXPECT_FALSE(get(bpftool, "object").made);
+  EXPECT_EQ(calls(), 4);
+}
+
+TEST(KernelBtfKey, BuildIdAndSizeOrTheWholeFile) {
+  const fs::path dir = fs::temp_directory_path() / ("iolens_btf_key_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path btf = dir / "btf", notes = dir / "notes";
+  write_file(btf, std::string(5000, 'b'));
+  write_file(notes, kernel_notes("id-one-0123456789abc"));
+  uint64_t a = 0, b = 0, whole = 0;
+  ASSERT_TRUE(kernel_btf_key(btf, notes, a));
+  ASSERT_TRUE(file_digest(btf, whole));
+  EXPECT_NE(a, whole);
+  write_file(btf, std::string(5000, 'c'));
+  ASSERT_TRUE(kernel_btf_key(btf, notes, b));
+  EXPECT_EQ(a, b) << "the build id decides, not the content";
+  ASSERT_TRUE(kernel_btf_key(btf, "", b));
+  ASSERT_TRUE(file_digest(btf, whole));
+  EXPECT_EQ(b, whole) << "without notes: the content";
+  EXPECT_FALSE(kernel_btf_key(dir / "no-btf", notes, b)) << "a BTF that is not there";
+  EXPECT_FALSE(kernel_btf_key(dir / "no-btf", "", b));
+  fs::remove_all(dir);
+}
+
+TEST(GnuBuildId, FoundAmongOtherNotesAndNotInCutOnes) {
+  // The test VM's kernel's (a SHA-1: 20 bytes, one of them zero).
+  const std::string id("\x24\xa3\x59\x8f\xd7\x00\x11\x4d\x0a\x1b\x1a\x48\x71\xba\xdc\xee"
+                       "\x75\xd0\xac\xac",
+                       20);
+  const std::string notes = kernel_notes(id);
+  EXPECT_EQ(gnu_build_id(bytes_of(notes)), bytes_of(id));
+  // An id whose length is not a multiple of 4 (padded in the file, not in the id).
+  EXPECT_EQ(gnu_build_id(bytes_of(kernel_notes("abcdefg"))), bytes_of("abcdefg"));
+  // Cut inside the id, or inside a header: none.
+  const std::size_t id_end = notes.find(id) + id.size();
+  EXPECT_TRUE(gnu_build_id(bytes_of(notes.substr(0, id_end - 1))).empty());
+  EXPECT_TRUE(gnu_build_id(bytes_of(notes.substr(0, 10))).empty());
+  EXPECT_TRUE(gnu_build_id({}).empty());
+  // GNU's other notes (ABI tag: type 1), another owner's type 3, an empty id: none.
+  EXPECT_TRUE(gnu_build_id(bytes_of(note(std::string("GNU\0", 4), id, 1))).empty());
+  EXPECT_TRUE(gnu_build_id(bytes_of(note(std::string("Xen\0", 4), id, 3))).empty());
+  EXPECT_TRUE(gnu_build_id(bytes_of(note(std::string("GNU\0", 4), "", 3))).empty());
+  // A name size past the end: none, and no read past it (ASan).
+  std::string bad = note(std::string("GNU\0", 4), id, 3);
+  const uint32_t huge = 0xfffffff0u;
+  std::memcpy(bad.data(), &huge, 4);
+  EXPECT_TRUE(gnu_build_id(bytes_of(bad)).empty());
 }
 
 TEST_F(CoreBtfCache, FailingToolFallsBackWithItsMessageAndLeavesNothing) {
