@@ -25,6 +25,8 @@ int ms_left(Clock::time_point deadline) {
   return static_cast<int>(std::max<long long>(left, 0));
 }
 
+}  // namespace
+
 std::string connect_error(const std::string& path, int err) {
   std::string text = "cannot connect to iolensd at " + path + ": " + std::strerror(err);
   if (err == EACCES || err == EPERM) {
@@ -32,6 +34,8 @@ std::string connect_error(const std::string& path, int err) {
   }
   return text + " (is iolensd running?)";
 }
+
+namespace {
 
 /// Waits for `events` on `fd` until `deadline`; false on timeout.
 bool wait_for(int fd, short events, Clock::time_point deadline) {

@@ -17,6 +17,9 @@ inline constexpr const char* kDefaultSocketPath = "/run/iolens/iolens.sock";
 /// cap only stops a broken daemon from filling the client's memory.
 inline constexpr std::size_t kMaxAnswerBytes = 512u << 20;
 
+/// What request() says when it cannot connect to `path` (errno `err`).
+std::string connect_error(const std::string& path, int err);
+
 /// Connects, sends `req` as one line, reads one answer line; the whole exchange within
 /// `timeout_ms`. Returns the answer's "result", or nullopt and `error` saying what went wrong:
 /// "cannot connect to iolensd at PATH: ... (is iolensd running?)", "permission denied by

@@ -26,8 +26,9 @@ own), which prints what it did: W bytes written to TAG.out, R bytes read of TAG.
 3. As nobody with the socket's group (no root, no CAP_BPF): the daemon path counts it exactly
    too (a user without privileges gets `iolens run`).
 4. Fallback: `--socket` of no daemon: the run is counted locally, exactly, with
-   `collector.daemon` saying why; `--daemon` with that socket fails (exit 1, one line) and does
-   not run the command.
+   `collector.daemon` saying why, and iolens makes one process (strace), the command's; a socket
+   file nobody listens on falls back the same way; `--daemon` with no socket fails (exit 1, one
+   line) and does not run the command.
 5. Refusal: a `run` request (raw, on the socket) for pid 1, which is not the peer's child, is
    answered `denied`; one without the pipe descriptor is `bad_request`; a `run_end` of an
    unknown run is `failed`; a `run_end` of a live run by another process than its client is
@@ -43,8 +44,10 @@ own), which prints what it did: W bytes written to TAG.out, R bytes read of TAG.
 """
 import json
 import os
+import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 
@@ -88,6 +91,22 @@ def run_cli(ck, d, argv, user=None, strace_out=None, socket=None, timeout=60):
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        stdin=subprocess.DEVNULL, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
+
+
+def check_fallback(ck, d, data, what, sock, why, workload):
+    """A run of `workload` (-- ARGV) given `sock`, where no daemon answers: counted on the local
+    path, exactly, with `collector.daemon` saying it could not connect and `why`."""
+    path = os.path.join(data, what.replace(" ", "_") + ".json")
+    rc, out, err = run_cli(ck, d, ["--json", path] + workload, socket=sock)
+    ck.eq("%s: exit (stderr %r)" % (what, err[-500:]), 0, rc)
+    m, doc = manifest_of(ck, what, out), load(ck, what, path)
+    if m and doc:
+        col = doc.get("collector", {})
+        ck.eq("%s: collector.path" % what, "local", col.get("path"))
+        said = col.get("daemon", "")
+        ck.check("cannot connect" in said and why in said,
+                 "%s: collector.daemon %r does not say why (%s)" % (what, said, why))
+        check_counts(ck, what, doc, m)
 
 
 def manifest_of(ck, what, out):
@@ -310,16 +329,24 @@ def main():
 
     # 4. Fallback: no daemon at that socket.
     nosock = os.path.join(data, "no.sock")
-    j4 = os.path.join(data, "f.json")
-    rc, out, err = run_cli(ck, d, ["--json", j4] + wl(data, "f"), socket=nosock)
-    ck.eq("fallback: exit (stderr %r)" % err[-500:], 0, rc)
-    m4, doc4 = manifest_of(ck, "fallback", out), load(ck, "fallback", j4)
-    if m4 and doc4:
-        col = doc4.get("collector", {})
-        ck.eq("fallback: collector.path", "local", col.get("path"))
-        ck.check("cannot connect" in col.get("daemon", ""),
-                 "fallback: collector.daemon %r does not say why" % col.get("daemon"))
-        check_counts(ck, "fallback", doc4, m4)
+    check_fallback(ck, d, data, "fallback", nosock, "No such file", wl(data, "f"))
+    # Without a socket file the command's process is made once, for the local path: strace's
+    # count of the processes iolens made (no spare one made and killed for the daemon path).
+    forks = os.path.join(data, "forks.strace")
+    p = subprocess.run(["strace", "-f", "-qq", "-e", "trace=clone,clone3,fork,vfork", "-o", forks,
+                        d.iolens_path, "run", "-q", "--socket", nosock, "--", "/bin/true"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60)
+    ck.eq("fallback under strace: exit (stderr %r)" % p.stderr[-300:], 0, p.returncode)
+    with open(forks) as f:
+        made = [x for x in f if re.search(r"\b(clone3?|v?fork)\(", x) and "CLONE_THREAD" not in x]
+    ck.eq("fallback: processes iolens made (%r)" % made, 1, len(made))
+    # A socket file nobody listens on (a daemon that died): connect is refused, and the
+    # command runs on the local path as well, counted exactly.
+    stale = os.path.join(data, "stale.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(stale)
+    srv.close()
+    check_fallback(ck, d, data, "stale socket", stale, "refused", wl(data, "f"))
     rc, out, err = run_cli(ck, d, ["--daemon"] + wl(data, "g"), socket=nosock)
     ck.eq("--daemon without a daemon: exit", 1, rc)
     ck.check("--daemon:" in err and "cannot connect" in err,
