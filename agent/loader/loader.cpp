@@ -654,6 +654,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   bpf_map__set_max_entries(skel->maps.events, opts.ring_bytes);
   bpf_map__set_max_entries(skel->maps.trace, opts.trace_ring_bytes);
   skel->rodata->select_jobs = opts.select_jobs ? 1 : 0;
+  skel->rodata->trace_calls = opts.trace_calls ? 1 : 0;
   // Timing: sys_enter on every system call of the machine, or (off) close's classic tracepoint
   // alone. The program not used is not loaded.
   iolens_timing timing = opts.timing;
@@ -902,6 +903,7 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   loader->pin_state_ = pins;
   loader->pin_dir_ = opts.pin_dir;
   loader->timing_ = timing;
+  loader->trace_calls_ = opts.trace_calls;
   loader->timing_note_ = timing_note;
   loader->program_build_ = casts ? "casts" : "plain";
   loader->program_build_note_ = build.note;
@@ -1199,6 +1201,9 @@ bool Loader::events_cut_short() const { return impl_->events_cut_short; }
 Status Loader::set_trace_mode(iolens_trace_mode mode, int cgroup_fd) {
   const int cg_map = bpf_map__fd(impl_->skel->maps.trace_cgroup);
   const __u32 zero = 0;
+  if (mode != IOLENS_TRACE_OFF && !trace_calls_)
+    return Status::Error("this agent loaded its programs without trace mode's code (the loader's "
+                         "trace_calls option)", EINVAL);
   if (mode != IOLENS_TRACE_OFF && timing_ == IOLENS_TIMING_OFF)
     return Status::Error("a trace needs each call's start and duration, and this agent runs "
                          "with timing off (timing: exact)", EINVAL);

@@ -87,6 +87,9 @@ struct Options {
   /// attaches no sys_enter program (close's entry comes from its classic tracepoint, which
   /// needs tracefs: the loader mounts it, and where it cannot, times exactly and says why).
   iolens_timing timing = IOLENS_TIMING_EXACT;
+  /// Whether set_trace_mode may turn a trace on. false (`iolens run` without --trace) leaves
+  /// trace mode's code out of sys_exit: the verifier checks a fifth fewer instructions there.
+  bool trace_calls = true;
 };
 
 /// What a start with pinning found: a previous agent's live state, or why it was discarded.
@@ -334,6 +337,7 @@ class Loader {
   uint64_t twice_seen_ = 0;
   uint32_t max_cgroup_exclusions_ = 0;
   iolens_timing timing_ = IOLENS_TIMING_EXACT;
+  bool trace_calls_ = true;
   std::string timing_note_;
   std::string program_build_ = "plain";
   std::string program_build_note_;

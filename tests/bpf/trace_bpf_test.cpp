@@ -480,6 +480,14 @@ TEST_F(TraceTest, ModeAllRecordsEveryCallExactly) {
   EXPECT_EQ(drain().size(), 0u);  // all were drained
 }
 
+/// File A's counters after run_sequence(): what its calls make of them.
+void expect_sequence_counts(const iolens_file_counters& a) {
+  EXPECT_EQ(a.opens, 2u);  // openat + dup
+  EXPECT_EQ(a.reads, 6u);  // pread, read, readv, preadv2, and the input side of both copies
+  EXPECT_EQ(a.stats, 5u);
+  EXPECT_EQ(a.closes, 2u);
+}
+
 TEST_F(TraceTest, ModeOffRecordsNothingAndCountersDoNotDependOnTheMode) {
   load();
   // The same sequence with the mode off, then on: no record at all, then the same counters.
@@ -505,11 +513,30 @@ TEST_F(TraceTest, ModeOffRecordsNothingAndCountersDoNotDependOnTheMode) {
     ASSERT_TRUE(rec.count({on_pid, ids_.at(f).ino}));
     expect_same_counters(rec[{off_pid, off_ids.at(f).ino}], rec[{on_pid, ids_.at(f).ino}]);
   }
-  const auto& a = rec[{on_pid, ids_.at(kFileA).ino}];
-  EXPECT_EQ(a.opens, 2u);  // openat + dup
-  EXPECT_EQ(a.reads, 6u);  // pread, read, readv, preadv2, and the input side of both copies
-  EXPECT_EQ(a.stats, 5u);
-  EXPECT_EQ(a.closes, 2u);
+  expect_sequence_counts(rec[{on_pid, ids_.at(kFileA).ino}]);
+}
+
+TEST_F(TraceTest, WithoutTraceCallsATraceIsRefusedAndTheCountsAreTheSame) {
+  // `iolens run` without --trace: trace mode's code left out of sys_exit (the verifier drops
+  // it), and an agent that asks for a trace anyway is told so instead of getting nothing.
+  opts_.trace_calls = false;
+  load();
+  const iolens::Status refused = loader_->set_trace_mode(IOLENS_TRACE_ALL);
+  EXPECT_FALSE(refused.ok);
+  EXPECT_NE(refused.message.find("trace_calls"), std::string::npos) << refused.message;
+  const SeqRun run = run_sequence("no trace code");
+  EXPECT_EQ(run.records.size(), 0u);
+  EXPECT_EQ(loader_->stat(IOLENS_STAT_TRACE_RECORDS), 0u);
+  std::map<uint64_t, iolens_file_counters> rec;
+  auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
+  ASSERT_TRUE(loader_
+                  ->drain_files(keep, [&](const iolens_file_key& k, const iolens_file_counters& c,
+                                          bool) {
+                    if (k.tgid == static_cast<uint32_t>(run.pid)) rec[k.ino] = c;
+                  })
+                  .ok);
+  ASSERT_TRUE(rec.count(ids_.at(kFileA).ino));
+  expect_sequence_counts(rec[ids_.at(kFileA).ino]);
 }
 
 /// The process's resident set, from the kernel's own count (/proc/self/status).
