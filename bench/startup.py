@@ -130,9 +130,9 @@ def held_prog_ids(pid):
     return ids
 
 
-def verified_insns(iolens):
-    """{program: verified_insns} of a live `iolens run -q -- cat` (it waits on our pipe)."""
-    p = subprocess.Popen([iolens, "run", "-q", "--", "cat"], stdin=subprocess.PIPE,
+def verified_insns(iolens, extra=()):
+    """{program: verified_insns} of a live `iolens run -q EXTRA -- cat` (it waits on our pipe)."""
+    p = subprocess.Popen([iolens, "run", "-q"] + list(extra) + ["--", "cat"], stdin=subprocess.PIPE,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         # Attached once its child has exec'd cat (iolens attaches before it releases it).

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -149,10 +150,13 @@ std::optional<int> run_via_daemon(const RunOptions& opts, const std::optional<In
                                   int& json_fd, int& darshan_fd, std::string& why) {
   why = daemon_path_refusal(opts);
   if (!why.empty()) return std::nullopt;
-  // No socket, no daemon: said as a failed connect would say it, without the command's process
-  // made and killed first (~1.3 ms of every run on a node without iolensd).
-  if (access(opts.socket.c_str(), F_OK) != 0) {
-    why = control::connect_error(opts.socket, errno);
+  // No socket file, no daemon: said as a failed connect would say it, without the command's
+  // process made and killed first (~1.3 ms of every run on a node without iolensd). Any other
+  // answer (a path connect() may reach with credentials stat() does not use, a bad path) is
+  // left to the request, which says what it is.
+  struct stat st {};
+  if (!opts.socket.empty() && stat(opts.socket.c_str(), &st) != 0 && errno == ENOENT) {
+    why = control::connect_error(opts.socket, ENOENT);
     return std::nullopt;
   }
   int64_t start_wall = 0;

@@ -154,7 +154,8 @@ int main(int argc, char** argv) {
     // The ring exists whether or not it is used (the programs refer to it): without --trace,
     // one page instead of 16 MiB of locked kernel memory.
     run.loader.trace_ring_bytes = run.trace_path.empty() ? 4096u : static_cast<uint32_t>(ring);
-    // Nor is trace mode's code verified (a fifth of sys_exit's instructions, bench/README.md).
+    // Nor is trace mode's code verified (a quarter of sys_exit's walk on Linux 6.8+,
+    // bpf/README.md "Trace mode").
     run.loader.trace_calls = !run.trace_path.empty();
   }
   // Logs go to stderr: stdout belongs to the traced command.

@@ -45,14 +45,17 @@ namespace iolens::cli {
 namespace {
 
 /// Waits up to `ms` or until the process of `pidfd` ends (-1: no pidfd, the whole nap). A
-/// forwarded signal (EINTR) ends it early too.
-void nap_ms(unsigned ms, int pidfd) {
+/// forwarded signal (EINTR) ends it early too. True if the pidfd said the process ended.
+bool nap_ms(unsigned ms, int pidfd) {
   if (pidfd >= 0) {
     pollfd p{pidfd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(ms)) >= 0 || errno == EINTR) return;
+    const int n = poll(&p, 1, static_cast<int>(ms));
+    if (n > 0) return true;
+    if (n == 0 || errno == EINTR) return false;
   }
   timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000L};
   nanosleep(&ts, nullptr);
+  return false;
 }
 
 std::optional<std::string> realpath_of(const std::string& p) {
@@ -341,14 +344,16 @@ int run_traced(const RunOptions& opts) {
   bool reaped = false;
   uint64_t last_drain = now_ns(CLOCK_MONOTONIC);
   // Readable once the command's process ends: the loop sees it at once, not at its next nap's
-  // end (up to 10 ms, half the own time a short command saw, bench/README.md). Our child
-  // (not reaped before the loop does it), so the pid names it. Linux 5.3+; without, naps.
+  // end (up to 10 ms of every run, ~8 of the ~15 ms a trivial command's own time had beyond
+  // its steps, bench/README.md). Our child (not reaped before the loop does it), so the pid
+  // names it. Linux 5.3+; without, naps.
   struct PidFd {
     int fd;
     ~PidFd() {
       if (fd >= 0) close(fd);
     }
   } pidfd{static_cast<int>(syscall(SYS_pidfd_open, child.pid(), 0))};
+  bool ended = false;  // the pidfd said so at the last nap
   for (;;) {
     // Signals are held while the child is reaped, so none is forwarded to a reused pid.
     sigset_t hold, old;
@@ -362,6 +367,12 @@ int run_traced(const RunOptions& opts) {
     if (r == child.pid()) {
       reaped = true;
       break;
+    }
+    if (r == 0 && ended && pidfd.fd >= 0) {
+      // Ended but not ours to reap yet (a tracer such as strace -f collects it first): the
+      // pidfd stays readable, and polling it would spin. Naps from here.
+      close(pidfd.fd);
+      pidfd.fd = -1;
     }
     if (r < 0 && wait_errno != EINTR) {
       error_line(std::string("cannot wait for the command: ") + std::strerror(wait_errno));
@@ -381,7 +392,7 @@ int run_traced(const RunOptions& opts) {
       last_drain = now;
     }
     // Poll faster while the map is filling, so a burst of new files is drained in time.
-    nap_ms(in_map * 4 > loader->max_file_records() ? 1 : 10, pidfd.fd);
+    ended = nap_ms(in_map * 4 > loader->max_file_records() ? 1 : 10, pidfd.fd);
   }
   set_forwarded_child(-1);
   const uint64_t end_mono = now_ns(CLOCK_MONOTONIC);

@@ -246,18 +246,20 @@ bool file_digest(const std::string& path, uint64_t& out) {
 std::vector<unsigned char> gnu_build_id(std::span<const unsigned char> notes) {
   // Each note: namesz, descsz, type (4 bytes each), then the name and the descriptor, each
   // padded to 4 bytes (the kernel's notes are 4-byte aligned, Elf64 or not).
+  // Sizes in 64 bits: a padded 32-bit size cannot wrap, whatever size_t is.
   constexpr uint32_t kNtGnuBuildId = 3;
-  const auto pad4 = [](std::size_t n) { return (n + 3) & ~static_cast<std::size_t>(3); };
-  std::size_t at = 0;
-  while (notes.size() - at >= 12) {
+  const auto pad4 = [](uint64_t n) { return (n + 3) & ~uint64_t{3}; };
+  const uint64_t size = notes.size();
+  uint64_t at = 0;
+  while (size - at >= 12) {
     uint32_t head[3];
     std::memcpy(head, notes.data() + at, sizeof(head));
-    const std::size_t name_at = at + 12;
-    const std::size_t name_len = pad4(head[0]);
-    if (name_len > notes.size() - name_at) break;
-    const std::size_t desc_at = name_at + name_len;
-    const std::size_t desc_len = pad4(head[1]);
-    if (desc_len > notes.size() - desc_at) break;
+    const uint64_t name_at = at + 12;
+    const uint64_t name_len = pad4(head[0]);
+    if (name_len > size - name_at) break;
+    const uint64_t desc_at = name_at + name_len;
+    const uint64_t desc_len = pad4(head[1]);
+    if (desc_len > size - desc_at) break;
     if (head[2] == kNtGnuBuildId && head[0] == 4 && head[1] > 0 &&
         std::memcmp(notes.data() + name_at, "GNU", 4) == 0)
       return {notes.begin() + static_cast<std::ptrdiff_t>(desc_at),

@@ -517,8 +517,10 @@ TEST_F(TraceTest, ModeOffRecordsNothingAndCountersDoNotDependOnTheMode) {
 }
 
 TEST_F(TraceTest, WithoutTraceCallsATraceIsRefusedAndTheCountsAreTheSame) {
-  // `iolens run` without --trace: trace mode's code left out of sys_exit (the verifier drops
-  // it), and an agent that asks for a trace anyway is told so instead of getting nothing.
+  // `iolens run` without --trace: trace mode's code dead in sys_exit, and an agent that asks for
+  // a trace anyway is told so instead of getting nothing; the counts do not change. (That the
+  // verifier then walks fewer of sys_exit's instructions, the point of it, is e2e_verifier_budget's
+  // check: the kernel's own count, with and without --trace.)
   opts_.trace_calls = false;
   load();
   const iolens::Status refused = loader_->set_trace_mode(IOLENS_TRACE_ALL);

@@ -15,12 +15,14 @@ changes). Budgets for the plain build (the object as bpftool loads it): 3 per pr
 all (30 on 6.18 after issue 20's second round). The casts build (bpf/README.md "Two builds")
 casts every such base pointer to an untrusted one: none at all, read from the verifier's log of
 `iolens run` itself (IOLENS_VERIFIER_LOG, both timing modes: close_enter loads only with timing
-off), which must also say which build it loaded; the plain build's count is read that way too
-and must agree with bpftool's.
+off; and with `--trace`, without which trace mode's code is dead in sys_exit and not walked on
+Linux 6.8+), which must also say which build it loaded; the plain build's count is read that
+way too and must agree with bpftool's.
 """
 import collections
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,12 +67,14 @@ def count_walks(log):
 
 def walks_via_iolens(ck, iolens, build):
     """(programs, {program: walks}) of what `iolens run` loads with IOLENS_BPF_BUILD=build, from
-    the verifier's log that libbpf prints with -v; both timing modes, each program's larger
-    count."""
+    the verifier's log that libbpf prints with -v; both timing modes, and with --trace (trace
+    mode's code walked too); each program's largest count."""
     programs, walks = set(), {}
-    for timing in ("exact", "off"):
+    tmp = tempfile.mkdtemp(prefix="iolens-walks-trace-")
+    for timing, extra in (("exact", []), ("off", []),
+                          ("exact", ["--trace", os.path.join(tmp, "t.iotrace"), "--force"])):
         env = dict(os.environ, IOLENS_VERIFIER_LOG="3", IOLENS_BPF_BUILD=build)
-        p = subprocess.run([iolens, "run", "-v", "-q", "--timing", timing, "--", "true"],
+        p = subprocess.run([iolens, "run", "-v", "-q", "--timing", timing] + extra + ["--", "true"],
                            capture_output=True, text=True, env=env, timeout=300)
         if p.returncode != 0:
             ck.fatal("iolens run (%s build, timing %s) exited %d:\n%s" %
@@ -85,6 +89,7 @@ def walks_via_iolens(ck, iolens, build):
         for prog in progs:
             if len(w.get(prog, [])) >= len(walks.get(prog, [])):
                 walks[prog] = w.get(prog, [])
+    shutil.rmtree(tmp, ignore_errors=True)
     return programs, walks
 
 

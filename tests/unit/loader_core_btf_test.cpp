@@ -66,8 +66,8 @@ std::string note(const std::string& name_with_nul, const std::string& desc, uint
 
 std::vector<unsigned char> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 
-/// The notes of a kernel with build id `id`, between two notes of other kinds (as on the test
-/// VM: Xen's and Linux's own).
+/// The notes of a kernel with build id `id`, between two notes of other kinds (the test VM's
+/// has Linux's and Xen's after its build id).
 std::string kernel_notes(const std::string& id) {
   return note(std::string("Xen\0", 4), std::string(4, '\1'), 18) +
          note(std::string("GNU\0", 4), id, 3) +
@@ -221,11 +221,15 @@ TEST(GnuBuildId, FoundAmongOtherNotesAndNotInCutOnes) {
   EXPECT_TRUE(gnu_build_id(bytes_of(note(std::string("GNU\0", 4), id, 1))).empty());
   EXPECT_TRUE(gnu_build_id(bytes_of(note(std::string("Xen\0", 4), id, 3))).empty());
   EXPECT_TRUE(gnu_build_id(bytes_of(note(std::string("GNU\0", 4), "", 3))).empty());
-  // A name size past the end: none, and no read past it (ASan).
-  std::string bad = note(std::string("GNU\0", 4), id, 3);
-  const uint32_t huge = 0xfffffff0u;
-  std::memcpy(bad.data(), &huge, 4);
-  EXPECT_TRUE(gnu_build_id(bytes_of(bad)).empty());
+  // A name or id size past the end (up to 2^32 - 1, which padding must not wrap): none, and no
+  // read past it (ASan).
+  for (const uint32_t huge : {0xfffffff0u, 0xfffffffdu, 0xffffffffu}) {
+    for (const std::size_t field : {0u, 4u}) {  // namesz, descsz
+      std::string bad = note(std::string("GNU\0", 4), id, 3);
+      std::memcpy(bad.data() + field, &huge, 4);
+      EXPECT_TRUE(gnu_build_id(bytes_of(bad)).empty()) << "size " << huge << " at " << field;
+    }
+  }
 }
 
 TEST_F(CoreBtfCache, FailingToolFallsBackWithItsMessageAndLeavesNothing) {
