@@ -29,6 +29,7 @@
 #include "cli/forwarding.hpp"
 #include "cli/invoker.hpp"
 #include "cli/output_file.hpp"
+#include "control/unique_fd.hpp"
 #include "core/events.hpp"
 #include "core/recorder.hpp"
 #include "exporters/darshan_log.hpp"
@@ -347,12 +348,7 @@ int run_traced(const RunOptions& opts) {
   // end (up to 10 ms of every run, ~8 of the ~15 ms a trivial command's own time had beyond
   // its steps, bench/README.md). Our child (not reaped before the loop does it), so the pid
   // names it. Linux 5.3+; without, naps.
-  struct PidFd {
-    int fd;
-    ~PidFd() {
-      if (fd >= 0) close(fd);
-    }
-  } pidfd{static_cast<int>(syscall(SYS_pidfd_open, child.pid(), 0))};
+  control::UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, child.pid(), 0)));
   bool ended = false;  // the pidfd said so at the last nap
   for (;;) {
     // Signals are held while the child is reaped, so none is forwarded to a reused pid.
@@ -368,11 +364,10 @@ int run_traced(const RunOptions& opts) {
       reaped = true;
       break;
     }
-    if (r == 0 && ended && pidfd.fd >= 0) {
+    if (r == 0 && ended) {
       // Ended but not ours to reap yet (a tracer such as strace -f collects it first): the
       // pidfd stays readable, and polling it would spin. Naps from here.
-      close(pidfd.fd);
-      pidfd.fd = -1;
+      pidfd.reset();
     }
     if (r < 0 && wait_errno != EINTR) {
       error_line(std::string("cannot wait for the command: ") + std::strerror(wait_errno));
@@ -392,7 +387,7 @@ int run_traced(const RunOptions& opts) {
       last_drain = now;
     }
     // Poll faster while the map is filling, so a burst of new files is drained in time.
-    ended = nap_ms(in_map * 4 > loader->max_file_records() ? 1 : 10, pidfd.fd);
+    ended = nap_ms(in_map * 4 > loader->max_file_records() ? 1 : 10, pidfd.get());
   }
   set_forwarded_child(-1);
   const uint64_t end_mono = now_ns(CLOCK_MONOTONIC);

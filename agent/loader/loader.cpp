@@ -903,7 +903,6 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   loader->pin_state_ = pins;
   loader->pin_dir_ = opts.pin_dir;
   loader->timing_ = timing;
-  loader->trace_calls_ = opts.trace_calls;
   loader->timing_note_ = timing_note;
   loader->program_build_ = casts ? "casts" : "plain";
   loader->program_build_note_ = build.note;
@@ -1201,7 +1200,7 @@ bool Loader::events_cut_short() const { return impl_->events_cut_short; }
 Status Loader::set_trace_mode(iolens_trace_mode mode, int cgroup_fd) {
   const int cg_map = bpf_map__fd(impl_->skel->maps.trace_cgroup);
   const __u32 zero = 0;
-  if (mode != IOLENS_TRACE_OFF && !trace_calls_)
+  if (mode != IOLENS_TRACE_OFF && !impl_->skel->rodata->trace_calls)
     return Status::Error("this agent loaded its programs without trace mode's code (the loader's "
                          "trace_calls option)", EINVAL);
   if (mode != IOLENS_TRACE_OFF && timing_ == IOLENS_TIMING_OFF)

@@ -23,7 +23,6 @@
 
 namespace iolens::loader {
 
-
 /// Whether the two builds' objects have the same maps (name, type, key and value sizes,
 /// entries, flags) and programs (name, type, expected attach type, section), in the same order:
 /// what the skeleton they share assumes beyond the layout of their variables, which the build
@@ -338,7 +337,6 @@ class Loader {
   uint64_t twice_seen_ = 0;
   uint32_t max_cgroup_exclusions_ = 0;
   iolens_timing timing_ = IOLENS_TIMING_EXACT;
-  bool trace_calls_ = true;
   std::string timing_note_;
   std::string program_build_ = "plain";
   std::string program_build_note_;
