@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/recorder.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <deque>
 #include <iterator>
-#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -24,6 +26,23 @@ template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
 FileIdentity identity_of(const FileKey& k) { return FileIdentity{k.ino, k.dev, k.gen}; }
+
+/// Faults in the whole pages of [p, p + bytes) in one system call, before they are written:
+/// a snapshot's rows are fresh memory (~1 KB a row, 40 MB for a DataLoader job), and a page
+/// fault each costs far more here (VM exits) than the kernel filling the range at once
+/// (bench/README.md "The run's exit"). A hint: a kernel without MADV_POPULATE_WRITE (before
+/// 5.14) refuses it, and the pages then fault in as they are written.
+void prefault(void* p, std::size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kPage - 1) & ~(kPage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kPage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
+#else
+  static_cast<void>(p);
+  static_cast<void>(bytes);
+#endif
+}
 FileKey key_of(const FileIdentity& id, const ProcKey& p) {
   return FileKey{id.dev, id.ino, id.gen, p};
 }
@@ -49,35 +68,6 @@ uint64_t calls_of(const FileCounters& c) {
 
 uint64_t last_activity_of(const FileCounters& c) {
   return std::max({c.open_end_ns, c.read_end_ns, c.write_end_ns, c.close_end_ns, c.meta_end_ns});
-}
-
-/// Orders a snapshot's rows by pid, process start and path. Through an index, then moved into
-/// place along the permutation's cycles: a row is ~1 KB, std::sort on the rows themselves moved
-/// each ~log2(n) times (14 for 12,000 files), and a sorted copy would be fresh memory (page
-/// faults: bench/README.md "The agent on a PyTorch job").
-void sort_files(std::vector<FileSnapshot>& files) {
-  const size_t n = files.size();
-  std::vector<uint32_t> order(n);
-  std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](uint32_t i, uint32_t j) {
-    const FileSnapshot& a = files[i];
-    const FileSnapshot& b = files[j];
-    return std::tie(a.pid, a.proc_start_ns, a.path, i) < std::tie(b.pid, b.proc_start_ns, b.path, j);
-  });
-  // position p takes the row at order[p]; each cycle is walked once
-  std::vector<bool> placed(n, false);
-  for (size_t start = 0; start < n; ++start) {
-    if (placed[start]) continue;
-    placed[start] = true;
-    if (order[start] == start) continue;
-    FileSnapshot held = std::move(files[start]);
-    size_t p = start;
-    for (size_t q = order[p]; q != start; p = q, q = order[p]) {
-      files[p] = std::move(files[q]);
-      placed[q] = true;
-    }
-    files[p] = std::move(held);
-  }
 }
 
 }  // namespace
@@ -761,21 +751,34 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
     return it != procs_.end() && it->second.folded ? &it->second.folded->ids : nullptr;
   };
 
+  // The file records, in the tree's order, walked once: its nodes are scattered, and a walk
+  // costs a cache miss a node (two walks were a fifth of the snapshot of a 40,000-record run,
+  // bench/README.md "The run's exit").
+  struct Entry {
+    const FileKey* key;
+    const FileAcc* acc;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(files_.size());
+  for (const auto& [k, acc] : files_) entries.push_back({&k, &acc});
+
   // A stat by path before the file was seen open has no generation (gen 0). When the process
   // has exactly one other incarnation of that (dev, ino), kept or folded, the stat belongs to
   // it: fold it into that record, or into the process's folded record.
-  std::map<FileKey, FileAcc> merged;  // kept records with their stat folded in
-  std::set<FileKey> joined;           // the stat records so folded
+  std::map<FileKey, FileAcc> merged;            // kept records with their stat folded in
+  std::vector<char> joined(entries.size(), 0);  // by entry: the stat records so folded
   struct StatsIntoFolded {
     FileCounters counters = new_counters();
     uint64_t rename_sources = 0, unlinks = 0;
   };
   std::map<ProcKey, StatsIntoFolded> into_folded;
-  for (const auto& [k, acc] : files_) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const FileKey& k = *entries[i].key;
+    const FileAcc& acc = *entries[i].acc;
     if (k.gen != 0) continue;
     const StatMatch m = stat_match(k.dev, k.ino, k.proc, folded_ids_of(k.proc));
     if (m.n != 1) continue;
-    joined.insert(k);
+    joined[i] = 1;
     if (!m.kept) {
       StatsIntoFolded& f = into_folded[k.proc];
       combine_counters(f.counters, acc.total());
@@ -792,32 +795,95 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
     if (into.renamed_to.empty()) into.renamed_to = acc.renamed_to;
   }
 
+  // The rows' order (by pid, process start and path; ties in the tree's order) is found on
+  // small entries first, and each row is then made once, in place: rows are ~1 KB, and moving
+  // them into order after they were made copied each again (bench/README.md "The run's exit").
+  // Names are found by walking names_ beside the entries, both being ordered by (dev, ino,
+  // gen), instead of a tree lookup a row.
+  struct Order {
+    uint32_t pid;
+    int64_t start;
+    const std::string* path;
+    const Name* name;  // nullptr: no name received
+    uint32_t entry;
+    uint32_t rank;     // of *path among the rows' paths
+  };
+  std::vector<Order> order;
+  order.reserve(entries.size());
+  std::deque<std::string> unknown;  // the rows' "<unknown dev:ino>" paths
+  auto cursor = names_.begin();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (joined[i]) continue;
+    const FileKey& k = *entries[i].key;
+    const Name* n = nullptr;
+    if (k.gen == 0) {
+      n = name_of(k);  // any incarnation's name (the range's last): looked up
+    } else {
+      const FileIdentity id = identity_of(k);
+      while (cursor != names_.end() && cursor->first < id) ++cursor;
+      if (cursor != names_.end() && cursor->first == id) n = &cursor->second;
+    }
+    const std::string* path = n ? &n->path : &unknown.emplace_back(unknown_path(k.dev, k.ino));
+    order.push_back({k.proc.pid, k.proc.start_ns ? wall(k.proc.start_ns) : 0, path, n,
+                     static_cast<uint32_t>(i), 0});
+  }
+  // Paths compared once per distinct name, not in every comparison of the rows' sort (a
+  // DataLoader job's 40,000 rows share 10,000 names, and their long common prefixes made string
+  // compares most of that sort): each path is given its rank among the distinct paths (equal
+  // strings, of two incarnations, the same rank), and the rows are sorted on integers.
+  {
+    std::vector<const std::string*> paths;
+    paths.reserve(order.size());
+    for (const Order& o : order) paths.push_back(o.path);
+    std::sort(paths.begin(), paths.end());
+    paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+    std::vector<std::pair<const std::string*, uint32_t>> by_text(paths.size());
+    for (std::size_t i = 0; i < paths.size(); ++i) by_text[i] = {paths[i], 0};
+    std::sort(by_text.begin(), by_text.end(),
+              [](const auto& a, const auto& b) { return *a.first < *b.first; });
+    uint32_t rank = 0;
+    for (std::size_t i = 0; i < by_text.size(); ++i) {
+      if (i > 0 && *by_text[i].first != *by_text[i - 1].first) ++rank;
+      by_text[i].second = rank;
+    }
+    std::sort(by_text.begin(), by_text.end());  // by pointer, for the look-ups below
+    for (Order& o : order)
+      o.rank = std::lower_bound(by_text.begin(), by_text.end(),
+                                std::pair<const std::string*, uint32_t>{o.path, 0})
+                   ->second;
+  }
+  std::sort(order.begin(), order.end(), [](const Order& a, const Order& b) {
+    return std::tie(a.pid, a.start, a.rank, a.entry) < std::tie(b.pid, b.start, b.rank, b.entry);
+  });
+
   std::map<ProcKey, uint64_t> rows_also_folded;  // files folded, then seen again
   std::vector<std::pair<uint32_t, uint64_t>> row_files;
-  s.files.reserve(files_.size());
-  for (const auto& [k, stored] : files_) {
-    if (k.gen == 0 && joined.count(k)) continue;
-    auto mi = merged.find(k);
-    const FileAcc& acc = mi != merged.end() ? mi->second : stored;
-    FileSnapshot f;
-    FileCounters c = acc.total();
-    if (!has_activity(c) && acc.rename_sources == 0 && acc.unlinks == 0) continue;
+  row_files.reserve(order.size());
+  s.files.reserve(order.size());
+  prefault(s.files.data(), s.files.capacity() * sizeof(FileSnapshot));
+  for (const Order& o : order) {
+    const FileKey& k = *entries[o.entry].key;
+    const FileAcc* acc = entries[o.entry].acc;
+    if (!merged.empty())
+      if (auto mi = merged.find(k); mi != merged.end()) acc = &mi->second;
+    FileCounters c = acc->total();
+    if (!has_activity(c) && acc->rename_sources == 0 && acc->unlinks == 0) continue;
     make_relative(c);
-    if (const Name* n = name_of(k)) {
-      f.path = n->path;
-      f.path_incomplete = n->incomplete;
+    FileSnapshot& f = s.files.emplace_back();
+    f.path = *o.path;
+    if (o.name) {
+      f.path_incomplete = o.name->incomplete;
     } else {
       f.path_known = false;
-      f.path = unknown_path(k.dev, k.ino);
     }
     f.dev = kernel_dev_to_user(k.dev);
     f.ino = k.ino;
     f.pid = k.proc.pid;
-    f.proc_start_ns = k.proc.start_ns ? wall(k.proc.start_ns) : 0;
+    f.proc_start_ns = o.start;
     f.counters = c;
-    f.rename_sources = acc.rename_sources;
-    f.unlinks = acc.unlinks;
-    f.renamed_to = acc.renamed_to;
+    f.rename_sources = acc->rename_sources;
+    f.unlinks = acc->unlinks;
+    f.renamed_to = acc->renamed_to;
     auto pi = index.find(k.proc);
     if (pi != index.end()) {
       ProcessSnapshot& ps = s.processes[pi->second];
@@ -827,9 +893,7 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
         ++rows_also_folded[k.proc];
     }
     row_files.emplace_back(k.dev, k.ino);
-    s.files.push_back(std::move(f));
   }
-  sort_files(s.files);
 
   // The folded records: counters into the totals, files counted once whether folded, kept,
   // or both (folded, then seen again), with stats by path joined as above.

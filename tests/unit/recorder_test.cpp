@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/paths.hpp"
 #include "core/recorder.hpp"
 #include "iolens_abi.h"
 
@@ -232,6 +233,55 @@ TEST(Recorder, SnapshotRowsOrderedWithTheirOwnCounters) {
     EXPECT_EQ(f.ino, rows[i].ino) << i;
     EXPECT_EQ(f.counters.reads, rows[i].ino) << i;
     EXPECT_EQ(f.counters.bytes_read, rows[i].pid * 10 + rows[i].pstart) << i;
+  }
+}
+
+// The same with generations (names found by walking the names beside the records), several
+// incarnations of one inode, and rows with no name (their "<unknown dev:ino>" path sorts with
+// the others'): every row has its own name and counters.
+TEST(Recorder, SnapshotRowsOrderedWithGenerationsAndUnknownNames) {
+  Recorder r(100, 1);
+  struct Row {
+    uint32_t pid;
+    uint64_t ino;
+    uint32_t gen;
+    std::string path;  // as the snapshot shows it
+  };
+  std::vector<Row> rows;
+  for (uint32_t pid : {200u, 100u})
+    for (int i = 0; i < 30; ++i)
+      for (uint32_t gen : {5u, 2u}) {
+        const uint64_t ino = 2000u + i;
+        // every 7th file has no name; the others' names run against the inode numbers
+        const bool named = i % 7 != 3;
+        const std::string path = named ? "/d/g" + std::to_string(200 - i) + "." + std::to_string(gen)
+                                       : unknown_path(kDev, ino);
+        rows.push_back({pid, ino, gen, path});
+      }
+  for (size_t n = 0; n < rows.size(); ++n) {
+    const Row& w = rows[(n * 41) % rows.size()];
+    if (w.path.rfind("/d/", 0) == 0) {
+      PathEvent e = name_event(w.pid, 1, w.ino, w.path.substr(3) + "\0"s + "d\0"s);
+      e.gen = w.gen;
+      r.on_event(e);
+    }
+    iolens_file_key k = key(w.pid, 1, w.ino);
+    k.gen = w.gen;
+    r.on_file(k, reads(w.ino * 10 + w.gen, w.pid, 1, 2), false);
+  }
+  auto s = r.snapshot(ClockBase{});
+  ASSERT_EQ(s.files.size(), rows.size());
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::tie(a.pid, a.path, a.ino, a.gen) < std::tie(b.pid, b.path, b.ino, b.gen);
+  });
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const FileSnapshot& f = s.files[i];
+    EXPECT_EQ(f.pid, rows[i].pid) << i;
+    EXPECT_EQ(f.path, rows[i].path) << i;
+    EXPECT_EQ(f.path_known, rows[i].path.rfind("/d/", 0) == 0) << i;
+    EXPECT_EQ(f.ino, rows[i].ino) << i;
+    EXPECT_EQ(f.counters.reads, rows[i].ino * 10 + rows[i].gen) << i;
+    EXPECT_EQ(f.counters.bytes_read, rows[i].pid) << i;
   }
 }
 
