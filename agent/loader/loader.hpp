@@ -191,7 +191,8 @@ class Loader {
     Keep,        // leave it in the kernel
     RemoveFinal, // nothing can update it any more (its process exited): delete it, in batches
     RemoveLive,  // it may still be updated: read and delete it in one step
-    Skip,        // already reported final and awaiting deletion: neither report nor delete
+    Skip,        // neither report nor delete (reported final and awaiting deletion; or a live
+                 // record the caller reads only later)
   };
   /// Asked for every record. A drain reads the map a batch at a time and handles each batch
   /// before reading the next: its memory is one batch, whatever the map holds.
