@@ -122,31 +122,38 @@ void Recorder::FileAcc::set_live(const FileCounters& c) {
   has_live_ = true;
 }
 
+Recorder::FileAcc::Rank Recorder::FileAcc::rank_of(const FileCounters& c) {
+  return Rank{c.bytes_read + c.bytes_written, calls_of(c), last_activity_of(c), has_activity(c)};
+}
+
+void Recorder::FileAcc::hold_folded(const FileCounters& f) {
+  folded_ = PackedCounters(f);
+  rank_ = rank_of(f);
+  has_folded_ = true;
+}
+
 void Recorder::FileAcc::add_removed(const FileCounters& c) {
   if (has_folded_) {
     FileCounters f = folded_.unpack();
     fold_counters(f, c);
-    folded_ = PackedCounters(f);
+    hold_folded(f);
   } else {
-    folded_ = PackedCounters(c);  // over the live copy, if any: the removed one is newer
+    hold_folded(c);  // over the live copy, if any: the removed one is newer
   }
   live_ = PackedCounters();
   has_live_ = false;
-  has_folded_ = true;
 }
 
 void Recorder::FileAcc::set_folded(const FileCounters& c) {
-  folded_ = PackedCounters(c);
+  hold_folded(c);
   live_ = PackedCounters();
   has_live_ = false;
-  has_folded_ = true;
 }
 
 void Recorder::FileAcc::set_folded_last_io(uint32_t io) {
   FileCounters f = folded();
   f.last_io_type = io;
-  folded_ = PackedCounters(f);
-  has_folded_ = true;
+  hold_folded(f);
 }
 
 // ---- FoldedIds ----
@@ -485,30 +492,15 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
     if (a.has_live()) return false;
     // A record without any counted call (a failed close) is not a file of the process, but a
     // stat by path can still join it (stat_match): rare, so simply kept.
-    return has_activity(stored(a)) || a.rename_sources != 0 || a.unlinks != 0;
+    return a.folded_rank().active || a.rename_sources != 0 || a.unlinks != 0;
   };
 
   // A stat by path (generation 0) joins the process's only other incarnation of the file in
   // the snapshot. When that one is kept, the stat is folded with it, not before it: the kept
-  // record's row stays whole.
+  // record's row stays whole. One walk of the records finds both: a stat comes before its
+  // incarnation in key order (dev, ino, then generation, 0 first). (Two walks were a fifth of
+  // a daemon's folds, bench/README.md "iolensd's folds".)
   std::map<FileKey, It> stat_of;  // the kept incarnation -> its stat record
-  std::set<FileKey> joined;
-  for (It it = files_.begin(); it != files_.end(); ++it) {
-    if (it->first.gen != 0 || !eligible(it->second)) continue;
-    const Proc& p = procs_.at(it->first.proc);
-    if (!p.folded) {  // quick no: the next record in key order is another file
-      const auto next = std::next(it);
-      if (next == files_.end() || next->first.dev != it->first.dev ||
-          next->first.ino != it->first.ino)
-        continue;
-    }
-    const StatMatch m = stat_match(it->first.dev, it->first.ino, it->first.proc,
-                                   p.folded ? &p.folded->ids : nullptr);
-    if (!m.kept) continue;
-    stat_of.emplace(*m.kept, it);
-    joined.insert(it->first);
-  }
-
   struct Candidate {
     uint64_t bytes = 0, calls = 0, last = 0;
     It it;
@@ -517,29 +509,49 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
   std::vector<Candidate> cands;
   cands.reserve(files_.size());
   for (It it = files_.begin(); it != files_.end(); ++it) {
-    if (!eligible(it->second) || (it->first.gen == 0 && joined.count(it->first))) continue;
+    if (!eligible(it->second)) continue;
+    if (it->first.gen == 0) {
+      const Proc& p = procs_.at(it->first.proc);
+      const auto next = std::next(it);
+      // quick no, for a process with nothing folded: the next record in key order is another file
+      if (p.folded || (next != files_.end() && next->first.dev == it->first.dev &&
+                       next->first.ino == it->first.ino)) {
+        const StatMatch m = stat_match(it->first.dev, it->first.ino, it->first.proc,
+                                       p.folded ? &p.folded->ids : nullptr);
+        if (m.kept) {
+          stat_of.emplace(*m.kept, it);
+          continue;  // a candidate with its incarnation, not alone
+        }
+      }
+    }
     Candidate c;
     c.it = it;
-    const FileCounters t = stored(it->second);
-    c.bytes = t.bytes_read + t.bytes_written;
-    c.calls = calls_of(t);
-    c.last = last_activity_of(t);
+    const FileAcc::Rank& t = it->second.folded_rank();
+    c.bytes = t.bytes;
+    c.calls = t.calls;
+    c.last = t.last;
     if (!stat_of.empty()) {
       if (auto s = stat_of.find(it->first); s != stat_of.end()) {
         c.stat = s->second;
-        const FileCounters st = stored(s->second->second);
-        c.bytes += st.bytes_read + st.bytes_written;
-        c.calls += calls_of(st);
-        c.last = std::max(c.last, last_activity_of(st));
+        const FileAcc::Rank& st = s->second->second.folded_rank();
+        c.bytes += st.bytes;
+        c.calls += st.calls;
+        c.last = std::max(c.last, st.last);
       }
     }
     cands.push_back(c);
   }
-  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+  const auto least_useful = [](const Candidate& a, const Candidate& b) {
     if (std::tie(a.bytes, a.calls, a.last) != std::tie(b.bytes, b.calls, b.last))
       return std::tie(a.bytes, a.calls, a.last) < std::tie(b.bytes, b.calls, b.last);
     return a.it->first < b.it->first;
-  });
+  };
+  // Only the least useful are taken, usually a tenth: those are ordered first (a partial sort,
+  // O(n log k) instead of the whole sort), and the rest only if the names' bytes need more.
+  // The order is total (ties go by key), so the records taken are those a whole sort gives.
+  std::size_t sorted = std::min(cands.size(), files_.size() - std::min(files_.size(), target));
+  std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(sorted), cands.end(),
+                    least_useful);
 
   std::map<ProcKey, std::vector<std::pair<FileIdentity, uint32_t>>> batches;
   std::vector<FileIdentity> touched;
@@ -567,8 +579,13 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
       if (auto n = names_.find(id); n != names_.end())
         bytes -= std::min(bytes, 2 * n->second.path.size());
   };
-  for (const Candidate& c : cands) {
+  for (std::size_t i = 0; i < cands.size(); ++i) {
     if (files_.size() <= target && bytes <= byte_target) break;
+    if (i == sorted) {
+      std::sort(cands.begin() + static_cast<std::ptrdiff_t>(i), cands.end(), least_useful);
+      sorted = cands.size();
+    }
+    const Candidate& c = cands[i];
     if (c.stat) fold_one(*c.stat);
     fold_one(c.it);
   }

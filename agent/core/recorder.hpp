@@ -267,6 +267,7 @@ class Recorder {
     const PackedCounters& folded_packed() const { return folded_; }
     const PackedCounters& live_packed() const { return live_; }
     void set_folded_packed(PackedCounters p) {
+      rank_ = rank_of(p.unpack());
       folded_ = std::move(p);
       live_ = PackedCounters();
       has_live_ = false;
@@ -282,11 +283,28 @@ class Recorder {
     /// Heap bytes held besides the object itself (Recorder::memory()).
     std::size_t heap_bytes() const { return folded_.heap_bytes() + live_.heap_bytes(); }
 
+    /// What fold_to filters and ranks a record by, of its folded part, kept beside the packed
+    /// counters: a daemon's job at its bound is folded every 10% of growth, each fold looks at
+    /// every record the job holds, and unpacking each one was most of a fold's time
+    /// (bench/README.md "iolensd's folds").
+    struct Rank {
+      uint64_t bytes = 0;   // read + written
+      uint64_t calls = 0;   // calls_of()
+      uint64_t last = 0;    // the end of the latest call (0: not timed)
+      bool active = false;  // has_activity()
+    };
+    const Rank& folded_rank() const { return rank_; }
+    static Rank rank_of(const FileCounters& c);
+
     uint64_t rename_sources = 0, unlinks = 0;
     std::string renamed_to;
 
    private:
+    /// Holds `f` as the folded part (packed, and its rank).
+    void hold_folded(const FileCounters& f);
+
     PackedCounters folded_;  // when has_folded_
+    Rank rank_;              // of folded_ (of new_counters() when !has_folded_)
     PackedCounters live_;    // when has_live_: the kernel holds the record
     bool has_folded_ = false;
     bool has_live_ = false;

@@ -618,6 +618,40 @@ TEST(Fold, TwoHundredThousandRecordsUnderFiftyThousand) {
   EXPECT_LT(p.folded->max_byte_read, static_cast<int64_t>(smallest_kept));
 }
 
+// The names' bytes can ask for more records than the count does (the fold first orders only
+// the tenth the count needs): the records folded are still the least useful, in order, the
+// same whichever order they arrived in.
+TEST(Fold, ANameBoundBeyondTheCountStillTakesTheLeastUsefulFirst) {
+  constexpr uint32_t kFiles = 200;
+  const std::string long_name(400, 'n');
+  std::vector<uint64_t> kept_sizes;
+  for (int arrival = 0; arrival < 2; ++arrival) {
+    Recorder r(100, 1);
+    for (uint32_t n = 0; n < kFiles; ++n) {
+      const uint32_t i = arrival ? kFiles - 1 - n : (n * 37) % kFiles;  // a permutation
+      const uint64_t bytes = 1000 + (i * 7919) % kFiles;  // distinct sizes, not in inode order
+      r.on_event(name_event(100, 1, 1 + i, long_name + std::to_string(i) + "\0"s + "d\0"s));
+      r.on_file(key(100, 1, 1 + i), busy(bytes, 1 + i % 5, 1000 + i), true);
+    }
+    const std::size_t before = r.name_bytes();
+    // The count alone would fold 200 - 171 = 29 records; the names' bound asks for ~half.
+    const std::size_t folded = r.fold_to(190, nullptr, before / 2);
+    EXPECT_GT(folded, 80u);
+    EXPECT_LE(r.name_bytes(), before / 2 / 10 * 9);
+    const RunSnapshot s = r.snapshot(ClockBase{});
+    ASSERT_EQ(s.files.size(), kFiles - folded);
+    std::vector<uint64_t> kept;
+    for (const auto& f : s.files) kept.push_back(f.counters.bytes_read);
+    std::sort(kept.begin(), kept.end());
+    // the biggest ones are kept: exactly the sizes 1000 + folded .. 1000 + kFiles - 1
+    for (std::size_t j = 0; j < kept.size(); ++j) EXPECT_EQ(kept[j], 1000 + folded + j) << j;
+    if (arrival == 0)
+      kept_sizes = kept;
+    else
+      EXPECT_EQ(kept, kept_sizes);
+  }
+}
+
 TEST(Fold, LiveRecordsAreNeverFolded) {
   Recorder r(100, 1);
   for (uint64_t i = 1; i <= 5; ++i) r.on_file(key(100, 5, i), busy(1, 1, 10), false);  // live
