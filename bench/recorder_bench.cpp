@@ -11,9 +11,9 @@
 //              fold_to(MAX) as iolensd does for a job at its bound (max_files_per_job)
 // Prints one line per round; the medians last. No timing is asserted anywhere: compare two
 // builds' numbers in one invocation each, alternately (bench/README.md "The run's exit").
-// Build it after a Release build, from the source tree (one line):
-//   g++ -std=c++20 -O2 -Iagent -Ibpf bench/recorder_bench.cpp BUILD/agent/libiolens_core.a
-//       -lzstd -o recorder_bench
+// Built with the project (target `recorder_bench`, BUILD/bench/recorder_bench); measure a
+// Release build. To compare two commits, build each (or this file against each one's headers
+// and libiolens_core.a).
 // Usage: recorder_bench [--rounds N] [--files N] [--workers N] [--epochs N] [--max N] [--drain N]
 #include <algorithm>
 #include <chrono>

@@ -131,7 +131,10 @@ class Recorder {
   /// forgotten; their identities are appended to `forgotten` (when given) so the caller can
   /// make the kernel send those names again (the kernel sends each file's name only once:
   /// delete `seen_files[(dev, ino)]` when its generation is `gen`). Returns the records folded.
-  /// O(n log n) in the records held; docs/counters.md#folded-records.
+  /// One walk of the n records held, no counters unpacked but the folded ones', and a partial
+  /// sort of the k taken (O(n log k); the whole sort only when the names' bound asks for
+  /// more than the count); plus a walk of the paths when names are forgotten.
+  /// docs/counters.md#folded-records.
   /// `max_name_bytes`: the same for name_bytes(): records are folded until both fit.
   /// `on_fold`: called with each file record the fold takes, before it goes (its name and
   /// counters as visit_records() shows them), so that a caller keeping sums by name (iolensd's
