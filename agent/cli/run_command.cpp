@@ -45,6 +45,9 @@
 namespace iolens::cli {
 namespace {
 
+// IOLENS_FREE_AT_EXIT: set by CMake for IOLENS_SANITIZE builds; else guessed from the compiler's
+// own macros (GCC has none for -fsanitize=leak alone: such a build must define it).
+#ifndef IOLENS_FREE_AT_EXIT
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
 #define IOLENS_FREE_AT_EXIT 1
@@ -52,6 +55,7 @@ namespace {
 #endif
 #if defined(__SANITIZE_ADDRESS__)
 #define IOLENS_FREE_AT_EXIT 1
+#endif
 #endif
 
 /// Leaves `p` to the process's exit instead of freeing it: `iolens run` returns to main, which

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <tuple>
@@ -849,10 +850,13 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
   // compares most of that sort): each path is given its rank among the distinct paths (equal
   // strings, of two incarnations, the same rank), and the rows are sorted on integers.
   {
+    // Pointers to unrelated strings are ordered with std::less (a total order; `<` on them is
+    // unspecified).
+    const std::less<const std::string*> before;
     std::vector<const std::string*> paths;
     paths.reserve(order.size());
     for (const Order& o : order) paths.push_back(o.path);
-    std::sort(paths.begin(), paths.end());
+    std::sort(paths.begin(), paths.end(), before);
     paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
     std::vector<std::pair<const std::string*, uint32_t>> by_text(paths.size());
     for (std::size_t i = 0; i < paths.size(); ++i) by_text[i] = {paths[i], 0};
@@ -863,10 +867,12 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
       if (i > 0 && *by_text[i].first != *by_text[i - 1].first) ++rank;
       by_text[i].second = rank;
     }
-    std::sort(by_text.begin(), by_text.end());  // by pointer, for the look-ups below
+    // by pointer, for the look-ups below
+    const auto by_pointer = [&](const auto& a, const auto& b) { return before(a.first, b.first); };
+    std::sort(by_text.begin(), by_text.end(), by_pointer);
     for (Order& o : order)
       o.rank = std::lower_bound(by_text.begin(), by_text.end(),
-                                std::pair<const std::string*, uint32_t>{o.path, 0})
+                                std::pair<const std::string*, uint32_t>{o.path, 0}, by_pointer)
                    ->second;
   }
   std::sort(order.begin(), order.end(), [](const Order& a, const Order& b) {
