@@ -23,7 +23,8 @@ their /sys/block/loopN/stat deltas are the ground truth for requests (reads comp
      device. The (process, device of A) record takes the map's one entry; everything of the pair
      (process, device of B) is lost, each event once: lost.block_records = B's bios (queued) +
      2 x B's requests (issued, completed), from B's device stat; there is no record for B's
-     device and A's device shows exactly its reads.
+     device and A's device shows exactly its reads. A run that did block I/O on another device
+     too (its entry then took the map's one) is run again, at most twice.
   4. paths_truncated: a file 70 directories below the test's directory, opened once: its name
      walk in the kernel stops at 56 steps (docs/counters.md), so lost.paths_truncated = 1 and
      the file's record has path_incomplete and a path that is the end of the real one.
@@ -191,11 +192,23 @@ def case_uring(ck, args, work, a):
 
 
 def case_block_records(ck, args, work, a, b):
-    before_a, before_b = a.stat(), b.stat()
-    doc, m = run(ck, args, work, "records", ["--max-block-records", "1"],
-                 [PY, "-S", "-c", WORKLOAD, "%s:1:%d" % (a.data, READS_A),
-                  "%s:1:%d" % (b.data, READS_B)])
-    after_a, after_b = a.stat(), b.stat()
+    # The case stands on the run doing no block I/O but the test's: any other (process, device)
+    # takes the map's one entry first. That failed twice in one evening (session 47), both
+    # times with an entry of 254:0, this VM's root disk, right after tests that wrote hundreds
+    # of MB there. The record shows it (an entry of neither loop device); the case is then run
+    # again, at most twice, and only the last run is checked.
+    for attempt in range(3):
+        before_a, before_b = a.stat(), b.stat()
+        doc, m = run(ck, args, work, "records" if attempt == 0 else "records-%d" % attempt,
+                     ["--max-block-records", "1"],
+                     [PY, "-S", "-c", WORKLOAD, "%s:1:%d" % (a.data, READS_A),
+                      "%s:1:%d" % (b.data, READS_B)])
+        after_a, after_b = a.stat(), b.stat()
+        foreign = [x.get("dev") for x in doc.get("block", [])
+                   if x.get("dev") not in (a.majmin, b.majmin)]
+        if not foreign or attempt == 2:
+            break
+        E.log("records: the run did block I/O on %s, not only the test's: once more" % foreign)
     ck.eq("records: the workload's reads", {a.data: READS_A, b.data: READS_B}, m)
     reqs_a = after_a[0] - before_a[0]
     reqs_b = after_b[0] - before_b[0]
