@@ -339,7 +339,7 @@ int run_traced(const RunOptions& opts) {
   // `last`: the drains at the end, which hand the recorder the live records too. Before them a
   // live record is left unread (Skip): `run` reports once, at the end, and the recorder would
   // only replace its copy at every drain (a tree lookup and a pack per record per drain, ~a
-  // tenth of the agent's CPU on a DataLoader job, bench/README.md).
+  // tenth of the agent's CPU on a DataLoader job, bench/README.md "The run's exit").
   const auto drain = [&](bool last) {
     loader->consume_events(on_event);  // exits and names first: they decide what to remove
     exits_pending = 0;

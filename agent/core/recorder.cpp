@@ -30,9 +30,9 @@ FileIdentity identity_of(const FileKey& k) { return FileIdentity{k.ino, k.dev, k
 
 /// Faults in the whole pages of [p, p + bytes) in one system call, before they are written:
 /// a snapshot's rows are fresh memory (~1 KB a row, 40 MB for a DataLoader job), and a page
-/// fault each costs far more here (VM exits) than the kernel filling the range at once
-/// (bench/README.md "The run's exit"). A hint: a kernel without MADV_POPULATE_WRITE (before
-/// 5.14) refuses it, and the pages then fault in as they are written.
+/// fault each costs more than the kernel filling the range at once (bench/README.md "The run's
+/// exit"). A hint: a kernel without MADV_POPULATE_WRITE (before 5.14) refuses it, and the pages
+/// then fault in as they are written.
 void prefault(void* p, std::size_t bytes) {
 #ifdef MADV_POPULATE_WRITE
   constexpr uintptr_t kPage = 4096;
@@ -44,6 +44,7 @@ void prefault(void* p, std::size_t bytes) {
   static_cast<void>(bytes);
 #endif
 }
+
 FileKey key_of(const FileIdentity& id, const ProcKey& p) {
   return FileKey{id.dev, id.ino, id.gen, p};
 }
