@@ -10,9 +10,9 @@
 /// (the tp_btf programs still attach by the kernel's own BTF, which libbpf reads as before).
 /// It is kept in a cache directory under a name made of digests of the kernel (its build id, or
 /// its whole BTF) and of the object, so a new kernel or a new iolens makes its own. With a
-/// custom BTF libbpf does not look in kernel modules' BTF for CO-RE: the one module whose types iolens relocates is btrfs
-/// (a btrfs file's device, bpf/iolens.bpf.c file_dev), so where btrfs is a module, the cache is
-/// not used (modules_needing_kernel_btf).
+/// custom BTF libbpf does not look in kernel modules' BTF for CO-RE: the one module whose types
+/// iolens relocates is btrfs (a btrfs file's device, bpf/iolens.bpf.c file_dev), so where btrfs
+/// is a module, the cache is not used (modules_needing_kernel_btf).
 
 #include <cstdint>
 #include <span>
@@ -58,9 +58,9 @@ struct CoreBtf {
 /// Finds, or makes with `bpftool` and stores, the small BTF for `object` on the kernel whose BTF
 /// is `kernel_btf` (keyed by kernel_btf_key with `kernel_notes`), in `cache_dir` (created 0755
 /// if missing; refused unless it is a directory of the effective user that nobody else may
-/// write, core::open_private_dir). Never fails: on any
-/// problem (no cache directory, no bpftool, bpftool failed or took over 10 s, a file that is
-/// not BTF) the result names no file and says why; CO-RE then uses the kernel's BTF as before.
+/// write, core::open_private_dir). Never fails: on any problem (no cache directory, no bpftool,
+/// bpftool failed or took over 10 s, a file that is not BTF) the result names no file and says
+/// why; CO-RE then uses the kernel's BTF as before.
 CoreBtf core_btf(const std::string& cache_dir, std::span<const unsigned char> object,
                  const std::string& kernel_btf, const std::string& bpftool,
                  const std::string& kernel_notes = "");
