@@ -427,12 +427,11 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   for (std::size_t r = 0; r < run.files.size(); ++r) {
     if (in_shared[r]) continue;
     const core::FileSnapshot& f = run.files[r];
-    const int64_t rank = rank_of.at({f.pid, f.proc_start_ns});
-    const core::FileCounters& c = f.counters;
-    const uint64_t bytes = c.bytes_read + c.bytes_written;
-    const uint64_t ns = c.read_time_ns + c.write_time_ns + c.meta_time_ns;
-    posix += posix_record(f.path, c, f.rename_sources, rank,
-                          Extremes{rank, rank, bytes, bytes, ns, ns});
+    // A record of one rank has no rank extremes: Darshan sets them only while reducing a
+    // shared record (darshan-posix.c, posix_mpi_redux), so they stay 0 in every other record,
+    // and its tools derive a rank's own from its counters (docs/darshan-log.md).
+    posix += posix_record(f.path, f.counters, f.rename_sources,
+                          rank_of.at({f.pid, f.proc_start_ns}), Extremes{0, 0, 0, 0, 0, 0});
   }
   posix += shared;
 
