@@ -88,6 +88,8 @@ __u32 scan_settle = 0;
 #define MAP_ANONYMOUS 0x20
 #define PROT_EXEC 0x4
 #define F_DUPFD 0
+#define O_CREAT 0100
+#define IOV_MAX 1024
 #define F_DUPFD_CLOEXEC 1030
 
 /* fcntl's commands that make a descriptor: the only ones counted (Darshan's dups) or traced.
@@ -699,11 +701,12 @@ static __always_inline __u32 walk_base(struct iolens_path_event *ev, __u32 off,
  */
 struct call_ctx {
 	__u32 tgid;
-	__u32 pad;
+	__u32 mem_unaligned; /* a successful read/write's user buffer is not aligned (call_extras) */
 	__u64 pstart;
 	__u64 t0;
 	__u64 t1;
 	long ret;
+	__u64 mode;          /* a successful open's mode when it may create (call_extras), else 0 */
 };
 
 /* A call as sys_exit saw it, decoded once for the accounting and trace mode: the number and
@@ -913,26 +916,33 @@ static __always_inline struct iolens_file_counters *file_record_get(struct iolen
  * (34,673 verified instructions instead of 31,944, bench/README.md "Issue 14: two tiers of
  * file records"). A record is a pointer argument: NULL is allowed and does nothing.
  */
-__noinline int record_read(struct iolens_file_counters *c, __s64 pos, long ret, __u64 t0,
-			   __u64 t1)
+__noinline int record_read(struct iolens_file_counters *c, struct call_ctx *cx, __s64 pos)
 {
-	if (c)
-		iolens_account_rw(c, 0, pos, ret, t0, t1);
+	if (!c || !cx)
+		return 0;
+	iolens_account_rw(c, 0, pos, cx->ret, cx->t0, cx->t1);
+	if (cx->mem_unaligned)
+		iolens_account_mem_unaligned(c, cx->ret);
 	return 0;
 }
 
-__noinline int record_write(struct iolens_file_counters *c, __s64 pos, long ret, __u64 t0,
-			    __u64 t1)
+__noinline int record_write(struct iolens_file_counters *c, struct call_ctx *cx, __s64 pos)
 {
-	if (c)
-		iolens_account_rw(c, 1, pos, ret, t0, t1);
+	if (!c || !cx)
+		return 0;
+	iolens_account_rw(c, 1, pos, cx->ret, cx->t0, cx->t1);
+	if (cx->mem_unaligned)
+		iolens_account_mem_unaligned(c, cx->ret);
 	return 0;
 }
 
-__noinline int record_open(struct iolens_file_counters *c, int is_dup, __u64 t0, __u64 t1)
+__noinline int record_open(struct iolens_file_counters *c, struct call_ctx *cx, int is_dup)
 {
-	if (c)
-		iolens_account_open(c, is_dup, t0, t1);
+	if (!c || !cx)
+		return 0;
+	iolens_account_open(c, is_dup, cx->t0, cx->t1);
+	if (!is_dup)
+		iolens_account_mode(c, cx->mode);
 	return 0;
 }
 
@@ -993,6 +1003,90 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 	return c;
 }
 
+/* A vector call's iovec array, scanned by iov_step. */
+struct iov_scan {
+	__u64 uiov;
+	__u32 unaligned;
+	__u32 pad;
+};
+
+/* One iov_base, as a bpf_loop callback (verified once, whatever the count): stops at the first
+ * that is not aligned, or at an element it cannot read. */
+static long iov_step(__u32 i, void *data)
+{
+	struct iov_scan *s = data;
+	__u64 base = 0;
+
+	if (bpf_probe_read_user(&base, sizeof(base), (const void *)(s->uiov + (__u64)i * 16)))
+		return 1;
+	if (base & (IOLENS_MEM_ALIGNMENT - 1)) {
+		s->unaligned = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* Darshan's memory alignment of a vector call: not aligned when any iov_base is not (the
+ * lengths are not looked at). The kernel has just read the array, so its pages are in. */
+__noinline int iov_unaligned(__u64 uiov, __u64 cnt)
+{
+	struct iov_scan s = { .uiov = uiov };
+
+	if (!uiov || !cnt)
+		return 0;
+	bpf_loop(cnt < IOV_MAX ? cnt : IOV_MAX, iov_step, &s, 0);
+	return s.unaligned;
+}
+
+/*
+ * What the accounting and trace mode take from a successful call's arguments besides its
+ * descriptor and offset, decoded once for both: whether a read or write's user buffer is
+ * aligned (Darshan's MEM_NOT_ALIGNED), and the mode of an open that may create a file (Darshan's
+ * MODE: open/openat read it only with O_CREAT, creat always). Copies have no user buffer.
+ */
+static __always_inline void call_extras(struct call_ctx *cx, const struct call_args *a)
+{
+	struct {
+		__u64 flags;
+		__u64 mode;
+	} how = {}; /* the head of openat2's struct open_how */
+
+	if (cx->ret < 0)
+		return;
+	switch (a->id) {
+	case IOLENS_NR_read:
+	case IOLENS_NR_write:
+	case IOLENS_NR_pread64:
+	case IOLENS_NR_pwrite64:
+		cx->mem_unaligned = (a->si & (IOLENS_MEM_ALIGNMENT - 1)) != 0;
+		break;
+	case IOLENS_NR_readv:
+	case IOLENS_NR_writev:
+	case IOLENS_NR_preadv:
+	case IOLENS_NR_pwritev:
+	case IOLENS_NR_preadv2:
+	case IOLENS_NR_pwritev2:
+		cx->mem_unaligned = iov_unaligned(a->si, a->dx);
+		break;
+	case IOLENS_NR_open:
+		if (a->si & O_CREAT)
+			cx->mode = (__u32)a->dx;
+		break;
+	case IOLENS_NR_openat:
+		if (a->dx & O_CREAT)
+			cx->mode = (__u32)a->r10;
+		break;
+	case IOLENS_NR_openat2:
+		if (!bpf_probe_read_user(&how, sizeof(how), (const void *)a->dx) &&
+		    (how.flags & O_CREAT))
+			cx->mode = how.mode;
+		break;
+	case IOLENS_NR_creat:
+		cx->mode = (__u32)a->si;
+		break;
+	}
+}
+
 /*
  * Where a read or write that moved `done` bytes started: `pos` when the call named an offset (p*
  * calls, a copy's offset pointer), else the file position, which has already moved by `done`.
@@ -1027,9 +1121,9 @@ __noinline int account_rw(struct call_ctx *cx, struct iolens_task_state *st, lon
 	/* two copies with a constant is_write: the verifier walks each once, instead of every
 	 * combination of the is_write branches */
 	if (is_write)
-		record_write(c, pos, ret, cx->t0, cx->t1);
+		record_write(c, cx, pos);
 	else
-		record_read(c, pos, ret, cx->t0, cx->t1);
+		record_read(c, cx, pos);
 	return 0;
 }
 
@@ -1070,7 +1164,7 @@ __noinline int account_open(struct call_ctx *cx, struct iolens_task_state *st, l
 		return 0;
 	c = fd_record(cx, st, fd, 0, NULL);
 	if (c)
-		record_open(c, is_dup, cx->t0, cx->t1);
+		record_open(c, cx, is_dup);
 	return 0;
 }
 
@@ -1814,6 +1908,8 @@ __noinline int trace_call(struct call_ctx *cx, struct iolens_task_state *st,
 			q.at_pos = q.pos != -1 ||
 				   (id != IOLENS_NR_preadv2 && id != IOLENS_NR_pwritev2);
 		}
+		if (cx->mem_unaligned)
+			q.flags |= IOLENS_TRACE_F_MEM_UNALIGNED;
 	}
 	if (q.op == IOLENS_OP_OPEN || q.op == IOLENS_OP_DUP) {
 		/* The record names the new descriptor (a dup's arg too); a failed dup still names the
@@ -1828,6 +1924,8 @@ __noinline int trace_call(struct call_ctx *cx, struct iolens_task_state *st,
 		}
 		if (q.op == IOLENS_OP_DUP)
 			q.arg = ret >= 0 ? ret : -1;
+		else
+			q.arg = (__s64)cx->mode;
 	} else if (q.src == TRACE_SRC_FD) {
 		/* every other call on a descriptor has it first; mmap's is its fifth argument */
 		q.fd = id == IOLENS_NR_mmap ? (int)a->r8 : (int)a->di;
@@ -2001,6 +2099,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	a.dx = regs->dx;
 	a.r10 = regs->r10;
 	a.r8 = regs->r8;
+	call_extras(&cx, &a);
 	if (trace_calls && trace_mode != IOLENS_TRACE_OFF)
 		trace_call(&cx, st, &a);
 

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 13
+#define IOLENS_ABI_VERSION 14
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -173,7 +173,18 @@ struct iolens_file_counters {
 			      * page-cache or io_uring hook created has no struct file to name
 			      * it from: the next system call on it sends the name) */
 	__u32 map_flags;     /* IOLENS_MAPPED_*: how the process mmap()ed this file */
+	/*
+	 * ---- Darshan's memory alignment and mode (ABI 14; docs/counters.md "Alignment and
+	 * mode"), after the state so that no earlier word moved ----
+	 */
+	__u64 mem_not_aligned; /* counted reads/writes whose user buffer is not aligned to
+				* IOLENS_MEM_ALIGNMENT bytes (a vector call: any iov_base) */
+	__u64 mode;            /* the mode argument of the last open that created (O_CREAT,
+				* creat) with a non-zero mode; 0 = none */
 };
+
+/* Darshan's default memory alignment (its --with-mem-align, 8): what mem_not_aligned checks */
+#define IOLENS_MEM_ALIGNMENT 8
 
 /* iolens_file_counters::map_flags. A file the process mapped executable (ld.so mapping a
  * library's text) gives its forked children no record of their own when they fault on it
@@ -430,6 +441,8 @@ enum iolens_trace_op_kind {
 #define IOLENS_TRACE_F_OTHER 0x1  /* not a regular file (pipe, socket, tty...): ino = S_IFMT >> 12, dev = 0 */
 #define IOLENS_TRACE_F_NOFILE 0x2 /* no file could be named (a failed call, a bad descriptor) */
 #define IOLENS_TRACE_F_COPY 0x4   /* one side of sendfile/splice/copy_file_range */
+#define IOLENS_TRACE_F_MEM_UNALIGNED 0x8 /* a read/write whose user buffer (a vector call: any
+					  * iov_base) is not IOLENS_MEM_ALIGNMENT-aligned (ABI 14) */
 
 /*
  * One traced call. A copy between two descriptors gives two records (READ then WRITE) with the
@@ -454,6 +467,7 @@ struct iolens_trace_record {
 			  * -errno */
 	__s64 arg;       /* bytes asked for by a read/write (its count, a copy's len; -1 for the
 			  * vector calls); lseek's whence; the new fd of a dup (-1 if it failed);
+			  * an open's mode when it may create (O_CREAT, creat; ABI 14), else 0;
 			  * 0 otherwise */
 	__u32 tgid;
 	__u32 tid;
@@ -613,7 +627,7 @@ struct iolens_proc_lost {
 
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720 + 27 * 8, "counters layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720 + 29 * 8, "counters layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 136, "task state layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 32, "event header layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 64, "fork event layout");

@@ -253,6 +253,28 @@ IOLENS_INLINE void iolens_account_close(struct iolens_file_counters *c, __s64 re
 	iolens_time_no_overlap(&c->meta_time_ns, t0, t1, &c->last_meta_end_ns);
 }
 
+/*
+ * Beside iolens_account_rw, for the same call: its user buffer was not aligned to
+ * IOLENS_MEM_ALIGNMENT bytes (a vector call: any iov_base). Darshan counts a call once, and only
+ * a successful one.
+ */
+IOLENS_INLINE void iolens_account_mem_unaligned(struct iolens_file_counters *c, __s64 ret)
+{
+	if (ret >= 0)
+		IOLENS_ADD(&c->mem_not_aligned, 1);
+}
+
+/*
+ * Beside iolens_account_open, for an open (not a dup): the mode argument of an open that may
+ * create a file (O_CREAT, creat), else 0. A non-zero one replaces the record's: Darshan keeps
+ * the last non-zero mode it saw.
+ */
+IOLENS_INLINE void iolens_account_mode(struct iolens_file_counters *c, __u64 mode)
+{
+	if (mode)
+		c->mode = mode;
+}
+
 enum iolens_meta_op {
 	IOLENS_META_SEEK = 1,
 	IOLENS_META_STAT,

@@ -281,6 +281,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	struct iolens_task_state *st;
 	struct iolens_file_counters *c = NULL;
 	struct dio_inflight dio = {};
+	struct call_ctx ucx = {};
 	struct file *f;
 	__u64 t1;
 	__s32 res;
@@ -350,6 +351,12 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 	c = inode_record(task, st, BPF_CORE_READ(f, f_inode), f);
 	if (!c)
 		return 0;
+	/* As a system call's for the accounting; the request's buffer and an open's mode are not
+	 * looked at (mem_not_aligned and mode stay as they were: Darshan sees no io_uring) */
+	ucx.tgid = v.tgid;
+	ucx.t0 = v.t0;
+	ucx.t1 = t1;
+	ucx.ret = res;
 	switch (kind) {
 	case URING_READ:
 	case URING_WRITE:
@@ -366,9 +373,9 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 		}
 		/* a constant is_write in each copy (see account_rw) */
 		if (kind == URING_WRITE)
-			record_write(c, v.pos, res, v.t0, t1);
+			record_write(c, &ucx, v.pos);
 		else
-			record_read(c, v.pos, res, v.t0, t1);
+			record_read(c, &ucx, v.pos);
 		/* a begin of this request: its process, file and direction, after its submission;
 		 * and bytes moved by its last attempt (dio_take) */
 		if (dio_take(key, &dio) && dio.tgid == v.tgid && dio.file == (__u64)f &&
@@ -381,7 +388,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 		break;
 	case URING_OPEN:
 		IOLENS_ADD(&c->uring_opens, 1);
-		record_open(c, 0, v.t0, t1);
+		record_open(c, &ucx, 0);
 		break;
 	default:
 		IOLENS_ADD(&c->uring_other, 1);

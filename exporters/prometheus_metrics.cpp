@@ -170,6 +170,10 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
                        MetricType::Counter);
   auto& wbw = b.family("iolens_job_writeback_waits_total",
                        "Waits on pages under writeback (fsync, rewrites).", MetricType::Counter);
+  auto& mem_na = b.family("iolens_job_mem_not_aligned_operations_total",
+                          "Reads and writes whose user buffer is not 8-byte aligned (Darshan's "
+                          "MEM_NOT_ALIGNED).",
+                          MetricType::Counter);
   auto& files = b.family("iolens_job_files", "Distinct files the job touched.", MetricType::Gauge);
   auto& procs = b.family("iolens_job_processes", "Processes seen in the job.", MetricType::Gauge);
   auto& running = b.family("iolens_job_processes_running", "Processes of the job still running.",
@@ -299,6 +303,7 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
       counter(thr_secs, gl, d(c.throttle_ns) / 1e9);
       counter(thr, gl, d(c.throttles));
       counter(wbw, gl, d(c.wb_waits));
+      counter(mem_na, gl, d(c.mem_not_aligned));
     }
     gauge(files, jl, d(j.files));
     gauge(procs, jl, d(j.processes));

@@ -49,8 +49,9 @@ std::vector<std::string> trace_flag_names(uint32_t flags) {
   if (flags & IOLENS_TRACE_F_OTHER) out.emplace_back("other");
   if (flags & IOLENS_TRACE_F_NOFILE) out.emplace_back("nofile");
   if (flags & IOLENS_TRACE_F_COPY) out.emplace_back("copy");
-  const uint32_t unknown =
-      flags & ~uint32_t{IOLENS_TRACE_F_OTHER | IOLENS_TRACE_F_NOFILE | IOLENS_TRACE_F_COPY};
+  if (flags & IOLENS_TRACE_F_MEM_UNALIGNED) out.emplace_back("mem_unaligned");
+  const uint32_t unknown = flags & ~uint32_t{IOLENS_TRACE_F_OTHER | IOLENS_TRACE_F_NOFILE |
+                                             IOLENS_TRACE_F_COPY | IOLENS_TRACE_F_MEM_UNALIGNED};
   if (unknown) {
     char buf[16];
     std::snprintf(buf, sizeof(buf), "0x%x", unknown);

@@ -97,14 +97,21 @@ ReplayedRecords replay_records(const trace::Trace& t) {
     switch (r.op) {
       case IOLENS_OP_READ:
       case IOLENS_OP_WRITE:
-        if (r.ret >= 0 && rw_in_range(r.offset, r.ret))
+        if (r.ret >= 0 && rw_in_range(r.offset, r.ret)) {
           iolens_account_rw(record(), r.op == IOLENS_OP_WRITE, r.offset, r.ret, r.start_ns,
                             r.end_ns);
+          // Traces of ABI 13 and earlier never set the flag: their mem_not_aligned stays 0.
+          if (r.flags & IOLENS_TRACE_F_MEM_UNALIGNED) iolens_account_mem_unaligned(record(), r.ret);
+        }
         break;
       case IOLENS_OP_OPEN:
       case IOLENS_OP_DUP:
-        if (r.ret >= 0 && !other)
+        if (r.ret >= 0 && !other) {
           iolens_account_open(record(), r.op == IOLENS_OP_DUP, r.start_ns, r.end_ns);
+          // An open's arg is its mode when it may create (ABI 14; 0 before).
+          if (r.op == IOLENS_OP_OPEN && r.arg > 0)
+            iolens_account_mode(record(), static_cast<uint64_t>(r.arg));
+        }
         break;
       case IOLENS_OP_CLOSE:
         // Counted whatever close returned: the pattern state resets (Darshan).

@@ -33,6 +33,8 @@ constexpr std::array kFields = {
     IOLENS_U(seq_writes, Sum),
     IOLENS_U(consec_writes, Sum),
     IOLENS_U(rw_switches, Sum),
+    IOLENS_U(mem_not_aligned, Sum),
+    IOLENS_U(mode, LastNonZero),
     IOLENS_B("size_read_0_100", size_read, 0),
     IOLENS_B("size_read_100_1k", size_read, 1),
     IOLENS_B("size_read_1k_10k", size_read, 2),
@@ -181,6 +183,9 @@ void combine_counters(FileCounters& into, const FileCounters& other) {
         if (b != 0 && (a == 0 || b < a)) a = b;
         break;
       case Fold::LastEnd: a = std::max(a, b); break;
+      case Fold::LastNonZero:
+        if (b != 0) a = b;
+        break;
     }
   }
 }

@@ -26,7 +26,8 @@ inline constexpr std::array<uint64_t, IOLENS_NR_LAT_BUCKETS - 1> kLatencyBoundsN
 };
 
 /// How a counter combines when two partial records of one (process, file) are folded together.
-enum class Fold { Sum, Max, MinStart, LastEnd };
+/// LastNonZero: the later part's value unless it is 0 (Darshan's MODE: the last non-zero mode).
+enum class Fold { Sum, Max, MinStart, LastEnd, LastNonZero };
 
 /// One exported counter: its JSON/Darshan-style name, where it lives, and how it folds.
 struct CounterField {
@@ -48,7 +49,7 @@ FileCounters new_counters();
 
 /// Combine the counters of `other` into `into`, field by field as the Fold of each says: sums
 /// add, maxima take the max (a max_*_time_size follows its time), starts the earliest non-zero,
-/// ends the latest. No state is carried over: for records of different files (a process's
+/// ends the latest, the mode `other`'s when not 0. No state is carried over: for records of different files (a process's
 /// "other files" record), where sums must stay exact sums.
 void combine_counters(FileCounters& into, const FileCounters& other);
 

@@ -206,7 +206,8 @@ json op_record_json() {
           {"flags",
            {{std::to_string(IOLENS_TRACE_F_OTHER), "other"},
             {std::to_string(IOLENS_TRACE_F_NOFILE), "nofile"},
-            {std::to_string(IOLENS_TRACE_F_COPY), "copy"}}}};
+            {std::to_string(IOLENS_TRACE_F_COPY), "copy"},
+            {std::to_string(IOLENS_TRACE_F_MEM_UNALIGNED), "mem_unaligned"}}}};
 }
 
 // ---- byte strings in JSON ----

@@ -136,7 +136,7 @@ struct SeqPaths {
  * B, sendfile A@8392 -> B@5000, closes (one bad), renames (one failed), unlinks, a failed open.
  */
 void io_sequence(Shared* sh, const SeqPaths& p) {
-  static char buf[16384];
+  alignas(64) static char buf[16384];  // aligned: the offsets below make the misaligned ones
   const char* A = p.a.c_str();
   const char* A2 = p.a2.c_str();
   const char* B = p.b.c_str();
@@ -144,10 +144,15 @@ void io_sequence(Shared* sh, const SeqPaths& p) {
                 uint32_t flags = 0) {
     log_call(sh, Call{op, static_cast<uint16_t>(nr), fd, off, arg, ret, file, flags});
   };
+  // A successful read or write whose buffer (any iov_base) is not 8-byte aligned has
+  // IOLENS_TRACE_F_MEM_UNALIGNED (ABI 14): from the addresses passed, not from the program.
+  auto U = [](const void* p) -> uint32_t {
+    return reinterpret_cast<uintptr_t>(p) % 8 ? IOLENS_TRACE_F_MEM_UNALIGNED : 0;
+  };
   long r;
   const int oflags = O_CREAT | O_RDWR | O_TRUNC;
   const int a = static_cast<int>(syscall(SYS_openat, AT_FDCWD, A, oflags, 0644));
-  L(IOLENS_OP_OPEN, SYS_openat, a, -1, 0, rv(a), kFileA);
+  L(IOLENS_OP_OPEN, SYS_openat, a, -1, 0644, rv(a), kFileA);  // O_CREAT: arg is the mode
   r = write(a, buf, 4096);
   L(IOLENS_OP_WRITE, SYS_write, a, 0, 4096, rv(r), kFileA);
   r = write(a, buf, 4096);
@@ -160,18 +165,19 @@ void io_sequence(Shared* sh, const SeqPaths& p) {
   L(IOLENS_OP_READ, SYS_pread64, a, 4000, 300, rv(r), kFileA);
   r = lseek(a, 100, SEEK_SET);
   L(IOLENS_OP_SEEK, SYS_lseek, a, 100, SEEK_SET, rv(r), kFileA);
-  r = read(a, buf, 1000);
-  L(IOLENS_OP_READ, SYS_read, a, 100, 1000, rv(r), kFileA);
+  r = read(a, buf + 1, 1000);
+  L(IOLENS_OP_READ, SYS_read, a, 100, 1000, rv(r), kFileA, U(buf + 1));
   r = lseek(a, -92, SEEK_END);
   L(IOLENS_OP_SEEK, SYS_lseek, a, 8200, SEEK_END, rv(r), kFileA);
   struct iovec iov[2] = {{buf, 50}, {buf + 50, 50}};
+  const uint32_t iov_flag = U(iov[0].iov_base) | U(iov[1].iov_base);  // the second: buf + 50
   r = readv(a, iov, 2);
-  L(IOLENS_OP_READ, SYS_readv, a, 8200, -1, rv(r), kFileA);
+  L(IOLENS_OP_READ, SYS_readv, a, 8200, -1, rv(r), kFileA, iov_flag);
   r = pwritev(a, iov, 2, 20000);
-  L(IOLENS_OP_WRITE, SYS_pwritev, a, 20000, -1, rv(r), kFileA);
+  L(IOLENS_OP_WRITE, SYS_pwritev, a, 20000, -1, rv(r), kFileA, iov_flag);
   // (fd, iov, iovcnt, pos_l, pos_h, flags): -1 = at the file position, which readv left at 8292
   r = syscall(SYS_preadv2, a, iov, 2, -1L, -1L, 0);
-  L(IOLENS_OP_READ, SYS_preadv2, a, 8292, -1, rv(r), kFileA);
+  L(IOLENS_OP_READ, SYS_preadv2, a, 8292, -1, rv(r), kFileA, iov_flag);
   struct stat st;
   r = syscall(SYS_fstat, a, &st);
   L(IOLENS_OP_STAT, SYS_fstat, a, -1, 0, rv(r), kFileA);
@@ -414,7 +420,8 @@ void expect_same_counters(const iolens_file_counters& x, const iolens_file_count
   SAME(fsyncs); SAME(fdsyncs); SAME(truncates); SAME(closes); SAME(bytes_read);
   SAME(bytes_written); SAME(max_byte_read); SAME(max_byte_written); SAME(seq_reads);
   SAME(consec_reads); SAME(seq_writes); SAME(consec_writes); SAME(rw_switches);
-  SAME(last_byte_read); SAME(last_byte_written); SAME(open_fds);
+  SAME(last_byte_read); SAME(last_byte_written); SAME(open_fds); SAME(mem_not_aligned);
+  SAME(mode);
 #undef SAME
   for (int i = 0; i < IOLENS_NR_SIZE_BUCKETS; ++i) {
     EXPECT_EQ(x.size_read[i], y.size_read[i]) << "size_read " << i;
@@ -486,6 +493,9 @@ void expect_sequence_counts(const iolens_file_counters& a) {
   EXPECT_EQ(a.reads, 6u);  // pread, read, readv, preadv2, and the input side of both copies
   EXPECT_EQ(a.stats, 5u);
   EXPECT_EQ(a.closes, 2u);
+  // read into buf + 1, readv, pwritev and preadv2 (iov[1] at buf + 50); copies have no buffer
+  EXPECT_EQ(a.mem_not_aligned, 4u);
+  EXPECT_EQ(a.mode, 0644u);  // the openat with O_CREAT
 }
 
 TEST_F(TraceTest, ModeOffRecordsNothingAndCountersDoNotDependOnTheMode) {

@@ -47,7 +47,7 @@ JSON_TO_DARSHAN = {c.lower(): c for c in COUNTERS
                        "opens dups reads writes seeks stats mmaps fsyncs fdsyncs rename_sources "
                        "bytes_read bytes_written max_byte_read max_byte_written consec_reads "
                        "consec_writes seq_reads seq_writes rw_switches max_read_time_size "
-                       "max_write_time_size").split()}
+                       "max_write_time_size mem_not_aligned mode").split()}
 for s in SIZES:
     JSON_TO_DARSHAN["size_read_" + s.lower()] = "SIZE_READ_" + s
     JSON_TO_DARSHAN["size_write_" + s.lower()] = "SIZE_WRITE_" + s
@@ -227,8 +227,9 @@ def main():
             want = f["counters"][name] / 1e9
             ck.check(abs(r["f"][dname] - want) <= 1e-9 * max(1.0, abs(want)),
                      "%d %s %s: %r vs JSON %r s" % (f["pid"], f["path"], dname, r["f"][dname], want))
-        for n in ("FILE_ALIGNMENT", "MEM_ALIGNMENT"):
-            ck.eq("%s (not observed)" % n, -1, r["c"][n])
+        ck.eq("FILE_ALIGNMENT (not observed)", -1, r["c"]["FILE_ALIGNMENT"])
+        ck.eq("FILE_NOT_ALIGNED (not observed)", -1, r["c"]["FILE_NOT_ALIGNED"])
+        ck.eq("MEM_ALIGNMENT (Darshan's default)", 8, r["c"]["MEM_ALIGNMENT"])
         # A record of one rank carries no rank extremes: Darshan sets them only in a shared
         # record's reduction (posix_mpi_redux), whatever the rank's own bytes and time.
         for n in ("FASTEST_RANK", "FASTEST_RANK_BYTES", "SLOWEST_RANK", "SLOWEST_RANK_BYTES"):

@@ -315,7 +315,8 @@ LAT_BUCKETS = ("le_1us", "le_4us", "le_16us", "le_64us", "le_256us", "le_1ms", "
                "le_16ms", "le_64ms", "le_256ms", "le_1s", "gt_1s")
 PROCESS_SUMS = (("opens", "dups", "reads", "writes", "seeks", "stats", "mmaps", "fsyncs",
                  "fdsyncs", "truncates", "closes", "bytes_read", "bytes_written", "seq_reads",
-                 "consec_reads", "seq_writes", "consec_writes", "rw_switches") +
+                 "consec_reads", "seq_writes", "consec_writes", "rw_switches",
+                 "mem_not_aligned") +
                 tuple("size_read_" + b for b in _BUCKETS) +
                 tuple("size_write_" + b for b in _BUCKETS) +
                 ("read_time_ns", "write_time_ns", "meta_time_ns") +

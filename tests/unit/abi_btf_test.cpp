@@ -58,9 +58,9 @@ TEST_F(AbiBtf, FileKey) {
 TEST_F(AbiBtf, FileCountersEveryField) {
   auto l = layout_of(b_, "iolens_file_counters");
   ASSERT_EQ(l.size, sizeof(iolens_file_counters));
-  // 117 eight-byte slots: the two 10-entry size arrays and the two 12-entry latency arrays are
+  // 119 eight-byte slots: the two 10-entry size arrays and the two 12-entry latency arrays are
   // one member each (-18, -22), and two pairs of __u32 share a slot each (+2).
-  ASSERT_EQ(l.offsets.size(), 117u - 2 * 9 - 2 * 11 + 2);
+  ASSERT_EQ(l.offsets.size(), 119u - 2 * 9 - 2 * 11 + 2);
   EXPECT_FIELD(l, iolens_file_counters, opens);
   EXPECT_FIELD(l, iolens_file_counters, bytes_read);
   EXPECT_FIELD(l, iolens_file_counters, max_byte_written);
@@ -85,6 +85,8 @@ TEST_F(AbiBtf, FileCountersEveryField) {
   EXPECT_FIELD(l, iolens_file_counters, wb_waits);
   EXPECT_FIELD(l, iolens_file_counters, named);
   EXPECT_FIELD(l, iolens_file_counters, map_flags);
+  EXPECT_FIELD(l, iolens_file_counters, mem_not_aligned);
+  EXPECT_FIELD(l, iolens_file_counters, mode);
 }
 
 TEST_F(AbiBtf, TaskStateAndEvents) {

@@ -789,6 +789,44 @@ TEST(AccountOpen, OpenCountsMetaTimeAndTimestamps)
 	EXPECT_EQ(c.meta_end_ns, 0u);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Memory alignment and mode (ABI 14): darshan-posix.c, POSIX_RECORD_READ/WRITE (a successful
+ * call whose buffer is not aligned counts once) and _POSIX_RECORD_OPEN (`if (mode) MODE = mode`) */
+
+TEST(AccountAlignment, OnlySuccessfulCallsWithAnUnalignedBufferCount)
+{
+	struct iolens_file_counters c = fresh();
+
+	open_file(&c);
+	rd(&c, 0, 10);
+	iolens_account_mem_unaligned(&c, 10);   /* a read into buf + 3 */
+	wr(&c, 10, 0);
+	iolens_account_mem_unaligned(&c, 0);    /* a 0-byte write counts: it succeeded */
+	rd(&c, 10, -14);
+	iolens_account_mem_unaligned(&c, -14);  /* EFAULT: counts nothing */
+	rd(&c, 10, 10);                         /* aligned: the kernel makes no call */
+	EXPECT_EQ(c.mem_not_aligned, 2u);
+	EXPECT_EQ(c.reads, 2u);
+	EXPECT_EQ(c.writes, 1u);
+}
+
+TEST(AccountAlignment, ModeIsTheLastNonZeroModeOfAnOpen)
+{
+	struct iolens_file_counters c = fresh();
+
+	EXPECT_EQ(c.mode, 0u);
+	iolens_account_open(&c, 0, 1, 2);
+	iolens_account_mode(&c, 0640);  /* open(O_CREAT, 0640) */
+	EXPECT_EQ(c.mode, 0640u);
+	iolens_account_open(&c, 0, 3, 4);
+	iolens_account_mode(&c, 0);     /* open(O_RDONLY): the mode stays */
+	EXPECT_EQ(c.mode, 0640u);
+	iolens_account_open(&c, 0, 5, 6);
+	iolens_account_mode(&c, 0600);  /* creat(0600) */
+	EXPECT_EQ(c.mode, 0600u);
+	EXPECT_EQ(c.opens, 3u);
+}
+
 TEST(AccountClose, CloseResetsLastByte)
 {
 	struct iolens_file_counters c = fresh();

@@ -72,6 +72,8 @@ core::RunSnapshot sample() {
   f.counters.bytes_written = 7671;
   f.counters.size_write[2] = 1;
   f.counters.size_write[0] = 1;
+  f.counters.mem_not_aligned = 1;
+  f.counters.mode = 0644;
   f.rename_sources = 1;
   s.files.push_back(f);
   return s;
@@ -497,6 +499,15 @@ TEST(DarshanLog, AFileEveryProcessTouchedIsOneSharedRecord) {
   EXPECT_EQ(fn(own, "F_VARIANCE_RANK_TIME"), 0.0);
   for (const char* name : {"FASTEST_RANK", "FASTEST_RANK_BYTES", "SLOWEST_RANK", "SLOWEST_RANK_BYTES"})
     EXPECT_EQ(n(own, name), 0) << name;
+  // Darshan's memory alignment and mode; the file alignment is not observed yet (-1)
+  EXPECT_EQ(n(own, "MEM_NOT_ALIGNED"), 1);
+  EXPECT_EQ(n(own, "MEM_ALIGNMENT"), 8);
+  EXPECT_EQ(n(own, "MODE"), 0644);
+  EXPECT_EQ(n(own, "FILE_ALIGNMENT"), -1);
+  EXPECT_EQ(n(own, "FILE_NOT_ALIGNED"), -1);
+  EXPECT_EQ(n(shared, "MEM_ALIGNMENT"), 8);
+  EXPECT_EQ(n(shared, "MODE"), 0);
+  EXPECT_EQ(n(shared, "MEM_NOT_ALIGNED"), 0);
   EXPECT_EQ(fn(own, "F_FASTEST_RANK_TIME"), 0.0);
   EXPECT_EQ(fn(own, "F_SLOWEST_RANK_TIME"), 0.0);
 

@@ -148,7 +148,7 @@ TEST(PackedCounters, BytesReadBackAreCheckedAndGiveTheSameCounters) {
   // Each way a blob may lie, refused with its reason; never read past its end.
   expect_refused(std::string(15, '\x01'), "masks are 16");
   expect_refused(masks(0, 0, ""), "no word");
-  expect_refused(masks(0, uint64_t{1} << 53, "\x01"), "past the counters");  // word 117
+  expect_refused(masks(0, uint64_t{1} << 55, "\x01"), "past the counters");  // word 119
   expect_refused(masks(1, 0, ""), "cut inside word 0");
   expect_refused(masks(3, 0, "\x01"), "cut inside word 1");
   expect_refused(masks(1, 0, "\x81"), "cut inside word 0");  // a continuation, then nothing

@@ -1123,6 +1123,40 @@ TEST(Counters, LatencyHistogramFieldsAreExportedAndSummed) {
   EXPECT_EQ(counter_value(combined, *lat[11]), static_cast<int64_t>(1001 + 2 * 11));
 }
 
+// Darshan's MEM_NOT_ALIGNED adds up; its MODE is the last non-zero mode seen, so a later part
+// of a record (or a later process's row, in a shared reduction) replaces it unless it is 0.
+TEST(Counters, MemNotAlignedAddsUpAndModeIsTheLastNonZero) {
+  const auto field = [](std::string_view name) {
+    for (const auto& f : counter_fields())
+      if (f.name == name) return &f;
+    return static_cast<const CounterField*>(nullptr);
+  };
+  ASSERT_NE(field("mem_not_aligned"), nullptr);
+  ASSERT_NE(field("mode"), nullptr);
+  EXPECT_EQ(field("mem_not_aligned")->fold, Fold::Sum);
+  EXPECT_EQ(field("mode")->fold, Fold::LastNonZero);
+
+  FileCounters a = new_counters(), b = new_counters(), c = new_counters();
+  a.mem_not_aligned = 3;
+  a.mode = 0640;
+  b.mem_not_aligned = 4;
+  b.mode = 0;  // opened without O_CREAT
+  c.mode = 0600;
+  FileCounters folded = a, total{};
+  fold_counters(folded, b);
+  EXPECT_EQ(folded.mem_not_aligned, 7u);
+  EXPECT_EQ(folded.mode, 0640u);
+  fold_counters(folded, c);
+  EXPECT_EQ(folded.mode, 0600u);
+  FileCounters combined = a;
+  combine_counters(combined, c);
+  EXPECT_EQ(combined.mode, 0600u);
+  add_totals(total, a);
+  add_totals(total, b);
+  EXPECT_EQ(total.mem_not_aligned, 7u);
+  EXPECT_EQ(total.mode, 0u);  // not a sum: a process has no mode
+}
+
 TEST(Recorder, NamesAndProcessesForTraceFiles) {
   Recorder r(100, 1);
   r.on_event(ForkEvent{{101, 20}, {100, 5}, 10, "python3", 0});

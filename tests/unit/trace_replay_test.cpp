@@ -89,6 +89,33 @@ TEST(TraceReplay, RecordsAreWhatTheAccountingFunctionsGive) {
   EXPECT_EQ(recs.others.size(), 3u);
 }
 
+// ABI 14: a read or write flagged IOLENS_TRACE_F_MEM_UNALIGNED counts in mem_not_aligned when
+// it succeeded; an open's arg is its mode when it may create (0 otherwise), a dup's arg is a
+// descriptor and no mode.
+TEST(TraceReplay, MemoryAlignmentAndModeComeFromTheFlagsAndTheOpensArg) {
+  trace::Trace t = sample_trace();
+  const auto w = kWorker;
+  constexpr uint16_t R = IOLENS_OP_READ, W = IOLENS_OP_WRITE;
+  constexpr uint32_t U = IOLENS_TRACE_F_MEM_UNALIGNED;
+  const SampleFile f{kDev, 77, 1};
+  t.ops = {
+      sample_op(IOLENS_OP_OPEN, 257, w, 101, 10, 1'000, f, 5, -1, 5, 0640),
+      sample_op(W, 1, w, 101, 20, 1'000, f, 5, 0, 100, 100, U),
+      sample_op(W, 1, w, 101, 30, 1'000, f, 5, 100, 100, 100),
+      sample_op(R, 0, w, 101, 40, 1'000, f, 5, 200, 0, 100, U),  // 0 bytes: counts
+      sample_op(R, 0, w, 101, 50, 1'000, f, 5, -1, -14, 100, U),  // EFAULT: does not
+      sample_op(IOLENS_OP_DUP, 32, w, 101, 60, 1'000, f, 9, -1, 9, 9),
+      sample_op(IOLENS_OP_OPEN, 257, w, 101, 70, 1'000, f, 6, -1, 6, 0),  // O_RDONLY
+  };
+  const exporters::ReplayedRecords recs = exporters::replay_records(t);
+  const core::FileCounters& c = recs.files.at(key(w, f));
+  EXPECT_EQ(c.writes, 2u);
+  EXPECT_EQ(c.reads, 1u);
+  EXPECT_EQ(c.mem_not_aligned, 2u);
+  EXPECT_EQ(c.opens, 3u);
+  EXPECT_EQ(c.mode, 0640u);
+}
+
 TEST(TraceReplay, DarshanRulesHold) {
   const exporters::ReplayedRecords recs = exporters::replay_records(sample_trace());
   const core::FileCounters& d = recs.files.at(key(kWorker, kData));

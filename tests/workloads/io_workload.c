@@ -78,6 +78,8 @@ struct tally {
 	int64_t bytes_read, bytes_written, max_byte_read, max_byte_written;
 	int64_t seq_reads, consec_reads, seq_writes, consec_writes, rw_switches;
 	int64_t rename_sources, unlinks;
+	int64_t mem_not_aligned; /* calls whose buffer is not 8-byte aligned (Darshan) */
+	int64_t mode;            /* the mode of the last open with O_CREAT (Darshan's MODE) */
 	/* state, as in struct iolens_file_counters */
 	int64_t last_byte_read, last_byte_written;
 	int32_t last_io; /* 0 none, 1 read, 2 write */
@@ -148,22 +150,32 @@ static void t_close(int idx)
 	t->last_byte_written = 0;
 }
 
-static void t_rw(int idx, int is_write, int64_t off, int64_t ret)
+static void t_rw(int idx, int is_write, int64_t off, int64_t ret, const void *buf)
 {
 	struct tally *t = T(idx);
 
 	WL_TALLY_RW(t, is_write, off, ret);
+	if ((uintptr_t)buf % 8 != 0)
+		t->mem_not_aligned++;
+}
+
+/* A mode per file, so that each record's MODE says which open made it. */
+static int create_mode(int idx)
+{
+	return 0600 | ((idx % 8) << 3);
 }
 
 /* ---- traced calls with their tallies ---- */
 
 static int x_open(int idx, const char *path, int flags)
 {
-	int fd = open(path, flags, 0644);
+	int fd = open(path, flags, create_mode(idx));
 
 	if (fd < 0)
 		die("open %s", path);
 	t_open(idx);
+	if (flags & O_CREAT)
+		T(idx)->mode = create_mode(idx);
 	return fd;
 }
 
@@ -181,7 +193,7 @@ static ssize_t x_read(int idx, int fd, void *buf, size_t n, int64_t *pos)
 
 	if (r < 0)
 		die("read %s", g_names[idx]);
-	t_rw(idx, 0, *pos, r);
+	t_rw(idx, 0, *pos, r, buf);
 	*pos += r;
 	return r;
 }
@@ -192,7 +204,7 @@ static ssize_t x_pread(int idx, int fd, void *buf, size_t n, int64_t off)
 
 	if (r < 0)
 		die("pread %s", g_names[idx]);
-	t_rw(idx, 0, off, r);
+	t_rw(idx, 0, off, r, buf);
 	return r;
 }
 
@@ -203,7 +215,7 @@ static void x_write_all(int idx, int fd, const char *buf, size_t n, int64_t *pos
 
 		if (r < 0)
 			die("write %s", g_names[idx]);
-		t_rw(idx, 1, *pos, r);
+		t_rw(idx, 1, *pos, r, buf);
 		*pos += r;
 		buf += r;
 		n -= (size_t)r;
@@ -283,14 +295,15 @@ struct reader_arg {
 static void *reader(void *p)
 {
 	struct reader_arg *a = p;
-	char *buf = malloc(CHUNK);
+	char *buf = malloc(CHUNK + 8);
 
 	if (!buf)
 		die("malloc");
 	for (int i = a->k; i < NDATA; i += 4) {
 		int fd = x_open(i, g_names[i], O_RDONLY);
 		int64_t pos = 0;
-		int64_t got = x_read_to_eof(i, fd, buf, CHUNK, &pos);
+		/* every fifth file into a buffer 3 bytes off malloc's alignment (MEM_NOT_ALIGNED) */
+		int64_t got = x_read_to_eof(i, fd, buf + (i % 5 == 0 ? 3 : 0), CHUNK, &pos);
 
 		if (got != data_size(i)) {
 			errno = 0;
@@ -418,7 +431,7 @@ static void phase_checkpoint(void)
 
 		if (r != MIB)
 			die("ckpt write %d returned %zd", j, r);
-		t_rw(F_CKPT, 1, pos, r);
+		t_rw(F_CKPT, 1, pos, r, g_pattern);
 		pos += r;
 	}
 	if (fsync(fd) != 0)
@@ -645,11 +658,12 @@ static void phase_misc(char *buf)
 	r = pwrite(fd, g_pattern, 500, 500);
 	if (r != 500)
 		die("pwrite");
-	t_rw(idx, 1, 500, r);
+	t_rw(idx, 1, 500, r, g_pattern);
 	r = writev(fd, iov, 2);
 	if (r != 500)
 		die("writev");
-	t_rw(idx, 1, pos, r);
+	/* a vector call is not aligned when any iov_base is not (Darshan): 300 is 4 mod 8 */
+	t_rw(idx, 1, pos, r, (uintptr_t)iov[0].iov_base % 8 ? iov[0].iov_base : iov[1].iov_base);
 	pos += r;
 	if (fdatasync(fd) != 0)
 		die("fdatasync");
@@ -726,7 +740,8 @@ static void json_process(FILE *f, int pid, int ppid, int renames, int unlinks,
 			"\"bytes_read\": %lld, \"bytes_written\": %lld, \"max_byte_read\": %lld, "
 			"\"max_byte_written\": %lld, \"seq_reads\": %lld, \"consec_reads\": %lld, "
 			"\"seq_writes\": %lld, \"consec_writes\": %lld, \"rw_switches\": %lld, "
-			"\"rename_sources\": %lld, \"unlinks\": %lld}}",
+			"\"rename_sources\": %lld, \"unlinks\": %lld, \"mem_not_aligned\": %lld, "
+			"\"mode\": %lld}}",
 			(long long)x->opens, (long long)x->dups, (long long)x->reads,
 			(long long)x->writes, (long long)x->seeks, (long long)x->stats,
 			(long long)x->mmaps, (long long)x->fsyncs, (long long)x->fdsyncs,
@@ -735,7 +750,8 @@ static void json_process(FILE *f, int pid, int ppid, int renames, int unlinks,
 			(long long)x->max_byte_written, (long long)x->seq_reads,
 			(long long)x->consec_reads, (long long)x->seq_writes,
 			(long long)x->consec_writes, (long long)x->rw_switches,
-			(long long)x->rename_sources, (long long)x->unlinks);
+			(long long)x->rename_sources, (long long)x->unlinks,
+			(long long)x->mem_not_aligned, (long long)x->mode);
 	}
 	fprintf(f, "\n    ]}%s\n", last ? "" : ",");
 }
