@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "cli/capture_command.hpp"
+#include "cli/command_words.hpp"
 #include "cli/convert_command.hpp"
 #include "cli/query_command.hpp"
 #include "cli/run_command.hpp"
@@ -98,7 +99,9 @@ int main(int argc, char** argv) {
   cmd->add_option("--socket", run.socket, "iolensd's control socket, for the daemon path")
       ->capture_default_str();
   cmd->add_flag("-v,--verbose", verbose, "Debug logs, including libbpf's");
-  cmd->add_option("command", run.command, "The command to trace, after --")->required();
+  // The words after "--" never reach CLI11 (command_words.hpp): this positional only takes a
+  // command given without "--", and the check below says when there is none.
+  cmd->add_option("command", run.command, "The command to trace, after --");
   cmd->positionals_at_end();
 
   iolens::cli::QueryCommands queries(app);
@@ -107,12 +110,26 @@ int main(int argc, char** argv) {
   iolens::cli::ConvertOptions convert;
   CLI::App* convert_cmd = iolens::cli::add_convert_command(app, convert);
 
+  const iolens::cli::CommandWords words = iolens::cli::split_run_command(argc, argv);
   try {
-    app.parse(argc, argv);
+    app.parse(words.argc, argv);
   } catch (const CLI::ParseError& e) {
     // Every usage error of every subcommand (a value out of range included: CLI11 would exit
     // 105 for it): one line, exit 2.
     return queries.usage_error(app, e);
+  }
+  if (cmd->parsed()) {
+    if (words.command && !run.command.empty()) {
+      std::fprintf(stderr, "iolens: run: '%s' before --: the command goes after it\n",
+                   run.command.front().c_str());
+      return 2;
+    }
+    if (words.command) run.command = *words.command;
+    if (run.command.empty()) {
+      std::fprintf(stderr, "iolens: run: no command to trace (iolens run [OPTIONS] -- COMMAND "
+                           "[ARGS...])\nRun with --help for more information.\n");
+      return 2;
+    }
   }
   run.daemon = local ? iolens::cli::DaemonUse::Never
               : need_daemon ? iolens::cli::DaemonUse::Require
