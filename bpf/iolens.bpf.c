@@ -20,6 +20,7 @@
 /* The accounting's buckets as global functions (see iolens_account.h). */
 int size_bucket(__u64 size);
 int lat_bucket(__u64 ns);
+int align_bucket(__s64 offset);
 /* barrier_var: the compiler sees the function's range and would drop the bounds checks that
  * the verifier needs */
 #define IOLENS_SIZE_BUCKET(size)                                                                  \
@@ -31,6 +32,12 @@ int lat_bucket(__u64 ns);
 #define IOLENS_LAT_BUCKET(ns)                                                                      \
 	({                                                                                         \
 		__u32 b_ = lat_bucket(ns);                                                         \
+		barrier_var(b_);                                                                   \
+		b_;                                                                                \
+	})
+#define IOLENS_ALIGN_BUCKET(offset)                                                                \
+	({                                                                                         \
+		__u32 b_ = align_bucket(offset);                                                   \
 		barrier_var(b_);                                                                   \
 		b_;                                                                                \
 	})
@@ -328,6 +335,11 @@ __noinline int size_bucket(__u64 size)
 __noinline int lat_bucket(__u64 ns)
 {
 	return iolens_lat_bucket(ns);
+}
+
+__noinline int align_bucket(__s64 offset)
+{
+	return iolens_align_bucket(offset);
 }
 
 /* A fresh record: max bytes start at -1 ("nothing yet"), everything else at 0. */

@@ -24,6 +24,17 @@
 #define IOLENS_NR_SIZE_BUCKETS 10
 
 /*
+ * Reads and writes by the lowest set bit of their offset (ABI 14), from which user space finds
+ * Darshan's FILE_NOT_ALIGNED for any power-of-two alignment from 512 B to 16 MiB once it knows
+ * the file's (iolens_align_bucket in iolens_account.h; docs/counters.md "Alignment and mode"):
+ * bucket 0: offsets that are not a multiple of 512; bucket k (1..15): multiples of 2^(8+k) but
+ * not of 2^(9+k); multiples of 16 MiB (0 included) are in none.
+ */
+#define IOLENS_NR_ALIGN_BUCKETS 16
+#define IOLENS_ALIGN_MIN_SHIFT 9  /* bucket 0 ends below 512 */
+#define IOLENS_ALIGN_MAX_SHIFT 24 /* multiples of 16 MiB are in no bucket */
+
+/*
  * Per-call latency buckets of reads and writes: inclusive upper bounds of t1 - t0 in ns, powers
  * of 4 from 1 us: 1us 4us 16us 64us 256us 1ms 4ms 16ms 64ms 256ms 1s, then everything above 1 s
  * (iolens_lat_bucket in iolens_account.h; kLatencyBoundsNs in agent/core/counters.hpp).
@@ -174,13 +185,15 @@ struct iolens_file_counters {
 			      * it from: the next system call on it sends the name) */
 	__u32 map_flags;     /* IOLENS_MAPPED_*: how the process mmap()ed this file */
 	/*
-	 * ---- Darshan's memory alignment and mode (ABI 14; docs/counters.md "Alignment and
-	 * mode"), after the state so that no earlier word moved ----
+	 * ---- Darshan's alignment and mode (ABI 14; docs/counters.md "Alignment and mode"),
+	 * after the state so that no earlier word moved ----
 	 */
 	__u64 mem_not_aligned; /* counted reads/writes whose user buffer is not aligned to
 				* IOLENS_MEM_ALIGNMENT bytes (a vector call: any iov_base) */
 	__u64 mode;            /* the mode argument of the last open that created (O_CREAT,
 				* creat) with a non-zero mode; 0 = none */
+	__u64 offset_lsb[IOLENS_NR_ALIGN_BUCKETS]; /* counted reads/writes by the lowest set bit
+						    * of their offset (IOLENS_NR_ALIGN_BUCKETS) */
 };
 
 /* Darshan's default memory alignment (its --with-mem-align, 8): what mem_not_aligned checks */
@@ -627,7 +640,7 @@ struct iolens_proc_lost {
 
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720 + 29 * 8, "counters layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720 + 45 * 8, "counters layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 136, "task state layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 32, "event header layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 64, "fork event layout");

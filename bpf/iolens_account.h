@@ -37,6 +37,45 @@
 #ifndef IOLENS_LAT_BUCKET
 #define IOLENS_LAT_BUCKET(ns) iolens_lat_bucket(ns)
 #endif
+#ifndef IOLENS_ALIGN_BUCKET
+#define IOLENS_ALIGN_BUCKET(offset) iolens_align_bucket(offset)
+#endif
+
+/*
+ * The offset_lsb bucket of a read or write at `offset` (IOLENS_NR_ALIGN_BUCKETS in
+ * iolens_abi.h): 0 when the offset is not a multiple of 512, k when its lowest set bit is
+ * 2^(8+k); IOLENS_NR_ALIGN_BUCKETS (no bucket) for offset 0, a multiple of 16 MiB, or a negative
+ * offset (none known). No loop: a binary search over the isolated bit.
+ */
+IOLENS_INLINE __u32 iolens_align_bucket(__s64 offset)
+{
+	__u64 low;
+	__u32 b = 1;
+
+	if (offset <= 0)
+		return IOLENS_NR_ALIGN_BUCKETS;
+	low = (__u64)offset & (~(__u64)offset + 1);
+	if (low < (1ULL << IOLENS_ALIGN_MIN_SHIFT))
+		return 0;
+	if (low >= (1ULL << IOLENS_ALIGN_MAX_SHIFT))
+		return IOLENS_NR_ALIGN_BUCKETS;
+	/* low = 2^(8 + b) with b in 1..15 */
+	if (low >= (1ULL << 17)) {
+		b += 8;
+		low >>= 8;
+	}
+	if (low >= (1ULL << 13)) {
+		b += 4;
+		low >>= 4;
+	}
+	if (low >= (1ULL << 11)) {
+		b += 2;
+		low >>= 2;
+	}
+	if (low >= (1ULL << 10))
+		b += 1;
+	return b;
+}
 
 /* Darshan's DARSHAN_BUCKET_INC: inclusive upper bounds 100, 1K, 10K, 100K, 1M, 4M, 10M, 100M, 1G. */
 IOLENS_INLINE __u32 iolens_size_bucket(__u64 size)
@@ -175,6 +214,12 @@ IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_writ
 	if (c->first_io_type == IOLENS_IO_NONE)
 		c->first_io_type = this_type;
 	c->last_io_type = this_type;
+
+	/* Darshan's FILE_NOT_ALIGNED looks at the offset of every counted call, 0 bytes included:
+	 * kept by its lowest set bit, for an alignment known only in user space */
+	bucket = IOLENS_ALIGN_BUCKET(offset);
+	if (bucket < IOLENS_NR_ALIGN_BUCKETS)
+		IOLENS_ADD(&c->offset_lsb[bucket], 1);
 
 	bucket = IOLENS_SIZE_BUCKET((__u64)ret);
 	/* The explicit bound lets the verifier see the index is in range. */

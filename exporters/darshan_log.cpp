@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "exporters/darshan_log.hpp"
 
+#include <sys/vfs.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "core/by_file.hpp"
 
@@ -243,12 +245,56 @@ int64_t darshan_jobid(std::string_view id, int64_t fallback) {
   return std::stoll(std::string(id));
 }
 
+namespace {
+
+/// A field of /proc/self/mounts with the kernel's escapes (a backslash and three octal digits:
+/// space, tab, newline, backslash) decoded, as getmntent() decodes them.
+std::string unescape_mount_field(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto octal = [&](std::size_t k, char hi) { return s[k] >= '0' && s[k] <= hi; };
+    if (s[i] == '\\' && i + 3 < s.size() && octal(i + 1, '3') && octal(i + 2, '7') &&
+        octal(i + 3, '7')) {
+      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> read_mounts(const std::string& path) {
   std::vector<std::pair<std::string, std::string>> out;
   std::ifstream in(path);
   std::string dev, point, type, rest;
-  while (in >> dev >> point >> type && std::getline(in, rest)) out.emplace_back(type, point);
+  while (in >> dev >> point >> type && std::getline(in, rest))
+    out.emplace_back(unescape_mount_field(type), unescape_mount_field(point));
   return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> alignment_mounts_now() {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (auto& m : alignment_table(read_mounts("/proc/self/mounts")))
+    out.emplace_back(std::move(m.point), m.block_size);
+  return out;
+}
+
+std::vector<core::AlignmentMount> alignment_table(
+    const std::vector<std::pair<std::string, std::string>>& mounts) {
+  return core::darshan_alignment_table(mounts, [](const std::string& point) {
+    struct statfs st {};
+    core::MountStatfs out;
+    if (statfs(point.c_str(), &st) == 0) {
+      out.ok = true;
+      out.f_type = static_cast<int64_t>(st.f_type);
+      out.f_bsize = static_cast<int64_t>(st.f_bsize);
+    }
+    return out;
+  });
 }
 
 uint64_t darshan_record_id(std::string_view path) {
@@ -361,7 +407,8 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     double variance_time_s2 = 0, variance_bytes = 0;
   };
   auto posix_record = [&](const std::string& path, const core::FileCounters& c,
-                          uint64_t rename_sources, int64_t rank, const Extremes& x) {
+                          uint64_t rename_sources, std::optional<int64_t> alignment, int64_t rank,
+                          const Extremes& x) {
     std::string rec(kDarshanPosixRecordSize, '\0');
     int64_t v[kDarshanPosixCounters] = {};
     auto set = [&](const char* name, int64_t value) { v[darshan_posix_counter_index(name)] = value; };
@@ -376,9 +423,14 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     }
     set("RENAME_SOURCES", static_cast<int64_t>(rename_sources));
     // MEM_NOT_ALIGNED (and MODE) came by name above; the alignment it checks is Darshan's
-    // default. Not observed by iolens yet: -1, Darshan's mark for a counter it did not collect.
+    // default. The file's alignment is its mount's (file_alignment.hpp); without a mount table
+    // (a converted trace without one), or for an alignment the offsets' buckets cannot tell,
+    // -1: Darshan's mark for a counter it did not collect.
     set("MEM_ALIGNMENT", IOLENS_MEM_ALIGNMENT);
-    for (const char* n : {"FILE_NOT_ALIGNED", "FILE_ALIGNMENT"}) set(n, -1);
+    const std::optional<int64_t> not_aligned =
+        alignment ? core::file_not_aligned(c, *alignment) : std::nullopt;
+    set("FILE_ALIGNMENT", alignment ? *alignment : -1);
+    set("FILE_NOT_ALIGNED", not_aligned ? *not_aligned : -1);
     set("FASTEST_RANK", x.fastest_rank);
     set("FASTEST_RANK_BYTES", static_cast<int64_t>(x.fastest_bytes));
     set("SLOWEST_RANK", x.slowest_rank);
@@ -421,7 +473,8 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     const Extremes x{rank_of_share(f.fastest), rank_of_share(f.slowest), f.fastest.bytes,
                      f.slowest.bytes, f.fastest.time_ns, f.slowest.time_ns,
                      f.variance_time_s2, f.variance_bytes};
-    shared += posix_record(f.file->path, f.counters, f.rename_sources, -1, x);
+    shared += posix_record(f.file->path, f.counters, f.rename_sources, f.file->file_alignment, -1,
+                           x);
   }
   std::string posix;
   posix.reserve(run.files.size() * kDarshanPosixRecordSize);
@@ -431,7 +484,7 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     // A record of one rank has no rank extremes: Darshan sets them only while reducing a
     // shared record (darshan-posix.c, posix_mpi_redux), so they stay 0 in every other record,
     // and its tools derive a rank's own from its counters (docs/darshan-log.md).
-    posix += posix_record(f.path, f.counters, f.rename_sources,
+    posix += posix_record(f.path, f.counters, f.rename_sources, f.file_alignment,
                           rank_of.at({f.pid, f.proc_start_ns}), Extremes{0, 0, 0, 0, 0, 0});
   }
   posix += shared;

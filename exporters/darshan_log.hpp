@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/file_alignment.hpp"
 #include "core/snapshot.hpp"
 
 namespace iolens::exporters {
@@ -83,8 +84,17 @@ struct DarshanDxt {
 int64_t darshan_jobid(std::string_view id, int64_t fallback);
 
 /// The (fstype, mount point) of each line of a mounts file (`/proc/self/mounts`), for
-/// DarshanJobInfo::mounts; empty when it cannot be read.
+/// DarshanJobInfo::mounts; empty when it cannot be read. The kernel's octal escapes (\040 for a
+/// space, \011, \012, \134) are decoded, as getmntent() decodes them for Darshan.
 std::vector<std::pair<std::string, std::string>> read_mounts(const std::string& path);
+
+/// Darshan's alignment table of those mounts (core::darshan_alignment_table), each block size
+/// from statfs() of its point now.
+std::vector<core::AlignmentMount> alignment_table(
+    const std::vector<std::pair<std::string, std::string>>& mounts);
+
+/// This process's alignment table now, as a trace file's header keeps it (trace::Meta).
+std::vector<std::pair<std::string, int64_t>> alignment_mounts_now();
 
 /// Darshan's record id of a path: Jenkins lookup8 hash of its bytes, level 0.
 uint64_t darshan_record_id(std::string_view path);

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "core/by_file.hpp"
+#include "core/file_alignment.hpp"
 
 namespace iolens::exporters {
 namespace {
@@ -29,6 +31,24 @@ json counters_json(const core::FileCounters& c) {
   json j = json::object();
   for (const auto& f : core::counter_fields()) j[std::string(f.name)] = core::counter_value(c, f);
   return j;
+}
+
+/// A row's file_alignment and file_not_aligned members (Darshan's FILE_ALIGNMENT and
+/// FILE_NOT_ALIGNED; docs/counters.md "Alignment and mode"): null when not known (no mount
+/// table, or an alignment the offsets' buckets cannot tell).
+std::pair<std::optional<int64_t>, std::optional<int64_t>> alignment_of(
+    const core::FileCounters& c, const std::optional<int64_t>& alignment) {
+  if (!alignment) return {std::nullopt, std::nullopt};
+  return {alignment, core::file_not_aligned(c, *alignment)};
+}
+
+json optional_json(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+void add_alignment(json& counters, const core::FileCounters& c,
+                   const std::optional<int64_t>& alignment) {
+  const auto [a, n] = alignment_of(c, alignment);
+  counters["file_alignment"] = optional_json(a);
+  counters["file_not_aligned"] = optional_json(n);
 }
 
 json ratio_json(double r) { return r < 0 ? json(nullptr) : json(r); }
@@ -149,6 +169,7 @@ json file_json(const core::FileSnapshot& f) {
   json c = counters_json(f.counters);
   c["rename_sources"] = f.rename_sources;
   c["unlinks"] = f.unlinks;
+  add_alignment(c, f.counters, f.file_alignment);
   fj["counters"] = std::move(c);
   fj["coverage"] = coverage_json(f.counters);
   return fj;
@@ -170,6 +191,7 @@ json by_file_json(const core::FileAcrossProcesses& f) {
   json c = counters_json(f.counters);
   c["rename_sources"] = f.rename_sources;
   c["unlinks"] = f.unlinks;
+  add_alignment(c, f.counters, f.file->file_alignment);
   fj["counters"] = std::move(c);
   fj["coverage"] = coverage_json(f.counters);
   fj["fastest"] = share_json(f.fastest);
@@ -264,9 +286,10 @@ void append_string_member(std::string& out, bool& first, std::size_t spaces,
   }
 }
 
-/// The exported counters in nlohmann's key order (sorted), rename_sources and unlinks among
-/// them (file_json adds those two to counters_json's object): index into counter_fields(), or
-/// -1 for rename_sources and -2 for unlinks.
+/// The exported counters in nlohmann's key order (sorted), rename_sources, unlinks and the two
+/// alignment members among them (file_json adds those to counters_json's object): index into
+/// counter_fields(), or -1 for rename_sources, -2 for unlinks, -3 for file_alignment and -4 for
+/// file_not_aligned.
 const std::vector<std::pair<std::string_view, int>>& sorted_file_counter_keys() {
   static const std::vector<std::pair<std::string_view, int>> keys = [] {
     std::vector<std::pair<std::string_view, int>> k;
@@ -275,6 +298,8 @@ const std::vector<std::pair<std::string_view, int>>& sorted_file_counter_keys() 
       k.emplace_back(fields[i].name, static_cast<int>(i));
     k.emplace_back("rename_sources", -1);
     k.emplace_back("unlinks", -2);
+    k.emplace_back("file_alignment", -3);
+    k.emplace_back("file_not_aligned", -4);
     std::sort(k.begin(), k.end());
     return k;
   }();
@@ -287,17 +312,29 @@ const std::vector<std::pair<std::string_view, int>>& sorted_file_counter_keys() 
 /// JSON record"). The unit tests compare it with the DOM's text byte for byte.
 /// A row's "counters" and "coverage" members (the first two of both kinds of rows).
 void append_counters_and_coverage(std::string& out, bool& first, const core::FileCounters& c,
-                                  uint64_t rename_sources, uint64_t unlinks) {
+                                  uint64_t rename_sources, uint64_t unlinks,
+                                  const std::optional<int64_t>& file_alignment) {
   append_key(out, first, 3, "counters");
   out += '{';
   bool first_counter = true;
   const auto fields = core::counter_fields();
+  const auto [alignment, not_aligned] = alignment_of(c, file_alignment);
+  const auto append_optional = [&](const std::optional<int64_t>& v) {
+    if (v)
+      append_int(out, *v);
+    else
+      out += "null";
+  };
   for (const auto& [name, index] : sorted_file_counter_keys()) {
     append_key(out, first_counter, 4, name);
     if (index == -1)
       append_uint(out, rename_sources);
     else if (index == -2)
       append_uint(out, unlinks);
+    else if (index == -3)
+      append_optional(alignment);
+    else if (index == -4)
+      append_optional(not_aligned);
     else
       append_int(out, core::counter_value(c, fields[static_cast<std::size_t>(index)]));
   }
@@ -325,7 +362,8 @@ void append_file_json(std::string& out, const core::FileSnapshot& f) {
   // path_unknown, pid, proc_start_ns, renamed_to(_hex)
   bool first = true;
   out += '{';
-  append_counters_and_coverage(out, first, f.counters, f.rename_sources, f.unlinks);
+  append_counters_and_coverage(out, first, f.counters, f.rename_sources, f.unlinks,
+                               f.file_alignment);
   append_key(out, first, 3, "dev");
   append_uint(out, f.dev);
   append_key(out, first, 3, "ino");
@@ -362,7 +400,8 @@ void append_by_file_json(std::string& out, const core::FileAcrossProcesses& f) {
   // path_incomplete, path_unknown, processes, slowest, variance_bytes, variance_time_s2
   bool first = true;
   out += '{';
-  append_counters_and_coverage(out, first, f.counters, f.rename_sources, f.unlinks);
+  append_counters_and_coverage(out, first, f.counters, f.rename_sources, f.unlinks,
+                               f.file->file_alignment);
   append_key(out, first, 3, "dev");
   append_uint(out, f.file->dev);
   append_share(out, first, "fastest", f.fastest);

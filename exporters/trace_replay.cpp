@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/file_alignment.hpp"
 #include "core/paths.hpp"
 #include "exporters/trace_common.hpp"
 #include "iolens_account.h"
@@ -209,6 +210,12 @@ core::RunSnapshot replay_counters(const trace::Trace& t) {
 
   const core::ClockBase clock{idx.window_start_ns(), t.meta.mono_to_wall_ns};
   core::RunSnapshot run = rec.snapshot(clock);
+  if (t.meta.alignment_mounts) {
+    std::vector<core::AlignmentMount> table;
+    for (const auto& [point, block_size] : *t.meta.alignment_mounts)
+      table.push_back(core::AlignmentMount{point, block_size});
+    core::set_file_alignments(run, table);
+  }
   run.command = t.meta.command;
   run.start_ns = trace_wall_ns(t.meta, idx.window_start_ns());
   run.end_ns = trace_wall_ns(t.meta, idx.window_end_ns());

@@ -20,6 +20,7 @@
 #include "control/client.hpp"
 #include "control/unique_fd.hpp"
 #include "core/block.hpp"
+#include "core/file_alignment.hpp"
 #include "core/recorder.hpp"
 #include "exporters/darshan_log.hpp"
 #include "exporters/json_report.hpp"
@@ -97,12 +98,19 @@ uint64_t now_ns(clockid_t clk) {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-int write_run_outputs(const RunOptions& opts, const core::RunSnapshot& snap,
+int write_run_outputs(const RunOptions& opts, core::RunSnapshot& snap,
                       const std::optional<Invoker>& invoker, pid_t child_pid, int& json_fd,
                       int& darshan_fd, const RunOutputExtras& extras) {
   const auto mark = [&](const char* step) {
     if (extras.mark) extras.mark(step);
   };
+  // Darshan's FILE_ALIGNMENT of every row, from this process's mount table, which the Darshan
+  // log lists too (docs/counters.md "Alignment and mode").
+  std::vector<std::pair<std::string, std::string>> mounts;
+  if (json_fd >= 0 || darshan_fd >= 0) {
+    mounts = exporters::read_mounts("/proc/self/mounts");
+    core::set_file_alignments(snap, exporters::alignment_table(mounts));
+  }
   if (!opts.quiet) {
     exporters::TextOptions topts;
     topts.top_files = opts.top_files;
@@ -114,7 +122,7 @@ int write_run_outputs(const RunOptions& opts, const core::RunSnapshot& snap,
     exporters::DarshanJobInfo info;
     info.uid = static_cast<int64_t>(invoker ? invoker->uid : getuid());
     info.jobid = child_pid;
-    info.mounts = exporters::read_mounts("/proc/self/mounts");
+    info.mounts = mounts;
     const auto dxt = extras.dxt ? extras.dxt() : std::nullopt;
     const std::string log =
         dxt ? exporters::darshan_log(snap, info, *dxt) : exporters::darshan_log(snap, info);

@@ -36,7 +36,7 @@ struct RunOutputExtras {
 /// -q), the --darshan log and the --json record (streamed), each from `snap`. `json_fd` and
 /// `darshan_fd` (-1: not asked for) are written and closed (set to -1). Returns the command's
 /// exit status, or 1 when an output could not be written (one line says which).
-int write_run_outputs(const RunOptions& opts, const core::RunSnapshot& snap,
+int write_run_outputs(const RunOptions& opts, core::RunSnapshot& snap,
                       const std::optional<Invoker>& invoker, pid_t child_pid, int& json_fd,
                       int& darshan_fd, const RunOutputExtras& extras = {});
 

@@ -281,6 +281,7 @@ int run_traced(const RunOptions& opts) {
     meta.window_start_ns = clock.start_mono_ns;
     meta.mono_to_wall_ns = clock.mono_to_wall_ns;
     meta.ring_bytes = loader->trace_ring_size();
+    meta.alignment_mounts = exporters::alignment_mounts_now();
     capture::SessionOptions so;
     so.max_bytes = opts.trace_max_bytes;
     Status ts;

@@ -161,6 +161,8 @@ FileCounters new_counters() {
 }
 
 void combine_counters(FileCounters& into, const FileCounters& other) {
+  // Not exported as such (file_alignment.hpp turns them into FILE_NOT_ALIGNED), but summed.
+  for (int i = 0; i < IOLENS_NR_ALIGN_BUCKETS; ++i) into.offset_lsb[i] += other.offset_lsb[i];
   // The max-time sizes follow their times, so fold them before the times are overwritten.
   if (other.max_read_time_ns > into.max_read_time_ns)
     into.max_read_time_size = other.max_read_time_size;
@@ -207,6 +209,7 @@ void fold_counters(FileCounters& earlier, const FileCounters& later) {
 }
 
 void add_totals(FileCounters& total, const FileCounters& c) {
+  for (int i = 0; i < IOLENS_NR_ALIGN_BUCKETS; ++i) total.offset_lsb[i] += c.offset_lsb[i];
   for (const auto& f : kFields) {
     if (f.fold != Fold::Sum) continue;
     u64_at(total, f.offset) += u64_at(c, f.offset);

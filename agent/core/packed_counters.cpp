@@ -8,12 +8,15 @@
 namespace iolens::core {
 namespace {
 
-constexpr std::size_t kWords = sizeof(FileCounters) / 8;
+constexpr std::size_t kWords = PackedCounters::kWords;
+constexpr std::size_t kMaskWords = PackedCounters::kMaskWords;
 static_assert(sizeof(FileCounters) % 8 == 0, "counters are whole 64-bit words");
-static_assert(kWords > 64 && kWords < 128, "two mask words cover every counter, the second in part");
-constexpr std::size_t kMaskBytes = 16;
+static_assert(kWords % 64 != 0, "the last mask word covers counters in part");
+constexpr std::size_t kMaskBytes = kMaskWords * 8;
 constexpr std::size_t kMaxVarint = 10;
 static_assert(PackedCounters::kMaxBytes == kMaskBytes + kWords * kMaxVarint);
+/// The bits of the last mask word that name counter words.
+constexpr uint64_t kLastMaskBits = (uint64_t{1} << (kWords % 64)) - 1;
 
 using Words = std::array<uint64_t, kWords>;
 
@@ -34,7 +37,7 @@ const Words& base() {
 std::size_t PackedCounters::pack(const FileCounters& c, uint8_t* buf) {
   const Words w = words_of(c);
   const Words& b = base();
-  uint64_t mask[2] = {0, 0};
+  uint64_t mask[kMaskWords] = {};
   std::size_t n = kMaskBytes;
   for (std::size_t i = 0; i < kWords; ++i) {
     uint64_t d = w[i] - b[i];  // modulo 2^64: -1 -> 1000 is 1001, one or two bytes
@@ -86,20 +89,24 @@ PackedCounters& PackedCounters::operator=(const PackedCounters& o) {
 std::optional<PackedCounters> PackedCounters::from_bytes(std::string_view b, std::string& error) {
   if (b.empty()) return PackedCounters();
   if (b.size() < kMaskBytes) {
-    error = "packed counters of " + std::to_string(b.size()) + " bytes (masks are 16)";
+    error = "packed counters of " + std::to_string(b.size()) + " bytes (masks are " +
+            std::to_string(kMaskBytes) + ")";
     return std::nullopt;
   }
-  uint64_t mask[2];
+  uint64_t mask[kMaskWords];
   std::memcpy(mask, b.data(), kMaskBytes);
-  constexpr uint64_t kHighWords = (uint64_t{1} << (kWords - 64)) - 1;
-  if ((mask[0] | mask[1]) == 0 || (mask[1] & ~kHighWords)) {
-    error = mask[0] | mask[1] ? "packed counters name a word past the counters"
-                              : "packed counters with no word (new counters are empty)";
+  uint64_t any = 0;
+  std::size_t words = 0;
+  for (const uint64_t m : mask) {
+    any |= m;
+    words += static_cast<std::size_t>(__builtin_popcountll(m));
+  }
+  if (any == 0 || (mask[kMaskWords - 1] & ~kLastMaskBits)) {
+    error = any ? "packed counters name a word past the counters"
+                : "packed counters with no word (new counters are empty)";
     return std::nullopt;
   }
   std::size_t at = kMaskBytes;
-  const std::size_t words = static_cast<std::size_t>(__builtin_popcountll(mask[0]) +
-                                                     __builtin_popcountll(mask[1]));
   for (std::size_t k = 0; k < words; ++k) {
     // LEB128: at most 10 bytes, the tenth holding bit 63 only; the last byte non-zero unless
     // it is the only one (shortest form), and that one non-zero too (a difference).
@@ -143,12 +150,12 @@ std::optional<PackedCounters> PackedCounters::from_bytes(std::string_view b, std
 FileCounters PackedCounters::unpack() const {
   Words w = base();
   if (size_) {
-    uint64_t mask[2];
+    uint64_t mask[kMaskWords];
     std::memcpy(mask, data_.get(), kMaskBytes);
     const uint8_t* p = data_.get() + kMaskBytes;
-    for (std::size_t half = 0; half < 2; ++half) {
-      for (uint64_t m = mask[half]; m; m &= m - 1) {
-        const std::size_t i = half * 64 + static_cast<std::size_t>(__builtin_ctzll(m));
+    for (std::size_t part = 0; part < kMaskWords; ++part) {
+      for (uint64_t m = mask[part]; m; m &= m - 1) {
+        const std::size_t i = part * 64 + static_cast<std::size_t>(__builtin_ctzll(m));
         uint64_t d = 0;
         for (unsigned shift = 0;; shift += 7) {
           const uint8_t byte = *p++;

@@ -2,7 +2,7 @@
 #pragma once
 /// A record's counters as a daemon keeps them once they stop changing: only the words that
 /// differ from new_counters(), each as a varint of the difference. A file read once by one
-/// process has 20-40 such words of the 119, so its counters take ~100-200 bytes instead of 952:
+/// process has 20-40 such words of the 135, so its counters take ~100-200 bytes instead of 1,080:
 /// what lets iolensd keep a big job's records within its memory bound (docs/daemon.md#bounded-memory).
 
 #include <cstddef>
@@ -33,8 +33,11 @@ class PackedCounters {
     return *this;
   }
 
-  /// The most bytes a packed form takes: both masks and a 10-byte varint per word.
-  static constexpr std::size_t kMaxBytes = 16 + sizeof(FileCounters) / 8 * 10;
+  /// 64-bit words of the counters, and u64 masks that name them (one bit a word).
+  static constexpr std::size_t kWords = sizeof(FileCounters) / 8;
+  static constexpr std::size_t kMaskWords = (kWords + 63) / 64;
+  /// The most bytes a packed form takes: the masks and a 10-byte varint per word.
+  static constexpr std::size_t kMaxBytes = kMaskWords * 8 + kWords * 10;
   /// Packs `c` into `buf` (kMaxBytes long) without holding it; returns the bytes written (0 for
   /// new_counters()). What the constructor keeps, and what a state blob writes of a live part.
   static std::size_t pack(const FileCounters& c, uint8_t* buf);
@@ -50,8 +53,9 @@ class PackedCounters {
   /// Bytes held on the heap (0 for new_counters()).
   std::size_t heap_bytes() const { return size_; }
   /// The packed form itself, as a recorder's state blob holds it (docs/state-format.md):
-  /// empty for new_counters(), else two little-endian u64 masks of the words present (bit i:
-  /// word i), then for each, in order, the LEB128 varint of (word - new_counters() word) mod 2^64.
+  /// empty for new_counters(), else kMaskWords little-endian u64 masks of the words present (bit
+  /// i % 64 of mask i / 64: word i), then for each, in order, the LEB128 varint of
+  /// (word - new_counters() word) mod 2^64.
   std::string_view bytes() const {
     return {reinterpret_cast<const char*>(data_.get()), size_};
   }
@@ -63,7 +67,7 @@ class PackedCounters {
   static std::optional<PackedCounters> from_bytes(std::string_view b, std::string& error);
 
  private:
-  std::unique_ptr<uint8_t[]> data_;  // two u64 masks of the words present, then their varints
+  std::unique_ptr<uint8_t[]> data_;  // the u64 masks of the words present, then their varints
   uint32_t size_ = 0;
 };
 

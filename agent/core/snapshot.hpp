@@ -56,6 +56,9 @@ struct FileSnapshot {
   uint64_t rename_sources = 0;
   uint64_t unlinks = 0;
   std::string renamed_to;
+  /// Darshan's FILE_ALIGNMENT of the path (file_alignment.hpp: -1 when no mount matches);
+  /// nullopt when the snapshot's maker had no mount table (a trace converted without one).
+  std::optional<int64_t> file_alignment;
 };
 
 struct RunSnapshot {

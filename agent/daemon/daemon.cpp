@@ -701,7 +701,8 @@ bool Daemon::setup() {
   spdlog::info("programs: the {} build ({})", loader_->program_build(),
                loader_->program_build_note());
   // A preallocated element: the key, the value, the hash map's own header (~48 bytes) and a
-  // 16-byte bucket (what the kernel charges: 64.5 MiB for 65,536, its memlock).
+  // 16-byte bucket (what the kernel charges, its memlock: 73.5 MiB for 65,536 with ABI 14's
+  // 1,080-byte counters).
   if (loader_->fast_file_records() != (prealloc ? cfg_.limits.kernel_file_records : 0)) {
     prealloc_why = "the kernel state resumed";
     if (loader_->fast_file_records() > 0 && !prealloc)
@@ -746,6 +747,10 @@ void Daemon::new_table() {
   if (metrics_) table_->set_file_classes(cfg_.metrics.classes);
   table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
   if (loader_) table_->set_timing(loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact");
+  // Darshan's mount table for live pages and trace captures, until a record's writer reads a
+  // newer one (each record reads it again, off the loop: record_writer.cpp).
+  table_->set_alignment_table(std::make_shared<const std::vector<core::AlignmentMount>>(
+      exporters::alignment_table(exporters::read_mounts("/proc/self/mounts"))));
   // Detached (on-demand, no job yet): a process selected before the first attach says so.
   if (loader_ && !loader_->syscall_hooks()) table_->hooks_detached(0);
 }
@@ -1633,6 +1638,7 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
   line["writing"] = true;
   RecordJob r;
   r.basis = table_->record_basis();
+  r.basis.alignment.reset();  // the writer's thread reads the mounts now (record_writer.cpp)
   r.overrides = std::move(overrides);
   r.interrupted = interrupted;
   r.darshan = cfg_.darshan_logs;
@@ -1648,6 +1654,7 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
 
 void Daemon::collect_written(bool save) {
   for (RecordDone& d : records_->take_done()) {
+    if (d.alignment) table_->set_alignment_table(std::move(d.alignment));
     if (!d.darshan) spdlog::error("job {}: Darshan log: {}", d.id, d.darshan.message);
     if (!d.record) spdlog::error("job {}: {}", d.id, d.record.message);
     if (!d.path.empty())
@@ -2276,6 +2283,12 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   meta.window_start_ns = static_cast<uint64_t>(start);
   meta.mono_to_wall_ns = table_->clock().mono_to_wall_ns;
   meta.ring_bytes = loader_->trace_ring_size();
+  // The mount table the last record's writer read (no statfs() on this loop), if any yet.
+  if (const auto t = table_->alignment_table()) {
+    meta.alignment_mounts.emplace();
+    for (const core::AlignmentMount& m : *t)
+      meta.alignment_mounts->emplace_back(m.point, m.block_size);
+  }
   capture::SessionOptions so;
   so.max_bytes = r.max_bytes;
   Status err;

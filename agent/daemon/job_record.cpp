@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/counters.hpp"
+#include "core/file_alignment.hpp"
 
 namespace iolens::daemon {
 
@@ -14,6 +15,7 @@ core::RunSnapshot job_snapshot(const Job& job, const RecordBasis& basis) {
   snap.start_ns = job.start_ns;
   snap.end_ns = job.end_ns.value_or(0);
   snap.timing = basis.timing;
+  if (basis.alignment) core::set_file_alignments(snap, *basis.alignment);
   return snap;
 }
 

@@ -6,10 +6,13 @@
 /// uses the same functions for live jobs, so there is one definition of a record.
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/file_alignment.hpp"
 #include "core/snapshot.hpp"
 #include "daemon/job_table.hpp"
 #include "exporters/darshan_log.hpp"
@@ -21,6 +24,9 @@ namespace iolens::daemon {
 struct RecordBasis {
   int64_t mono_to_wall_ns = 0;  // the table's wall-clock offset (JobTable::clock())
   std::string timing = "exact";
+  /// Darshan's mount table for the rows' file_alignment (core/file_alignment.hpp); none: their
+  /// alignment is not known (null in the record, -1 in the Darshan log).
+  std::shared_ptr<const std::vector<core::AlignmentMount>> alignment;
 };
 
 /// What the job's recorder holds, with the job's start and end (0 while live); file timestamps

@@ -551,7 +551,9 @@ nlohmann::json JobTable::job_summary(const Job& job) const {
   return daemon::job_summary(job, job.rec->snapshot(clock()));
 }
 
-RecordBasis JobTable::record_basis() const { return RecordBasis{mono_to_wall_, timing_}; }
+RecordBasis JobTable::record_basis() const {
+  return RecordBasis{mono_to_wall_, timing_, alignment_};
+}
 
 core::RunSnapshot JobTable::job_snapshot(const Job& job) const {
   return daemon::job_snapshot(job, record_basis());

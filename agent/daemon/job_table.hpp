@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/events.hpp"
+#include "core/file_alignment.hpp"
 #include "core/metrics_snapshot.hpp"
 #include "core/recorder.hpp"
 #include "core/snapshot.hpp"
@@ -113,6 +114,14 @@ class JobTable {
   void set_cgroup_resolver(CgroupResolver r) { resolve_ = std::move(r); }
   /// How the daemon's programs time calls ("exact" or "off"), for every job record.
   void set_timing(std::string timing) { timing_ = std::move(timing); }
+  /// The mount table the records' file_alignment comes from (core/file_alignment.hpp), as the
+  /// daemon read it last; none: unknown (null in records).
+  void set_alignment_table(std::shared_ptr<const std::vector<core::AlignmentMount>> t) {
+    alignment_ = std::move(t);
+  }
+  const std::shared_ptr<const std::vector<core::AlignmentMount>>& alignment_table() const {
+    return alignment_;
+  }
   /// The syscall hooks' state (monotonic ns), so that a job whose process is selected while
   /// they are detached says so (Job::unhooked_since). A table starts with them attached.
   void hooks_detached(uint64_t at_mono);
@@ -254,6 +263,7 @@ class JobTable {
   int64_t mono_to_wall_;
   CgroupResolver resolve_;
   std::string timing_ = "exact";
+  std::shared_ptr<const std::vector<core::AlignmentMount>> alignment_;
   /// When the hooks were detached: [from, to) in monotonic ns, `to` UINT64_MAX while they are.
   /// Events are read within seconds; intervals that ended over kUnhookedKeep ago are dropped.
   std::vector<std::pair<uint64_t, uint64_t>> unhooked_;  // (a deque would make the table not nothrow-movable)

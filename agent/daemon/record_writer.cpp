@@ -24,7 +24,14 @@ RecordDone write_record(JobWriter& files, const RecordJob& r) {
   RecordDone d;
   d.id = job.identity.id;
   d.serial = r.serial;
-  core::RunSnapshot snap = job_snapshot(job, r.basis);
+  // Darshan's mount table, read here rather than on the daemon's loop: statfs() of a mount
+  // whose server does not answer (NFS) may block for long.
+  RecordBasis basis = r.basis;
+  if (!basis.alignment)
+    basis.alignment = std::make_shared<const std::vector<core::AlignmentMount>>(
+        exporters::alignment_table(exporters::read_mounts("/proc/self/mounts")));
+  d.alignment = basis.alignment;
+  core::RunSnapshot snap = job_snapshot(job, basis);
   d.summary = job_summary(job, snap);
   if (r.interrupted) d.summary["state"] = "interrupted";
   std::string log;

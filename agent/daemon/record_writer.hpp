@@ -46,6 +46,9 @@ struct RecordDone {
   Status record;           // ok, or why the record was not written
   Status darshan;          // ok (also without a log), or why the log was not written
   int64_t took_ns = 0;    // from submit() to written
+  /// The mount table the rows' file_alignment came from (read on the writer's thread when the
+  /// job's basis had none), for the daemon to keep as its latest.
+  std::shared_ptr<const std::vector<core::AlignmentMount>> alignment;
 };
 
 /// Writes one job's record (and log) through `files`, streaming the JSON (no document in

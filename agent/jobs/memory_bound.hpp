@@ -25,7 +25,7 @@ struct MemoryCost {
   /// index entry, and a state save gathered meanwhile) for up to a ring's bytes of names.
   static constexpr uint64_t kRingNameCopies = 4;
   /// A record held for a job (kept or live, its counters packed), its entries in the job's
-  /// tables and in the node-wide name cache (589 bytes measured without the cache, unit test
+  /// tables and in the node-wide name cache (605 bytes measured without the cache, unit test
   /// RecorderState.TwoHundredThousandRecords; ~300 more with it), and its part of a state
   /// save, gathered in the loop (~250 bytes, in a buffer grown by doubling).
   static constexpr uint64_t kRecord = 1400;

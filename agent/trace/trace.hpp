@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "iolens_abi.h"
@@ -47,6 +49,10 @@ struct Meta {
   uint64_t window_end_ns = 0;       // 0 until the capture ends (the trailer sets it)
   int64_t mono_to_wall_ns = 0;      // CLOCK_REALTIME - CLOCK_MONOTONIC at the start
   uint64_t ring_bytes = 0;          // size of the kernel's trace ring
+  /// Darshan's mount table at the start, (mount point, block size), longest point first: what
+  /// a converter takes the files' FILE_ALIGNMENT from (core/file_alignment.hpp). Absent from
+  /// files of ABI 13 and before: the alignment of their files is unknown.
+  std::optional<std::vector<std::pair<std::string, int64_t>>> alignment_mounts;
 };
 
 /// What did not make it into the file, by cause; every count is also in the trailer.

@@ -331,7 +331,7 @@ json meta_json(const Meta& m) {
   for (const auto& [k, v] : m.job_labels) labels.push_back({bytes_json(k), bytes_json(v)});
   json command = json::array();
   for (const auto& a : m.command) command.push_back(bytes_json(a));
-  return {{"format", "iolens-trace"},
+  json out = {{"format", "iolens-trace"},
           {"producer", bytes_json(m.producer)},
           {"node", bytes_json(m.node)},
           {"target", bytes_json(m.target)},
@@ -342,6 +342,13 @@ json meta_json(const Meta& m) {
           {"ring_bytes", m.ring_bytes},
           {"abi_version", IOLENS_ABI_VERSION},
           {"op_record", op_record_json()}};
+  if (m.alignment_mounts) {
+    json mounts = json::array();
+    for (const auto& [point, block_size] : *m.alignment_mounts)
+      mounts.push_back({bytes_json(point), block_size});
+    out["alignment_mounts"] = std::move(mounts);
+  }
+  return out;
 }
 
 /// Refuses a file whose op records are not laid out as this build's (a writer bug, or a file
@@ -380,6 +387,16 @@ Meta meta_of(const json& j) {
   m.window_start_ns = u64_of(j, "window_start_ns");
   m.mono_to_wall_ns = i64_of(j, "mono_to_wall_ns");
   m.ring_bytes = u64_of(j, "ring_bytes");
+  if (j.contains("alignment_mounts")) {
+    std::vector<std::pair<std::string, int64_t>> mounts;
+    for (const json& pair : array_of(j, "alignment_mounts")) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer())
+        throw FormatError("an alignment mount is not [point, block size]");
+      mounts.emplace_back(bytes_value(pair[0], "an alignment mount point"),
+                          pair[1].get<int64_t>());
+    }
+    m.alignment_mounts = std::move(mounts);
+  }
   u64_of(j, "abi_version");  // informative: the op record layout below is what counts
   check_op_record(member(j, "op_record"));
   return m;

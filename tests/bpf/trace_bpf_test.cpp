@@ -427,6 +427,8 @@ void expect_same_counters(const iolens_file_counters& x, const iolens_file_count
     EXPECT_EQ(x.size_read[i], y.size_read[i]) << "size_read " << i;
     EXPECT_EQ(x.size_write[i], y.size_write[i]) << "size_write " << i;
   }
+  for (int i = 0; i < IOLENS_NR_ALIGN_BUCKETS; ++i)
+    EXPECT_EQ(x.offset_lsb[i], y.offset_lsb[i]) << "offset_lsb " << i;
   uint64_t lr[2] = {}, lw[2] = {};
   for (int i = 0; i < IOLENS_NR_LAT_BUCKETS; ++i) {
     lr[0] += x.lat_read[i];
@@ -496,6 +498,15 @@ void expect_sequence_counts(const iolens_file_counters& a) {
   // read into buf + 1, readv, pwritev and preadv2 (iov[1] at buf + 50); copies have no buffer
   EXPECT_EQ(a.mem_not_aligned, 4u);
   EXPECT_EQ(a.mode, 0644u);  // the openat with O_CREAT
+  // The reads and writes of A by their offset's lowest set bit (io_sequence's offsets): not a
+  // multiple of 512: 1000, 4000, 100, 8200 (readv), 8292 (preadv2), 8392 (sendfile's read);
+  // 4096: 2^12 (bucket 4), 8192: 2^13 (5), 20000 = 2^5 * 625: not 512's either. 0 twice: none.
+  uint64_t below_512 = a.offset_lsb[0], all = 0;
+  for (int i = 0; i < IOLENS_NR_ALIGN_BUCKETS; ++i) all += a.offset_lsb[i];
+  EXPECT_EQ(below_512, 7u);
+  EXPECT_EQ(a.offset_lsb[4], 1u);
+  EXPECT_EQ(a.offset_lsb[5], 1u);
+  EXPECT_EQ(all, 9u);
 }
 
 TEST_F(TraceTest, ModeOffRecordsNothingAndCountersDoNotDependOnTheMode) {

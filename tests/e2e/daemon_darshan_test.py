@@ -150,8 +150,7 @@ def check_log(ck, d, doc, json_path, manifests, want):
                          "%s %s: %r s, expected %.6f s after the job start (job %.3f s long; "
                          "the record's %d ns from boot)" %
                          (w, dname, got, ns / 1e9 - base_s, duration_s, ns))
-        ck.eq("%s FILE_ALIGNMENT (not observed)" % w, -1, r["c"]["FILE_ALIGNMENT"])
-        ck.eq("%s MEM_ALIGNMENT (Darshan's default)" % w, 8, r["c"]["MEM_ALIGNMENT"])
+        DT.check_alignment(ck, w, f, r)
 
     # Ground truth: the workloads' own tallies and the call counts their sizes imply.
     for m in manifests:

@@ -7,6 +7,7 @@ import argparse
 import atexit
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -488,3 +489,41 @@ def parse_manifest(ck, out):
         return json.loads(out.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         ck.fatal("the workload's manifest (stdout) is not JSON: %s\n%r" % (e, out[:2000]))
+
+
+# Darshan's FILE_ALIGNMENT, written here from Darshan 3.5.0's source (darshan-core.c
+# darshan_get_exe_and_mounts, add_entry, darshan_fs_info_from_path) independently of iolens'
+# C++ (agent/core/file_alignment.cpp): the mounts of /etc/mtab (here /proc/self/mounts,
+# escapes decoded) but the excluded types, nfs after the others, a (point, type) once, at most
+# 64; the block size statfs's f_bsize; the longest mount point that is a string prefix of the
+# path; -1 when none is. (Lustre's 1 MiB and statfs failures do not occur in these tests.)
+# Python's os.statvfs gives statfs's f_bsize as its f_bsize.
+_DARSHAN_EXCLUDED = {"tmpfs", "proc", "sysfs", "devpts", "binfmt_misc", "fusectl", "debugfs",
+                     "securityfs", "nfsd", "none", "rpc_pipefs", "hugetlbfs", "cgroup"}
+
+
+def _unescape_mount(s):
+    return re.sub(r"\\([0-3][0-7][0-7])", lambda m: chr(int(m.group(1), 8)), s)
+
+
+def darshan_file_alignment(path):
+    with open("/proc/self/mounts") as f:
+        mounts = [(_unescape_mount(p[2]), _unescape_mount(p[1]))
+                  for p in (line.split() for line in f) if len(p) >= 3]
+    table = []
+    for nfs_pass in (False, True):
+        for typ, point in mounts:
+            if len(table) >= 64:
+                break
+            if (typ == "nfs") != nfs_pass or typ in _DARSHAN_EXCLUDED:
+                continue
+            if any(point == p and typ == t for p, t, _ in table):
+                continue
+            table.append((point, typ, os.statvfs(point).f_bsize))
+    # Longest first; Darshan's qsort leaves equal lengths in no set order: the later mount (the
+    # one a shared point shows) first, as iolens takes it.
+    order = sorted(range(len(table)), key=lambda i: (-len(table[i][0]), -i))
+    for point, _, bsize in (table[i] for i in order):
+        if path.startswith(point):
+            return bsize
+    return -1

@@ -58,9 +58,10 @@ TEST_F(AbiBtf, FileKey) {
 TEST_F(AbiBtf, FileCountersEveryField) {
   auto l = layout_of(b_, "iolens_file_counters");
   ASSERT_EQ(l.size, sizeof(iolens_file_counters));
-  // 119 eight-byte slots: the two 10-entry size arrays and the two 12-entry latency arrays are
-  // one member each (-18, -22), and two pairs of __u32 share a slot each (+2).
-  ASSERT_EQ(l.offsets.size(), 119u - 2 * 9 - 2 * 11 + 2);
+  // 135 eight-byte slots: the two 10-entry size arrays, the two 12-entry latency arrays and the
+  // 16-entry offset_lsb are one member each (-18, -22, -15), and two pairs of __u32 share a slot
+  // each (+2).
+  ASSERT_EQ(l.offsets.size(), 135u - 2 * 9 - 2 * 11 - 15 + 2);
   EXPECT_FIELD(l, iolens_file_counters, opens);
   EXPECT_FIELD(l, iolens_file_counters, bytes_read);
   EXPECT_FIELD(l, iolens_file_counters, max_byte_written);
@@ -87,6 +88,7 @@ TEST_F(AbiBtf, FileCountersEveryField) {
   EXPECT_FIELD(l, iolens_file_counters, map_flags);
   EXPECT_FIELD(l, iolens_file_counters, mem_not_aligned);
   EXPECT_FIELD(l, iolens_file_counters, mode);
+  EXPECT_FIELD(l, iolens_file_counters, offset_lsb);
 }
 
 TEST_F(AbiBtf, TaskStateAndEvents) {

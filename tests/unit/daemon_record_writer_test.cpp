@@ -109,7 +109,13 @@ TEST_F(RecordWriterTest, TheThreadWritesTheTakenJobAndHandsBackItsPathAndSummary
   ASSERT_EQ(t.closing().size(), 1u);
   const std::string id = t.closing().front();
   t.find(id)->state = JobState::Closed;  // as the daemon sets it before handing it over
+  // A mount table in the basis: the record's rows take their alignment from it (-1 here: no
+  // row has a path).
+  const auto table = std::make_shared<const std::vector<core::AlignmentMount>>(
+      std::vector<core::AlignmentMount>{{"/data", 65536}, {"/", 4096}});
+  t.set_alignment_table(table);
   const nlohmann::json expected = t.job_json(*t.find(id), "v");
+  ASSERT_EQ(expected["files"][0]["counters"]["file_alignment"], -1);
   JobWriter files(dir_, 0, 0);
   ASSERT_TRUE(files.prepare());
   {
@@ -129,6 +135,7 @@ TEST_F(RecordWriterTest, TheThreadWritesTheTakenJobAndHandsBackItsPathAndSummary
     ASSERT_EQ(done.size(), 1u);
     EXPECT_EQ(done[0].id, id);
     EXPECT_EQ(done[0].serial, 7u);
+    EXPECT_EQ(done[0].alignment, table);  // the basis's, not read again
     EXPECT_TRUE(done[0].record) << done[0].record.message;
     EXPECT_EQ(done[0].summary, expected["job"]);
     ASSERT_FALSE(done[0].path.empty());
@@ -161,6 +168,11 @@ TEST_F(RecordWriterTest, AJobWrittenAtAStopSaysInterruptedAndGetsItsDarshanLog) 
   const std::string log = d.path.substr(0, d.path.size() - 5) + ".darshan";
   EXPECT_GT(fs::file_size(log), 0u);
   EXPECT_EQ(files.darshan_written(), 1u);
+  // No mount table in the basis (the daemon leaves it to the writer, off its loop): the writer
+  // read this process's and hands it back; every row has an alignment (-1: no path here).
+  ASSERT_NE(d.alignment, nullptr);
+  ASSERT_FALSE(written["files"].empty());
+  for (const auto& f : written["files"]) EXPECT_EQ(f["counters"]["file_alignment"], -1);
 }
 
 TEST_F(RecordWriterTest, ARecordThatCannotBeWrittenIsHandedBackWithItsError) {

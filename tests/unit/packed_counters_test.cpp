@@ -87,7 +87,7 @@ TEST(PackedCounters, EveryWordAnyValueRoundTrips) {
     std::memcpy(&c, w, sizeof c);
     const PackedCounters p(c);
     ASSERT_TRUE(same(p.unpack(), c)) << "round " << round;
-    EXPECT_LE(p.heap_bytes(), 16 + sizeof(w) / 8 * 10);
+    EXPECT_LE(p.heap_bytes(), PackedCounters::kMaskWords * 8 + sizeof(w) / 8 * 10);
     const PackedCounters copy(p);  // copies are deep and equal
     EXPECT_TRUE(same(copy.unpack(), c));
     PackedCounters assigned;
@@ -112,10 +112,13 @@ void expect_refused(const std::string& bytes, const std::string& why) {
 }
 
 /// Two masks (little-endian) then `tail`.
-std::string masks(uint64_t lo, uint64_t hi, const std::string& tail) {
-  std::string s(16, '\0');
+/// Three masks (ABI 14's 135 counter words: 64 + 64 + 7), then `tail`.
+std::string masks(uint64_t lo, uint64_t mid, uint64_t hi, const std::string& tail) {
+  static_assert(PackedCounters::kMaskWords == 3);
+  std::string s(24, '\0');
   std::memcpy(s.data(), &lo, 8);
-  std::memcpy(s.data() + 8, &hi, 8);
+  std::memcpy(s.data() + 8, &mid, 8);
+  std::memcpy(s.data() + 16, &hi, 8);
   return s + tail;
 }
 
@@ -134,29 +137,31 @@ TEST(PackedCounters, BytesReadBackAreCheckedAndGiveTheSameCounters) {
   EXPECT_TRUE(same(empty->unpack(), new_counters()));
   // The longest varint: all ones (new_counters() value 0) is ten bytes, the tenth 0x01.
   const std::string all_ones = std::string(9, '\xff') + '\x01';
-  const auto ones = PackedCounters::from_bytes(masks(1, 0, all_ones), error);
+  const auto ones = PackedCounters::from_bytes(masks(1, 0, 0, all_ones), error);
   ASSERT_TRUE(ones.has_value()) << error;
   EXPECT_EQ(ones->unpack().opens, ~uint64_t{0});
-  // A word of the second mask (word 64 + 3) and its value 5.
-  const auto high = PackedCounters::from_bytes(masks(0, 1u << 3, "\x05"), error);
+  // A word of the second mask (word 64 + 3) and its value 5; the last word (128 + 6), 7.
+  const auto high = PackedCounters::from_bytes(masks(0, 1u << 3, 1u << 6, "\x05\x07"), error);
   ASSERT_TRUE(high.has_value()) << error;
   uint64_t w[sizeof(FileCounters) / 8];
+  static_assert(sizeof(w) / 8 == 135);
   const FileCounters c = high->unpack();
   std::memcpy(w, &c, sizeof c);
   EXPECT_EQ(w[64 + 3], 5u);
+  EXPECT_EQ(w[128 + 6], 7u);
 
   // Each way a blob may lie, refused with its reason; never read past its end.
-  expect_refused(std::string(15, '\x01'), "masks are 16");
-  expect_refused(masks(0, 0, ""), "no word");
-  expect_refused(masks(0, uint64_t{1} << 55, "\x01"), "past the counters");  // word 119
-  expect_refused(masks(1, 0, ""), "cut inside word 0");
-  expect_refused(masks(3, 0, "\x01"), "cut inside word 1");
-  expect_refused(masks(1, 0, "\x81"), "cut inside word 0");  // a continuation, then nothing
-  expect_refused(masks(1, 0, std::string("\x00", 1)), "no difference");
-  expect_refused(masks(1, 0, std::string("\x81\x00", 2)), "shortest form");
-  expect_refused(masks(1, 0, std::string(9, '\xff') + '\x02'), "over 64 bits");
-  expect_refused(masks(1, 0, std::string(10, '\xff') + '\x01'), "over 64 bits");
-  expect_refused(masks(1, 0, "\x01\x01"), "1 bytes after");
+  expect_refused(std::string(23, '\x01'), "masks are 24");
+  expect_refused(masks(0, 0, 0, ""), "no word");
+  expect_refused(masks(0, 0, uint64_t{1} << 7, "\x01"), "past the counters");  // word 135
+  expect_refused(masks(1, 0, 0, ""), "cut inside word 0");
+  expect_refused(masks(3, 0, 0, "\x01"), "cut inside word 1");
+  expect_refused(masks(1, 0, 0, "\x81"), "cut inside word 0");  // a continuation, then nothing
+  expect_refused(masks(1, 0, 0, std::string("\x00", 1)), "no difference");
+  expect_refused(masks(1, 0, 0, std::string("\x81\x00", 2)), "shortest form");
+  expect_refused(masks(1, 0, 0, std::string(9, '\xff') + '\x02'), "over 64 bits");
+  expect_refused(masks(1, 0, 0, std::string(10, '\xff') + '\x01'), "over 64 bits");
+  expect_refused(masks(1, 0, 0, "\x01\x01"), "1 bytes after");
 }
 
 TEST(PackedCounters, AMovedFromValueIsFreshCounters) {

@@ -100,8 +100,13 @@ TEST(JsonReport, EveryDocumentedCounterIsPresent) {
         "lat_write_le_4us", "lat_write_le_16us", "lat_write_le_64us", "lat_write_le_256us",
         "lat_write_le_1ms", "lat_write_le_4ms", "lat_write_le_16ms", "lat_write_le_64ms",
         "lat_write_le_256ms", "lat_write_le_1s", "lat_write_gt_1s", "lat_read_sum_ns",
-        "lat_write_sum_ns"})
+        "lat_write_sum_ns", "mem_not_aligned", "mode", "file_alignment", "file_not_aligned"})
     EXPECT_TRUE(c.contains(k)) << k;
+  // The offsets' buckets are not counters of their own: FILE_NOT_ALIGNED comes from them.
+  for (const auto& [k, v] : c.items()) EXPECT_EQ(k.find("offset_lsb"), std::string::npos) << k;
+  // No mount table given: the alignment is not known.
+  EXPECT_TRUE(c["file_alignment"].is_null());
+  EXPECT_TRUE(c["file_not_aligned"].is_null());
 }
 
 TEST(JsonReport, HostileNamesStayValidJsonWithExactBytes) {
@@ -441,9 +446,24 @@ TEST(JsonReport, StreamedFileRowsOfEveryShapeAreTheDumpedOnes) {
     f.counters.fault_miss_pages = static_cast<uint64_t>(rp[1]);
     f.counters.bytes_read = i == 10 ? UINT64_MAX / 2 : static_cast<uint64_t>(i) * 4096;
     f.counters.max_byte_read = i == 11 ? -1 : 77;
+    // alignment unknown, none (-1), known, and one the offsets' buckets cannot tell
+    f.file_alignment = i % 4 == 0   ? std::nullopt
+                       : i % 4 == 1 ? std::optional<int64_t>(-1)
+                       : i % 4 == 2 ? std::optional<int64_t>(4096)
+                                    : std::optional<int64_t>(3000);
+    f.counters.offset_lsb[0] = static_cast<uint64_t>(i);
+    f.counters.offset_lsb[3] = 2;
     s.files.push_back(f);
   }
-  EXPECT_EQ(streamed(s), exporters::dump_json(exporters::run_to_json(s, "9.9.9")));
+  const json dom = exporters::run_to_json(s, "9.9.9");
+  EXPECT_EQ(streamed(s), exporters::dump_json(dom));
+  EXPECT_TRUE(dom["files"][0]["counters"]["file_not_aligned"].is_null());
+  EXPECT_EQ(dom["files"][1]["counters"]["file_alignment"], -1);
+  EXPECT_EQ(dom["files"][1]["counters"]["file_not_aligned"], 0);
+  EXPECT_EQ(dom["files"][2]["counters"]["file_alignment"], 4096);
+  EXPECT_EQ(dom["files"][2]["counters"]["file_not_aligned"], 2 + 2);  // buckets 0 (i = 2) and 3
+  EXPECT_EQ(dom["files"][3]["counters"]["file_alignment"], 3000);
+  EXPECT_TRUE(dom["files"][3]["counters"]["file_not_aligned"].is_null());
 }
 
 TEST(JsonReport, StreamedRecordIsWrittenInPieces) {

@@ -643,6 +643,11 @@ TEST(TraceFile, BadJsonIsRefused) {
       {with("/op_record/byte_order"_json_pointer, "big"), "not little-endian"},
       {with("/op_record/fields/3/name"_json_pointer, "inode"), "op record field 3 is not ino"},
       {with("/op_record/fields/15"_json_pointer, gone), "op record fields differ"},
+      {with("/alignment_mounts/0"_json_pointer, {"/x"}), "an alignment mount is not [point, block size]"},
+      {with("/alignment_mounts/0"_json_pointer, {"/x", "4096"}), "not [point, block size]"},
+      {with("/alignment_mounts/0"_json_pointer, {"/x", 1.5}), "not [point, block size]"},
+      {with("/alignment_mounts/0"_json_pointer, {5, 4096}), "an alignment mount point is neither"},
+      {with("/alignment_mounts"_json_pointer, 7), "\"alignment_mounts\""},
   };
   for (const auto& [payload, why] : cases) {
     SCOPED_TRACE(why);
@@ -652,6 +657,17 @@ TEST(TraceFile, BadJsonIsRefused) {
     EXPECT_EQ(r.problem, ReadProblem::corrupt);
     EXPECT_EQ(r.status.message.rfind("corrupt META block 0 at byte 16: ", 0), 0u) << r.status.message;
     EXPECT_NE(r.status.message.find(why), std::string::npos) << r.status.message;
+  }
+  // A file of ABI 13 and before has no mount table: its alignments are not known.
+  {
+    Bytes old = file_header(1, 1);
+    json older = good;
+    older.erase("alignment_mounts");
+    append(old, block({.kind = kMeta, .payload = bytes_of(older.dump())}));
+    append(old, block({.kind = kTrailer, .seq = 1, .payload = trailer_payload(1)}));
+    const ReadResult r = read(old);
+    EXPECT_OK(r.status);
+    EXPECT_FALSE(r.trace.meta.alignment_mounts.has_value());
   }
   // Unknown keys are what a later minor version adds: ignored.
   json later = good;

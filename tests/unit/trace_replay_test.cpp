@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/counters.hpp"
+#include "core/file_alignment.hpp"
 #include "exporters/darshan_log.hpp"
 #include "exporters/trace_replay.hpp"
 #include "iolens_account.h"
@@ -114,6 +115,28 @@ TEST(TraceReplay, MemoryAlignmentAndModeComeFromTheFlagsAndTheOpensArg) {
   EXPECT_EQ(c.mem_not_aligned, 2u);
   EXPECT_EQ(c.opens, 3u);
   EXPECT_EQ(c.mode, 0640u);
+}
+
+// A trace's header keeps Darshan's mount table (ABI 14): the rows of its replay get their
+// paths' alignment from it, and FILE_NOT_ALIGNED from the offsets; without one, not known.
+TEST(TraceReplay, RowsTakeTheirAlignmentFromTheHeadersMountTable) {
+  trace::Trace t = sample_trace();
+  t.meta.alignment_mounts.reset();
+  for (const auto& f : exporters::replay_counters(t).files)
+    EXPECT_FALSE(f.file_alignment.has_value()) << f.path;
+  t.meta.alignment_mounts = {{"/data", 1 << 20}, {"/", 4096}};
+  const core::RunSnapshot run = exporters::replay_counters(t);
+  const auto* data = row(run, kWorker.pid, "/data/train.bin");
+  const auto* ckpt = row(run, kMain.pid, "/ckpt/model.pt");
+  ASSERT_NE(data, nullptr);
+  ASSERT_NE(ckpt, nullptr);
+  EXPECT_EQ(data->file_alignment, 1 << 20);
+  EXPECT_EQ(ckpt->file_alignment, 4096);
+  // The worker's reads of train.bin start at 0, 4096, 100000, 8192 (0 bytes) and, reopened, 0:
+  // none is a multiple of 1 MiB but the two at 0.
+  EXPECT_EQ(core::file_not_aligned(data->counters, *data->file_alignment), 3);
+  // The checkpoint's writes at 0 and 1048577, its read at 0: one not a multiple of 4096.
+  EXPECT_EQ(core::file_not_aligned(ckpt->counters, *ckpt->file_alignment), 1);
 }
 
 TEST(TraceReplay, DarshanRulesHold) {
