@@ -431,6 +431,15 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
         alignment ? core::file_not_aligned(c, *alignment) : std::nullopt;
     set("FILE_ALIGNMENT", alignment ? *alignment : -1);
     set("FILE_NOT_ALIGNED", not_aligned ? *not_aligned : -1);
+    // What the source did not record (a trace of ABI 13 or before): not collected.
+    for (const std::string& name : run.not_recorded) {
+      if (name == "mem_not_aligned") {
+        set("MEM_NOT_ALIGNED", -1);
+        set("MEM_ALIGNMENT", -1);
+      } else if (name == "mode") {
+        set("MODE", -1);
+      }
+    }
     set("FASTEST_RANK", x.fastest_rank);
     set("FASTEST_RANK_BYTES", static_cast<int64_t>(x.fastest_bytes));
     set("SLOWEST_RANK", x.slowest_rank);

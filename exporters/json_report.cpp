@@ -216,6 +216,7 @@ json run_head_json(const core::RunSnapshot& run, const std::string& version) {
   j["not_attached"] = run.not_attached;
   j["timing"] = run.timing;
   if (!run.timing_note.empty()) put_string(j, "timing_note", run.timing_note);
+  if (!run.not_recorded.empty()) j["not_recorded"] = run.not_recorded;
   if (!run.collector.empty()) {
     json c = {{"path", run.collector}};
     if (run.collector == "iolensd") c["job"] = run.collector_note;

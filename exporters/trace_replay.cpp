@@ -217,6 +217,7 @@ core::RunSnapshot replay_counters(const trace::Trace& t) {
     core::set_file_alignments(run, table);
   }
   run.command = t.meta.command;
+  if (t.meta.abi_version < 14) run.not_recorded = {"mem_not_aligned", "mode"};
   run.start_ns = trace_wall_ns(t.meta, idx.window_start_ns());
   run.end_ns = trace_wall_ns(t.meta, idx.window_end_ns());
   for (auto& f : run.files) f.renamed_to.clear();

@@ -20,4 +20,13 @@ CommandWords split_run_command(int argc, const char* const* argv) {
   return out;
 }
 
+std::vector<std::string> run_command_of(std::vector<std::string> parsed,
+                                        const std::optional<std::vector<std::string>>& after) {
+  if (!after) return parsed;
+  if (parsed.empty()) return *after;
+  parsed.emplace_back("--");
+  parsed.insert(parsed.end(), after->begin(), after->end());
+  return parsed;
+}
+
 }  // namespace iolens::cli

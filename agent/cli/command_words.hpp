@@ -20,4 +20,10 @@ struct CommandWords {
 /// when nothing follows it); otherwise the parser gets all of argv and `command` is nullopt.
 CommandWords split_run_command(int argc, const char* const* argv);
 
+/// The command to run: the words after "--" when the parser had none before it; else the
+/// parser's words, then "--" and the rest (`iolens run git diff -- f` runs `git diff -- f`, as
+/// the parser alone took it).
+std::vector<std::string> run_command_of(std::vector<std::string> parsed,
+                                        const std::optional<std::vector<std::string>>& after);
+
 }  // namespace iolens::cli

@@ -119,12 +119,7 @@ int main(int argc, char** argv) {
     return queries.usage_error(app, e);
   }
   if (cmd->parsed()) {
-    if (words.command && !run.command.empty()) {
-      std::fprintf(stderr, "iolens: run: '%s' before --: the command goes after it\n",
-                   run.command.front().c_str());
-      return 2;
-    }
-    if (words.command) run.command = *words.command;
+    run.command = iolens::cli::run_command_of(std::move(run.command), words.command);
     if (run.command.empty()) {
       std::fprintf(stderr, "iolens: run: no command to trace (iolens run [OPTIONS] -- COMMAND "
                            "[ARGS...])\nRun with --help for more information.\n");

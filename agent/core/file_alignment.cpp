@@ -66,8 +66,11 @@ int64_t darshan_file_alignment(const std::vector<AlignmentMount>& table, std::st
 }
 
 void set_file_alignments(RunSnapshot& run, const std::vector<AlignmentMount>& table) {
+  // A path cut by the kernel's walk holds only its last components: no mount can be told.
   for (FileSnapshot& f : run.files)
-    f.file_alignment = f.path_known ? darshan_file_alignment(table, f.path) : -1;
+    f.file_alignment = f.path_known && !f.path_incomplete
+                           ? std::optional<int64_t>(darshan_file_alignment(table, f.path))
+                           : std::nullopt;
 }
 
 std::optional<int64_t> file_not_aligned(const FileCounters& c, int64_t alignment) {

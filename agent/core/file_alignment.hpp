@@ -56,7 +56,8 @@ int64_t darshan_file_alignment(const std::vector<AlignmentMount>& table, std::st
 /// 2-256 B, or above 16 MiB.
 std::optional<int64_t> file_not_aligned(const FileCounters& c, int64_t alignment);
 
-/// Sets every row's file_alignment from the table (its path; a row whose path is unknown, -1).
+/// Sets every row's file_alignment from the table (its path); nullopt (not known) for a row
+/// whose path is unknown or incomplete.
 void set_file_alignments(RunSnapshot& run, const std::vector<AlignmentMount>& table);
 
 }  // namespace iolens::core

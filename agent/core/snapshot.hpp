@@ -101,6 +101,10 @@ struct RunSnapshot {
   /// Why the run is timed exactly although off was asked for (tracefs or the close tracepoint
   /// missing); empty otherwise.
   std::string timing_note;
+  /// Counters the snapshot's source did not record (a trace of ABI 13 or before has no buffer
+  /// flag and no open's mode: "mem_not_aligned", "mode"): 0 in the rows, said in the record's
+  /// `not_recorded`, -1 in a Darshan log.
+  std::vector<std::string> not_recorded;
 };
 
 }  // namespace iolens::core

@@ -49,6 +49,7 @@ struct Meta {
   uint64_t window_end_ns = 0;       // 0 until the capture ends (the trailer sets it)
   int64_t mono_to_wall_ns = 0;      // CLOCK_REALTIME - CLOCK_MONOTONIC at the start
   uint64_t ring_bytes = 0;          // size of the kernel's trace ring
+  uint64_t abi_version = 0;         // IOLENS_ABI_VERSION of the writer (14+: buffers, modes)
   /// Darshan's mount table at the start, (mount point, block size), longest point first: what
   /// a converter takes the files' FILE_ALIGNMENT from (core/file_alignment.hpp). Absent from
   /// files of ABI 13 and before: the alignment of their files is unknown.

@@ -340,7 +340,7 @@ json meta_json(const Meta& m) {
           {"window_start_ns", m.window_start_ns},
           {"mono_to_wall_ns", m.mono_to_wall_ns},
           {"ring_bytes", m.ring_bytes},
-          {"abi_version", IOLENS_ABI_VERSION},
+          {"abi_version", m.abi_version ? m.abi_version : uint64_t{IOLENS_ABI_VERSION}},
           {"op_record", op_record_json()}};
   if (m.alignment_mounts) {
     json mounts = json::array();
@@ -390,14 +390,20 @@ Meta meta_of(const json& j) {
   if (j.contains("alignment_mounts")) {
     std::vector<std::pair<std::string, int64_t>> mounts;
     for (const json& pair : array_of(j, "alignment_mounts")) {
-      if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer())
+      // A block size is positive, or -1 (none); a JSON integer past int64's range is not one.
+      if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer() ||
+          (pair[1].is_number_unsigned() &&
+           pair[1].get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
+          (pair[1].get<int64_t>() <= 0 && pair[1].get<int64_t>() != -1))
         throw FormatError("an alignment mount is not [point, block size]");
       mounts.emplace_back(bytes_value(pair[0], "an alignment mount point"),
                           pair[1].get<int64_t>());
     }
     m.alignment_mounts = std::move(mounts);
   }
-  u64_of(j, "abi_version");  // informative: the op record layout below is what counts
+  // The op record layout below is what decides how ops are read; the version says what the
+  // writer put in them (ABI 14: the buffer flag and an open's mode).
+  m.abi_version = u64_of(j, "abi_version");
   check_op_record(member(j, "op_record"));
   return m;
 }

@@ -499,7 +499,7 @@ TEST(DarshanLog, AFileEveryProcessTouchedIsOneSharedRecord) {
   EXPECT_EQ(fn(own, "F_VARIANCE_RANK_TIME"), 0.0);
   for (const char* name : {"FASTEST_RANK", "FASTEST_RANK_BYTES", "SLOWEST_RANK", "SLOWEST_RANK_BYTES"})
     EXPECT_EQ(n(own, name), 0) << name;
-  // Darshan's memory alignment and mode; the file alignment is not observed yet (-1)
+  // Darshan's memory alignment and mode; no mount table was given: the file alignment is -1
   EXPECT_EQ(n(own, "MEM_NOT_ALIGNED"), 1);
   EXPECT_EQ(n(own, "MEM_ALIGNMENT"), 8);
   EXPECT_EQ(n(own, "MODE"), 0644);

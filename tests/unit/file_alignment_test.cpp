@@ -147,7 +147,16 @@ TEST(FileAlignment, RowsGetTheirPathsAlignment) {
   f.path = "<unknown 8:1:5>";
   f.path_known = false;
   run.files.push_back(f);
-  set_file_alignments(run, {{"/data", 65536}, {"/", 4096}});
+  f.path = "/train/x.bin";  // the last components only: the kernel's walk was cut
+  f.path_known = true;
+  f.path_incomplete = true;
+  run.files.push_back(f);
+  f.path = "/elsewhere";
+  f.path_incomplete = false;
+  run.files.push_back(f);
+  set_file_alignments(run, {{"/data", 65536}, {"/d", 512}});
   EXPECT_EQ(run.files[0].file_alignment, 65536);
-  EXPECT_EQ(run.files[1].file_alignment, -1);  // no path: no mount
+  EXPECT_EQ(run.files[1].file_alignment, std::nullopt);  // no path: not known
+  EXPECT_EQ(run.files[2].file_alignment, std::nullopt);  // a cut path: not known either
+  EXPECT_EQ(run.files[3].file_alignment, -1);            // a path no mount is a prefix of
 }

@@ -9,6 +9,7 @@
 
 #include "cli/command_words.hpp"
 
+using iolens::cli::run_command_of;
 using iolens::cli::split_run_command;
 
 namespace {
@@ -39,6 +40,15 @@ TEST(RunCommandWords, RootOptionsMayComeFirstAndNothingAfterTheDashesIsAnEmptyCo
   EXPECT_EQ(s.argc, 3);
   ASSERT_TRUE(s.command);
   EXPECT_TRUE(s.command->empty());
+}
+
+TEST(RunCommandWords, WordsTheParserTookBeforeTheDashesComeFirst) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(run_command_of({}, V{"sh", "-c", "[ 1 ]"}), (V{"sh", "-c", "[ 1 ]"}));
+  // `iolens run git diff -- f`: the command is `git diff -- f`, as the parser alone took it
+  EXPECT_EQ(run_command_of({"git", "diff"}, V{"f"}), (V{"git", "diff", "--", "f"}));
+  EXPECT_EQ(run_command_of({"true"}, std::nullopt), (V{"true"}));
+  EXPECT_EQ(run_command_of({}, V{}), V{});  // nothing: main() says a command is needed
 }
 
 TEST(RunCommandWords, OtherCommandsAndARunWithoutDashesGoWholeToTheParser) {

@@ -646,6 +646,10 @@ TEST(TraceFile, BadJsonIsRefused) {
       {with("/alignment_mounts/0"_json_pointer, {"/x"}), "an alignment mount is not [point, block size]"},
       {with("/alignment_mounts/0"_json_pointer, {"/x", "4096"}), "not [point, block size]"},
       {with("/alignment_mounts/0"_json_pointer, {"/x", 1.5}), "not [point, block size]"},
+      {with("/alignment_mounts/0"_json_pointer, {"/x", 0}), "not [point, block size]"},
+      {with("/alignment_mounts/0"_json_pointer, {"/x", -2}), "not [point, block size]"},
+      {with("/alignment_mounts/0"_json_pointer, {"/x", json(uint64_t{1} << 63)}),
+       "not [point, block size]"},
       {with("/alignment_mounts/0"_json_pointer, {5, 4096}), "an alignment mount point is neither"},
       {with("/alignment_mounts"_json_pointer, 7), "\"alignment_mounts\""},
   };

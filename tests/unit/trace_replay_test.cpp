@@ -13,6 +13,7 @@
 #include "core/counters.hpp"
 #include "core/file_alignment.hpp"
 #include "exporters/darshan_log.hpp"
+#include "exporters/json_report.hpp"
 #include "exporters/trace_replay.hpp"
 #include "iolens_account.h"
 #include "trace_sample.hpp"
@@ -137,6 +138,29 @@ TEST(TraceReplay, RowsTakeTheirAlignmentFromTheHeadersMountTable) {
   EXPECT_EQ(core::file_not_aligned(data->counters, *data->file_alignment), 3);
   // The checkpoint's writes at 0 and 1048577, its read at 0: one not a multiple of 4096.
   EXPECT_EQ(core::file_not_aligned(ckpt->counters, *ckpt->file_alignment), 1);
+}
+
+// A trace written before ABI 14 has no buffer flag and no open's mode: its replay says so
+// (`not_recorded`), and its Darshan log has them as not collected (-1), not as zeros.
+TEST(TraceReplay, ATraceOfAnOlderAbiSaysWhatItDidNotRecord) {
+  trace::Trace t = sample_trace();
+  EXPECT_TRUE(exporters::replay_counters(t).not_recorded.empty());
+  t.meta.abi_version = 13;
+  const core::RunSnapshot run = exporters::replay_counters(t);
+  EXPECT_EQ(run.not_recorded, (std::vector<std::string>{"mem_not_aligned", "mode"}));
+  EXPECT_EQ(exporters::run_to_json(run, "v")["not_recorded"],
+            nlohmann::json({"mem_not_aligned", "mode"}));
+  exporters::DarshanLogContents log;
+  std::string err;
+  ASSERT_TRUE(exporters::read_darshan_log(
+      exporters::darshan_log(run, exporters::darshan_job_of_trace(t)), log, err))
+      << err;
+  ASSERT_FALSE(log.posix.empty());
+  for (const auto& r : log.posix) {
+    for (const char* name : {"MEM_NOT_ALIGNED", "MEM_ALIGNMENT", "MODE"})
+      EXPECT_EQ(r.counters[static_cast<size_t>(exporters::darshan_posix_counter_index(name))], -1)
+          << name;
+  }
 }
 
 TEST(TraceReplay, DarshanRulesHold) {

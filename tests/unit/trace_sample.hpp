@@ -67,6 +67,7 @@ inline trace::Trace sample_trace() {
   t.meta.producer = "iolens 0.1.0";
   t.meta.node = "node1";
   t.meta.target = "run";
+  t.meta.abi_version = IOLENS_ABI_VERSION;  // a trace of this build (ABI 14+: buffers and modes)
   t.meta.job_kind = "run";
   t.meta.job_id = "4242";
   t.meta.job_labels = {{"team", "vision"}};

@@ -38,6 +38,7 @@ inline Meta meta() {
   m.window_end_ns = 0;  // the trailer's
   m.mono_to_wall_ns = -1'700'000'000'000'000'000ll;
   m.ring_bytes = 64u << 20;
+  m.abi_version = IOLENS_ABI_VERSION;
   // Darshan's mount table (ABI 14), a hostile point among them
   m.alignment_mounts = {{"/data/\xff x", 65536}, {"/data", 1 << 20}, {"/", 4096}, {"", -1}};
   return m;
