@@ -747,10 +747,6 @@ void Daemon::new_table() {
   if (metrics_) table_->set_file_classes(cfg_.metrics.classes);
   table_->set_cgroup_resolver([this](uint64_t id) { return resolve_cgroup(id); });
   if (loader_) table_->set_timing(loader_->timing() == IOLENS_TIMING_OFF ? "off" : "exact");
-  // Darshan's mount table for live pages and trace captures, until a record's writer reads a
-  // newer one (each record reads it again, off the loop: record_writer.cpp).
-  table_->set_alignment_table(std::make_shared<const std::vector<core::AlignmentMount>>(
-      exporters::alignment_table(exporters::read_mounts("/proc/self/mounts"))));
   // Detached (on-demand, no job yet): a process selected before the first attach says so.
   if (loader_ && !loader_->syscall_hooks()) table_->hooks_detached(0);
 }
@@ -1654,7 +1650,6 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
 
 void Daemon::collect_written(bool save) {
   for (RecordDone& d : records_->take_done()) {
-    if (d.alignment) table_->set_alignment_table(std::move(d.alignment));
     if (!d.darshan) spdlog::error("job {}: Darshan log: {}", d.id, d.darshan.message);
     if (!d.record) spdlog::error("job {}: {}", d.id, d.record.message);
     if (!d.path.empty())
@@ -2283,8 +2278,8 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
   meta.window_start_ns = static_cast<uint64_t>(start);
   meta.mono_to_wall_ns = table_->clock().mono_to_wall_ns;
   meta.ring_bytes = loader_->trace_ring_size();
-  // The mount table the last record's writer read (no statfs() on this loop), if any yet.
-  if (const auto t = table_->alignment_table()) {
+  // The mount table the record writer's thread read last (no statfs() on this loop), if any.
+  if (const auto t = records_->alignment()) {
     meta.alignment_mounts.emplace();
     for (const core::AlignmentMount& m : *t)
       meta.alignment_mounts->emplace_back(m.point, m.block_size);
@@ -2518,6 +2513,8 @@ nlohmann::json Daemon::live_job_page(const Job& job, const PageRequest& r) {
   // hundreds of MB, and two are never held at once.
   dispose_pages(live_pages_.release());
   const uint64_t serial = live_pages_.next_serial();
+  // Darshan's mount table as the record writer's thread read it last (never read here).
+  table_->set_alignment_table(records_->alignment());
   auto pages = table_->job_pages(job, IOLENS_VERSION, serial, std::move(members), now);
   const auto end = LivePages::Clock::now();
   nlohmann::json page = pages->page(r.offset, r.limit, end);

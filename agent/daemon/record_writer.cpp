@@ -111,8 +111,18 @@ void RecordWriter::wait_idle() {
   idle_.wait(lock, [this] { return queue_.empty() && busy_since_ns_ == 0 && !tidying_; });
 }
 
+std::shared_ptr<const std::vector<core::AlignmentMount>> RecordWriter::alignment() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return alignment_;
+}
+
 void RecordWriter::run() {
+  // The daemon's live pages and captures take the mount table from here: read first, off the
+  // loop and unlocked (a blocked statfs() holds only this thread).
+  auto table = std::make_shared<const std::vector<core::AlignmentMount>>(
+      exporters::alignment_table(exporters::read_mounts("/proc/self/mounts")));
   std::unique_lock<std::mutex> lock(mu_);
+  if (!alignment_) alignment_ = std::move(table);
   for (;;) {
     const auto woken = [this] { return stopping_ || !queue_.empty() || !disposed_.empty(); };
     if (snapshot_rows_untrimmed_ == 0) {
@@ -178,6 +188,7 @@ void RecordWriter::run() {
     // Handed back as soon as the record is there, so a client that sees the file finds the
     // job closed; the slow rest follows.
     busy_since_ns_ = 0;
+    if (d.alignment) alignment_ = d.alignment;
     done_.push_back(std::move(d));
     tidying_ = true;
     lock.unlock();

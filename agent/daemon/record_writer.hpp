@@ -80,6 +80,10 @@ class RecordWriter {
   /// held is given back to the system at most once a minute (the trim holds each allocator
   /// arena's lock, the loop's too, while it works).
   void dispose(std::shared_ptr<const void> what, std::size_t rows);
+  /// Darshan's mount table as this thread read it last: when it started, then for each record
+  /// (statfs() of a dead NFS server may block: never on the daemon's loop). Null until the
+  /// first read is done.
+  std::shared_ptr<const std::vector<core::AlignmentMount>> alignment() const;
 
  private:
   void run();
@@ -103,6 +107,7 @@ class RecordWriter {
   int64_t busy_since_ns_ = 0;  // the job being written (its submission), 0 when none
   bool tidying_ = false;       // after a record: rotating the directory, freeing the job
   std::vector<RecordDone> done_;
+  std::shared_ptr<const std::vector<core::AlignmentMount>> alignment_;
   bool stopping_ = false;
   std::thread thread_;  // last: started once everything above is
 };

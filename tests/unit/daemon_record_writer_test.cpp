@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -145,6 +147,34 @@ TEST_F(RecordWriterTest, TheThreadWritesTheTakenJobAndHandsBackItsPathAndSummary
   }
   EXPECT_EQ(files.written(), 1u);
   EXPECT_EQ(files.failed(), 0u);
+}
+
+// The daemon takes Darshan's mount table for live pages and captures from the writer's
+// thread, which reads it when it starts (never the daemon's loop: statfs() may block), then
+// again for each record written without one.
+TEST_F(RecordWriterTest, TheWritersThreadReadsTheMountTableAtItsStartAndForEachRecord) {
+  JobWriter files(dir_, 0, 0);
+  RecordWriter w(files);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!w.alignment() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto first = w.alignment();
+  ASSERT_NE(first, nullptr);
+  EXPECT_FALSE(first->empty());  // this machine has a mount Darshan keeps ("/", at least)
+  JobTable t = table_with_job(true);
+  const std::string id = t.closing().front();
+  t.find(id)->state = JobState::Closed;
+  RecordJob r;
+  r.basis = t.record_basis();  // no table: the writer reads one for this record
+  r.version = "v";
+  r.job = t.take(id);
+  w.submit(std::move(r));
+  w.wait_idle();
+  const std::vector<RecordDone> done = w.take_done();
+  ASSERT_EQ(done.size(), 1u);
+  ASSERT_NE(done[0].alignment, nullptr);
+  EXPECT_NE(done[0].alignment, first);  // read again
+  EXPECT_EQ(w.alignment(), done[0].alignment);
 }
 
 TEST_F(RecordWriterTest, AJobWrittenAtAStopSaysInterruptedAndGetsItsDarshanLog) {
