@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 14
+#define IOLENS_ABI_VERSION 15
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -33,6 +33,23 @@
 #define IOLENS_NR_ALIGN_BUCKETS 16
 #define IOLENS_ALIGN_MIN_SHIFT 9  /* bucket 0 ends below 512 */
 #define IOLENS_ALIGN_MAX_SHIFT 24 /* multiples of 16 MiB are in no bucket */
+
+/*
+ * Darshan's common access sizes and strides (ABI 15; docs/counters.md "Access sizes and
+ * strides"): each record tallies the first IOLENS_TALLY_SLOTS distinct values it sees, in the
+ * order they first came (iolens_tally_add in iolens_account.h). Darshan tallies the first 32 in a
+ * tree and keeps the four most frequent non-zero ones; with at most IOLENS_TALLY_SLOTS distinct
+ * values (0 included) the four are the same, and a call whose value found no slot is counted
+ * in `untallied`, so that a record where they may differ says so.
+ */
+#define IOLENS_TALLY_SLOTS 8
+
+struct iolens_tally {
+	__u64 value[IOLENS_TALLY_SLOTS]; /* the value + 1 (bytes); 0 = a free slot. Slots fill in
+					  * order, each claimed by one compare-and-swap */
+	__u64 count[IOLENS_TALLY_SLOTS]; /* calls of that value */
+	__u64 untallied;                 /* calls whose value was in no slot when all were taken */
+};
 
 /*
  * Per-call latency buckets of reads and writes: inclusive upper bounds of t1 - t0 in ns, powers
@@ -194,6 +211,11 @@ struct iolens_file_counters {
 				* creat) with a non-zero mode; 0 = none */
 	__u64 offset_lsb[IOLENS_NR_ALIGN_BUCKETS]; /* counted reads/writes by the lowest set bit
 						    * of their offset (IOLENS_NR_ALIGN_BUCKETS) */
+	/* ---- Darshan's common access sizes and strides (ABI 15) ---- */
+	struct iolens_tally access; /* bytes each counted read and write returned (0 included) */
+	struct iolens_tally stride; /* Darshan's stride of each counted read and write: the gap
+				     * from the end of the last one of the same direction, 0 when
+				     * none or not forward (reads and writes in one tally) */
 };
 
 /* Darshan's default memory alignment (its --with-mem-align, 8): what mem_not_aligned checks */
@@ -640,7 +662,8 @@ struct iolens_proc_lost {
 
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
-IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720 + 45 * 8, "counters layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_tally) == (2 * IOLENS_TALLY_SLOTS + 1) * 8, "tally layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720 + 45 * 8 + 2 * 136, "counters layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 136, "task state layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 32, "event header layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_fork_event) == 64, "fork event layout");

@@ -40,6 +40,36 @@
 #ifndef IOLENS_ALIGN_BUCKET
 #define IOLENS_ALIGN_BUCKET(offset) iolens_align_bucket(offset)
 #endif
+#ifndef IOLENS_TALLY
+#define IOLENS_TALLY(tally, v) iolens_tally_add(tally, v)
+#endif
+
+/*
+ * One call of value `v` into a tally (struct iolens_tally in iolens_abi.h), as Darshan's
+ * darshan_track_common_val_counters does into its tree of at most 32 values: a value already
+ * held counts once more; a new one takes the first free slot; with no slot free the call is
+ * counted in `untallied` (Darshan drops it once its 32 are taken). Slots are claimed by
+ * compare-and-swap so that two threads with a new value each never take one slot, and fill in
+ * order, so a value is never held twice. `v` is at most 2^63 - 1 (bytes of one call, a gap
+ * between two offsets): v + 1 does not wrap.
+ */
+IOLENS_INLINE void iolens_tally_add(struct iolens_tally *t, __u64 v)
+{
+	const __u64 key = v + 1;
+	int i;
+
+	for (i = 0; i < IOLENS_TALLY_SLOTS; i++) {
+		__u64 held = t->value[i];
+
+		if (held == 0)
+			held = __sync_val_compare_and_swap(&t->value[i], 0, key);
+		if (held == 0 || held == key) {
+			IOLENS_ADD(&t->count[i], 1);
+			return;
+		}
+	}
+	IOLENS_ADD(&t->untallied, 1);
+}
 
 /*
  * The offset_lsb bucket of a read or write at `offset` (IOLENS_NR_ALIGN_BUCKETS in
@@ -194,6 +224,13 @@ IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_writ
 
 	if (ret < 0)
 		return;
+	/* Darshan's stride: from the end of the last access of this direction (exclusive) to this
+	 * offset; 0 after an open or close (last byte 0), and when not forward */
+	if (offset > 0 && offset > *last_byte && *last_byte != 0)
+		IOLENS_TALLY(&c->stride, (__u64)(offset - *last_byte - 1));
+	else
+		IOLENS_TALLY(&c->stride, 0);
+	IOLENS_TALLY(&c->access, (__u64)ret);
 	if (is_write) {
 		IOLENS_ADD(&c->writes, 1);
 		IOLENS_ADD(&c->bytes_written, (__u64)ret);

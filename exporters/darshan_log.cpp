@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/by_file.hpp"
+#include "core/common_values.hpp"
 
 namespace iolens::exporters {
 namespace {
@@ -431,6 +432,25 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
         alignment ? core::file_not_aligned(c, *alignment) : std::nullopt;
     set("FILE_ALIGNMENT", alignment ? *alignment : -1);
     set("FILE_NOT_ALIGNED", not_aligned ? *not_aligned : -1);
+    // Darshan's four most common access sizes and strides, from the record's tallies
+    // (common_values.hpp; a shared record's are its processes' tallies merged, not Darshan's
+    // reduction of each rank's four: docs/counters.md "Access sizes and strides").
+    static const char* const kAccess[4][2] = {{"ACCESS1_ACCESS", "ACCESS1_COUNT"},
+                                              {"ACCESS2_ACCESS", "ACCESS2_COUNT"},
+                                              {"ACCESS3_ACCESS", "ACCESS3_COUNT"},
+                                              {"ACCESS4_ACCESS", "ACCESS4_COUNT"}};
+    static const char* const kStride[4][2] = {{"STRIDE1_STRIDE", "STRIDE1_COUNT"},
+                                              {"STRIDE2_STRIDE", "STRIDE2_COUNT"},
+                                              {"STRIDE3_STRIDE", "STRIDE3_COUNT"},
+                                              {"STRIDE4_STRIDE", "STRIDE4_COUNT"}};
+    const core::CommonValues accesses = core::common_values(c.access);
+    const core::CommonValues strides = core::common_values(c.stride);
+    for (std::size_t i = 0; i < 4; ++i) {
+      set(kAccess[i][0], accesses[i].value);
+      set(kAccess[i][1], accesses[i].count);
+      set(kStride[i][0], strides[i].value);
+      set(kStride[i][1], strides[i].count);
+    }
     // What the source did not record (a trace of ABI 13 or before): not collected.
     for (const std::string& name : run.not_recorded) {
       if (name == "mem_not_aligned") {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/by_file.hpp"
+#include "core/common_values.hpp"
 #include "core/file_alignment.hpp"
 
 namespace iolens::exporters {
@@ -44,11 +45,67 @@ std::pair<std::optional<int64_t>, std::optional<int64_t>> alignment_of(
 
 json optional_json(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
 
-void add_alignment(json& counters, const core::FileCounters& c,
-                   const std::optional<int64_t>& alignment) {
-  const auto [a, n] = alignment_of(c, alignment);
-  counters["file_alignment"] = optional_json(a);
-  counters["file_not_aligned"] = optional_json(n);
+/// The members of a file row's counters that are not plain counter_fields(): computed from the
+/// record (and the file's alignment), in one table so that the DOM (file_json) and the streamed
+/// text (append_counters_and_coverage) cannot differ. nullopt prints null.
+struct DerivedInputs {
+  const core::FileCounters& c;
+  std::optional<int64_t> alignment, not_aligned;
+  core::CommonValues access, stride;
+};
+DerivedInputs derived_inputs(const core::FileCounters& c,
+                             const std::optional<int64_t>& file_alignment) {
+  const auto [a, n] = alignment_of(c, file_alignment);
+  return {c, a, n, core::common_values(c.access), core::common_values(c.stride)};
+}
+using DerivedValue = std::optional<int64_t> (*)(const DerivedInputs&);
+struct DerivedMember {
+  std::string_view name;
+  DerivedValue value;
+};
+template <int I>
+std::optional<int64_t> access_value(const DerivedInputs& d) { return d.access[I].value; }
+template <int I>
+std::optional<int64_t> access_count(const DerivedInputs& d) { return d.access[I].count; }
+template <int I>
+std::optional<int64_t> stride_value(const DerivedInputs& d) { return d.stride[I].value; }
+template <int I>
+std::optional<int64_t> stride_count(const DerivedInputs& d) { return d.stride[I].count; }
+// Darshan's ACCESS1..4 / STRIDE1..4 (docs/counters.md "Access sizes and strides"), FILE_ALIGNMENT
+// and FILE_NOT_ALIGNED ("Alignment and mode"), and the calls the tallies could not hold.
+constexpr std::array<DerivedMember, 20> kDerived = {{
+    {"access1_access", access_value<0>},
+    {"access2_access", access_value<1>},
+    {"access3_access", access_value<2>},
+    {"access4_access", access_value<3>},
+    {"access1_count", access_count<0>},
+    {"access2_count", access_count<1>},
+    {"access3_count", access_count<2>},
+    {"access4_count", access_count<3>},
+    {"access_untallied",
+     [](const DerivedInputs& d) -> std::optional<int64_t> {
+       return static_cast<int64_t>(d.c.access.untallied);
+     }},
+    {"stride1_stride", stride_value<0>},
+    {"stride2_stride", stride_value<1>},
+    {"stride3_stride", stride_value<2>},
+    {"stride4_stride", stride_value<3>},
+    {"stride1_count", stride_count<0>},
+    {"stride2_count", stride_count<1>},
+    {"stride3_count", stride_count<2>},
+    {"stride4_count", stride_count<3>},
+    {"stride_untallied",
+     [](const DerivedInputs& d) -> std::optional<int64_t> {
+       return static_cast<int64_t>(d.c.stride.untallied);
+     }},
+    {"file_alignment", [](const DerivedInputs& d) { return d.alignment; }},
+    {"file_not_aligned", [](const DerivedInputs& d) { return d.not_aligned; }},
+}};
+
+void add_derived(json& counters, const core::FileCounters& c,
+                 const std::optional<int64_t>& alignment) {
+  const DerivedInputs d = derived_inputs(c, alignment);
+  for (const auto& m : kDerived) counters[std::string(m.name)] = optional_json(m.value(d));
 }
 
 json ratio_json(double r) { return r < 0 ? json(nullptr) : json(r); }
@@ -169,7 +226,7 @@ json file_json(const core::FileSnapshot& f) {
   json c = counters_json(f.counters);
   c["rename_sources"] = f.rename_sources;
   c["unlinks"] = f.unlinks;
-  add_alignment(c, f.counters, f.file_alignment);
+  add_derived(c, f.counters, f.file_alignment);
   fj["counters"] = std::move(c);
   fj["coverage"] = coverage_json(f.counters);
   return fj;
@@ -191,7 +248,7 @@ json by_file_json(const core::FileAcrossProcesses& f) {
   json c = counters_json(f.counters);
   c["rename_sources"] = f.rename_sources;
   c["unlinks"] = f.unlinks;
-  add_alignment(c, f.counters, f.file->file_alignment);
+  add_derived(c, f.counters, f.file->file_alignment);
   fj["counters"] = std::move(c);
   fj["coverage"] = coverage_json(f.counters);
   fj["fastest"] = share_json(f.fastest);
@@ -287,10 +344,9 @@ void append_string_member(std::string& out, bool& first, std::size_t spaces,
   }
 }
 
-/// The exported counters in nlohmann's key order (sorted), rename_sources, unlinks and the two
-/// alignment members among them (file_json adds those to counters_json's object): index into
-/// counter_fields(), or -1 for rename_sources, -2 for unlinks, -3 for file_alignment and -4 for
-/// file_not_aligned.
+/// The exported counters in nlohmann's key order (sorted), rename_sources, unlinks and the
+/// derived members among them (file_json adds those to counters_json's object): index into
+/// counter_fields(), or -1 for rename_sources, -2 for unlinks, -3 - i for kDerived[i].
 const std::vector<std::pair<std::string_view, int>>& sorted_file_counter_keys() {
   static const std::vector<std::pair<std::string_view, int>> keys = [] {
     std::vector<std::pair<std::string_view, int>> k;
@@ -299,8 +355,8 @@ const std::vector<std::pair<std::string_view, int>>& sorted_file_counter_keys() 
       k.emplace_back(fields[i].name, static_cast<int>(i));
     k.emplace_back("rename_sources", -1);
     k.emplace_back("unlinks", -2);
-    k.emplace_back("file_alignment", -3);
-    k.emplace_back("file_not_aligned", -4);
+    for (std::size_t i = 0; i < kDerived.size(); ++i)
+      k.emplace_back(kDerived[i].name, -3 - static_cast<int>(i));
     std::sort(k.begin(), k.end());
     return k;
   }();
@@ -319,25 +375,22 @@ void append_counters_and_coverage(std::string& out, bool& first, const core::Fil
   out += '{';
   bool first_counter = true;
   const auto fields = core::counter_fields();
-  const auto [alignment, not_aligned] = alignment_of(c, file_alignment);
-  const auto append_optional = [&](const std::optional<int64_t>& v) {
-    if (v)
-      append_int(out, *v);
-    else
-      out += "null";
-  };
+  const DerivedInputs derived = derived_inputs(c, file_alignment);
   for (const auto& [name, index] : sorted_file_counter_keys()) {
     append_key(out, first_counter, 4, name);
-    if (index == -1)
+    if (index == -1) {
       append_uint(out, rename_sources);
-    else if (index == -2)
+    } else if (index == -2) {
       append_uint(out, unlinks);
-    else if (index == -3)
-      append_optional(alignment);
-    else if (index == -4)
-      append_optional(not_aligned);
-    else
+    } else if (index < 0) {
+      const std::optional<int64_t> v = kDerived[static_cast<std::size_t>(-3 - index)].value(derived);
+      if (v)
+        append_int(out, *v);
+      else
+        out += "null";
+    } else {
       append_int(out, core::counter_value(c, fields[static_cast<std::size_t>(index)]));
+    }
   }
   out += "\n   }";
   // six members with two doubles: coverage_json's own text (a small DOM) keeps one definition

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/counters.hpp"
 
+#include "core/common_values.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -163,6 +165,9 @@ FileCounters new_counters() {
 void combine_counters(FileCounters& into, const FileCounters& other) {
   // Not exported as such (file_alignment.hpp turns them into FILE_NOT_ALIGNED), but summed.
   for (int i = 0; i < IOLENS_NR_ALIGN_BUCKETS; ++i) into.offset_lsb[i] += other.offset_lsb[i];
+  // Tallies of values (common_values.hpp turns them into ACCESS1..4 and STRIDE1..4)
+  merge_tally(into.access, other.access);
+  merge_tally(into.stride, other.stride);
   // The max-time sizes follow their times, so fold them before the times are overwritten.
   if (other.max_read_time_ns > into.max_read_time_ns)
     into.max_read_time_size = other.max_read_time_size;

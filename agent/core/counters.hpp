@@ -49,8 +49,9 @@ FileCounters new_counters();
 
 /// Combine the counters of `other` into `into`, field by field as the Fold of each says: sums
 /// add, maxima take the max (a max_*_time_size follows its time), starts the earliest non-zero,
-/// ends the latest, the mode `other`'s when not 0. No state is carried over: for records of different files (a process's
-/// "other files" record), where sums must stay exact sums.
+/// ends the latest, the mode `other`'s when not 0, the tallies of access sizes and strides
+/// merged (`other`'s values after `into`'s: merge_tally). No state is carried over: for records
+/// of different files (a process's "other files" record), where sums must stay exact sums.
 void combine_counters(FileCounters& into, const FileCounters& other);
 
 /// Fold `later` (a record of the same (process, file) created after `earlier` was removed from

@@ -58,10 +58,10 @@ TEST_F(AbiBtf, FileKey) {
 TEST_F(AbiBtf, FileCountersEveryField) {
   auto l = layout_of(b_, "iolens_file_counters");
   ASSERT_EQ(l.size, sizeof(iolens_file_counters));
-  // 135 eight-byte slots: the two 10-entry size arrays, the two 12-entry latency arrays and the
-  // 16-entry offset_lsb are one member each (-18, -22, -15), and two pairs of __u32 share a slot
-  // each (+2).
-  ASSERT_EQ(l.offsets.size(), 135u - 2 * 9 - 2 * 11 - 15 + 2);
+  // 169 eight-byte slots: the two 10-entry size arrays, the two 12-entry latency arrays and the
+  // 16-entry offset_lsb are one member each (-18, -22, -15), the two 17-slot tallies too
+  // (-32), and two pairs of __u32 share a slot each (+2).
+  ASSERT_EQ(l.offsets.size(), 169u - 2 * 9 - 2 * 11 - 15 - 2 * 16 + 2);
   EXPECT_FIELD(l, iolens_file_counters, opens);
   EXPECT_FIELD(l, iolens_file_counters, bytes_read);
   EXPECT_FIELD(l, iolens_file_counters, max_byte_written);
@@ -89,6 +89,14 @@ TEST_F(AbiBtf, FileCountersEveryField) {
   EXPECT_FIELD(l, iolens_file_counters, mem_not_aligned);
   EXPECT_FIELD(l, iolens_file_counters, mode);
   EXPECT_FIELD(l, iolens_file_counters, offset_lsb);
+  EXPECT_FIELD(l, iolens_file_counters, access);
+  EXPECT_FIELD(l, iolens_file_counters, stride);
+  auto t = layout_of(b_, "iolens_tally");
+  ASSERT_EQ(t.size, sizeof(iolens_tally));
+  ASSERT_EQ(t.offsets.size(), 3u);
+  EXPECT_FIELD(t, iolens_tally, value);
+  EXPECT_FIELD(t, iolens_tally, count);
+  EXPECT_FIELD(t, iolens_tally, untallied);
 }
 
 TEST_F(AbiBtf, TaskStateAndEvents) {

@@ -140,20 +140,21 @@ TEST(PackedCounters, BytesReadBackAreCheckedAndGiveTheSameCounters) {
   const auto ones = PackedCounters::from_bytes(masks(1, 0, 0, all_ones), error);
   ASSERT_TRUE(ones.has_value()) << error;
   EXPECT_EQ(ones->unpack().opens, ~uint64_t{0});
-  // A word of the second mask (word 64 + 3) and its value 5; the last word (128 + 6), 7.
-  const auto high = PackedCounters::from_bytes(masks(0, 1u << 3, 1u << 6, "\x05\x07"), error);
+  // A word of the second mask (word 64 + 3) and its value 5; the last word (128 + 40), 7.
+  const auto high =
+      PackedCounters::from_bytes(masks(0, 1u << 3, uint64_t{1} << 40, "\x05\x07"), error);
   ASSERT_TRUE(high.has_value()) << error;
   uint64_t w[sizeof(FileCounters) / 8];
-  static_assert(sizeof(w) / 8 == 135);
+  static_assert(sizeof(w) / 8 == 169);
   const FileCounters c = high->unpack();
   std::memcpy(w, &c, sizeof c);
   EXPECT_EQ(w[64 + 3], 5u);
-  EXPECT_EQ(w[128 + 6], 7u);
+  EXPECT_EQ(w[128 + 40], 7u);
 
   // Each way a blob may lie, refused with its reason; never read past its end.
   expect_refused(std::string(23, '\x01'), "masks are 24");
   expect_refused(masks(0, 0, 0, ""), "no word");
-  expect_refused(masks(0, 0, uint64_t{1} << 7, "\x01"), "past the counters");  // word 135
+  expect_refused(masks(0, 0, uint64_t{1} << 41, "\x01"), "past the counters");  // word 169
   expect_refused(masks(1, 0, 0, ""), "cut inside word 0");
   expect_refused(masks(3, 0, 0, "\x01"), "cut inside word 1");
   expect_refused(masks(1, 0, 0, "\x81"), "cut inside word 0");  // a continuation, then nothing

@@ -20,7 +20,13 @@
  *  - stats count stat/lstat/fstat/statx of a regular file (not of a symlink or a directory);
  *  - rename_sources/unlinks count the successful rename/unlink of the file (ckpt.tmp, scratch.tmp);
  *  - max_byte_* are written as -1 when nothing was read/written (the test maps that to the JSON's
- *    "none" value, 0: docs/counters.md).
+ *    "none" value, 0: docs/counters.md);
+ *  - access sizes and strides (Darshan's ACCESS1..4 and STRIDE1..4): every counted call's `ret`,
+ *    and its stride (off - last_byte - 1 when off > 0, off > last_byte and last_byte != 0, else
+ *    0, before last_byte moves), tallied in order of first arrival in a table of at most 32
+ *    values as Darshan's tree is; the four shown are the most frequent non-zero values, ties to
+ *    the larger. The manifest's counters have them as iolens keeps them (its first 8 values,
+ *    the calls of any other value "untallied"), and "darshan32" as Darshan keeps them.
  * See docs/counters.md for the definitions.
  *
  * What it does (DIR is canonicalised with realpath first; every path below is under it):
@@ -73,6 +79,15 @@ enum {
 	NFILES
 };
 
+/* Darshan's tree of common values: at most 32, in order of first arrival */
+#define CV_MAX 32
+#define CV_IOLENS 8 /* IOLENS_TALLY_SLOTS */
+struct cv {
+	int64_t n;       /* values held */
+	int64_t dropped; /* calls of a value that came when CV_MAX were held */
+	int64_t val[CV_MAX], cnt[CV_MAX];
+};
+
 struct tally {
 	int64_t opens, dups, reads, writes, seeks, stats, mmaps, fsyncs, fdsyncs, truncates, closes;
 	int64_t bytes_read, bytes_written, max_byte_read, max_byte_written;
@@ -80,6 +95,7 @@ struct tally {
 	int64_t rename_sources, unlinks;
 	int64_t mem_not_aligned; /* calls whose buffer is not 8-byte aligned (Darshan) */
 	int64_t mode;            /* the mode of the last open with O_CREAT (Darshan's MODE) */
+	struct cv access, stride;
 	/* state, as in struct iolens_file_counters */
 	int64_t last_byte_read, last_byte_written;
 	int32_t last_io; /* 0 none, 1 read, 2 write */
@@ -150,10 +166,31 @@ static void t_close(int idx)
 	t->last_byte_written = 0;
 }
 
+static void cv_add(struct cv *c, int64_t v)
+{
+	for (int64_t i = 0; i < c->n; i++) {
+		if (c->val[i] == v) {
+			c->cnt[i]++;
+			return;
+		}
+	}
+	if (c->n == CV_MAX) {
+		c->dropped++;
+		return;
+	}
+	c->val[c->n] = v;
+	c->cnt[c->n++] = 1;
+}
+
 static void t_rw(int idx, int is_write, int64_t off, int64_t ret, const void *buf)
 {
 	struct tally *t = T(idx);
+	const int64_t last = is_write ? t->last_byte_written : t->last_byte_read;
 
+	if (ret >= 0) {
+		cv_add(&t->access, ret);
+		cv_add(&t->stride, off > 0 && off > last && last != 0 ? off - last - 1 : 0);
+	}
 	WL_TALLY_RW(t, is_write, off, ret);
 	if ((uintptr_t)buf % 8 != 0)
 		t->mem_not_aligned++;
@@ -712,6 +749,47 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/*
+ * The four most frequent non-zero values among the first `held` of the table (count
+ * descending, ties to the larger value), as `, "<kind>1_<what>": v, ...` members; with
+ * `untallied`, also the calls of the values past them.
+ */
+static void json_common(FILE *f, const char *kind, const char *what, const struct cv *c,
+			int64_t held, int untallied, int *first)
+{
+	int64_t top_v[4] = {0}, top_c[4] = {0};
+	int64_t rest = c->dropped;
+
+	for (int64_t i = 0; i < c->n; i++) {
+		if (i >= held) {
+			rest += c->cnt[i];
+			continue;
+		}
+		if (c->val[i] == 0)
+			continue;
+		for (int k = 0; k < 4; k++) {
+			if (top_c[k] < c->cnt[i] || (top_c[k] == c->cnt[i] && top_v[k] < c->val[i])) {
+				for (int j = 3; j > k; j--) {
+					top_v[j] = top_v[j - 1];
+					top_c[j] = top_c[j - 1];
+				}
+				top_v[k] = c->val[i];
+				top_c[k] = c->cnt[i];
+				break;
+			}
+		}
+	}
+	for (int k = 0; k < 4; k++) {
+		fprintf(f, "%s\"%s%d_%s\": %lld", *first ? "" : ", ", kind, k + 1, what,
+			(long long)top_v[k]);
+		*first = 0;
+	}
+	for (int k = 0; k < 4; k++)
+		fprintf(f, ", \"%s%d_count\": %lld", kind, k + 1, (long long)top_c[k]);
+	if (untallied)
+		fprintf(f, ", \"%s_untallied\": %lld", kind, (long long)rest);
+}
+
 static void json_process(FILE *f, int pid, int ppid, int renames, int unlinks,
 			 const struct tally *t, int last)
 {
@@ -741,7 +819,7 @@ static void json_process(FILE *f, int pid, int ppid, int renames, int unlinks,
 			"\"max_byte_written\": %lld, \"seq_reads\": %lld, \"consec_reads\": %lld, "
 			"\"seq_writes\": %lld, \"consec_writes\": %lld, \"rw_switches\": %lld, "
 			"\"rename_sources\": %lld, \"unlinks\": %lld, \"mem_not_aligned\": %lld, "
-			"\"mode\": %lld}}",
+			"\"mode\": %lld",
 			(long long)x->opens, (long long)x->dups, (long long)x->reads,
 			(long long)x->writes, (long long)x->seeks, (long long)x->stats,
 			(long long)x->mmaps, (long long)x->fsyncs, (long long)x->fdsyncs,
@@ -752,6 +830,14 @@ static void json_process(FILE *f, int pid, int ppid, int renames, int unlinks,
 			(long long)x->consec_writes, (long long)x->rw_switches,
 			(long long)x->rename_sources, (long long)x->unlinks,
 			(long long)x->mem_not_aligned, (long long)x->mode);
+		int more = 0, first = 1;
+
+		json_common(f, "access", "access", &x->access, CV_IOLENS, 1, &more);
+		json_common(f, "stride", "stride", &x->stride, CV_IOLENS, 1, &more);
+		fprintf(f, "}, \"darshan32\": {");
+		json_common(f, "access", "access", &x->access, CV_MAX, 0, &first);
+		json_common(f, "stride", "stride", &x->stride, CV_MAX, 0, &first);
+		fprintf(f, "}}");
 	}
 	fprintf(f, "\n    ]}%s\n", last ? "" : ",");
 }

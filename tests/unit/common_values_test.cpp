@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: Apache-2.0
+// Darshan's four most common access sizes and strides (ACCESS1..4, STRIDE1..4) as the kernel's
+// accounting tallies them (bpf/iolens_account.h, the same C the programs run) and
+// core/common_values.hpp reads them. The oracle is a transcription of Darshan's own code, not of
+// ours: darshan-posix.c POSIX_RECORD_READ/WRITE (stride, last byte), darshan-common.c
+// darshan_track_common_val_counters (a tree of at most 32 values) and darshan-common.h
+// DARSHAN_UPDATE_COMMON_VAL_COUNTERS (the four slots, updated after every call), plus numbers
+// worked out by hand.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "core/common_values.hpp"
+#include "core/counters.hpp"
+#include "iolens_account.h"
+
+namespace {
+
+using iolens::core::common_values;
+using iolens::core::CommonValue;
+using iolens::core::CommonValues;
+using iolens::core::merge_tally;
+
+/// Darshan 3.5.0's rules for one record, transcribed.
+class DarshanRecord {
+ public:
+  void open() { last_read_ = last_written_ = 0; }  // _POSIX_RECORD_OPEN resets both
+  void close() { last_read_ = last_written_ = 0; }
+  void access(bool write, int64_t offset, int64_t ret) {
+    if (ret < 0) return;
+    int64_t& last = write ? last_written_ : last_read_;
+    int64_t stride = 0;
+    if (offset > 0 && offset > last && last != 0) stride = offset - last - 1;
+    last = offset + ret - 1;
+    track(access_tree_, access_val_, access_cnt_, ret);
+    track(stride_tree_, stride_val_, stride_cnt_, stride);
+  }
+  CommonValues access_four() const { return four(access_val_, access_cnt_); }
+  CommonValues stride_four() const { return four(stride_val_, stride_cnt_); }
+
+ private:
+  // darshan_track_common_val_counters: a new value is added only while fewer than 32 are held;
+  // then DARSHAN_UPDATE_COMMON_VAL_COUNTERS(val, cnt, &value, 1, tree count, 0)
+  static void track(std::map<int64_t, int64_t>& tree, int64_t* val, int64_t* cnt, int64_t v) {
+    auto it = tree.find(v);
+    if (it == tree.end()) {
+      if (tree.size() >= 32) return;
+      it = tree.emplace(v, 0).first;
+    }
+    ++it->second;
+    update(val, cnt, v, it->second);
+  }
+  static void update(int64_t* val, int64_t* cnt, int64_t v, int64_t total) {
+    int64_t tmp_val[4] = {0}, tmp_cnt[4] = {0};
+    int n = 0, i = 0;
+    if (v == 0) return;
+    for (i = 0; i < 4; ++i) {
+      if (cnt[i] > total || (cnt[i] == total && val[i] > v)) {
+        tmp_val[n] = val[i];
+        tmp_cnt[n] = cnt[i];
+        ++n;
+      } else {
+        break;
+      }
+    }
+    if (n == 4) return;
+    tmp_val[n] = v;
+    tmp_cnt[n] = total;
+    ++n;
+    while (n != 4 && i < 4) {  // Darshan's loop has no `i < 4`: it never needs it
+      if (val[i] != v) {
+        tmp_val[n] = val[i];
+        tmp_cnt[n] = cnt[i];
+        ++n;
+      }
+      ++i;
+    }
+    std::memcpy(val, tmp_val, sizeof tmp_val);
+    std::memcpy(cnt, tmp_cnt, sizeof tmp_cnt);
+  }
+  static CommonValues four(const int64_t* val, const int64_t* cnt) {
+    CommonValues out{};
+    for (int i = 0; i < 4; ++i) out[static_cast<std::size_t>(i)] = {val[i], cnt[i]};
+    return out;
+  }
+
+  int64_t last_read_ = 0, last_written_ = 0;
+  std::map<int64_t, int64_t> access_tree_, stride_tree_;
+  int64_t access_val_[4] = {}, access_cnt_[4] = {}, stride_val_[4] = {}, stride_cnt_[4] = {};
+};
+
+/// The kernel's record and Darshan's, fed the same calls.
+struct Both {
+  iolens_file_counters c = iolens::core::new_counters();
+  DarshanRecord d;
+  void open() {
+    iolens_account_open(&c, 0, 0, 0);
+    d.open();
+  }
+  void close() {
+    iolens_account_close(&c, 0, 0, 0);
+    d.close();
+  }
+  void read(int64_t offset, int64_t ret) { io(false, offset, ret); }
+  void write(int64_t offset, int64_t ret) { io(true, offset, ret); }
+  void io(bool write, int64_t offset, int64_t ret) {
+    iolens_account_rw(&c, write ? 1 : 0, offset, ret, 0, 0);
+    d.access(write, offset, ret);
+  }
+};
+
+CommonValues four(std::initializer_list<CommonValue> l) {
+  CommonValues out{};
+  std::size_t i = 0;
+  for (const auto& v : l) out[i++] = v;
+  return out;
+}
+
+TEST(CommonValues, AWholeFileReadByHand) {
+  // Python's readall of a 10,000-byte file: read(10001) gives 10000, then 0; twice, reopened.
+  Both b;
+  for (int round = 0; round < 2; ++round) {
+    b.open();
+    b.read(0, 10000);
+    b.read(10000, 0);  // offset 10000, last byte 9999: consecutive, stride 0
+    b.close();
+  }
+  EXPECT_EQ(common_values(b.c.access), four({{10000, 2}}));  // 0 is tallied, never shown
+  EXPECT_EQ(common_values(b.c.stride), four({}));              // every stride 0
+  EXPECT_EQ(b.c.access.untallied, 0u);
+  EXPECT_EQ(b.d.access_four(), common_values(b.c.access));
+  EXPECT_EQ(b.d.stride_four(), common_values(b.c.stride));
+}
+
+TEST(CommonValues, StridesByHand) {
+  Both b;
+  b.open();
+  b.read(0, 100);    // first: stride 0, last byte 99
+  b.read(200, 100);  // 200 - 99 - 1 = 100, last 299
+  b.read(400, 100);  // 100, last 499
+  b.read(1000, 50);  // 500, last 1049
+  b.read(0, 10);     // backward: 0, last 9
+  b.read(30, 10);    // 30 - 9 - 1 = 20, last 39
+  b.write(4096, 4096);   // writes have their own last byte (0): stride 0, last 8191
+  b.write(12288, 4096);  // 12288 - 8191 - 1 = 4096
+  EXPECT_EQ(common_values(b.c.stride), four({{100, 2}, {4096, 1}, {500, 1}, {20, 1}}));
+  // reads and writes share one tally: 100 x3, 4096 x2, 10 x2, 50 x1 (ties: larger first)
+  EXPECT_EQ(common_values(b.c.access), four({{100, 3}, {4096, 2}, {10, 2}, {50, 1}}));
+  EXPECT_EQ(b.d.access_four(), common_values(b.c.access));
+  EXPECT_EQ(b.d.stride_four(), common_values(b.c.stride));
+}
+
+TEST(CommonValues, TiesGoToTheLargerValueAndZeroIsNeverShown) {
+  Both b;
+  b.open();
+  int64_t off = 0;
+  for (int64_t size : {10, 50, 20, 40, 30, 0, 0, 0}) {
+    b.read(off, size);
+    off += size;
+  }
+  EXPECT_EQ(common_values(b.c.access), four({{50, 1}, {40, 1}, {30, 1}, {20, 1}}));
+  EXPECT_EQ(b.d.access_four(), common_values(b.c.access));
+}
+
+TEST(CommonValues, AValueBeyondTheSlotsIsUntallied) {
+  Both b;
+  b.open();
+  // nine distinct sizes, the ninth three times: Darshan (32 values) counts it and shows it
+  // first; the record's eight slots are full, so its calls are untallied and said to be
+  for (int64_t size = 1; size <= 8; ++size) b.read(0, size);
+  for (int i = 0; i < 3; ++i) b.read(0, 9);
+  EXPECT_EQ(b.c.access.untallied, 3u);
+  EXPECT_EQ(b.d.access_four(), four({{9, 3}, {8, 1}, {7, 1}, {6, 1}}));
+  EXPECT_EQ(common_values(b.c.access), four({{8, 1}, {7, 1}, {6, 1}, {5, 1}}));
+  EXPECT_EQ(iolens::core::tally_calls(b.c.access), 11u);
+}
+
+TEST(CommonValues, SameAsDarshanOnRandomCallsThatFitTheSlots) {
+  std::mt19937_64 rng(19);
+  const std::vector<int64_t> sizes = {0, 1, 512, 4096, 65536, 1048576};
+  const std::vector<int64_t> gaps = {0, 0, 0, 1, 4096, 123457};
+  int compared = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    Both b;
+    b.open();
+    int64_t off_r = 0, off_w = 0;
+    const int calls = 1 + static_cast<int>(rng() % 60);
+    for (int k = 0; k < calls; ++k) {
+      const unsigned r = static_cast<unsigned>(rng() % 100);
+      if (r < 3) {
+        b.close();
+        b.open();
+        off_r = off_w = 0;
+        continue;
+      }
+      const bool write = r % 3 == 0;
+      int64_t& off = write ? off_w : off_r;
+      const int64_t size = sizes[rng() % sizes.size()];
+      if (rng() % 8 == 0)
+        off = static_cast<int64_t>(rng() % 3) * 4096;  // backward or back to 0
+      else
+        off += gaps[rng() % gaps.size()];
+      b.io(write, off, size);
+      off += size;
+    }
+    if (b.c.access.untallied != 0 || b.c.stride.untallied != 0) continue;
+    ++compared;
+    ASSERT_EQ(b.d.access_four(), common_values(b.c.access)) << "trial " << trial;
+    ASSERT_EQ(b.d.stride_four(), common_values(b.c.stride)) << "trial " << trial;
+  }
+  EXPECT_GT(compared, 1000);  // most trials fit the eight slots
+}
+
+TEST(CommonValues, AMergeIsTheTallyOfTheCallsInOrder) {
+  // One record split in two (moved out of the kernel, then made again): merged, the same as
+  // one record of all the calls, up to the slots.
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 500; ++trial) {
+    iolens_tally whole{}, a{}, b{};
+    const int n = 1 + static_cast<int>(rng() % 40), cut = static_cast<int>(rng() % (n + 1));
+    for (int k = 0; k < n; ++k) {
+      const uint64_t v = rng() % 12;
+      iolens_tally_add(&whole, v);
+      iolens_tally_add(k < cut ? &a : &b, v);
+    }
+    merge_tally(a, b);
+    ASSERT_EQ(std::memcmp(&a, &whole, sizeof a) == 0 || whole.untallied != 0, true)
+        << "trial " << trial;
+    EXPECT_EQ(iolens::core::tally_calls(a), static_cast<uint64_t>(n));
+  }
+}
+
+TEST(CommonValues, FoldAndCombineMergeTheTallies) {
+  iolens_file_counters early = iolens::core::new_counters(), late = early;
+  iolens_account_open(&early, 0, 0, 0);
+  iolens_account_rw(&early, 0, 0, 100, 0, 0);
+  iolens_account_close(&early, 0, 0, 0);
+  iolens_account_open(&late, 0, 0, 0);
+  iolens_account_rw(&late, 0, 0, 100, 0, 0);
+  iolens_account_rw(&late, 0, 300, 7, 0, 0);  // stride 300 - 99 - 1 = 200
+  iolens::core::fold_counters(early, late);
+  EXPECT_EQ(common_values(early.access), four({{100, 2}, {7, 1}}));
+  EXPECT_EQ(common_values(early.stride), four({{200, 1}}));
+}
+
+}  // namespace
