@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/common_values.hpp"
 #include "core/counters.hpp"
 #include "core/file_alignment.hpp"
 #include "exporters/darshan_log.hpp"
@@ -188,6 +189,14 @@ TEST(TraceReplay, DarshanRulesHold) {
   EXPECT_EQ(d.max_read_time_size, 65536u);
   EXPECT_EQ(d.meta_time_ns, 5'000u + 500 + 700 + 1'000 + 4'000 + 1'000);  // mmap: no time
   EXPECT_EQ(d.read_start_ns, at(20));
+  // Common sizes: 4096 twice, then 1000 and 65536 once each (ties: the larger first); the
+  // 0-byte read is tallied but never shown. Strides: 0 at the first read and after the reopen,
+  // 4096 - 4095 - 1 = 0, 100000 - 8191 - 1 = 91808, then 8192 (not forward of 100999): 0.
+  const core::CommonValues sizes = core::common_values(d.access);
+  EXPECT_EQ(sizes, (core::CommonValues{{{4096, 2}, {65536, 1}, {1000, 1}, {0, 0}}}));
+  EXPECT_EQ(core::common_values(d.stride),
+            (core::CommonValues{{{91808, 1}, {0, 0}, {0, 0}, {0, 0}}}));
+  EXPECT_EQ(d.access.untallied + d.stride.untallied, 0u);
 
   const core::FileCounters& c = recs.files.at(key(kMain, kCkpt));
   EXPECT_EQ(c.writes, 2u);
