@@ -12,6 +12,7 @@
 
 #include "core/by_file.hpp"
 #include "core/common_values.hpp"
+#include "core/paths.hpp"
 
 namespace iolens::exporters {
 namespace {
@@ -246,34 +247,12 @@ int64_t darshan_jobid(std::string_view id, int64_t fallback) {
   return std::stoll(std::string(id));
 }
 
-namespace {
-
-/// A field of /proc/self/mounts with the kernel's escapes (a backslash and three octal digits:
-/// space, tab, newline, backslash) decoded, as getmntent() decodes them.
-std::string unescape_mount_field(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const auto octal = [&](std::size_t k, char hi) { return s[k] >= '0' && s[k] <= hi; };
-    if (s[i] == '\\' && i + 3 < s.size() && octal(i + 1, '3') && octal(i + 2, '7') &&
-        octal(i + 3, '7')) {
-      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 std::vector<std::pair<std::string, std::string>> read_mounts(const std::string& path) {
   std::vector<std::pair<std::string, std::string>> out;
   std::ifstream in(path);
   std::string dev, point, type, rest;
   while (in >> dev >> point >> type && std::getline(in, rest))
-    out.emplace_back(unescape_mount_field(type), unescape_mount_field(point));
+    out.emplace_back(core::unescape_mount_field(type), core::unescape_mount_field(point));
   return out;
 }
 

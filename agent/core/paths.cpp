@@ -69,4 +69,20 @@ uint64_t kernel_dev_to_user(uint32_t kdev) {
          ((minor & 0xffffff00ULL) << 12) | (minor & 0xffULL);
 }
 
+std::string unescape_mount_field(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto octal = [&](std::size_t k, char hi) { return s[k] >= '0' && s[k] <= hi; };
+    if (s[i] == '\\' && i + 3 < s.size() && octal(i + 1, '3') && octal(i + 2, '7') &&
+        octal(i + 3, '7')) {
+      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace iolens::core

@@ -22,6 +22,10 @@ std::string resolve_argument(std::string_view base_walk, std::string_view arg);
 /// The placeholder name of a file no name was received for: "<unknown MAJ:MIN:INO>".
 std::string unknown_path(uint32_t kdev, uint64_t ino);
 
+/// A field of /proc/*/mounts or mountinfo with the kernel's escapes decoded (a backslash and
+/// three octal digits: space, tab, newline, backslash), as getmntent() decodes them.
+std::string unescape_mount_field(std::string_view s);
+
 /// Kernel dev_t (MAJOR << 20 | MINOR) to st_dev as stat(2) reports it (glibc makedev).
 uint64_t kernel_dev_to_user(uint32_t kdev);
 uint32_t kernel_dev_major(uint32_t kdev);

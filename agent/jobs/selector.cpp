@@ -5,6 +5,8 @@
 #include <regex>
 #include <stdexcept>
 
+#include "core/paths.hpp"
+
 namespace iolens::jobs {
 namespace {
 
@@ -475,23 +477,6 @@ struct Mount {
   std::string fstype;
 };
 
-// mountinfo escapes space, tab, newline and backslash in paths as \ooo octal.
-std::string unescape_mountinfo(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size()) {
-      const char a = s[i + 1], b = s[i + 2], c = s[i + 3];
-      if (a >= '0' && a <= '3' && b >= '0' && b <= '7' && c >= '0' && c <= '7') {
-        out += static_cast<char>((a - '0') * 64 + (b - '0') * 8 + (c - '0'));
-        i += 3;
-        continue;
-      }
-    }
-    out += s[i];
-  }
-  return out;
-}
-
 // "36 35 98:0 /root /mount/point opts [optional fields...] - fstype source super-opts"
 std::vector<Mount> parse_mountinfo(std::string_view text) {
   std::vector<Mount> mounts;
@@ -514,7 +499,7 @@ std::vector<Mount> parse_mountinfo(std::string_view text) {
         dash + 1 == fields.end()) {
       continue;
     }
-    mounts.push_back({unescape_mountinfo(fields[4]), std::string(*(dash + 1))});
+    mounts.push_back({core::unescape_mount_field(fields[4]), std::string(*(dash + 1))});
   }
   return mounts;
 }

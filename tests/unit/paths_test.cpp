@@ -48,3 +48,15 @@ TEST(Paths, DeviceNumbersMatchStat) {
   EXPECT_EQ(kernel_dev_to_user(k), makedev(259, 300));  // glibc's encoding is the oracle
   EXPECT_EQ(kernel_dev_to_user((4095u << 20) | 1048575u), makedev(4095, 1048575));
 }
+
+TEST(Paths, MountFieldsAreUnescapedAsGetmntentDoes) {
+  // The kernel writes space, tab, newline and backslash of a mount point as \ooo (show_mountinfo,
+  // mangle()); getmntent() decodes exactly those four-character runs.
+  EXPECT_EQ(unescape_mount_field("/mnt/a\\040b\\011c\\012d\\134e"), "/mnt/a b\tc\nd\\e");
+  EXPECT_EQ(unescape_mount_field("/plain"), "/plain");
+  // not an escape: kept as it is (a digit out of range, a run cut by the end)
+  EXPECT_EQ(unescape_mount_field("/x\\400"), "/x\\400");
+  EXPECT_EQ(unescape_mount_field("/x\\04"), "/x\\04");
+  EXPECT_EQ(unescape_mount_field("/x\\"), "/x\\");
+  EXPECT_EQ(unescape_mount_field("\\0401"), " 1");
+}
