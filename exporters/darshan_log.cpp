@@ -364,9 +364,37 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
   }
   region += '\0';
 
+  // Darshan's RENAME_TARGETS and RENAMED_FROM (darshan-posix.c's rename wrapper): Darshan
+  // keeps a record per path, so a successful rename gives the new path's record of that rank
+  // one more target, and its first source's record id. iolens keeps a record per file, named
+  // by its path before the rename (`renamed_to`: the last new name, `rename_sources` the
+  // renames): the new path's record is that rank's row of the path, if it has one, else a
+  // record of its own with these two counters alone. Of a file renamed twice by one process,
+  // only the last name is known (docs/darshan-log.md#renames).
+  struct RenameTarget {
+    uint64_t renames = 0;
+    uint64_t from = 0;              // record id of the source: the earliest opened
+    uint64_t from_open_ns = UINT64_MAX;
+    std::optional<int64_t> alignment;  // the source's: a rename stays on one file system
+    bool placed = false;               // given to a row of the path
+  };
+  std::map<std::pair<int64_t, std::string>, RenameTarget> rename_targets;
+  for (const auto& f : run.files) {
+    if (f.rename_sources == 0 || f.renamed_to.empty()) continue;
+    RenameTarget& t = rename_targets[{rank_of.at({f.pid, f.proc_start_ns}), f.renamed_to}];
+    ++t.renames;
+    const uint64_t opened = f.counters.open_start_ns ? f.counters.open_start_ns : UINT64_MAX - 1;
+    if (t.from == 0 || opened < t.from_open_ns) {
+      t.from = darshan_record_id(f.path);
+      t.from_open_ns = opened;
+      t.alignment = f.file_alignment;
+    }
+  }
+
   // Name region: (id, path, NUL) packed; one entry per distinct path.
   std::map<uint64_t, std::string> names;
   for (const auto& f : run.files) names.emplace(darshan_record_id(f.path), f.path);
+  for (const auto& [key, t] : rename_targets) names.emplace(darshan_record_id(key.second), key.second);
   for (const auto& r : dxt.records) names.emplace(darshan_record_id(r.path), r.path);
   std::string name_region;
   for (const auto& [id, path] : names) {
@@ -386,8 +414,11 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     uint64_t fastest_bytes, slowest_bytes, fastest_ns, slowest_ns;
     double variance_time_s2 = 0, variance_bytes = 0;
   };
+  struct Renames {
+    uint64_t sources = 0, targets = 0, renamed_from = 0;
+  };
   auto posix_record = [&](const std::string& path, const core::FileCounters& c,
-                          uint64_t rename_sources, std::optional<int64_t> alignment, int64_t rank,
+                          const Renames& renames, std::optional<int64_t> alignment, int64_t rank,
                           const Extremes& x) {
     std::string rec(kDarshanPosixRecordSize, '\0');
     int64_t v[kDarshanPosixCounters] = {};
@@ -401,7 +432,9 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
       const int idx = darshan_posix_counter_index(name);
       if (idx >= 0) v[idx] = core::counter_value(c, field);
     }
-    set("RENAME_SOURCES", static_cast<int64_t>(rename_sources));
+    set("RENAME_SOURCES", static_cast<int64_t>(renames.sources));
+    set("RENAME_TARGETS", static_cast<int64_t>(renames.targets));
+    set("RENAMED_FROM", static_cast<int64_t>(renames.renamed_from));
     // MEM_NOT_ALIGNED (and MODE) came by name above; the alignment it checks is Darshan's
     // default. The file's alignment is its mount's (file_alignment.hpp); without a mount table
     // (a converted trace without one), or for an alignment the offsets' buckets cannot tell,
@@ -481,8 +514,8 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     const Extremes x{rank_of_share(f.fastest), rank_of_share(f.slowest), f.fastest.bytes,
                      f.slowest.bytes, f.fastest.time_ns, f.slowest.time_ns,
                      f.variance_time_s2, f.variance_bytes};
-    shared += posix_record(f.file->path, f.counters, f.rename_sources, f.file->file_alignment, -1,
-                           x);
+    shared += posix_record(f.file->path, f.counters, Renames{f.rename_sources, 0, 0},
+                           f.file->file_alignment, -1, x);
   }
   std::string posix;
   posix.reserve(run.files.size() * kDarshanPosixRecordSize);
@@ -492,8 +525,22 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     // A record of one rank has no rank extremes: Darshan sets them only while reducing a
     // shared record (darshan-posix.c, posix_mpi_redux), so they stay 0 in every other record,
     // and its tools derive a rank's own from its counters (docs/darshan-log.md).
-    posix += posix_record(f.path, f.counters, f.rename_sources, f.file_alignment,
-                          rank_of.at({f.pid, f.proc_start_ns}), Extremes{0, 0, 0, 0, 0, 0});
+    const int64_t rank = rank_of.at({f.pid, f.proc_start_ns});
+    Renames renames{f.rename_sources, 0, 0};
+    if (auto t = rename_targets.find({rank, f.path}); t != rename_targets.end() && !t->second.placed) {
+      renames.targets = t->second.renames;
+      renames.renamed_from = t->second.from;
+      t->second.placed = true;
+    }
+    posix += posix_record(f.path, f.counters, renames, f.file_alignment, rank,
+                          Extremes{0, 0, 0, 0, 0, 0});
+  }
+  // New paths no row of their rank has: a record of the renames alone, as Darshan makes one
+  // (fresh counters: max bytes 0, the alignments its file system's).
+  for (const auto& [key, t] : rename_targets) {
+    if (t.placed) continue;
+    posix += posix_record(key.second, core::new_counters(), Renames{0, t.renames, t.from},
+                          t.alignment, key.first, Extremes{0, 0, 0, 0, 0, 0});
   }
   posix += shared;
 

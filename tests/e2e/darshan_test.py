@@ -219,7 +219,30 @@ def main():
         path = log["names"].get(r["id"])
         ck.check(path is not None, "record id %x has no name" % r["id"])
         by_key[(ranks[r["rank"]], path)] = r
-    ck.eq("one Darshan record per JSON file record", len(doc["files"]), len(log["recs"]))
+    # one record per JSON file record, and one per new name of a rename (ckpt.pt: the workload
+    # renames ckpt.tmp, and never opens the new name)
+    renamed = [(mp["pid"], mf["path"], mf["renamed_to"]) for mp in manifest["processes"]
+               for mf in mp["files"] if "renamed_to" in mf]
+    ck.check(len(renamed) >= 1, "the workload renamed nothing")
+    ck.eq("Darshan records: JSON file records + new names", len(doc["files"]) + len(renamed),
+          len(log["recs"]))
+    # Darshan's rename wrapper: the new path's record gets RENAME_TARGETS and RENAMED_FROM (the
+    # record id of the old path), and nothing else; the old path's record has the source.
+    for pid, old, new in renamed:
+        r = by_key.get((pid, new))
+        if not ck.check(r is not None, "no Darshan record of the new name %s" % new):
+            continue
+        ck.eq("%s RENAME_TARGETS" % new, 1, r["c"]["RENAME_TARGETS"])
+        ck.eq("%s RENAMED_FROM" % new, lookup8(old.encode()), r["c"]["RENAMED_FROM"] & M64)
+        for n in ("OPENS", "READS", "WRITES", "BYTES_WRITTEN", "RENAME_SOURCES", "STATS"):
+            ck.eq("%s %s (a name only renamed to)" % (new, n), 0, r["c"][n])
+        ck.eq("%s MEM_ALIGNMENT" % new, 8, r["c"]["MEM_ALIGNMENT"])
+        src = by_key.get((pid, old))
+        if ck.check(src is not None, "no Darshan record of %s" % old):
+            ck.eq("%s RENAME_SOURCES" % old, 1, src["c"]["RENAME_SOURCES"])
+            ck.eq("%s RENAME_TARGETS" % old, 0, src["c"]["RENAME_TARGETS"])
+            ck.eq("%s FILE_ALIGNMENT (the source's)" % new, src["c"]["FILE_ALIGNMENT"],
+                  r["c"]["FILE_ALIGNMENT"])
 
     # ground truth: the workload's own tallies
     checked = 0

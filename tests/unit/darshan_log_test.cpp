@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -536,4 +537,68 @@ TEST(DarshanLog, AFileEveryProcessTouchedIsOneSharedRecord) {
                            .data() + 40,
               sizeof nprocs);
   EXPECT_EQ(nprocs, 3);
+}
+
+// Darshan keeps a record per path: a rename gives the new path's record of that rank
+// RENAME_TARGETS and RENAMED_FROM (the first source's record id). iolens's rows are per file,
+// named by the path before the rename: the new path's record is the rank's row of that path,
+// or a record of its own.
+TEST(DarshanLog, RenameTargetsAreRecordsOfTheNewPaths) {
+  core::RunSnapshot run = sample();
+  run.files.clear();
+  auto row = [&](uint32_t pid, const std::string& path, const std::string& to, uint64_t opened) {
+    core::FileSnapshot f;
+    f.path = path;
+    f.pid = pid;
+    f.proc_start_ns = 1700000000000000000 + pid;
+    f.counters = core::new_counters();
+    f.counters.writes = 1;
+    f.counters.open_start_ns = opened;
+    f.file_alignment = 4096;
+    if (!to.empty()) {
+      f.rename_sources = 1;
+      f.renamed_to = to;
+    }
+    run.files.push_back(f);
+  };
+  // a checkpoint written twice to tmp and renamed onto model.pt (two inodes of one path)
+  row(100, "/ckpt/tmp", "/ckpt/model.pt", 5'000);
+  row(100, "/ckpt/tmp", "/ckpt/model.pt", 3'000);
+  // renamed onto a path the process had a row of (another file, opened before)
+  row(100, "/ckpt/other", "/ckpt/x", 7'000);
+  row(100, "/ckpt/x", "", 1'000);
+  run.files.back().counters.reads = 4;
+  // another process's rename
+  row(101, "/d/a", "/d/b", 2'000);
+
+  DarshanLogContents c;
+  std::string err;
+  ASSERT_TRUE(read_darshan_log(darshan_log(run, info()), c, err)) << err;
+  auto n = [&](const DarshanPosixRecord& r, const char* name) {
+    return r.counters[static_cast<size_t>(darshan_posix_counter_index(name))];
+  };
+  std::map<std::pair<int64_t, std::string>, const DarshanPosixRecord*> by;
+  for (const auto& r : c.posix) {
+    if (c.names.at(r.id) == "/ckpt/tmp") continue;  // two rows of one path: two records
+    EXPECT_TRUE(by.emplace(std::pair{r.rank, c.names.at(r.id)}, &r).second) << c.names.at(r.id);
+  }
+  ASSERT_EQ(c.posix.size(), 7u);  // five rows, two new paths
+  const auto id = [](const char* p) { return static_cast<int64_t>(darshan_record_id(p)); };
+  const auto* model = by.at({0, "/ckpt/model.pt"});
+  EXPECT_EQ(n(*model, "RENAME_TARGETS"), 2);
+  EXPECT_EQ(n(*model, "RENAMED_FROM"), id("/ckpt/tmp"));
+  EXPECT_EQ(n(*model, "OPENS") + n(*model, "WRITES") + n(*model, "RENAME_SOURCES"), 0);
+  EXPECT_EQ(n(*model, "MAX_BYTE_WRITTEN"), 0);
+  EXPECT_EQ(n(*model, "FILE_ALIGNMENT"), 4096);  // the source's file system
+  EXPECT_EQ(n(*model, "MEM_ALIGNMENT"), 8);
+  const auto* x = by.at({0, "/ckpt/x"});
+  EXPECT_EQ(n(*x, "READS"), 4);  // the row of the path, with the rename added
+  EXPECT_EQ(n(*x, "RENAME_TARGETS"), 1);
+  EXPECT_EQ(n(*x, "RENAMED_FROM"), id("/ckpt/other"));
+  EXPECT_EQ(n(*by.at({0, "/ckpt/other"}), "RENAME_SOURCES"), 1);
+  EXPECT_EQ(n(*by.at({0, "/ckpt/other"}), "RENAME_TARGETS"), 0);
+  const auto* b = by.at({1, "/d/b"});
+  EXPECT_EQ(n(*b, "RENAME_TARGETS"), 1);
+  EXPECT_EQ(n(*b, "RENAMED_FROM"), id("/d/a"));
+  EXPECT_EQ(c.names.at(b->id), "/d/b");
 }
