@@ -730,6 +730,8 @@ struct call_ctx {
 	__u64 t1;
 	long ret;
 	__u64 mode;          /* a successful open's mode when it may create (call_extras), else 0 */
+	__u32 other;         /* fd_record's last record is of a pipe, socket or tty (`others`) */
+	__u32 pad;
 };
 
 /* A call as sys_exit saw it, decoded once for the accounting and trace mode: the number and
@@ -943,7 +945,7 @@ __noinline int record_read(struct iolens_file_counters *c, struct call_ctx *cx, 
 {
 	if (!c || !cx)
 		return 0;
-	iolens_account_rw(c, 0, pos, cx->ret, cx->t0, cx->t1);
+	iolens_account_rw_tally(c, 0, pos, cx->ret, cx->t0, cx->t1, !cx->other);
 	if (cx->mem_unaligned)
 		iolens_account_mem_unaligned(c, cx->ret);
 	return 0;
@@ -953,7 +955,7 @@ __noinline int record_write(struct iolens_file_counters *c, struct call_ctx *cx,
 {
 	if (!c || !cx)
 		return 0;
-	iolens_account_rw(c, 1, pos, cx->ret, cx->t0, cx->t1);
+	iolens_account_rw_tally(c, 1, pos, cx->ret, cx->t0, cx->t1, !cx->other);
 	if (cx->mem_unaligned)
 		iolens_account_mem_unaligned(c, cx->ret);
 	return 0;
@@ -999,6 +1001,7 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 	__u32 mode;
 	int created = 0;
 
+	cx->other = 0;
 	if (!f)
 		return NULL;
 	file_identity_cached(st, f, &key.dev, &key.ino, &key.gen, &mode);
@@ -1007,6 +1010,7 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 	if (!S_ISREG(mode)) {
 		if (!want_other)
 			return NULL;
+		cx->other = 1;
 		key.ino = (mode & S_IFMT) >> 12;
 		key.dev = 0;
 		key.gen = 0;

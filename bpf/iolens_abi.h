@@ -35,8 +35,8 @@
 #define IOLENS_ALIGN_MAX_SHIFT 24 /* multiples of 16 MiB are in no bucket */
 
 /*
- * Darshan's common access sizes and strides (ABI 15; docs/counters.md "Access sizes and
- * strides"): each record tallies the first IOLENS_TALLY_SLOTS distinct values it sees, in the
+ * Darshan's common access sizes and strides (ABI 15; docs/counters.md "Common access sizes
+ * and strides"): each record tallies the first IOLENS_TALLY_SLOTS distinct values it sees, in the
  * order they first came (iolens_tally_add in iolens_account.h). Darshan tallies the first 32 in a
  * tree and keeps the four most frequent non-zero ones; with at most IOLENS_TALLY_SLOTS distinct
  * values (0 included) the four are the same, and a call whose value found no slot is counted

@@ -212,9 +212,11 @@ IOLENS_INLINE void iolens_init_counters(struct iolens_file_counters *c)
 /*
  * One read (is_write = 0) or write (is_write = 1) that returned `ret` >= 0 bytes at file offset
  * `offset`, entered at t0 and returned at t1. Calls returning < 0 are not counted (Darshan).
+ * `with_tallies`: also tally its size and stride (0 for the records of pipes, sockets and
+ * ttys, whose tallies nothing reports: their calls skip that work).
  */
-IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_write, __s64 offset,
-				     __s64 ret, __u64 t0, __u64 t1)
+IOLENS_INLINE void iolens_account_rw_tally(struct iolens_file_counters *c, int is_write,
+					   __s64 offset, __s64 ret, __u64 t0, __u64 t1, int with_tallies)
 {
 	__s64 *last_byte = is_write ? &c->last_byte_written : &c->last_byte_read;
 	__s64 *max_byte = is_write ? &c->max_byte_written : &c->max_byte_read;
@@ -226,20 +228,23 @@ IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_writ
 	if (ret < 0)
 		return;
 	/* Darshan's stride: from the end of the last access of this direction (exclusive) to this
-	 * offset; 0 after an open or close (last byte 0), and when not forward */
+	 * offset; 0 after an open or close (last byte 0), and when not forward. In unsigned
+	 * arithmetic: a replayed trace's offsets can be anything, and the gap then still fits. */
 	if (offset > 0 && offset > *last_byte && *last_byte != 0)
-		stride = (__u64)(offset - *last_byte - 1);
+		stride = (__u64)offset - (__u64)*last_byte - 1;
 	/* The value a record saw first is nearly always the one it sees again (a loop's size,
 	 * stride 0): checked here, without the call and loop of IOLENS_TALLY (~40 ns a call,
 	 * bench/README.md "Issue 19: common access sizes and strides") */
-	if (c->stride.value[0] == stride + 1)
-		IOLENS_ADD(&c->stride.count[0], 1);
-	else
-		IOLENS_TALLY(&c->stride, stride);
-	if (c->access.value[0] == (__u64)ret + 1)
-		IOLENS_ADD(&c->access.count[0], 1);
-	else
-		IOLENS_TALLY(&c->access, (__u64)ret);
+	if (with_tallies) {
+		if (c->stride.value[0] == stride + 1)
+			IOLENS_ADD(&c->stride.count[0], 1);
+		else
+			IOLENS_TALLY(&c->stride, stride);
+		if (c->access.value[0] == (__u64)ret + 1)
+			IOLENS_ADD(&c->access.count[0], 1);
+		else
+			IOLENS_TALLY(&c->access, (__u64)ret);
+	}
 	if (is_write) {
 		IOLENS_ADD(&c->writes, 1);
 		IOLENS_ADD(&c->bytes_written, (__u64)ret);
@@ -311,6 +316,13 @@ IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_writ
 			c->max_read_time_size = (__u64)ret;
 		}
 	}
+}
+
+/* iolens_account_rw_tally of a regular file's call: every counter, the tallies too. */
+IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_write, __s64 offset,
+				     __s64 ret, __u64 t0, __u64 t1)
+{
+	iolens_account_rw_tally(c, is_write, offset, ret, t0, t1, 1);
 }
 
 /* A successful open (is_dup = 0) or dup (is_dup = 1). Opens reset the pattern state; dups don't. */

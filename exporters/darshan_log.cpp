@@ -446,7 +446,7 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     set("FILE_NOT_ALIGNED", not_aligned ? *not_aligned : -1);
     // Darshan's four most common access sizes and strides, from the record's tallies
     // (common_values.hpp; a shared record's are its processes' tallies merged, not Darshan's
-    // reduction of each rank's four: docs/counters.md "Access sizes and strides").
+    // reduction of each rank's four: docs/counters.md "Common access sizes and strides").
     static const char* const kAccess[4][2] = {{"ACCESS1_ACCESS", "ACCESS1_COUNT"},
                                               {"ACCESS2_ACCESS", "ACCESS2_COUNT"},
                                               {"ACCESS3_ACCESS", "ACCESS3_COUNT"},

@@ -71,7 +71,7 @@ template <int I>
 std::optional<int64_t> stride_value(const DerivedInputs& d) { return d.stride[I].value; }
 template <int I>
 std::optional<int64_t> stride_count(const DerivedInputs& d) { return d.stride[I].count; }
-// Darshan's ACCESS1..4 / STRIDE1..4 (docs/counters.md "Access sizes and strides"), FILE_ALIGNMENT
+// Darshan's ACCESS1..4 / STRIDE1..4 (docs/counters.md "Common access sizes and strides"), FILE_ALIGNMENT
 // and FILE_NOT_ALIGNED ("Alignment and mode"), and the calls the tallies could not hold.
 constexpr std::array<DerivedMember, 20> kDerived = {{
     {"access1_access", access_value<0>},

@@ -2,7 +2,7 @@
 #pragma once
 /// A record's counters as a daemon keeps them once they stop changing: only the words that
 /// differ from new_counters(), each as a varint of the difference. A file read once by one
-/// process has 20-40 such words of the 135, so its counters take ~100-200 bytes instead of 1,080:
+/// process has 20-45 such words of the 169, so its counters take ~100-200 bytes instead of 1,352:
 /// what lets iolensd keep a big job's records within its memory bound (docs/daemon.md#bounded-memory).
 
 #include <cstddef>

@@ -249,7 +249,7 @@ class Recorder {
   /// What the drains reported of one record: the sum of its copies removed from the kernel
   /// ("folded") and the newest copy still there ("live"). A part that is absent reads as
   /// new_counters(). Both are kept packed (PackedCounters: ~100-200 bytes for a file read
-  /// once, against 1,080). The live part is replaced at every drain while the kernel holds the
+  /// once, against 1,352). The live part is replaced at every drain while the kernel holds the
   /// record; packing it costs a pack and a compare per drain (most live records did not change
   /// since the last one, and then nothing is written), and saves ~800 bytes for each of up to
   /// `limits.kernel_file_records` live records (bench/README.md "Memory: one bound").

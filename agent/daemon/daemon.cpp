@@ -701,8 +701,8 @@ bool Daemon::setup() {
   spdlog::info("programs: the {} build ({})", loader_->program_build(),
                loader_->program_build_note());
   // A preallocated element: the key, the value, the hash map's own header (~48 bytes) and a
-  // 16-byte bucket (what the kernel charges, its memlock: 73.5 MiB for 65,536 with ABI 14's
-  // 1,080-byte counters).
+  // 16-byte bucket (what the kernel charges, its memlock: 90.5 MiB for 65,536 with ABI 15's
+  // 1,352-byte counters).
   if (loader_->fast_file_records() != (prealloc ? cfg_.limits.kernel_file_records : 0)) {
     prealloc_why = "the kernel state resumed";
     if (loader_->fast_file_records() > 0 && !prealloc)

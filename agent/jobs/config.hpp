@@ -52,8 +52,8 @@ struct Limits {
   uint32_t kernel_file_records = 65536;
   /// The kernel's file records made ready at start (`kernel_file_records_preallocated`): a new
   /// (process, file) record then costs the traced call microseconds less (bench/README.md
-  /// "iolensd: preallocated file records"), for ~1.15 KiB of kernel memory per record from the
-  /// start (73.5 MiB at the default size) instead of as records are made. When the config does
+  /// "iolensd: preallocated file records"), for ~1.41 KiB of kernel memory per record from the
+  /// start (90.5 MiB at the default size) instead of as records are made. When the config does
   /// not say (given.kernel_file_records_preallocated), the daemon chooses: what pinned state it
   /// resumes has, else preallocated on Linux 6.1 and later (docs/daemon.md "Sizing").
   bool kernel_file_records_preallocated = true;

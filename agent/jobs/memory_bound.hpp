@@ -30,7 +30,9 @@ struct MemoryCost {
   /// save, gathered in the loop (~250 bytes, in a buffer grown by doubling).
   static constexpr uint64_t kRecord = 1400;
   /// A record of a job whose record file is being written: its rows copied for the writer,
-  /// the JSON and Darshan buffers (a 50,000-record job took ~150 MiB while written).
+  /// the JSON and Darshan buffers (a 50,000-record job took ~150 MiB while written, with ABI
+  /// 14's 1,080-byte counters; ABI 15's rows are 272 bytes bigger and have 18 more JSON members,
+  /// not measured again: e2e_daemon_memory_bound's peak stayed at 178 MiB of the 256).
   static constexpr uint64_t kRecordWritten = 3000;
   /// Names are bounded in bytes by max_path_bytes, but held more than once: in the jobs'
   /// recorders (a path and its path index entry, both counted), in the node-wide cache of

@@ -328,7 +328,7 @@ void remove_pins(const std::string& dir) {
 }
 
 /// A slot the kernel's copy fills: default construction leaves it uninitialised, so that growing
-/// a buffer of 1,080-byte records does not first zero what the copy overwrites.
+/// a buffer of 1,352-byte records does not first zero what the copy overwrites.
 template <typename T>
 struct Uninit {
   T v;
@@ -1318,7 +1318,7 @@ enum class BatchWalk {
   Paused,       // `stop` said so between two batches: `from` holds where to go on
 };
 
-/// Largest batch a walk asks for once it has grown: ~1 MB of file records (1,080 bytes each).
+/// Largest batch a walk asks for once it has grown: ~1.4 MB of file records (1,352 bytes each).
 constexpr __u32 kMaxBatch = 1024;
 
 /// Walks a hash map a batch per syscall (BPF_MAP_LOOKUP_BATCH, Linux 5.6+), handing each batch
@@ -1485,7 +1485,7 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
         case Disposition::Skip:
           break;
         case Disposition::RemoveLive: {
-          iolens_file_counters value{};  // 1,080 bytes: copied only here, not for every record
+          iolens_file_counters value{};  // 1,352 bytes: copied only here, not for every record
           // The batch copy may be old: the file may have been reopened since. Ask again on the
           // current value, so a record in use is not taken from under the program updating it.
           if (bpf_map_lookup_elem(map_fd, &k, &value) != 0) break;

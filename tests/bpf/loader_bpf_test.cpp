@@ -24,6 +24,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "core/common_values.hpp"
 #include "core/counters.hpp"
 #include "core/events.hpp"
 #include "core/paths.hpp"
@@ -540,6 +541,20 @@ TEST_F(BpfTest, StatsMmapCopyAndOtherDescriptors) {
   ASSERT_TRUE(proc->other_io.count("pipe"));
   EXPECT_EQ(proc->other_io.at("pipe").bytes_written, 3u);
   EXPECT_EQ(proc->other_io.at("pipe").bytes_read, 3u);
+  // A copy's sides tally their size (ABI 15); a pipe's record tallies nothing (no output has
+  // them, and its calls skip that work).
+  EXPECT_EQ(files[path("src.bin")]->counters.access.value[0], 3000u + 1);
+  EXPECT_EQ(files[path("src.bin")]->counters.access.count[0], 1u);
+  EXPECT_EQ(files[path("dst.bin")]->counters.access.value[0], 3000u + 1);
+  int pipe_records = 0;
+  auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
+  loader_->drain_others(keep, [&](const iolens_file_key& k, const iolens_file_counters& c, bool) {
+    if (k.tgid != static_cast<uint32_t>(pid) || k.ino != (S_IFIFO >> 12)) return;
+    ++pipe_records;
+    EXPECT_EQ(c.reads + c.writes, 2u);
+    EXPECT_EQ(iolens::core::tally_calls(c.access) + iolens::core::tally_calls(c.stride), 0u);
+  });
+  EXPECT_EQ(pipe_records, 1);
 }
 
 TEST_F(BpfTest, RenameAndUnlinkAttributedByPath) {

@@ -8,10 +8,12 @@
 // worked out by hand.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/common_values.hpp"
@@ -245,6 +247,38 @@ TEST(CommonValues, FoldAndCombineMergeTheTallies) {
   iolens::core::fold_counters(early, late);
   EXPECT_EQ(common_values(early.access), four({{100, 2}, {7, 1}}));
   EXPECT_EQ(common_values(early.stride), four({{200, 1}}));
+}
+
+TEST(CommonValues, ThreadsClaimingSlotsAtOnceNeitherLoseNorDoubleACall) {
+  // The kernel's claim protocol, as the same C runs it, under real threads: 2 threads (this
+  // machine's cores), each tallying the values 1..6 in its own order, start together on a fresh
+  // tally, many times. Every value must be held once, with every call counted.
+  constexpr int kThreads = 2, kRounds = 3000;
+  for (int round = 0; round < kRounds; ++round) {
+    iolens_tally t{};
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int th = 0; th < kThreads; ++th)
+      threads.emplace_back([&, th] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) std::this_thread::yield();
+        for (int k = 0; k < 6; ++k) iolens_tally_add(&t, static_cast<__u64>((k + th) % 6 + 1));
+      });
+    for (auto& th : threads) th.join();
+    std::map<__u64, __u64> held;
+    for (int i = 0; i < IOLENS_TALLY_SLOTS; ++i)
+      if (t.value[i] != 0) {
+        ASSERT_TRUE(held.emplace(t.value[i], t.count[i]).second) << round;
+      }
+    ASSERT_EQ(held.size(), 6u) << round;
+    for (const auto& [key, count] : held) ASSERT_EQ(count, static_cast<__u64>(kThreads)) << round;
+    ASSERT_EQ(t.untallied, 0u);
+    // slots fill in order: no free slot before a held one
+    for (int i = 1; i < IOLENS_TALLY_SLOTS; ++i)
+      if (t.value[i] != 0) {
+        ASSERT_NE(t.value[i - 1], 0u) << round;
+      }
+  }
 }
 
 }  // namespace

@@ -602,3 +602,42 @@ TEST(DarshanLog, RenameTargetsAreRecordsOfTheNewPaths) {
   EXPECT_EQ(n(*b, "RENAMED_FROM"), id("/d/a"));
   EXPECT_EQ(c.names.at(b->id), "/d/b");
 }
+
+// ACCESS1..4 and STRIDE1..4 land in Darshan's slots, values then counts (its counter order:
+// STRIDE1..4_STRIDE, STRIDE1..4_COUNT, ACCESS1..4_ACCESS, ACCESS1..4_COUNT).
+TEST(DarshanLog, CommonAccessSizesAndStridesFillTheirSlots) {
+  core::RunSnapshot run = sample();
+  auto& c = run.files[0].counters;  // /data/a.npy, rank 1
+  const uint64_t sizes[][2] = {{0, 3}, {4096, 9}, {100, 2}, {65536, 9}, {7, 1}, {8, 1}};
+  for (int i = 0; i < 6; ++i) {
+    c.access.value[i] = sizes[i][0] + 1;
+    c.access.count[i] = sizes[i][1];
+  }
+  c.stride.value[0] = 1;  // stride 0
+  c.stride.count[0] = 20;
+  c.stride.value[1] = 4096 + 1;
+  c.stride.count[1] = 4;
+  DarshanLogContents out;
+  std::string err;
+  ASSERT_TRUE(read_darshan_log(darshan_log(run, info()), out, err)) << err;
+  const auto& r = out.posix[0];
+  ASSERT_EQ(out.names.at(r.id), "/data/a.npy");
+  auto n = [&](const char* name) {
+    return r.counters[static_cast<size_t>(darshan_posix_counter_index(name))];
+  };
+  // 65536 and 4096 nine times each (the larger first), 100 twice, then 8 and 7 once (8 first)
+  EXPECT_EQ(n("ACCESS1_ACCESS"), 65536);
+  EXPECT_EQ(n("ACCESS1_COUNT"), 9);
+  EXPECT_EQ(n("ACCESS2_ACCESS"), 4096);
+  EXPECT_EQ(n("ACCESS2_COUNT"), 9);
+  EXPECT_EQ(n("ACCESS3_ACCESS"), 100);
+  EXPECT_EQ(n("ACCESS3_COUNT"), 2);
+  EXPECT_EQ(n("ACCESS4_ACCESS"), 8);
+  EXPECT_EQ(n("ACCESS4_COUNT"), 1);
+  EXPECT_EQ(n("STRIDE1_STRIDE"), 4096);  // stride 0 is never shown
+  EXPECT_EQ(n("STRIDE1_COUNT"), 4);
+  EXPECT_EQ(n("STRIDE2_STRIDE"), 0);
+  EXPECT_EQ(n("STRIDE2_COUNT"), 0);
+  EXPECT_EQ(darshan_posix_counter_index("STRIDE1_STRIDE") + 8,
+            darshan_posix_counter_index("ACCESS1_ACCESS"));
+}

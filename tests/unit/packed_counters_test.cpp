@@ -112,7 +112,7 @@ void expect_refused(const std::string& bytes, const std::string& why) {
 }
 
 /// Two masks (little-endian) then `tail`.
-/// Three masks (ABI 14's 135 counter words: 64 + 64 + 7), then `tail`.
+/// Three masks (ABI 15's 169 counter words: 64 + 64 + 41), then `tail`.
 std::string masks(uint64_t lo, uint64_t mid, uint64_t hi, const std::string& tail) {
   static_assert(PackedCounters::kMaskWords == 3);
   std::string s(24, '\0');

@@ -100,7 +100,11 @@ TEST(JsonReport, EveryDocumentedCounterIsPresent) {
         "lat_write_le_4us", "lat_write_le_16us", "lat_write_le_64us", "lat_write_le_256us",
         "lat_write_le_1ms", "lat_write_le_4ms", "lat_write_le_16ms", "lat_write_le_64ms",
         "lat_write_le_256ms", "lat_write_le_1s", "lat_write_gt_1s", "lat_read_sum_ns",
-        "lat_write_sum_ns", "mem_not_aligned", "mode", "file_alignment", "file_not_aligned"})
+        "lat_write_sum_ns", "mem_not_aligned", "mode", "file_alignment", "file_not_aligned",
+        "access1_access", "access2_access", "access3_access", "access4_access", "access1_count",
+        "access2_count", "access3_count", "access4_count", "access_untallied", "stride1_stride",
+        "stride2_stride", "stride3_stride", "stride4_stride", "stride1_count", "stride2_count",
+        "stride3_count", "stride4_count", "stride_untallied"})
     EXPECT_TRUE(c.contains(k)) << k;
   // The offsets' buckets are not counters of their own: FILE_NOT_ALIGNED comes from them.
   for (const auto& [k, v] : c.items()) EXPECT_EQ(k.find("offset_lsb"), std::string::npos) << k;
@@ -453,6 +457,14 @@ TEST(JsonReport, StreamedFileRowsOfEveryShapeAreTheDumpedOnes) {
                                     : std::optional<int64_t>(3000);
     f.counters.offset_lsb[0] = static_cast<uint64_t>(i);
     f.counters.offset_lsb[3] = 2;
+    // tallies of 0 to 11 values (stored as value + 1), some calls untallied
+    for (int v = 0; v < std::min(i, IOLENS_TALLY_SLOTS); ++v) {
+      f.counters.access.value[v] = static_cast<uint64_t>(100 * v) + 1;
+      f.counters.access.count[v] = static_cast<uint64_t>((v * 7 + i) % 5 + 1);
+      f.counters.stride.value[v] = static_cast<uint64_t>(v == 3 ? 0 : INT64_MAX - v) + 1;
+      f.counters.stride.count[v] = static_cast<uint64_t>(i);
+    }
+    f.counters.access.untallied = static_cast<uint64_t>(i > IOLENS_TALLY_SLOTS ? i : 0);
     s.files.push_back(f);
   }
   const json dom = exporters::run_to_json(s, "9.9.9");
@@ -464,6 +476,15 @@ TEST(JsonReport, StreamedFileRowsOfEveryShapeAreTheDumpedOnes) {
   EXPECT_EQ(dom["files"][2]["counters"]["file_not_aligned"], 2 + 2);  // buckets 0 (i = 2) and 3
   EXPECT_EQ(dom["files"][3]["counters"]["file_alignment"], 3000);
   EXPECT_TRUE(dom["files"][3]["counters"]["file_not_aligned"].is_null());
+  // row 3: sizes 0 x4 (never shown), 100 x1, 200 x3 (counts (v * 7 + 3) % 5 + 1); row 10:
+  // equal counts, the largest stride first
+  EXPECT_EQ(dom["files"][3]["counters"]["access1_access"], 200);
+  EXPECT_EQ(dom["files"][3]["counters"]["access1_count"], 3);
+  EXPECT_EQ(dom["files"][3]["counters"]["access2_access"], 100);
+  EXPECT_EQ(dom["files"][3]["counters"]["access3_access"], 0);
+  EXPECT_EQ(dom["files"][3]["counters"]["access3_count"], 0);
+  EXPECT_EQ(dom["files"][10]["counters"]["access_untallied"], 10);
+  EXPECT_EQ(dom["files"][10]["counters"]["stride1_stride"], INT64_MAX);
 }
 
 TEST(JsonReport, StreamedRecordIsWrittenInPieces) {
