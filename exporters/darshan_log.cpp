@@ -517,22 +517,49 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
     shared += posix_record(f.file->path, f.counters, Renames{f.rename_sources, 0, 0},
                            f.file->file_alignment, -1, x);
   }
-  std::string posix;
-  posix.reserve(run.files.size() * kDarshanPosixRecordSize);
+  // One record per (rank, path), as Darshan keys them: a process's rows of one path (files
+  // replaced at it: a checkpoint written to ckpt.tmp and renamed away each epoch) are folded
+  // into one, in the order they were opened, as Darshan's one record would have counted them.
+  std::map<std::pair<int64_t, std::string>, std::vector<uint32_t>> rows_of;
+  std::vector<std::pair<int64_t, std::string>> order;
   for (std::size_t r = 0; r < run.files.size(); ++r) {
     if (in_shared[r]) continue;
     const core::FileSnapshot& f = run.files[r];
+    std::pair<int64_t, std::string> key{rank_of.at({f.pid, f.proc_start_ns}), f.path};
+    auto [it, fresh] = rows_of.try_emplace(key);
+    if (fresh) order.push_back(key);
+    it->second.push_back(static_cast<uint32_t>(r));
+  }
+  std::string posix;
+  posix.reserve(order.size() * kDarshanPosixRecordSize);
+  for (const auto& key : order) {
+    auto& rows = rows_of.at(key);
+    const core::FileSnapshot& first = run.files[rows.front()];
+    core::FileCounters c = first.counters;
+    Renames renames{first.rename_sources, 0, 0};
+    if (rows.size() > 1) {
+      const auto opened = [&](uint32_t r) {
+        const uint64_t t = run.files[r].counters.open_start_ns;
+        return t ? t : UINT64_MAX;  // never opened (stats only): last
+      };
+      std::stable_sort(rows.begin(), rows.end(),
+                       [&](uint32_t a, uint32_t b) { return opened(a) < opened(b); });
+      c = run.files[rows.front()].counters;
+      renames.sources = 0;
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        if (i > 0) core::fold_counters(c, run.files[rows[i]].counters);
+        renames.sources += run.files[rows[i]].rename_sources;
+      }
+    }
     // A record of one rank has no rank extremes: Darshan sets them only while reducing a
     // shared record (darshan-posix.c, posix_mpi_redux), so they stay 0 in every other record,
     // and its tools derive a rank's own from its counters (docs/darshan-log.md).
-    const int64_t rank = rank_of.at({f.pid, f.proc_start_ns});
-    Renames renames{f.rename_sources, 0, 0};
-    if (auto t = rename_targets.find({rank, f.path}); t != rename_targets.end() && !t->second.placed) {
+    if (auto t = rename_targets.find(key); t != rename_targets.end()) {
       renames.targets = t->second.renames;
       renames.renamed_from = t->second.from;
       t->second.placed = true;
     }
-    posix += posix_record(f.path, f.counters, renames, f.file_alignment, rank,
+    posix += posix_record(key.second, c, renames, first.file_alignment, key.first,
                           Extremes{0, 0, 0, 0, 0, 0});
   }
   // New paths no row of their rank has: a record of the renames alone, as Darshan makes one
