@@ -50,8 +50,8 @@
  * held counts once more; a new one takes the first free slot; with no slot free the call is
  * counted in `untallied` (Darshan drops it once its 32 are taken). Slots are claimed by
  * compare-and-swap so that two threads with a new value each never take one slot, and fill in
- * order, so a value is never held twice. `v` is at most 2^63 - 1 (bytes of one call, a gap
- * between two offsets): v + 1 does not wrap.
+ * order, so a value is never held twice. `v` is below 2^64 - 1 (bytes of one call, a gap
+ * between two 64-bit offsets): v + 1 does not wrap to 0, the free slot's mark.
  */
 IOLENS_INLINE void iolens_tally_add(struct iolens_tally *t, __u64 v)
 {

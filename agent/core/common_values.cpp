@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/common_values.hpp"
 
-
 namespace iolens::core {
 
 CommonValues common_values(const iolens_tally& t) {

@@ -2,8 +2,8 @@
 #pragma once
 /// Darshan's four most common access sizes and strides (POSIX_ACCESS1..4_ACCESS/COUNT,
 /// POSIX_STRIDE1..4_STRIDE/COUNT) from the kernel's tallies (iolens_file_counters::access and
-/// ::stride, bpf/iolens_account.h iolens_tally). Pure. Rules and source lines: docs/counters.md
-/// "Common access sizes and strides (ABI 15)".
+/// ::stride, bpf/iolens_account.h iolens_tally_add). Pure. Rules and source lines:
+/// docs/counters.md "Common access sizes and strides (ABI 15)".
 
 #include <array>
 #include <cstdint>
