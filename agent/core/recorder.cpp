@@ -922,8 +922,10 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
   // The folded records: counters into the totals, files counted once whether folded, kept,
   // or both (folded, then seen again), with stats by path joined as above.
   std::vector<std::pair<uint32_t, uint64_t>> folded_files;
-  for (const auto& [pk, p] : procs_) {
+  for (const auto& [pk_, p] : procs_) {
     if (!p.folded) continue;
+    // A name of its own: clang 14 refuses a structured binding captured by a lambda (P1091).
+    const ProcKey& pk = pk_;
     const Folded& fo = *p.folded;
     uint64_t stats_joined = 0, stats_joined_folded = 0;
     fo.ids.for_each([&](const FileIdentity& id) {
