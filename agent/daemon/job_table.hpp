@@ -119,9 +119,6 @@ class JobTable {
   void set_alignment_table(std::shared_ptr<const std::vector<core::AlignmentMount>> t) {
     alignment_ = std::move(t);
   }
-  const std::shared_ptr<const std::vector<core::AlignmentMount>>& alignment_table() const {
-    return alignment_;
-  }
   /// The syscall hooks' state (monotonic ns), so that a job whose process is selected while
   /// they are detached says so (Job::unhooked_since). A table starts with them attached.
   void hooks_detached(uint64_t at_mono);

@@ -26,10 +26,13 @@ RecordDone write_record(JobWriter& files, const RecordJob& r) {
   d.serial = r.serial;
   // Darshan's mount table, read here rather than on the daemon's loop: statfs() of a mount
   // whose server does not answer (NFS) may block for long.
+  // Read once: the same table gives the alignments and the Darshan log's mount entries.
   RecordBasis basis = r.basis;
+  std::vector<std::pair<std::string, std::string>> mounts;
+  if (!basis.alignment || r.darshan) mounts = exporters::read_mounts("/proc/self/mounts");
   if (!basis.alignment)
     basis.alignment = std::make_shared<const std::vector<core::AlignmentMount>>(
-        exporters::alignment_table(exporters::read_mounts("/proc/self/mounts")));
+        exporters::alignment_table(mounts));
   d.alignment = basis.alignment;
   core::RunSnapshot snap = job_snapshot(job, basis);
   d.summary = job_summary(job, snap);
@@ -43,7 +46,7 @@ RecordDone write_record(JobWriter& files, const RecordJob& r) {
       snap.end_ns = core::clock_ns(CLOCK_REALTIME);
       info.metadata.emplace_back("state", "interrupted");
     }
-    info.mounts = exporters::read_mounts("/proc/self/mounts");
+    info.mounts = std::move(mounts);
     log = exporters::darshan_log(snap, info);
     snap.end_ns = end;
   }
