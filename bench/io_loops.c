@@ -6,7 +6,10 @@
  * file or allocating the buffer is outside the timed region) and prints one JSON line:
  *   {"mode":"read4k","ops":N,"ns":T,"ns_per_op":T/N, ...}
  *
- *   io_loops read4k FILE N [pread|read]  N x 4 KiB pread (default) or read of a cached file,
+ *   io_loops read4k FILE N [pread|read|rand]  N x 4 KiB pread (default) or read of a cached file,
+ *                                     or pread at pseudo-random 4 KiB-aligned offsets (rand: a
+ *                                     new stride nearly every call, past a record's 8 and
+ *                                     Darshan's 32 values),
  *                                        wrapping to offset 0 at the end of the file; also
  *                                        "batch_median_ns_per_op": the median over batches of
  *                                        1,000 calls, which leaves the host's interruptions out
@@ -70,7 +73,7 @@ static int die(const char *what, const char *arg)
 static int usage(void)
 {
 	fprintf(stderr,
-		"usage: io_loops read4k FILE N [pread|read]\n"
+		"usage: io_loops read4k FILE N [pread|read|rand]\n"
 		"       io_loops mkfiles DIR [COUNT [KIB]]\n"
 		"       io_loops smallfiles DIR [COUNT]\n"
 		"       io_loops ckpt FILE SIZE_MB\n"
@@ -117,7 +120,8 @@ static int mode_read4k(int argc, char **argv)
 	uint64_t n, i, t0, t1, tb, nbatch, *batch;
 	off_t size, off = 0;
 	struct stat st;
-	int use_read = 0, fd;
+	int use_read = 0, use_rand = 0, fd;
+	uint64_t lcg = 2463;
 	char extra[128];
 
 	if (argc < 4 || parse_u64(argv[3], &n))
@@ -125,6 +129,8 @@ static int mode_read4k(int argc, char **argv)
 	if (argc >= 5) {
 		if (!strcmp(argv[4], "read"))
 			use_read = 1;
+		else if (!strcmp(argv[4], "rand"))
+			use_rand = 1;
 		else if (strcmp(argv[4], "pread"))
 			return usage();
 	}
@@ -162,6 +168,10 @@ static int mode_read4k(int argc, char **argv)
 			}
 			r = read(fd, buf, sizeof(buf));
 		} else {
+			if (use_rand) {
+				lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+				off = (off_t)((lcg >> 33) % (uint64_t)(size / 4096)) * 4096;
+			}
 			if (off == size)
 				off = 0;
 			r = pread(fd, buf, sizeof(buf), off);
@@ -176,7 +186,8 @@ static int mode_read4k(int argc, char **argv)
 	close(fd);
 	snprintf(extra, sizeof(extra),
 		 ",\"call\":\"%s\",\"bytes\":%llu,\"batch_median_ns_per_op\":%.2f",
-		 use_read ? "read" : "pread", (unsigned long long)(n * sizeof(buf)),
+		 use_read ? "read" : use_rand ? "random pread" : "pread",
+		 (unsigned long long)(n * sizeof(buf)),
 		 batch_median(batch, nbatch) / BATCH);
 	free(batch);
 	report("read4k", n, t1 - t0, extra);

@@ -241,6 +241,8 @@ def prepare_loops(exe, work, sizes, only):
     loops = [
         Loop("read4k", [exe, "read4k", read_file, str(sizes["read4k_n"]), "pread"],
              "pread of 4 KiB", 1),
+        Loop("randread", [exe, "read4k", read_file, str(sizes["read4k_n"]), "rand"],
+             "pread of 4 KiB at a random offset", 1),
         Loop("getppid", [exe, "getppid", str(sizes["getppid_n"])], "getppid()", 1),
         Loop("smallfiles", [exe, "smallfiles", sf_dir, str(sizes["smallfiles"])],
              "file (open, read 100 KiB, read EOF, close)", 4, repeat=sizes["smallfiles_repeat"]),

@@ -10,6 +10,7 @@
 
 struct iolens_file_key abi_file_key;
 struct iolens_file_counters abi_file_counters;
+struct iolens_more_tallies abi_more_tallies;
 struct iolens_task_state abi_task_state;
 struct iolens_event_header abi_event_header;
 struct iolens_fork_event abi_fork_event;

@@ -44,6 +44,10 @@ int tally(struct iolens_tally *t, __u64 v);
 	})
 /* A global function too: its loop verified once, not at each of its four calls */
 #define IOLENS_TALLY(t, v) tally(t, v)
+/* The side entry's (tally_more): `side` is the call's struct call_ctx, with the record's key */
+struct call_ctx;
+int tally_more(struct call_ctx *cx, struct iolens_tally *t, int which, __u64 v);
+#define IOLENS_TALLY_SIDE(side, t, which, v) tally_more(side, t, which, v)
 #include "iolens_account.h"
 #include "iolens_syscalls.h"
 
@@ -151,6 +155,22 @@ struct {
 	__type(key, struct iolens_file_key);
 	__type(value, struct iolens_file_counters);
 } files_spill SEC(".maps");
+
+/*
+ * Side entries of the records whose access sizes or strides came in more distinct values than
+ * the record's IOLENS_TALLY_SLOTS (iolens_abi.h): slots 9..32, Darshan's. Keyed like the record
+ * (either tier), made on the first value that finds the record's slots full, read and deleted
+ * by the agent with the record. Few records need one (random access over a large file), so its
+ * memory follows use; the loader sizes it from `files`. Full: the value is untallied
+ * (IOLENS_STAT_TALLY_LOST).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, struct iolens_file_key);
+	__type(value, struct iolens_more_tallies);
+} tallies_more SEC(".maps");
 
 /* Per-(process, descriptor kind) counters of pipes, sockets, ttys...: never mixed with files. */
 struct {
@@ -345,12 +365,13 @@ __noinline int align_bucket(__s64 offset)
 	return iolens_align_bucket(offset);
 }
 
-/* A tally is a pointer argument: NULL does nothing (the verifier asks for the check). */
+/* A tally is a pointer argument: NULL does nothing (the verifier asks for the check).
+ * Returns 1 when the value found the slots full (iolens_tally_add). */
 __noinline int tally(struct iolens_tally *t, __u64 v)
 {
-	if (t)
-		iolens_tally_add(t, v);
-	return 0;
+	if (!t)
+		return 0;
+	return iolens_tally_add(t, v);
 }
 
 /* A fresh record: max bytes start at -1 ("nothing yet"), everything else at 0. */
@@ -358,6 +379,9 @@ const struct iolens_file_counters new_record = {
 	.max_byte_read = -1,
 	.max_byte_written = -1,
 };
+
+/* A fresh side entry (in .rodata: larger than the stack can hold). */
+const struct iolens_more_tallies no_more_tallies = {};
 
 static __always_inline void stat_inc(__u32 idx)
 {
@@ -732,6 +756,8 @@ struct call_ctx {
 	__u64 mode;          /* a successful open's mode when it may create (call_extras), else 0 */
 	__u32 other;         /* fd_record's last record is of a pipe, socket or tty (`others`) */
 	__u32 pad;
+	struct iolens_file_key key; /* the key of the regular file's record fd_record (or io_uring's
+				     * inode_record) last found: its side entry's */
 };
 
 /* A call as sys_exit saw it, decoded once for the accounting and trace mode: the number and
@@ -933,19 +959,95 @@ static __always_inline struct iolens_file_counters *file_record_get(struct iolen
 	return file_record_find(key);
 }
 
+/* One slot of a side tally, as a bpf_loop callback (verified once, whatever the number of
+ * slots): the slot claim of iolens_tally_slots_add (iolens_account.h). */
+struct side_scan {
+	struct iolens_tally_more *t;
+	__u64 key;
+	__u32 done; /* the key was counted in a slot */
+	__u32 pad;
+};
+
+static long side_step(__u32 i, void *data)
+{
+	struct side_scan *s = data;
+	struct iolens_tally_more *t = s->t;
+	__u32 k = i;
+	__u64 held;
+
+	/* barrier_var: the bounds check must be on the register that indexes (the compiler would
+	 * index with a copy the verifier knows nothing of) */
+	barrier_var(k);
+	if (!t || k >= IOLENS_TALLY_MORE_SLOTS)
+		return 1;
+	held = t->value[k];
+	if (held == 0)
+		held = __sync_val_compare_and_swap(&t->value[k], 0, s->key);
+	if (held == 0 || held == s->key) {
+		IOLENS_ADD(&t->count[k], 1);
+		s->done = 1;
+		return 1;
+	}
+	return 0;
+}
+
+/* A slot key into a side tally; untallied when its slots are full. Its loop in bpf_loop:
+ * inlined twice in a row, the 24 slots' loops walked ~520,000 instructions, as global
+ * functions ~2,600 in each program that accounts reads and writes. */
+__noinline int tally_side(struct iolens_tally_more *t, __u64 key)
+{
+	struct side_scan s = { .t = t, .key = key };
+
+	if (!t)
+		return 0;
+	bpf_loop(IOLENS_TALLY_MORE_SLOTS, side_step, &s, 0);
+	if (!s.done)
+		IOLENS_ADD(&t->untallied, 1);
+	return 0;
+}
+
+/*
+ * A value `v` that found the record's tally `t` full (`which`: IOLENS_SIDE_ACCESS or _STRIDE),
+ * into the record's side entry (cx->key's), made if need be. Without one (`tallies_more` full)
+ * it is untallied in the record, and counted as a loss of the process. A global function
+ * called for its effect only: the verifier walks the accounting after it once, whatever it did.
+ */
+__noinline int tally_more(struct call_ctx *cx, struct iolens_tally *t, int which, __u64 v)
+{
+	struct iolens_more_tallies *m;
+	long err;
+
+	if (!cx || !t)
+		return 0;
+	m = bpf_map_lookup_elem(&tallies_more, &cx->key);
+	if (!m) {
+		err = bpf_map_update_elem(&tallies_more, &cx->key, &no_more_tallies, BPF_NOEXIST);
+		if (!err || err == -EEXIST)
+			m = bpf_map_lookup_elem(&tallies_more, &cx->key);
+	}
+	if (!m) {
+		IOLENS_ADD(&t->untallied, 1);
+		lose(IOLENS_STAT_TALLY_LOST, cx->key.tgid, cx->key.pstart_ns);
+		return 0;
+	}
+	tally_side(which == IOLENS_SIDE_STRIDE ? &m->stride : &m->access, v + 1);
+	return 0;
+}
+
 /*
  * The accounting of one call into its record, as global functions: each verified once per
  * program, whatever calls it, instead of once per call site. And once whichever tier the
  * record is in: a record of `files` and one of `files_spill` are pointers into two maps, which
  * the verifier never takes for the same state, so inlined accounting was walked once for each
  * (34,673 verified instructions instead of 31,944, bench/README.md "Issue 14: two tiers of
- * file records"). A record is a pointer argument: NULL is allowed and does nothing.
+ * file records"). A record is a pointer argument: NULL is allowed and does nothing. A regular
+ * file's record is cx->key's (its side entry's key: tally_more).
  */
 __noinline int record_read(struct iolens_file_counters *c, struct call_ctx *cx, __s64 pos)
 {
 	if (!c || !cx)
 		return 0;
-	iolens_account_rw_tally(c, 0, pos, cx->ret, cx->t0, cx->t1, !cx->other);
+	iolens_account_rw_tally(c, 0, pos, cx->ret, cx->t0, cx->t1, !cx->other, cx);
 	if (cx->mem_unaligned)
 		iolens_account_mem_unaligned(c, cx->ret);
 	return 0;
@@ -955,7 +1057,7 @@ __noinline int record_write(struct iolens_file_counters *c, struct call_ctx *cx,
 {
 	if (!c || !cx)
 		return 0;
-	iolens_account_rw_tally(c, 1, pos, cx->ret, cx->t0, cx->t1, !cx->other);
+	iolens_account_rw_tally(c, 1, pos, cx->ret, cx->t0, cx->t1, !cx->other, cx);
 	if (cx->mem_unaligned)
 		iolens_account_mem_unaligned(c, cx->ret);
 	return 0;
@@ -1017,6 +1119,7 @@ static __always_inline struct iolens_file_counters *fd_record(struct call_ctx *c
 		return get_record(&others, &key, IOLENS_STAT_OTHER_RECORDS_LOST, &created);
 	}
 	c = file_record_get(&key, &created);
+	cx->key = key;
 	/* A record a page-cache or io_uring hook created (no struct file there) is named by the
 	 * first system call that reaches it. */
 	if (c && (created || !c->named)) {
@@ -2499,11 +2602,11 @@ static __always_inline __u32 io_worker_ctx(struct task_struct *task,
  * The (process, file) record of `inode` for the traced task `task`, created if need be, or
  * NULL (not a regular file, map full: counted). With a struct file (O_DIRECT, io_uring) a new
  * record's name is sent at once; without one (filemap hooks) the next system call on the file
- * sends it (iolens_file_counters::named).
+ * sends it (iolens_file_counters::named). `kout`, if not NULL, gets the record's key.
  */
 static __always_inline struct iolens_file_counters *
 inode_record(struct task_struct *task, struct iolens_task_state *st, struct inode *inode,
-	     struct file *f)
+	     struct file *f, struct iolens_file_key *kout)
 {
 	struct iolens_file_key key = {};
 	struct iolens_file_counters *c;
@@ -2519,6 +2622,8 @@ inode_record(struct task_struct *task, struct iolens_task_state *st, struct inod
 	key.dev = file_dev(inode);
 	key.gen = BPF_CORE_READ(inode, i_generation);
 	c = file_record_get(&key, &created);
+	if (kout)
+		*kout = key;
 	if (c && f && !c->named) {
 		struct call_ctx cx = {
 			.tgid = key.tgid,

@@ -18,7 +18,7 @@
 #include <linux/types.h>
 #endif
 
-#define IOLENS_ABI_VERSION 15
+#define IOLENS_ABI_VERSION 16
 
 /* Darshan's ten access-size buckets, bounds in bytes (inclusive upper bounds). */
 #define IOLENS_NR_SIZE_BUCKETS 10
@@ -35,20 +35,37 @@
 #define IOLENS_ALIGN_MAX_SHIFT 24 /* multiples of 16 MiB are in no bucket */
 
 /*
- * Darshan's common access sizes and strides (ABI 15; docs/counters.md "Common access sizes
- * and strides"): each record tallies the first IOLENS_TALLY_SLOTS distinct values it sees, in the
- * order they first came (iolens_tally_add in iolens_account.h). Darshan tallies the first 32 in a
- * tree and keeps the four most frequent non-zero ones; with at most IOLENS_TALLY_SLOTS distinct
- * values (0 included) the four are the same, and a call whose value found no slot is counted
- * in `untallied`, so that a record where they may differ says so.
+ * Darshan's common access sizes and strides (ABI 15, 16; docs/counters.md "Common access sizes
+ * and strides"). Darshan tallies the first 32 distinct values of each kind (0 included) in a
+ * tree and keeps the four most frequent non-zero ones. Each record holds the first
+ * IOLENS_TALLY_SLOTS of them, in the order they first came (iolens_tally_add in
+ * iolens_account.h); the few records that see more get a side entry (struct
+ * iolens_more_tallies, in the `tallies_more` map, keyed like the record and made on the first
+ * value that finds the record's slots full) with the next IOLENS_TALLY_MORE_SLOTS: 32 in all,
+ * Darshan's (ABI 16).
  */
 #define IOLENS_TALLY_SLOTS 8
+#define IOLENS_TALLY_MORE_SLOTS 24 /* Darshan's 32 (DARSHAN_COMMON_VAL_MAX_RUNTIME_COUNT) - 8 */
 
 struct iolens_tally {
 	__u64 value[IOLENS_TALLY_SLOTS]; /* the value + 1 (bytes); 0 = a free slot. Slots fill in
 					  * order, each claimed by one compare-and-swap */
 	__u64 count[IOLENS_TALLY_SLOTS]; /* calls of that value */
-	__u64 untallied;                 /* calls whose value was in no slot when all were taken */
+	__u64 untallied;                 /* calls whose value found all slots taken and no side
+					  * entry (the `tallies_more` map full: IOLENS_STAT_TALLY_LOST) */
+};
+
+/* Slots 9..32 of one kind, in a record's side entry (ABI 16): filled as iolens_tally's. */
+struct iolens_tally_more {
+	__u64 value[IOLENS_TALLY_MORE_SLOTS];
+	__u64 count[IOLENS_TALLY_MORE_SLOTS];
+	__u64 untallied; /* calls whose value found all 32 slots taken (Darshan drops them too) */
+};
+
+/* The value of the `tallies_more` map: a record's side entry, both kinds. */
+struct iolens_more_tallies {
+	struct iolens_tally_more access;
+	struct iolens_tally_more stride;
 };
 
 /*
@@ -211,7 +228,8 @@ struct iolens_file_counters {
 				* creat) with a non-zero mode; 0 = none */
 	__u64 offset_lsb[IOLENS_NR_ALIGN_BUCKETS]; /* counted reads/writes by the lowest set bit
 						    * of their offset (IOLENS_NR_ALIGN_BUCKETS) */
-	/* ---- Darshan's common access sizes and strides (ABI 15) ---- */
+	/* ---- Darshan's common access sizes and strides (ABI 15; the values past
+	 * IOLENS_TALLY_SLOTS in the record's side entry since ABI 16) ---- */
 	struct iolens_tally access; /* bytes each counted read and write returned (0 included) */
 	struct iolens_tally stride; /* Darshan's stride of each counted read and write: the gap
 				     * from the end of the last one of the same direction, 0 when
@@ -632,6 +650,14 @@ enum iolens_stat {
 					    * threads (a race while `files` was full), counted by
 					    * one or both makers: the agent folds the spilled copy
 					    * into the other */
+	IOLENS_STAT_TALLY_LOST,            /* (ABI 16) values of reads/writes not tallied because
+					    * their record's slots were full and its side entry
+					    * could not be made (`tallies_more` full): in the
+					    * record's access/stride `untallied` */
+	IOLENS_STAT_TALLY_ORPHANS,         /* (ABI 16) side entries the agent found without their
+					    * record (a call that raced its record's removal from
+					    * the map made it again) and deleted (written by user
+					    * space only) */
 	IOLENS_NR_STATS,
 };
 
@@ -663,6 +689,9 @@ struct iolens_proc_lost {
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_key) == 32, "file key layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) % 8 == 0, "counters multiple of 8");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_tally) == (2 * IOLENS_TALLY_SLOTS + 1) * 8, "tally layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_tally_more) == (2 * IOLENS_TALLY_MORE_SLOTS + 1) * 8,
+		     "side tally layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_more_tallies) == 784, "side entry layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_file_counters) == 720 + 45 * 8 + 2 * 136, "counters layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_task_state) == 136, "task state layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_event_header) == 32, "event header layout");

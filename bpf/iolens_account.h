@@ -43,32 +43,49 @@
 #ifndef IOLENS_TALLY
 #define IOLENS_TALLY(tally, v) iolens_tally_add(tally, v)
 #endif
+/*
+ * Where a value `v` that found the slots of tally `t` full goes: to the record's side entry
+ * (struct iolens_tally_more: `which` is IOLENS_SIDE_ACCESS or IOLENS_SIDE_STRIDE), through the
+ * caller's `side` (the kernel: its call's context, which has the record's key; user space:
+ * core::account_rw's FileCounters). By default, or with `side` 0, none: untallied.
+ */
+#define IOLENS_SIDE_ACCESS 0
+#define IOLENS_SIDE_STRIDE 1
+#ifndef IOLENS_TALLY_SIDE
+#define IOLENS_TALLY_SIDE(side, t, which, v) ((void)(side), IOLENS_ADD(&(t)->untallied, 1))
+#endif
 
 /*
  * One call of value `v` into a tally (struct iolens_tally in iolens_abi.h), as Darshan's
- * darshan_track_common_val_counters does into its tree of at most 32 values: a value already
- * held counts once more; a new one takes the first free slot; with no slot free the call is
- * counted in `untallied` (Darshan drops it once its 32 are taken). Slots are claimed by
- * compare-and-swap so that two threads with a new value each never take one slot, and fill in
- * order, so a value is never held twice. `v` is below 2^64 - 1 (bytes of one call, a gap
- * between two 64-bit offsets): v + 1 does not wrap to 0, the free slot's mark.
+ * darshan_track_common_val_counters does into its tree: a value already held counts once more;
+ * a new one takes the first free slot. Returns 1, counting nothing, when all slots are taken
+ * by other values: the caller goes on to the record's side entry (struct iolens_tally_more).
+ * Slots are claimed by compare-and-swap so that two threads with a new value each never take
+ * one slot, and fill in order, so a value is never held twice. A slot holds `key` = v + 1 (0
+ * marks a free one; v, the bytes of one call or a gap between two 64-bit offsets, is below
+ * 2^64 - 1). `n` is IOLENS_TALLY_SLOTS or IOLENS_TALLY_MORE_SLOTS: a side tally has the same
+ * layout with more slots.
  */
-IOLENS_INLINE void iolens_tally_add(struct iolens_tally *t, __u64 v)
+IOLENS_INLINE int iolens_tally_slots_add(__u64 *value, __u64 *count, int n, __u64 key)
 {
-	const __u64 key = v + 1;
 	int i;
 
-	for (i = 0; i < IOLENS_TALLY_SLOTS; i++) {
-		__u64 held = t->value[i];
+	for (i = 0; i < n; i++) {
+		__u64 held = value[i];
 
 		if (held == 0)
-			held = __sync_val_compare_and_swap(&t->value[i], 0, key);
+			held = __sync_val_compare_and_swap(&value[i], 0, key);
 		if (held == 0 || held == key) {
-			IOLENS_ADD(&t->count[i], 1);
-			return;
+			IOLENS_ADD(&count[i], 1);
+			return 0;
 		}
 	}
-	IOLENS_ADD(&t->untallied, 1);
+	return 1;
+}
+
+IOLENS_INLINE int iolens_tally_add(struct iolens_tally *t, __u64 v)
+{
+	return iolens_tally_slots_add(t->value, t->count, IOLENS_TALLY_SLOTS, v + 1);
 }
 
 /*
@@ -213,10 +230,12 @@ IOLENS_INLINE void iolens_init_counters(struct iolens_file_counters *c)
  * One read (is_write = 0) or write (is_write = 1) that returned `ret` >= 0 bytes at file offset
  * `offset`, entered at t0 and returned at t1. Calls returning < 0 are not counted (Darshan).
  * `with_tallies`: also tally its size and stride (0 for the records of pipes, sockets and
- * ttys, whose tallies nothing reports: their calls skip that work).
+ * ttys, whose tallies nothing reports: their calls skip that work). A value that finds the
+ * record's slots full goes to IOLENS_TALLY_SIDE with `side`.
  */
 IOLENS_INLINE void iolens_account_rw_tally(struct iolens_file_counters *c, int is_write,
-					   __s64 offset, __s64 ret, __u64 t0, __u64 t1, int with_tallies)
+					   __s64 offset, __s64 ret, __u64 t0, __u64 t1, int with_tallies,
+					   void *side)
 {
 	__s64 *last_byte = is_write ? &c->last_byte_written : &c->last_byte_read;
 	__s64 *max_byte = is_write ? &c->max_byte_written : &c->max_byte_read;
@@ -238,12 +257,12 @@ IOLENS_INLINE void iolens_account_rw_tally(struct iolens_file_counters *c, int i
 	if (with_tallies) {
 		if (c->stride.value[0] == stride + 1)
 			IOLENS_ADD(&c->stride.count[0], 1);
-		else
-			IOLENS_TALLY(&c->stride, stride);
+		else if (IOLENS_TALLY(&c->stride, stride))
+			IOLENS_TALLY_SIDE(side, &c->stride, IOLENS_SIDE_STRIDE, stride);
 		if (c->access.value[0] == (__u64)ret + 1)
 			IOLENS_ADD(&c->access.count[0], 1);
-		else
-			IOLENS_TALLY(&c->access, (__u64)ret);
+		else if (IOLENS_TALLY(&c->access, (__u64)ret))
+			IOLENS_TALLY_SIDE(side, &c->access, IOLENS_SIDE_ACCESS, (__u64)ret);
 	}
 	if (is_write) {
 		IOLENS_ADD(&c->writes, 1);
@@ -318,11 +337,12 @@ IOLENS_INLINE void iolens_account_rw_tally(struct iolens_file_counters *c, int i
 	}
 }
 
-/* iolens_account_rw_tally of a regular file's call: every counter, the tallies too. */
+/* iolens_account_rw_tally of a regular file's call: every counter, the tallies too (a value
+ * that finds the slots full is untallied: no side entry). */
 IOLENS_INLINE void iolens_account_rw(struct iolens_file_counters *c, int is_write, __s64 offset,
 				     __s64 ret, __u64 t0, __u64 t1)
 {
-	iolens_account_rw_tally(c, is_write, offset, ret, t0, t1, 1);
+	iolens_account_rw_tally(c, is_write, offset, ret, t0, t1, 1, (void *)0);
 }
 
 /* A successful open (is_dup = 0) or dup (is_dup = 1). Opens reset the pattern state; dups don't. */

@@ -62,7 +62,7 @@ int BPF_PROG(iomap_dio_rw_begin, struct kiocb *iocb, struct iov_iter *iter, unsi
 		return 0;
 	f = UNTRUSTED(kiocb, iocb)->ki_filp;
 	/* Creates the record and sends its name now, in the task: the completion may be in IRQ. */
-	if (!f || !inode_record(task, st, BPF_CORE_READ(f, f_inode), f))
+	if (!f || !inode_record(task, st, BPF_CORE_READ(f, f_inode), f, NULL))
 		return 0;
 	v.t0 = bpf_ktime_get_ns();
 	v.tgid = task->tgid;
@@ -214,7 +214,7 @@ int BPF_PROG(io_uring_submit_req, struct io_kiocb *req)
 				v.target_ok = S_ISREG(mode);
 				/* name it while the struct file is reachable */
 				if (v.target_ok)
-					inode_record(task, st, BPF_CORE_READ(f, f_inode), f);
+					inode_record(task, st, BPF_CORE_READ(f, f_inode), f, NULL);
 			}
 			st->cache_file = 0; /* the file is going away */
 		}
@@ -348,7 +348,7 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 		f = BPF_CORE_READ(req, file);
 	if (!f)
 		return 0;
-	c = inode_record(task, st, BPF_CORE_READ(f, f_inode), f);
+	c = inode_record(task, st, BPF_CORE_READ(f, f_inode), f, &ucx.key);
 	if (!c)
 		return 0;
 	/* As a system call's for the accounting; the request's buffer and an open's mode are not

@@ -455,8 +455,8 @@ std::string darshan_log(const core::RunSnapshot& run, const DarshanJobInfo& info
                                               {"STRIDE2_STRIDE", "STRIDE2_COUNT"},
                                               {"STRIDE3_STRIDE", "STRIDE3_COUNT"},
                                               {"STRIDE4_STRIDE", "STRIDE4_COUNT"}};
-    const core::CommonValues accesses = core::common_values(c.access);
-    const core::CommonValues strides = core::common_values(c.stride);
+    const core::CommonValues accesses = core::common_accesses(c);
+    const core::CommonValues strides = core::common_strides(c);
     for (std::size_t i = 0; i < 4; ++i) {
       set(kAccess[i][0], accesses[i].value);
       set(kAccess[i][1], accesses[i].count);

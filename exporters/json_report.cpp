@@ -56,7 +56,7 @@ struct DerivedInputs {
 DerivedInputs derived_inputs(const core::FileCounters& c,
                              const std::optional<int64_t>& file_alignment) {
   const auto [a, n] = alignment_of(c, file_alignment);
-  return {c, a, n, core::common_values(c.access), core::common_values(c.stride)};
+  return {c, a, n, core::common_accesses(c), core::common_strides(c)};
 }
 using DerivedValue = std::optional<int64_t> (*)(const DerivedInputs&);
 struct DerivedMember {
@@ -84,7 +84,7 @@ constexpr std::array<DerivedMember, 20> kDerived = {{
     {"access4_count", access_count<3>},
     {"access_untallied",
      [](const DerivedInputs& d) -> std::optional<int64_t> {
-       return static_cast<int64_t>(d.c.access.untallied);
+       return static_cast<int64_t>(core::untallied(d.c.access, d.c.more.access));
      }},
     {"stride1_stride", stride_value<0>},
     {"stride2_stride", stride_value<1>},
@@ -96,7 +96,7 @@ constexpr std::array<DerivedMember, 20> kDerived = {{
     {"stride4_count", stride_count<3>},
     {"stride_untallied",
      [](const DerivedInputs& d) -> std::optional<int64_t> {
-       return static_cast<int64_t>(d.c.stride.untallied);
+       return static_cast<int64_t>(core::untallied(d.c.stride, d.c.more.stride));
      }},
     {"file_alignment", [](const DerivedInputs& d) { return d.alignment; }},
     {"file_not_aligned", [](const DerivedInputs& d) { return d.not_aligned; }},

@@ -13,6 +13,7 @@
 #include "core/file_alignment.hpp"
 #include "core/paths.hpp"
 #include "exporters/trace_common.hpp"
+#include "core/common_values.hpp"
 #include "iolens_account.h"
 
 namespace iolens::exporters {
@@ -99,8 +100,14 @@ ReplayedRecords replay_records(const trace::Trace& t) {
       case IOLENS_OP_READ:
       case IOLENS_OP_WRITE:
         if (r.ret >= 0 && rw_in_range(r.offset, r.ret)) {
-          iolens_account_rw(record(), r.op == IOLENS_OP_WRITE, r.offset, r.ret, r.start_ns,
-                            r.end_ns);
+          // As the kernel: a regular file's values past its record's slots go to the side
+          // slots; pipes, sockets and ttys tally nothing.
+          if (other)
+            iolens_account_rw_tally(record(), r.op == IOLENS_OP_WRITE, r.offset, r.ret,
+                                    r.start_ns, r.end_ns, 0, nullptr);
+          else
+            core::account_rw(*record(), r.op == IOLENS_OP_WRITE, r.offset, r.ret, r.start_ns,
+                             r.end_ns);
           // Traces of ABI 13 and earlier never set the flag: their mem_not_aligned stays 0.
           if (r.flags & IOLENS_TRACE_F_MEM_UNALIGNED) iolens_account_mem_unaligned(record(), r.ret);
         }

@@ -10,9 +10,10 @@
 namespace iolens::core {
 namespace {
 
-#define IOLENS_U(name, fold) CounterField{#name, offsetof(FileCounters, name), false, Fold::fold}
-#define IOLENS_S(name, fold) CounterField{#name, offsetof(FileCounters, name), true, Fold::fold}
-#define IOLENS_B(name, arr, i) CounterField{name, offsetof(FileCounters, arr) + (i) * 8, false, Fold::Sum}
+// Offsets into the kernel record, the base of FileCounters at its offset 0.
+#define IOLENS_U(name, fold) CounterField{#name, offsetof(iolens_file_counters, name), false, Fold::fold}
+#define IOLENS_S(name, fold) CounterField{#name, offsetof(iolens_file_counters, name), true, Fold::fold}
+#define IOLENS_B(name, arr, i) CounterField{name, offsetof(iolens_file_counters, arr) + (i) * 8, false, Fold::Sum}
 
 constexpr std::array kFields = {
     IOLENS_U(opens, Sum),
@@ -136,12 +137,16 @@ constexpr std::array kFields = {
 static_assert(kLatencyBoundsNs.size() == IOLENS_NR_LAT_BUCKETS - 1);
 static_assert(std::is_sorted(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end()));
 
+// `off` is into the kernel record (the base).
 uint64_t& u64_at(FileCounters& c, std::size_t off) {
-  return *reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(&c) + off);
+  return *reinterpret_cast<uint64_t*>(
+      reinterpret_cast<char*>(static_cast<iolens_file_counters*>(&c)) + off);
 }
 uint64_t u64_at(const FileCounters& c, std::size_t off) {
   uint64_t v;
-  std::memcpy(&v, reinterpret_cast<const char*>(&c) + off, sizeof(v));
+  std::memcpy(&v,
+              reinterpret_cast<const char*>(static_cast<const iolens_file_counters*>(&c)) + off,
+              sizeof(v));
   return v;
 }
 
@@ -155,6 +160,13 @@ int64_t counter_value(const FileCounters& c, const CounterField& f) {
   return v;
 }
 
+FileCounters from_kernel(const iolens_file_counters& record, const iolens_more_tallies* more) {
+  FileCounters c{};
+  static_cast<iolens_file_counters&>(c) = record;
+  if (more) c.more = *more;
+  return c;
+}
+
 FileCounters new_counters() {
   FileCounters c{};
   c.max_byte_read = -1;
@@ -166,8 +178,7 @@ void combine_counters(FileCounters& into, const FileCounters& other) {
   // Not exported as such (file_alignment.hpp turns them into FILE_NOT_ALIGNED), but summed.
   for (int i = 0; i < IOLENS_NR_ALIGN_BUCKETS; ++i) into.offset_lsb[i] += other.offset_lsb[i];
   // Tallies of values (common_values.hpp turns them into ACCESS1..4 and STRIDE1..4)
-  merge_tally(into.access, other.access);
-  merge_tally(into.stride, other.stride);
+  merge_tallies(into, other);
   // The max-time sizes follow their times, so fold them before the times are overwritten.
   if (other.max_read_time_ns > into.max_read_time_ns)
     into.max_read_time_size = other.max_read_time_size;
@@ -233,7 +244,7 @@ bool below_syscalls(const FileCounters& c) {
          c.uring_closes || c.uring_other || c.dirtied_pages || c.throttles || c.wb_waits;
 }
 
-bool foldable(const FileCounters& c) {
+bool foldable(const iolens_file_counters& c) {
   if (c.reads == 0 && c.writes == 0) return c.open_fds <= 0;
   return c.opens > 0 && c.open_fds == 0;
 }
@@ -258,14 +269,14 @@ ReadCoverage read_coverage(const FileCounters& c) {
   return r;
 }
 
-uint64_t last_activity_ns(const FileCounters& c) {
+uint64_t last_activity_ns(const iolens_file_counters& c) {
   // The last_*_end_ns state fields also see the calls without an exported end time (fsync,
   // fdatasync, mmap, dup).
   return std::max({c.open_end_ns, c.read_end_ns, c.write_end_ns, c.close_end_ns, c.meta_end_ns,
                    c.last_read_end_ns, c.last_write_end_ns, c.last_meta_end_ns});
 }
 
-bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns,
+bool live_evictable(const iolens_file_counters& c, std::size_t in_map, std::size_t max, uint64_t now_ns,
                     std::optional<uint64_t> last_ns) {
   if (in_map * 2 <= max || !foldable(c)) return false;
   if (in_map * 4 > max * 3) return true;
@@ -297,14 +308,14 @@ bool FileKeyEq::operator()(const iolens_file_key& a, const iolens_file_key& b) c
          a.pstart_ns == b.pstart_ns;
 }
 
-bool drain_evictable(const iolens_file_key& k, const FileCounters& c, std::size_t in_map,
+bool drain_evictable(const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map,
                      std::size_t max, uint64_t now_ns, IdleClock* idle) {
   if (!idle) return live_evictable(c, in_map, max, now_ns);
   if (in_map * 2 <= max || !foldable(c)) return false;
   return live_evictable(c, in_map, max, now_ns, idle->since(k, c, now_ns));
 }
 
-uint64_t IdleClock::since(const iolens_file_key& k, const FileCounters& c, uint64_t now_ns) {
+uint64_t IdleClock::since(const iolens_file_key& k, const iolens_file_counters& c, uint64_t now_ns) {
   const uint64_t fp = fnv1a(&c, sizeof c);
   uint64_t since_ns = now_ns;
   if (auto it = prev_.find(k); it != prev_.end() && it->second.fingerprint == fp)

@@ -14,7 +14,17 @@
 
 namespace iolens::core {
 
-using FileCounters = iolens_file_counters;
+/// A record's counters as user space holds them: the kernel's record, which stores every
+/// counter, and its side entry's tally slots 9..32 (iolens_more_tallies, iolens_abi.h; all 0
+/// for the records that have none, nearly all). Trivially copyable, whole 64-bit words: a
+/// PackedCounters holds the words of both. The record is the base, at offset 0, so that the
+/// kernel's accounting functions (iolens_account.h) take it as they are.
+struct FileCounters : iolens_file_counters {
+  iolens_more_tallies more;
+};
+
+/// A record read from the kernel, with its side entry if it has one.
+FileCounters from_kernel(const iolens_file_counters& record, const iolens_more_tallies* more);
 
 /// Inclusive upper bounds, in ns, of the finite per-call latency buckets `lat_read[i]` /
 /// `lat_write[i]` (i < 11); the last bucket holds everything above 1 s. The kernel's
@@ -73,7 +83,7 @@ bool below_syscalls(const FileCounters& c);
 /// any counter: no descriptor of it is open (its opens were all closed), or it never saw a data
 /// call (stats only). A record read through an inherited descriptor (opens 0, reads > 0) is not:
 /// its pattern state (last byte) would restart.
-bool foldable(const FileCounters& c);
+bool foldable(const iolens_file_counters& c);
 
 /// How a file's bytes were read, path by path (issue "coverage"): the exporters' summary of
 /// the counters below the system calls. Reads by O_DIRECT are also reads of a system call or
@@ -95,7 +105,7 @@ struct ReadCoverage {
 ReadCoverage read_coverage(const FileCounters& c);
 
 /// The end of the latest call counted in the record (CLOCK_MONOTONIC ns, 0 = none).
-uint64_t last_activity_ns(const FileCounters& c);
+uint64_t last_activity_ns(const iolens_file_counters& c);
 
 /// How long a foldable record must have been idle before a drain takes it out of the kernel map
 /// while its process lives, unless the map is nearly full. Long enough for a file closed and
@@ -112,7 +122,7 @@ inline constexpr uint64_t kEvictIdleNs = 10'000'000;
 /// is taken: a full map (records not created, counted, and every later call on those files
 /// lost) is worse than a call racing its record's eviction. `last_ns`: when the record was last
 /// active, if not its own end times (last_activity_ns; timing off: IdleClock::since).
-bool live_evictable(const FileCounters& c, std::size_t in_map, std::size_t max, uint64_t now_ns,
+bool live_evictable(const iolens_file_counters& c, std::size_t in_map, std::size_t max, uint64_t now_ns,
                     std::optional<uint64_t> last_ns = std::nullopt);
 
 /// Hash and equality of a kernel file key by its fields (not its padding), for the hashed
@@ -133,7 +143,7 @@ class IdleClock {
  public:
   void begin() { next_.clear(); }
   /// The time of the first drain that saw `c` as it is now (now_ns if this one is the first).
-  uint64_t since(const iolens_file_key& k, const FileCounters& c, uint64_t now_ns);
+  uint64_t since(const iolens_file_key& k, const iolens_file_counters& c, uint64_t now_ns);
   void end() { prev_.swap(next_); }
   std::size_t tracked() const { return prev_.size(); }
 
@@ -147,7 +157,7 @@ class IdleClock {
 
 /// live_evictable in a drain: the record's last activity is its own end times, or with `idle`
 /// (timing off) the first drain that saw it as it is.
-bool drain_evictable(const iolens_file_key& k, const FileCounters& c, std::size_t in_map,
+bool drain_evictable(const iolens_file_key& k, const iolens_file_counters& c, std::size_t in_map,
                      std::size_t max, uint64_t now_ns, IdleClock* idle);
 
 }  // namespace iolens::core

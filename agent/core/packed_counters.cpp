@@ -9,14 +9,28 @@ namespace iolens::core {
 namespace {
 
 constexpr std::size_t kWords = PackedCounters::kWords;
+constexpr std::size_t kRecordWords = PackedCounters::kRecordWords;
+constexpr std::size_t kRecordMasks = PackedCounters::kRecordMasks;
+constexpr std::size_t kSideWords = PackedCounters::kSideWords;
+constexpr std::size_t kSideMasks = PackedCounters::kSideMasks;
 constexpr std::size_t kMaskWords = PackedCounters::kMaskWords;
 static_assert(sizeof(FileCounters) % 8 == 0, "counters are whole 64-bit words");
-static_assert(kWords % 64 != 0, "the last mask word covers counters in part");
-constexpr std::size_t kMaskBytes = kMaskWords * 8;
+static_assert(sizeof(iolens_file_counters) % 8 == 0, "the record is whole 64-bit words");
+static_assert(kRecordWords % 64 != 0 && kRecordWords % 64 < 63,
+              "the last record mask covers counters in part, its top bit free");
+static_assert(kSideWords % 64 != 0, "the last side mask covers words in part");
 constexpr std::size_t kMaxVarint = 10;
-static_assert(PackedCounters::kMaxBytes == kMaskBytes + kWords * kMaxVarint);
-/// The bits of the last mask word that name counter words.
-constexpr uint64_t kLastMaskBits = (uint64_t{1} << (kWords % 64)) - 1;
+static_assert(PackedCounters::kMaxBytes == kMaskWords * 8 + kWords * kMaxVarint);
+/// The bits of the last record mask that name counter words, and the one that says the side
+/// masks follow; the bits of the last side mask that name side words.
+constexpr uint64_t kLastRecordBits = (uint64_t{1} << (kRecordWords % 64)) - 1;
+constexpr uint64_t kSideFollows = uint64_t{1} << 63;
+constexpr uint64_t kLastSideBits = (uint64_t{1} << (kSideWords % 64)) - 1;
+
+/// Mask word m names word i: the record's masks, then the side's.
+std::size_t word_of(std::size_t m, unsigned bit) {
+  return m < kRecordMasks ? m * 64 + bit : kRecordWords + (m - kRecordMasks) * 64 + bit;
+}
 
 using Words = std::array<uint64_t, kWords>;
 
@@ -38,19 +52,27 @@ std::size_t PackedCounters::pack(const FileCounters& c, uint8_t* buf) {
   const Words w = words_of(c);
   const Words& b = base();
   uint64_t mask[kMaskWords] = {};
-  std::size_t n = kMaskBytes;
+  for (std::size_t i = 0; i < kWords; ++i) {
+    if (w[i] == b[i]) continue;
+    if (i < kRecordWords) mask[i / 64] |= uint64_t{1} << (i % 64);
+    else mask[kRecordMasks + (i - kRecordWords) / 64] |= uint64_t{1} << ((i - kRecordWords) % 64);
+  }
+  bool side = false;
+  for (std::size_t m = kRecordMasks; m < kMaskWords; ++m) side |= mask[m] != 0;
+  if (side) mask[kRecordMasks - 1] |= kSideFollows;
+  const std::size_t masks = (side ? kMaskWords : kRecordMasks) * 8;
+  std::size_t n = masks;
   for (std::size_t i = 0; i < kWords; ++i) {
     uint64_t d = w[i] - b[i];  // modulo 2^64: -1 -> 1000 is 1001, one or two bytes
     if (!d) continue;
-    mask[i / 64] |= uint64_t{1} << (i % 64);
     while (d >= 0x80) {
       buf[n++] = static_cast<uint8_t>(d | 0x80);
       d >>= 7;
     }
     buf[n++] = static_cast<uint8_t>(d);
   }
-  if (n == kMaskBytes) return 0;  // new_counters(): nothing
-  std::memcpy(buf, mask, kMaskBytes);
+  if (n == masks) return 0;  // new_counters(): nothing
+  std::memcpy(buf, mask, masks);
   return n;
 }
 
@@ -88,25 +110,43 @@ PackedCounters& PackedCounters::operator=(const PackedCounters& o) {
 
 std::optional<PackedCounters> PackedCounters::from_bytes(std::string_view b, std::string& error) {
   if (b.empty()) return PackedCounters();
-  if (b.size() < kMaskBytes) {
+  constexpr std::size_t kRecordMaskBytes = kRecordMasks * 8;
+  if (b.size() < kRecordMaskBytes) {
     error = "packed counters of " + std::to_string(b.size()) + " bytes (masks are " +
-            std::to_string(kMaskBytes) + ")";
+            std::to_string(kRecordMaskBytes) + ")";
     return std::nullopt;
   }
-  uint64_t mask[kMaskWords];
-  std::memcpy(mask, b.data(), kMaskBytes);
-  uint64_t any = 0;
-  std::size_t words = 0;
-  for (const uint64_t m : mask) {
-    any |= m;
-    words += static_cast<std::size_t>(__builtin_popcountll(m));
+  uint64_t mask[kMaskWords] = {};
+  std::memcpy(mask, b.data(), kRecordMaskBytes);
+  const bool side = (mask[kRecordMasks - 1] & kSideFollows) != 0;
+  mask[kRecordMasks - 1] &= ~kSideFollows;
+  const std::size_t mask_bytes = (side ? kMaskWords : kRecordMasks) * 8;
+  if (side) {
+    if (b.size() < mask_bytes) {
+      error = "packed counters of " + std::to_string(b.size()) + " bytes (masks with the side "
+              "slots are " + std::to_string(mask_bytes) + ")";
+      return std::nullopt;
+    }
+    std::memcpy(mask + kRecordMasks, b.data() + kRecordMaskBytes, kSideMasks * 8);
   }
-  if (any == 0 || (mask[kMaskWords - 1] & ~kLastMaskBits)) {
+  uint64_t any = 0, any_side = 0;
+  std::size_t words = 0;
+  for (std::size_t m = 0; m < kMaskWords; ++m) {
+    any |= mask[m];
+    if (m >= kRecordMasks) any_side |= mask[m];
+    words += static_cast<std::size_t>(__builtin_popcountll(mask[m]));
+  }
+  if (any == 0 || (mask[kRecordMasks - 1] & ~kLastRecordBits) ||
+      (mask[kMaskWords - 1] & ~kLastSideBits)) {
     error = any ? "packed counters name a word past the counters"
                 : "packed counters with no word (new counters are empty)";
     return std::nullopt;
   }
-  std::size_t at = kMaskBytes;
+  if (side && any_side == 0) {
+    error = "packed counters say side slots follow but name none";
+    return std::nullopt;
+  }
+  std::size_t at = mask_bytes;
   for (std::size_t k = 0; k < words; ++k) {
     // LEB128: at most 10 bytes, the tenth holding bit 63 only; the last byte non-zero unless
     // it is the only one (shortest form), and that one non-zero too (a difference).
@@ -150,12 +190,15 @@ std::optional<PackedCounters> PackedCounters::from_bytes(std::string_view b, std
 FileCounters PackedCounters::unpack() const {
   Words w = base();
   if (size_) {
-    uint64_t mask[kMaskWords];
-    std::memcpy(mask, data_.get(), kMaskBytes);
-    const uint8_t* p = data_.get() + kMaskBytes;
+    uint64_t mask[kMaskWords] = {};
+    std::memcpy(mask, data_.get(), kRecordMasks * 8);
+    const bool side = (mask[kRecordMasks - 1] & kSideFollows) != 0;
+    mask[kRecordMasks - 1] &= ~kSideFollows;
+    if (side) std::memcpy(mask + kRecordMasks, data_.get() + kRecordMasks * 8, kSideMasks * 8);
+    const uint8_t* p = data_.get() + (side ? kMaskWords : kRecordMasks) * 8;
     for (std::size_t part = 0; part < kMaskWords; ++part) {
       for (uint64_t m = mask[part]; m; m &= m - 1) {
-        const std::size_t i = part * 64 + static_cast<std::size_t>(__builtin_ctzll(m));
+        const std::size_t i = word_of(part, static_cast<unsigned>(__builtin_ctzll(m)));
         uint64_t d = 0;
         for (unsigned shift = 0;; shift += 7) {
           const uint8_t byte = *p++;

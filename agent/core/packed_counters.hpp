@@ -33,9 +33,16 @@ class PackedCounters {
     return *this;
   }
 
-  /// 64-bit words of the counters, and u64 masks that name them (one bit a word).
+  /// 64-bit words of the counters: the kernel record's, then its side entry's tally slots
+  /// (FileCounters::more), and u64 masks that name them (one bit a word). The record's words
+  /// have kRecordMasks masks, whose last one's top bit says that kSideMasks masks of the side
+  /// words follow: the records without side slots (nearly all) carry three masks, not five.
   static constexpr std::size_t kWords = sizeof(FileCounters) / 8;
-  static constexpr std::size_t kMaskWords = (kWords + 63) / 64;
+  static constexpr std::size_t kRecordWords = sizeof(iolens_file_counters) / 8;
+  static constexpr std::size_t kSideWords = kWords - kRecordWords;
+  static constexpr std::size_t kRecordMasks = (kRecordWords + 63) / 64;
+  static constexpr std::size_t kSideMasks = (kSideWords + 63) / 64;
+  static constexpr std::size_t kMaskWords = kRecordMasks + kSideMasks;
   /// The most bytes a packed form takes: the masks and a 10-byte varint per word.
   static constexpr std::size_t kMaxBytes = kMaskWords * 8 + kWords * 10;
   /// Packs `c` into `buf` (kMaxBytes long) without holding it; returns the bytes written (0 for
@@ -53,8 +60,10 @@ class PackedCounters {
   /// Bytes held on the heap (0 for new_counters()).
   std::size_t heap_bytes() const { return size_; }
   /// The packed form itself, as a recorder's state blob holds it (docs/state-format.md):
-  /// empty for new_counters(), else kMaskWords little-endian u64 masks of the words present (bit
-  /// i % 64 of mask i / 64: word i), then for each, in order, the LEB128 varint of
+  /// empty for new_counters(), else kRecordMasks little-endian u64 masks of the record's words
+  /// present (bit i % 64 of mask i / 64: word i), the last one's bit 63 set when kSideMasks
+  /// masks of the side words present follow (bit j % 64 of side mask j / 64: word
+  /// kRecordWords + j), then for each word present, in order, the LEB128 varint of
   /// (word - new_counters() word) mod 2^64.
   std::string_view bytes() const {
     return {reinterpret_cast<const char*>(data_.get()), size_};

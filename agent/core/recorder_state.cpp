@@ -27,7 +27,7 @@ constexpr std::size_t kTrailerBytes = 4;  // CRC-32 of header and payload
 // struct has no padding (layout checked in iolens_abi.h and abi_check.cpp).
 static_assert(std::endian::native == std::endian::little, "FileCounters are saved raw");
 static_assert(std::has_unique_object_representations_v<FileCounters>, "no padding bytes");
-static_assert(sizeof(FileCounters) == 1352);
+static_assert(sizeof(FileCounters) == 1352 + 784);
 
 // The least bytes one entry of each list takes: a count is refused when the bytes left cannot
 // hold that many entries.

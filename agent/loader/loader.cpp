@@ -26,9 +26,12 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/clock.hpp"
+#include "core/counters.hpp"
 #include "iolens_bpf.skel.h"
 #include "iolens_bpf_casts.skel.h"
 #include "loader/core_btf.hpp"
@@ -363,6 +366,31 @@ struct Loader::Impl {
   // One batch of a drain (Loader::drain), kept from one drain to the next.
   std::vector<iolens_file_key> drain_keys;
   std::vector<Uninit<iolens_file_counters>> drain_values;
+  // Side entries of file records (`tallies_more`, bpf/iolens.bpf.c), as the files drain read
+  // them when it began: what a live record's snapshot takes.
+  using KeySet = std::unordered_set<iolens_file_key, core::FileKeyHash, core::FileKeyEq>;
+  std::unordered_map<iolens_file_key, iolens_more_tallies, core::FileKeyHash, core::FileKeyEq>
+      sides;
+  KeySet sides_matched;   // side keys a walk found a record for, since the walk began
+  KeySet sides_deferred;  // side entries of final records whose deletion the caller deferred
+  std::vector<iolens_file_key> side_keys;  // read_sides' buffers
+  std::vector<iolens_more_tallies> side_values;
+  core::FileCounters wide{};  // a record with its side slots, as handed to a sink
+  bool wide_has_more = false;
+  /// `record` with `more`'s slots (or none) in `wide`: the record is copied (1,352 bytes), the
+  /// side slots only when some were there.
+  const core::FileCounters& widen(const iolens_file_counters& record,
+                                  const iolens_more_tallies* more) {
+    static_cast<iolens_file_counters&>(wide) = record;
+    if (more) {
+      wide.more = *more;
+      wide_has_more = true;
+    } else if (wide_has_more) {
+      wide.more = {};
+      wide_has_more = false;
+    }
+    return wide;
+  }
   ~Impl() {
     for (bpf_link* l : extra_links)
       if (l) bpf_link__destroy(l);
@@ -398,7 +426,8 @@ struct Loader::Impl {
     auto& m = skel->maps;
     return {m.task_state, m.files,        m.others,     m.seen_files, m.cgroup_sel, m.cgroup_excl,
             m.comm_sel,   m.events,       m.stats,      m.meta,       m.trace,
-            m.trace_cgroup, m.trace_pids, m.data_trace, m.blocks,     m.proc_lost};
+            m.trace_cgroup, m.trace_pids, m.data_trace, m.blocks,     m.proc_lost,
+            m.tallies_more};
   }
 };
 
@@ -605,6 +634,10 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
   }
   bpf_map__set_max_entries(skel->maps.others, opts.max_other_records);
+  // Derived from `files`, whose size the pin meta checks: a resumed daemon finds the same.
+  bpf_map__set_max_entries(skel->maps.tallies_more, opts.max_tally_records
+                                                        ? opts.max_tally_records
+                                                        : std::max(256u, opts.max_file_records / 16));
   bpf_map__set_max_entries(skel->maps.blocks, opts.max_block_records);
   if (opts.max_inflight)
     for (bpf_map* m : {skel->maps.rq_inflight, skel->maps.dio_inflight, skel->maps.uring_inflight})
@@ -1465,10 +1498,76 @@ std::vector<std::pair<iolens_proc_key, iolens_proc_lost>> Loader::take_proc_loss
   return out;
 }
 
+namespace {
+
+/// Whether a record may have a side entry: the kernel makes one only for a value that found
+/// all of a tally's slots taken, the last of them included.
+bool may_have_side(const iolens_file_counters& c) {
+  return c.access.value[IOLENS_TALLY_SLOTS - 1] != 0 || c.stride.value[IOLENS_TALLY_SLOTS - 1] != 0;
+}
+
+}  // namespace
+
+void Loader::read_sides() {
+  Impl& im = *impl_;
+  im.sides.clear();
+  im.side_keys.clear();
+  im.side_values.clear();
+  read_map(bpf_map__fd(im.skel->maps.tallies_more), im.side_keys, im.side_values, batch_ok_);
+  for (std::size_t i = 0; i < im.side_keys.size(); ++i)
+    im.sides.emplace(im.side_keys[i], im.side_values[i]);
+}
+
+void Loader::sweep_sides() {
+  Impl& im = *impl_;
+  const int files_fd = bpf_map__fd(im.skel->maps.files);
+  const int spill_fd = bpf_map__fd(im.skel->maps.files_spill);
+  const int side_fd = bpf_map__fd(im.skel->maps.tallies_more);
+  iolens_file_counters record{};
+  uint64_t orphans = 0;
+  for (const auto& [k, side] : im.sides) {
+    if (im.sides_matched.count(k) || im.sides_deferred.count(k)) continue;
+    // Made after the walk passed its record, or for a record made meanwhile: still owned.
+    if (bpf_map_lookup_elem(files_fd, &k, &record) == 0) continue;
+    if (im.skel->rodata->file_spill && bpf_map_lookup_elem(spill_fd, &k, &record) == 0) continue;
+    // No record: a call that raced its record's removal made the entry again after the drain
+    // took the one it had. Its values belong to no record left; counted, then deleted.
+    iolens_more_tallies gone{};
+    if (bpf_map_lookup_and_delete_elem(side_fd, &k, &gone) == 0) ++orphans;
+  }
+  im.sides_matched.clear();
+  if (orphans == 0) return;
+  if (Status st = add_user_stat(IOLENS_STAT_TALLY_ORPHANS, orphans); !st)
+    spdlog::warn("could not count {} orphaned tally side entries: {}", orphans, st.message);
+}
+
 Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
                      std::vector<iolens_file_key>* deferred, WalkPosition* at,
-                     int64_t deadline_ns) {
-  std::vector<iolens_file_key> final_keys;
+                     int64_t deadline_ns, bool sides) {
+  Impl& im = *impl_;
+  const int side_fd = bpf_map__fd(im.skel->maps.tallies_more);
+  std::vector<iolens_file_key> final_keys, final_sides;
+  iolens_more_tallies side{};
+  // The side entry a record has as of now (for a record removed: nothing can change it after),
+  // or nullptr.
+  auto side_now = [&](const iolens_file_key& k, const iolens_file_counters& v,
+                      bool take) -> const iolens_more_tallies* {
+    if (!sides || !may_have_side(v)) return nullptr;
+    const int rc = take ? bpf_map_lookup_and_delete_elem(side_fd, &k, &side)
+                        : bpf_map_lookup_elem(side_fd, &k, &side);
+    if (rc != 0) return nullptr;
+    im.sides_matched.insert(k);
+    return &side;
+  };
+  // The side entry as read when the drain began, for a live record's snapshot.
+  auto side_cached = [&](const iolens_file_key& k,
+                         const iolens_file_counters& v) -> const iolens_more_tallies* {
+    if (!sides || !may_have_side(v)) return nullptr;
+    const auto it = im.sides.find(k);
+    if (it == im.sides.end()) return nullptr;
+    im.sides_matched.insert(k);
+    return &it->second;
+  };
   auto visit = [&](const iolens_file_key* keys, const Uninit<iolens_file_counters>* values,
                    std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
@@ -1476,13 +1575,19 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
       const iolens_file_counters& v = values[i].v;
       switch (remove(k, v)) {
         case Disposition::Keep:
-          sink(k, v, false);
+          sink(k, im.widen(v, side_cached(k, v)), false);
           break;
-        case Disposition::RemoveFinal:
-          sink(k, v, true);
+        case Disposition::RemoveFinal: {
+          // Its process has exited: read its side entry now (the drain's copy may be older
+          // than its last calls), delete it with the record.
+          const iolens_more_tallies* m = side_now(k, v, false);
+          sink(k, im.widen(v, m), true);
           final_keys.push_back(k);
+          if (m) final_sides.push_back(k);
           break;
+        }
         case Disposition::Skip:
+          side_cached(k, v);  // its side entry is still owned (for the sweep)
           break;
         case Disposition::RemoveLive: {
           iolens_file_counters value{};  // 1,352 bytes: copied only here, not for every record
@@ -1492,17 +1597,21 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
           if (const Disposition again = remove(k, value); again != Disposition::RemoveLive) {
             // Busy again: left in the kernel, and reported as the caller says of such a record
             // (a run's drains before the last leave live records unread).
-            if (again != Disposition::Skip) sink(k, value, false);
+            if (again == Disposition::Skip) side_cached(k, value);
+            else sink(k, im.widen(value, side_cached(k, value)), false);
             break;
           }
           // Read and delete in one step so no update between the read and the delete is lost.
-          if (bpf_map_lookup_and_delete_elem(map_fd, &k, &value) == 0) {
-            sink(k, value, true);
-          } else if (errno == kErrNotSupp || errno == EINVAL || errno == EOPNOTSUPP) {
+          // The side entry after the record: a call still on the record until its delete
+          // finds the side entry there (a call after the side's delete makes a new one, which
+          // the sweep finds without its record).
+          bool taken = bpf_map_lookup_and_delete_elem(map_fd, &k, &value) == 0;
+          if (!taken && (errno == kErrNotSupp || errno == EINVAL || errno == EOPNOTSUPP)) {
             // Kernels before 5.14 cannot lookup-and-delete hash maps: read, then delete.
-            if (bpf_map_lookup_elem(map_fd, &k, &value) == 0 && bpf_map_delete_elem(map_fd, &k) == 0)
-              sink(k, value, true);
+            taken = bpf_map_lookup_elem(map_fd, &k, &value) == 0 &&
+                    bpf_map_delete_elem(map_fd, &k) == 0;
           }
+          if (taken) sink(k, im.widen(value, side_now(k, value, true)), true);
           break;
         }
       }
@@ -1531,10 +1640,13 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
     visit(all_keys.data(), all_values.data(), all_keys.size());
   }
   const int walk_errno = errno;
-  if (deferred)
+  if (deferred) {
     deferred->insert(deferred->end(), final_keys.begin(), final_keys.end());
-  else
+    im.sides_deferred.insert(final_sides.begin(), final_sides.end());
+  } else {
     delete_keys(map_fd, final_keys);
+    delete_batched(side_fd, final_sides, batch_ok_);
+  }
   // The records not read wait for the next drain.
   if (walk == BatchWalk::Failed)
     return Status::Error("reading the kernel's records failed part way: " +
@@ -1546,8 +1658,15 @@ Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink
                            std::vector<iolens_file_key>* deferred, WalkPosition* at,
                            int64_t deadline_ns) {
   const int files_fd = bpf_map__fd(impl_->skel->maps.files);
-  if (!impl_->skel->rodata->file_spill)
-    return drain(files_fd, remove, sink, deferred, at, deadline_ns);
+  // The side entries as of now, for the live records; a walk that begins forgets which it
+  // matched, and one that reaches the map's end sweeps those it did not (sweep_sides).
+  read_sides();
+  if (!at || !at->resume) impl_->sides_matched.clear();
+  if (!impl_->skel->rodata->file_spill) {
+    Status status = drain(files_fd, remove, sink, deferred, at, deadline_ns, true);
+    if (status && (!at || !at->resume)) sweep_sides();
+    return status;
+  }
   // Two tiers: a run's, which drains whole (Loader::create refuses two tiers to the daemon,
   // which drains in pieces and defers its deletions).
   if (deferred || at)
@@ -1566,20 +1685,27 @@ Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink
     return remove(k, c);
   };
   Status spill = drain(bpf_map__fd(impl_->skel->maps.files_spill), spill_remove, sink, nullptr,
-                       nullptr, 0);
+                       nullptr, 0, true);
   if (spill) twice_seen_ = twice;  // else looked for again at the next drain
-  Status status = drain(files_fd, remove, sink, nullptr, nullptr, 0);
+  Status status = drain(files_fd, remove, sink, nullptr, nullptr, 0, true);
+  if (spill && status) sweep_sides();
   return spill ? status : spill;
 }
 
 Status Loader::drain_others(const RemovePredicate& remove, const RecordSink& sink,
                             std::vector<iolens_file_key>* deferred, WalkPosition* at,
                             int64_t deadline_ns) {
-  return drain(bpf_map__fd(impl_->skel->maps.others), remove, sink, deferred, at, deadline_ns);
+  return drain(bpf_map__fd(impl_->skel->maps.others), remove, sink, deferred, at, deadline_ns,
+               false);
 }
 
 void Loader::delete_files(const std::vector<iolens_file_key>& keys) {
   delete_keys(bpf_map__fd(impl_->skel->maps.files), keys);
+  // Their side entries, after the records (as a drain does)
+  std::vector<iolens_file_key> sides;
+  for (const auto& k : keys)
+    if (impl_->sides_deferred.erase(k)) sides.push_back(k);
+  delete_batched(bpf_map__fd(impl_->skel->maps.tallies_more), sides, batch_ok_);
 }
 
 void Loader::forget_names(std::span<const NameId> ids) {
@@ -1677,6 +1803,8 @@ std::vector<std::pair<std::string, uint64_t>> kernel_losses(const KernelStats& s
           {"block_records", st[IOLENS_STAT_BLOCK_RECORDS_LOST]},
           {"block_inflight", st[IOLENS_STAT_BLOCK_INFLIGHT_LOST]},
           {"dirtiers", st[IOLENS_STAT_DIRTIER_LOST]},
+          {"tally_slots", st[IOLENS_STAT_TALLY_LOST]},
+          {"tally_orphans", st[IOLENS_STAT_TALLY_ORPHANS]},
           {"block_untimed", st[IOLENS_STAT_BLOCK_UNTIMED] + st[IOLENS_STAT_BLOCK_UNTIMED_SWEPT]},
           {"program_misses", st[kProgramMisses]}};
 }
@@ -1718,7 +1846,8 @@ uint64_t Loader::sweep_block_inflight(uint64_t min_age_ns, std::vector<iolens_bl
 }
 
 Status Loader::add_user_stat(uint32_t index, uint64_t n) {
-  if (index != IOLENS_STAT_BLOCK_UNTIMED_SWEPT && index != IOLENS_STAT_LOSSES_NO_JOB)
+  if (index != IOLENS_STAT_BLOCK_UNTIMED_SWEPT && index != IOLENS_STAT_LOSSES_NO_JOB &&
+      index != IOLENS_STAT_TALLY_ORPHANS)
     return Status::Error("stat " + std::to_string(index) + " is the kernel's to write", EINVAL);
   // The kernel never writes these slots, so adding to CPU 0's value cannot race with it.
   const int ncpu = libbpf_num_possible_cpus();

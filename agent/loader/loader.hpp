@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/block.hpp"
+#include "core/counters.hpp"
 #include "iolens_abi.h"
 #include "loader/phase_times.hpp"
 #include "loader/preflight.hpp"
@@ -55,6 +56,10 @@ struct Options {
   /// configuration does not say which it wants). fast_file_records() tells which was kept.
   bool file_records_follow_pins = false;
   uint32_t max_other_records = 8192;
+  /// Entries of the `tallies_more` map (side entries of the records with more than
+  /// IOLENS_TALLY_SLOTS distinct access sizes or strides; memory follows use). 0: a sixteenth of
+  /// max_file_records, at least 256. Full: values untallied, counted (lost.tally_slots).
+  uint32_t max_tally_records = 0;
   /// Entries of each in-flight map (O_DIRECT calls, io_uring requests, block requests between
   /// submission and completion); 0 keeps the object's sizes (8192, 8192 and 16384). Not
   /// pinned: a restarted daemon makes them anew. What does not fit is counted (lost.
@@ -184,8 +189,9 @@ class Loader {
   /// Reads every record of the files (or others) map and hands it to `sink`; records that
   /// `remove` says to remove are deleted from the kernel map and reported with removed=true
   /// (RemoveLive ones with the value read atomically with the delete).
+  /// A record comes with its side entry's tally slots (core::FileCounters::more; 0 without one).
   using RecordSink =
-      std::function<void(const iolens_file_key&, const iolens_file_counters&, bool removed)>;
+      std::function<void(const iolens_file_key&, const core::FileCounters&, bool removed)>;
   /// What a drain does with a record it read.
   enum class Disposition {
     Keep,        // leave it in the kernel
@@ -319,8 +325,15 @@ class Loader {
                                              Status& status, std::string& failed_prog,
                                              std::string& failed_line, PhaseTimes& times,
                                              std::string& core_btf_file, bool& casts_refused);
+  /// `sides`: the map's records have side entries (`tallies_more`: the file tiers).
   Status drain(int map_fd, const RemovePredicate& remove, const RecordSink& sink,
-               std::vector<iolens_file_key>* deferred, WalkPosition* at, int64_t deadline_ns);
+               std::vector<iolens_file_key>* deferred, WalkPosition* at, int64_t deadline_ns,
+               bool sides);
+  /// The side entries as they are now, for the live records of the drain that begins.
+  void read_sides();
+  /// After a whole walk of the file tiers: deletes the side entries read when it began that
+  /// no record owns, counting them (IOLENS_STAT_TALLY_ORPHANS).
+  void sweep_sides();
   Status attach_one(const std::string& name, bool pin);
   void set_program_state(const std::string& name, bool attached, const std::string& error);
   void delete_keys(int map_fd, const std::vector<iolens_file_key>& keys);

@@ -34,6 +34,7 @@
 #include "bpf_test_util.hpp"
 
 namespace fs = std::filesystem;
+using iolens::core::FileCounters;
 using iolens::core::FileSnapshot;
 using iolens::core::ProcessSnapshot;
 using iolens::core::RunSnapshot;
@@ -48,6 +49,7 @@ class BpfTest : public ::testing::Test {
     if (auto s = iolens::loader::check_privileges(); !s) GTEST_SKIP() << s.message;
     opts_.max_file_records = max_records();
     opts_.fast_file_records = fast_records();
+    opts_.max_tally_records = max_tally_records();
     iolens::Status st;
     loader_ = Loader::create(opts_, st);
     ASSERT_NE(loader_, nullptr) << st.message;
@@ -60,6 +62,7 @@ class BpfTest : public ::testing::Test {
   }
   virtual uint32_t max_records() const { return 65536; }
   virtual uint32_t fast_records() const { return 0; }
+  virtual uint32_t max_tally_records() const { return 0; }
   /// Files written by a child, drained three times with each disposition (whole, or in pieces).
   void check_drain_hands_every_record_once(const std::string& prefix, bool in_pieces);
 
@@ -548,11 +551,13 @@ TEST_F(BpfTest, StatsMmapCopyAndOtherDescriptors) {
   EXPECT_EQ(files[path("dst.bin")]->counters.access.value[0], 3000u + 1);
   int pipe_records = 0;
   auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
-  loader_->drain_others(keep, [&](const iolens_file_key& k, const iolens_file_counters& c, bool) {
+  loader_->drain_others(keep, [&](const iolens_file_key& k, const iolens::core::FileCounters& c, bool) {
     if (k.tgid != static_cast<uint32_t>(pid) || k.ino != (S_IFIFO >> 12)) return;
     ++pipe_records;
     EXPECT_EQ(c.reads + c.writes, 2u);
-    EXPECT_EQ(iolens::core::tally_calls(c.access) + iolens::core::tally_calls(c.stride), 0u);
+    EXPECT_EQ(iolens::core::tally_calls(c.access, c.more.access) +
+                  iolens::core::tally_calls(c.stride, c.more.stride),
+              0u);
   });
   EXPECT_EQ(pipe_records, 1);
 }
@@ -759,7 +764,7 @@ TEST_F(BpfTwoTierTest, AKeyInBothTiersIsCountedOnce) {
   std::vector<Seen> seen;
   iolens::core::Recorder rec(1, static_cast<uint32_t>(getpid()));
   auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
-  auto sink = [&](const iolens_file_key& key, const iolens_file_counters& c, bool removed) {
+  auto sink = [&](const iolens_file_key& key, const iolens::core::FileCounters& c, bool removed) {
     if (key.tgid != k.tgid) return;
     seen.push_back({c.reads, removed});
     rec.on_file(key, c, removed);
@@ -1205,4 +1210,234 @@ TEST_F(BpfTest, BlockLayerChargesDirectReadsToTheTracedProcessOnly) {
   loader_->delete_blocks(keys);
   for (const auto& r : loader_->read_blocks())
     EXPECT_NE(r.key.tgid, static_cast<uint32_t>(traced)) << "record not deleted";
+}
+
+namespace {
+
+/// pread()s of `sizes` at offset 0 (every stride 0) on the open `fd`; _exit(9) on a short read.
+void pread_sizes(int fd, const std::vector<int>& sizes) {
+  static char buf[4096];
+  for (int n : sizes)
+    if (pread(fd, buf, static_cast<size_t>(n), 0) != n) _exit(9);
+}
+
+/// 1..40, the 9th and 30th three times each, the 33rd five times: Darshan's 32 values are 1..32;
+/// its four {30 x3, 9 x3, 32, 31}; 33 x5 and 34..40 are past them (12 calls untallied).
+std::vector<int> forty_sizes() {
+  std::vector<int> out;
+  for (int size = 1; size <= 40; ++size)
+    for (int i = 0; i < (size == 9 || size == 30 ? 3 : size == 33 ? 5 : 1); ++i)
+      out.push_back(size);
+  return out;
+}
+
+/// The file record of `pid`'s `ino` handed over by one drain that removes the exited
+/// process's records (RemoveFinal) and keeps the others; nullopt if none.
+std::optional<FileCounters> drain_one(Loader& l, pid_t pid, ino_t ino, bool final_for_pid) {
+  std::optional<FileCounters> out;
+  auto remove = [&](const iolens_file_key& k, const iolens_file_counters&) {
+    return final_for_pid && k.tgid == static_cast<uint32_t>(pid) ? Loader::Disposition::RemoveFinal
+                                                                 : Loader::Disposition::Keep;
+  };
+  EXPECT_TRUE(l.drain_files(remove, [&](const iolens_file_key& k, const FileCounters& c, bool) {
+                 if (k.tgid == static_cast<uint32_t>(pid) && k.ino == ino) out = c;
+               }).ok);
+  return out;
+}
+
+/// The side entries in the kernel's `tallies_more` of `pid`'s records.
+int side_entries_of(pid_t pid) {
+  const int fd = own_map_fd("tallies_more");
+  EXPECT_GE(fd, 0);
+  int n = 0;
+  iolens_file_key k{}, next{};
+  bool first = true;
+  while (bpf_map_get_next_key(fd, first ? nullptr : &k, &next) == 0) {
+    first = false;
+    k = next;
+    n += k.tgid == static_cast<uint32_t>(pid);
+  }
+  return n;
+}
+
+ino_t ino_of(const std::string& p) {
+  struct stat st {};
+  if (stat(p.c_str(), &st) != 0) std::abort();
+  return st.st_ino;
+}
+
+}  // namespace
+
+TEST_F(BpfTest, ValuesPastTheRecordsSlotsAreInItsSideEntryAsDarshansTreeHasThem) {
+  write_file(path("many.bin"), 4096);
+  const std::string f = path("many.bin");
+  const pid_t pid = run_child([&] {
+    int fd = open(f.c_str(), O_RDONLY);
+    pread_sizes(fd, forty_sizes());
+    close(fd);
+  });
+  // Live: the side entry is in the kernel and handed over with its record.
+  EXPECT_EQ(side_entries_of(pid), 1);
+  const auto live = drain_one(*loader_, pid, ino_of(f), false);
+  ASSERT_TRUE(live.has_value());
+  EXPECT_EQ(live->reads, 48u);
+  EXPECT_EQ(live->access.untallied, 0u);  // every value past 8 had its side entry
+  EXPECT_EQ(live->more.access.value[0], 9u + 1);
+  EXPECT_EQ(live->more.access.count[0], 3u);
+  EXPECT_EQ(live->more.access.value[IOLENS_TALLY_MORE_SLOTS - 1], 32u + 1);
+  EXPECT_EQ(iolens::core::untallied(live->access, live->more.access), 12u);
+  EXPECT_EQ(iolens::core::common_accesses(*live),
+            (iolens::core::CommonValues{{{30, 3}, {9, 3}, {32, 1}, {31, 1}}}));
+  // Every stride 0 (each pread at offset 0): one value, no side slot.
+  EXPECT_EQ(live->stride.value[0], 0u + 1);
+  EXPECT_EQ(live->stride.count[0], 48u);
+  EXPECT_EQ(live->more.stride.value[0], 0u);
+  // Removed with its record: the same values, and the side entry deleted.
+  const auto last = drain_one(*loader_, pid, ino_of(f), true);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(std::memcmp(&last->more, &live->more, sizeof last->more), 0);
+  EXPECT_EQ(side_entries_of(pid), 0);
+  EXPECT_EQ(loader_->stats()[IOLENS_STAT_TALLY_LOST], 0u);
+  EXPECT_EQ(loader_->stats()[IOLENS_STAT_TALLY_ORPHANS], 0u);
+}
+
+TEST_F(BpfTest, ARecordTakenOutLiveTakesItsSideEntryAndTheNextStartsAfresh) {
+  write_file(path("live.bin"), 4096);
+  const std::string f = path("live.bin");
+  iolens::bpftest::ReleaseFlag second;
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  iolens::bpftest::ReleaseFlag go;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    go.wait();
+    int fd = open(f.c_str(), O_RDONLY);
+    pread_sizes(fd, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 12});
+    close(fd);
+    if (write(ready[1], "x", 1) != 1) _exit(8);
+    second.wait();
+    fd = open(f.c_str(), O_RDONLY);
+    pread_sizes(fd, {100, 101, 102, 103, 104, 105, 106, 107, 108, 108, 109, 12});
+    close(fd);
+    _exit(0);
+  }
+  ASSERT_TRUE(loader_->trace_process(pid).ok);
+  go.release();
+  char x = 0;
+  ASSERT_EQ(read(ready[0], &x, 1), 1);
+  // The first part, taken while its process lives (as a drain under map pressure takes it).
+  std::optional<FileCounters> first;
+  auto take = [&](const iolens_file_key& k, const iolens_file_counters&) {
+    return k.tgid == static_cast<uint32_t>(pid) && k.ino == ino_of(f)
+               ? Loader::Disposition::RemoveLive
+               : Loader::Disposition::Keep;
+  };
+  ASSERT_TRUE(loader_->drain_files(take, [&](const iolens_file_key& k, const FileCounters& c,
+                                             bool removed) {
+                        if (k.tgid == static_cast<uint32_t>(pid) && k.ino == ino_of(f)) {
+                          EXPECT_TRUE(removed);
+                          first = c;
+                        }
+                      }).ok);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->reads, 13u);
+  EXPECT_EQ(first->more.access.value[3], 12u + 1);  // the 12th value, side slot 4
+  EXPECT_EQ(first->more.access.count[3], 2u);
+  EXPECT_EQ(side_entries_of(pid), 0);
+  second.release();
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  close(ready[0]);
+  close(ready[1]);
+  // The second part: its own slots from the first (100 first, 108 twice, 109 in the side, 12
+  // in the side too: the first part's values are not in this record).
+  const auto later = drain_one(*loader_, pid, ino_of(f), true);
+  ASSERT_TRUE(later.has_value());
+  EXPECT_EQ(later->reads, 12u);
+  EXPECT_EQ(later->access.value[0], 100u + 1);
+  EXPECT_EQ(later->more.access.value[0], 108u + 1);
+  EXPECT_EQ(later->more.access.count[0], 2u);
+  EXPECT_EQ(later->more.access.value[1], 109u + 1);
+  EXPECT_EQ(later->more.access.value[2], 12u + 1);
+  // Folded as the recorder folds them: Darshan's tally of all 25 calls in order.
+  FileCounters whole = *first;
+  iolens::core::fold_counters(whole, *later);
+  EXPECT_EQ(iolens::core::common_accesses(whole),
+            (iolens::core::CommonValues{{{12, 3}, {108, 2}, {109, 1}, {107, 1}}}));
+  EXPECT_EQ(side_entries_of(pid), 0);
+}
+
+namespace {
+class BpfOneSideEntryTest : public BpfTest {
+ protected:
+  uint32_t max_tally_records() const override { return 1; }
+};
+}  // namespace
+
+TEST_F(BpfOneSideEntryTest, AFullSideMapLeavesValuesUntalliedAndCountsThem) {
+  write_file(path("a.bin"), 4096);
+  write_file(path("b.bin"), 4096);
+  const std::string a = path("a.bin"), b = path("b.bin");
+  const pid_t pid = run_child([&] {
+    int fa = open(a.c_str(), O_RDONLY), fb = open(b.c_str(), O_RDONLY);
+    pread_sizes(fa, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10});   // a's side entry: the only one
+    pread_sizes(fb, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10});  // none left for b
+    close(fa);
+    close(fb);
+  });
+  const auto ra = drain_one(*loader_, pid, ino_of(a), false);
+  const auto rb = drain_one(*loader_, pid, ino_of(b), false);
+  ASSERT_TRUE(ra.has_value() && rb.has_value());
+  EXPECT_EQ(ra->access.untallied, 0u);
+  EXPECT_EQ(ra->more.access.value[1], 10u + 1);
+  EXPECT_EQ(rb->access.untallied, 3u);  // 9, 10, 10
+  EXPECT_EQ(rb->more.access.value[0], 0u);
+  EXPECT_EQ(loader_->stats()[IOLENS_STAT_TALLY_LOST], 3u);
+  int others = -1;
+  EXPECT_EQ(proc_losses(*loader_, pid, others)[IOLENS_STAT_TALLY_LOST], 3u);
+  EXPECT_EQ(others, 0);
+  bool named = false;
+  for (const auto& [cause, n] : iolens::loader::kernel_losses(loader_->stats()))
+    if (cause == "tally_slots") named = n == 3;
+  EXPECT_TRUE(named);
+}
+
+TEST_F(BpfTest, ASideEntryWithoutItsRecordIsSweptAndCounted) {
+  // What a call racing its record's removal can leave (Loader::sweep_sides): a side entry
+  // whose record is gone. Made here by hand, beside one whose record is there.
+  const int side = own_map_fd("tallies_more"), files = own_map_fd("files");
+  ASSERT_GE(side, 0);
+  ASSERT_GE(files, 0);
+  iolens_file_key orphan{}, owned{};
+  orphan.ino = 4242;
+  orphan.dev = 7;
+  orphan.tgid = 999999;
+  orphan.pstart_ns = 1;
+  owned = orphan;
+  owned.ino = 4243;
+  iolens_more_tallies m{};
+  m.access.value[0] = 100;
+  m.access.count[0] = 2;
+  iolens_file_counters record = iolens::core::new_counters();
+  ASSERT_EQ(bpf_map_update_elem(side, &orphan, &m, BPF_NOEXIST), 0) << std::strerror(errno);
+  ASSERT_EQ(bpf_map_update_elem(side, &owned, &m, BPF_NOEXIST), 0) << std::strerror(errno);
+  ASSERT_EQ(bpf_map_update_elem(files, &owned, &record, BPF_NOEXIST), 0) << std::strerror(errno);
+  auto keep = [](const auto&, const auto&) { return Loader::Disposition::Keep; };
+  ASSERT_TRUE(loader_->drain_files(keep, [](const auto&, const auto&, bool) {}).ok);
+  iolens_more_tallies back{};
+  EXPECT_NE(bpf_map_lookup_elem(side, &orphan, &back), 0);
+  EXPECT_EQ(bpf_map_lookup_elem(side, &owned, &back), 0);
+  EXPECT_EQ(loader_->stats()[IOLENS_STAT_TALLY_ORPHANS], 1u);
+  // A drain in pieces sweeps only once its walk reached the map's end.
+  ASSERT_EQ(bpf_map_update_elem(side, &orphan, &m, BPF_NOEXIST), 0);
+  Loader::WalkPosition at;
+  std::vector<iolens_file_key> deferred;
+  ASSERT_TRUE(loader_->drain_files(keep, [](const auto&, const auto&, bool) {}, &deferred, &at, 0)
+                  .ok);
+  EXPECT_FALSE(at.resume);
+  EXPECT_NE(bpf_map_lookup_elem(side, &orphan, &back), 0);
+  EXPECT_EQ(loader_->stats()[IOLENS_STAT_TALLY_ORPHANS], 2u);
+  bpf_map_delete_elem(side, &owned);
+  bpf_map_delete_elem(files, &owned);
 }

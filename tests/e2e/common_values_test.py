@@ -12,10 +12,12 @@ The workload (Python, /usr/bin/python3) knows what it did:
     shown (the creating 1 MiB write, once, is the fifth value): a value held twice would show
     as two smaller counts. (Two claims of one slot in the same instant are rare on 2 CPUs:
     tests/unit/common_values_test.cpp races the same code harder.)
-  - "many": one thread, sizes 1..10 bytes in that order (size k read k times) at offsets that
-    give known strides: the record holds 8 sizes (the creating write's 4096, then 1..7), the
-    calls of 8, 9 and 10 untallied (Darshan's tree of 32 would hold them: the JSON says how many
-    it could not);
+  - "many": one thread, sizes 1..40 in that order (9 and 30 three times, 33 five times), each
+    read after a gap of its own size (its stride; the first read's is 0): 40 distinct sizes and
+    strides, past the record's 8 slots (the side entry holds the next 24, Darshan's 32 in all)
+    and past Darshan's 32 (the calls of the values after them untallied, as Darshan drops
+    them); the expected four come from Darshan's rule applied here to the workload's own
+    sequence;
   - "strides": forward gaps of 10, 10, 10, 20, 20, 30 bytes between 4-byte reads, then a read
     back at 0 (stride 0) and a reopen (the next read's stride is 0 again).
 """
@@ -53,10 +55,14 @@ for t in ts:
 os.close(fd)
 fd = os.open(many, os.O_RDONLY)
 off = 0
-for size in range(1, 11):
-    for _ in range(size):
+first = True
+for size in range(1, 41):
+    for _ in range({9: 3, 30: 3, 33: 5}.get(size, 1)):
+        if not first:
+            off += size  # a gap of `size` bytes: stride `size`
+        first = False
         assert len(os.pread(fd, size, off)) == size
-        off += size  # consecutive: stride 0
+        off += size
 os.close(fd)
 fd = os.open(strides, os.O_RDONLY)
 off = 0
@@ -77,6 +83,20 @@ def four(pairs):
     """Darshan's four from (value, count) pairs: non-zero values, by count then value."""
     top = sorted((p for p in pairs if p[0] != 0), key=lambda p: (-p[1], -p[0]))[:4]
     return top + [(0, 0)] * (4 - len(top))
+
+
+def darshan32(values):
+    """Darshan's tally of `values` in order (darshan_track_common_val_counters): the first 32
+    distinct ones (0 included) with their counts, and the calls of the others, dropped."""
+    held, dropped = {}, 0
+    for v in values:
+        if v in held:
+            held[v] += 1
+        elif len(held) < 32:
+            held[v] = 1
+        else:
+            dropped += 1
+    return list(held.items()), dropped
 
 
 def check_row(ck, where, c, rec, kind, what, want, untallied):
@@ -121,13 +141,29 @@ def main():
     sizes = [(100 + t, N) for t in range(THREADS)] + [(1 << 20, 1)]
     check_row(ck, "race", c, rec, "access", "access", four(sizes), 0)
 
-    # many: 1..10, size k k times; the 9th and 10th values find no slot
+    # many: 40 sizes and strides, past the record's 8 slots and Darshan's 32
     c = rows[many]["counters"]
     rec = recs.get((rows[many]["pid"], many))
     ck.check(rec is not None, "no Darshan record of %s" % many)
-    held = [(4096, 1)] + [(k, k) for k in range(1, 8)]  # the creating write, then 1..7
-    check_row(ck, "many", c, rec, "access", "access", four(held), 8 + 9 + 10)
-    check_row(ck, "many", c, rec, "stride", "stride", four([]), 0)
+    sizes = [s for s in range(1, 41) for _ in range({9: 3, 30: 3, 33: 5}.get(s, 1))]
+    held, dropped = darshan32([4096] + sizes)  # the creating write first
+    ck.eq("many: values held", 32, len(held))
+    check_row(ck, "many", c, rec, "access", "access", four(held), dropped)
+    ck.eq("many: sizes dropped by Darshan", 1 + 5 + 7, dropped)  # 32, 33 x5, 34..40
+    # strides by Darshan's rule (darshan-posix.c: off - last_byte - 1 when off > 0, off >
+    # last_byte and last_byte != 0, else 0; last_byte 0 after an open) over the workload's
+    # offsets: the write's 0, then the reads (the second's 0 too: the first, 1 byte at offset
+    # 0, leaves last_byte 0)
+    stride_seq, last, off = [0], 0, 0
+    for i, size in enumerate(sizes):
+        if i:
+            off += size
+        stride_seq.append(off - last - 1 if off > 0 and off > last and last != 0 else 0)
+        last = off + size - 1
+        off += size
+    held, dropped = darshan32(stride_seq)
+    ck.check(len(held) == 32 and dropped > 0, "many: strides do not pass Darshan's 32")
+    check_row(ck, "many", c, rec, "stride", "stride", four(held), dropped)
 
     # strides: 0 (first), 10 x3, 20 x2, 30, then the read back (0) and, reopened, 0
     c = rows[strides]["counters"]

@@ -97,6 +97,16 @@ TEST_F(AbiBtf, FileCountersEveryField) {
   EXPECT_FIELD(t, iolens_tally, value);
   EXPECT_FIELD(t, iolens_tally, count);
   EXPECT_FIELD(t, iolens_tally, untallied);
+  auto side = layout_of(b_, "iolens_more_tallies");
+  ASSERT_EQ(side.size, sizeof(iolens_more_tallies));
+  EXPECT_FIELD(side, iolens_more_tallies, access);
+  EXPECT_FIELD(side, iolens_more_tallies, stride);
+  auto more = layout_of(b_, "iolens_tally_more");
+  ASSERT_EQ(more.size, sizeof(iolens_tally_more));
+  ASSERT_EQ(more.offsets.size(), 3u);
+  EXPECT_FIELD(more, iolens_tally_more, value);
+  EXPECT_FIELD(more, iolens_tally_more, count);
+  EXPECT_FIELD(more, iolens_tally_more, untallied);
 }
 
 TEST_F(AbiBtf, TaskStateAndEvents) {

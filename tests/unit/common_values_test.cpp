@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Darshan's four most common access sizes and strides (ACCESS1..4, STRIDE1..4) as the kernel's
-// accounting tallies them (bpf/iolens_account.h, the same C the programs run) and
-// core/common_values.hpp reads them. The oracle is a transcription of Darshan's own code, not of
+// accounting tallies them (bpf/iolens_account.h, the same C the programs run; the side slots as
+// core::account_rw mirrors the programs' tally_more) and core/common_values.hpp reads them. The oracle is a transcription of Darshan's own code, not of
 // ours: darshan-posix.c POSIX_RECORD_READ/WRITE (stride, last byte), darshan-common.c
 // darshan_track_common_val_counters (a tree of at most 32 values) and darshan-common.h
 // DARSHAN_UPDATE_COMMON_VAL_COUNTERS (the four slots, updated after every call), plus numbers
@@ -22,10 +22,12 @@
 
 namespace {
 
-using iolens::core::common_values;
+using iolens::core::common_accesses;
+using iolens::core::common_strides;
 using iolens::core::CommonValue;
 using iolens::core::CommonValues;
-using iolens::core::merge_tally;
+using iolens::core::FileCounters;
+using iolens::core::untallied;
 
 /// Darshan 3.5.0's rules for one record, transcribed.
 class DarshanRecord {
@@ -95,9 +97,9 @@ class DarshanRecord {
   int64_t access_val_[4] = {}, access_cnt_[4] = {}, stride_val_[4] = {}, stride_cnt_[4] = {};
 };
 
-/// The kernel's record and Darshan's, fed the same calls.
+/// The kernel's record (with its side slots) and Darshan's, fed the same calls.
 struct Both {
-  iolens_file_counters c = iolens::core::new_counters();
+  FileCounters c = iolens::core::new_counters();
   DarshanRecord d;
   void open() {
     iolens_account_open(&c, 0, 0, 0);
@@ -110,7 +112,7 @@ struct Both {
   void read(int64_t offset, int64_t ret) { io(false, offset, ret); }
   void write(int64_t offset, int64_t ret) { io(true, offset, ret); }
   void io(bool write, int64_t offset, int64_t ret) {
-    iolens_account_rw(&c, write ? 1 : 0, offset, ret, 0, 0);
+    iolens::core::account_rw(c, write ? 1 : 0, offset, ret, 0, 0);
     d.access(write, offset, ret);
   }
 };
@@ -131,11 +133,11 @@ TEST(CommonValues, AWholeFileReadByHand) {
     b.read(10000, 0);  // offset 10000, last byte 9999: consecutive, stride 0
     b.close();
   }
-  EXPECT_EQ(common_values(b.c.access), four({{10000, 2}}));  // 0 is tallied, never shown
-  EXPECT_EQ(common_values(b.c.stride), four({}));              // every stride 0
-  EXPECT_EQ(b.c.access.untallied, 0u);
-  EXPECT_EQ(b.d.access_four(), common_values(b.c.access));
-  EXPECT_EQ(b.d.stride_four(), common_values(b.c.stride));
+  EXPECT_EQ(common_accesses(b.c), four({{10000, 2}}));  // 0 is tallied, never shown
+  EXPECT_EQ(common_strides(b.c), four({}));              // every stride 0
+  EXPECT_EQ(untallied(b.c.access, b.c.more.access), 0u);
+  EXPECT_EQ(b.d.access_four(), common_accesses(b.c));
+  EXPECT_EQ(b.d.stride_four(), common_strides(b.c));
 }
 
 TEST(CommonValues, StridesByHand) {
@@ -149,11 +151,11 @@ TEST(CommonValues, StridesByHand) {
   b.read(30, 10);    // 30 - 9 - 1 = 20, last 39
   b.write(4096, 4096);   // writes have their own last byte (0): stride 0, last 8191
   b.write(12288, 4096);  // 12288 - 8191 - 1 = 4096
-  EXPECT_EQ(common_values(b.c.stride), four({{100, 2}, {4096, 1}, {500, 1}, {20, 1}}));
+  EXPECT_EQ(common_strides(b.c), four({{100, 2}, {4096, 1}, {500, 1}, {20, 1}}));
   // reads and writes share one tally: 100 x3, 4096 x2, 10 x2, 50 x1 (ties: larger first)
-  EXPECT_EQ(common_values(b.c.access), four({{100, 3}, {4096, 2}, {10, 2}, {50, 1}}));
-  EXPECT_EQ(b.d.access_four(), common_values(b.c.access));
-  EXPECT_EQ(b.d.stride_four(), common_values(b.c.stride));
+  EXPECT_EQ(common_accesses(b.c), four({{100, 3}, {4096, 2}, {10, 2}, {50, 1}}));
+  EXPECT_EQ(b.d.access_four(), common_accesses(b.c));
+  EXPECT_EQ(b.d.stride_four(), common_strides(b.c));
 }
 
 TEST(CommonValues, TiesGoToTheLargerValueAndZeroIsNeverShown) {
@@ -164,33 +166,48 @@ TEST(CommonValues, TiesGoToTheLargerValueAndZeroIsNeverShown) {
     b.read(off, size);
     off += size;
   }
-  EXPECT_EQ(common_values(b.c.access), four({{50, 1}, {40, 1}, {30, 1}, {20, 1}}));
-  EXPECT_EQ(b.d.access_four(), common_values(b.c.access));
+  EXPECT_EQ(common_accesses(b.c), four({{50, 1}, {40, 1}, {30, 1}, {20, 1}}));
+  EXPECT_EQ(b.d.access_four(), common_accesses(b.c));
 }
 
-TEST(CommonValues, AValueBeyondTheSlotsIsUntallied) {
+TEST(CommonValues, ValuesPastTheRecordsSlotsGoToItsSideSlotsThenUntallied) {
   Both b;
   b.open();
-  // nine distinct sizes, the ninth three times: Darshan (32 values) counts it and shows it
-  // first; the record's eight slots are full, so its calls are untallied and said to be
-  for (int64_t size = 1; size <= 8; ++size) b.read(0, size);
-  for (int i = 0; i < 3; ++i) b.read(0, 9);
-  EXPECT_EQ(b.c.access.untallied, 3u);
-  EXPECT_EQ(b.d.access_four(), four({{9, 3}, {8, 1}, {7, 1}, {6, 1}}));
-  EXPECT_EQ(common_values(b.c.access), four({{8, 1}, {7, 1}, {6, 1}, {5, 1}}));
-  EXPECT_EQ(iolens::core::tally_calls(b.c.access), 11u);
+  // 40 distinct sizes, the ninth and the 30th three times each, the 33rd five times: the record
+  // holds the first 8, its side slots the next 24 (the 9th and 30th counted there and shown
+  // first, as Darshan's 32-value tree shows them), and the 33rd onwards are untallied, as
+  // Darshan drops them
+  for (int64_t size = 1; size <= 40; ++size) {
+    const int times = size == 9 || size == 30 ? 3 : size == 33 ? 5 : 1;
+    for (int i = 0; i < times; ++i) b.read(0, size);
+  }
+  EXPECT_EQ(untallied(b.c.access, b.c.more.access), 5u + 7u);  // 33 x5, 34..40 once
+  EXPECT_EQ(b.c.access.untallied, 0u);                         // each had a side slot to try
+  EXPECT_EQ(b.c.more.access.value[0], 9u + 1);                 // the 9th value: side slot 1
+  EXPECT_EQ(b.c.more.access.value[IOLENS_TALLY_MORE_SLOTS - 1], 32u + 1);
+  EXPECT_EQ(b.d.access_four(), four({{30, 3}, {9, 3}, {32, 1}, {31, 1}}));
+  EXPECT_EQ(common_accesses(b.c), b.d.access_four());
+  EXPECT_EQ(iolens::core::tally_calls(b.c.access, b.c.more.access), 40u + 2 * 2 + 4);
+  // Without side slots (iolens_account_rw: no side entry), the 9th on are untallied.
+  FileCounters k = iolens::core::new_counters();
+  for (int64_t size = 1; size <= 9; ++size) iolens_account_rw(&k, 0, 0, size, 0, 0);
+  EXPECT_EQ(k.access.untallied, 1u);
+  EXPECT_EQ(k.more.access.value[0], 0u);
 }
 
-TEST(CommonValues, SameAsDarshanOnRandomCallsThatFitTheSlots) {
+TEST(CommonValues, SameAsDarshanOnRandomCalls) {
+  // Darshan's 32 values, in the order they came: the record's 8 and the side's 24 hold the same
+  // ones, and both drop the calls of the values after them, so the four are the same always.
   std::mt19937_64 rng(19);
-  const std::vector<int64_t> sizes = {0, 1, 512, 4096, 65536, 1048576};
+  const std::vector<int64_t> few_sizes = {0, 1, 512, 4096, 65536, 1048576};
   const std::vector<int64_t> gaps = {0, 0, 0, 1, 4096, 123457};
-  int compared = 0;
+  int past_eight = 0, past_32 = 0;
   for (int trial = 0; trial < 2000; ++trial) {
     Both b;
     b.open();
     int64_t off_r = 0, off_w = 0;
-    const int calls = 1 + static_cast<int>(rng() % 60);
+    const bool many = trial % 2 == 1;  // sizes and gaps from a wide range: past 8 and 32 values
+    const int calls = 1 + static_cast<int>(rng() % (many ? 200 : 60));
     for (int k = 0; k < calls; ++k) {
       const unsigned r = static_cast<unsigned>(rng() % 100);
       if (r < 3) {
@@ -201,43 +218,60 @@ TEST(CommonValues, SameAsDarshanOnRandomCallsThatFitTheSlots) {
       }
       const bool write = r % 3 == 0;
       int64_t& off = write ? off_w : off_r;
-      const int64_t size = sizes[rng() % sizes.size()];
+      const int64_t size = many ? static_cast<int64_t>(rng() % 48) * 512
+                                : few_sizes[rng() % few_sizes.size()];
       if (rng() % 8 == 0)
         off = static_cast<int64_t>(rng() % 3) * 4096;  // backward or back to 0
       else
-        off += gaps[rng() % gaps.size()];
+        off += many ? static_cast<int64_t>(rng() % 40) * 100 : gaps[rng() % gaps.size()];
       b.io(write, off, size);
       off += size;
     }
-    if (b.c.access.untallied != 0 || b.c.stride.untallied != 0) continue;
-    ++compared;
-    ASSERT_EQ(b.d.access_four(), common_values(b.c.access)) << "trial " << trial;
-    ASSERT_EQ(b.d.stride_four(), common_values(b.c.stride)) << "trial " << trial;
+    past_eight += b.c.more.access.value[0] != 0 || b.c.more.stride.value[0] != 0;
+    past_32 += untallied(b.c.access, b.c.more.access) + untallied(b.c.stride, b.c.more.stride) != 0;
+    ASSERT_EQ(b.c.access.untallied + b.c.stride.untallied, 0u);  // a side entry always here
+    ASSERT_EQ(b.d.access_four(), common_accesses(b.c)) << "trial " << trial;
+    ASSERT_EQ(b.d.stride_four(), common_strides(b.c)) << "trial " << trial;
   }
-  EXPECT_GT(compared, 1000);  // most trials fit the eight slots
+  EXPECT_GT(past_eight, 500);  // the side slots were used
+  EXPECT_GT(past_32, 200);     // and filled
 }
 
 TEST(CommonValues, AMergeIsTheTallyOfTheCallsInOrder) {
   // One record split in two (moved out of the kernel, then made again): merged, the same as
-  // one record of all the calls, up to the slots.
+  // one record of all the calls, whatever the number of values (past the 32: the same values
+  // untallied).
   std::mt19937_64 rng(7);
+  int inexact = 0, past_eight = 0;
   for (int trial = 0; trial < 500; ++trial) {
-    iolens_tally whole{}, a{}, b{};
-    const int n = 1 + static_cast<int>(rng() % 40), cut = static_cast<int>(rng() % (n + 1));
+    FileCounters whole = iolens::core::new_counters(), a = whole, b = whole;
+    const int n = 1 + static_cast<int>(rng() % 120), cut = static_cast<int>(rng() % (n + 1));
+    const uint64_t range = trial % 2 ? 12 : 45;
     for (int k = 0; k < n; ++k) {
-      const uint64_t v = rng() % 12;
-      iolens_tally_add(&whole, v);
-      iolens_tally_add(k < cut ? &a : &b, v);
+      const int64_t size = static_cast<int64_t>(rng() % range);
+      iolens::core::account_rw(whole, 0, 0, size, 0, 0);
+      iolens::core::account_rw(k < cut ? a : b, 0, 0, size, 0, 0);
     }
-    merge_tally(a, b);
-    ASSERT_EQ(std::memcmp(&a, &whole, sizeof a) == 0 || whole.untallied != 0, true)
+    // The later part drops what its own 32 have no room for, which the whole may hold: exact
+    // when the later part dropped nothing.
+    const bool later_dropped = untallied(b.access, b.more.access) != 0;
+    iolens::core::merge_tallies(a, b);
+    EXPECT_EQ(iolens::core::tally_calls(a.access, a.more.access), static_cast<uint64_t>(n));
+    if (later_dropped) {
+      ++inexact;
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&a.access, &whole.access, sizeof a.access), 0) << "trial " << trial;
+    ASSERT_EQ(std::memcmp(&a.more.access, &whole.more.access, sizeof a.more.access), 0)
         << "trial " << trial;
-    EXPECT_EQ(iolens::core::tally_calls(a), static_cast<uint64_t>(n));
+    past_eight += whole.more.access.value[0] != 0;
   }
+  EXPECT_GT(past_eight, 100);  // exact merges that used the side slots
+  EXPECT_LT(inexact, 250);
 }
 
 TEST(CommonValues, FoldAndCombineMergeTheTallies) {
-  iolens_file_counters early = iolens::core::new_counters(), late = early;
+  FileCounters early = iolens::core::new_counters(), late = early;
   iolens_account_open(&early, 0, 0, 0);
   iolens_account_rw(&early, 0, 0, 100, 0, 0);
   iolens_account_close(&early, 0, 0, 0);
@@ -245,8 +279,8 @@ TEST(CommonValues, FoldAndCombineMergeTheTallies) {
   iolens_account_rw(&late, 0, 0, 100, 0, 0);
   iolens_account_rw(&late, 0, 300, 7, 0, 0);  // stride 300 - 99 - 1 = 200
   iolens::core::fold_counters(early, late);
-  EXPECT_EQ(common_values(early.access), four({{100, 2}, {7, 1}}));
-  EXPECT_EQ(common_values(early.stride), four({{200, 1}}));
+  EXPECT_EQ(common_accesses(early), four({{100, 2}, {7, 1}}));
+  EXPECT_EQ(common_strides(early), four({{200, 1}}));
 }
 
 TEST(CommonValues, ThreadsClaimingSlotsAtOnceNeitherLoseNorDoubleACall) {

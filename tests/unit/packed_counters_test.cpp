@@ -67,8 +67,8 @@ TEST(PackedCounters, AFileReadOnceIsSmallAndExact) {
   const FileCounters c = read_once();
   const PackedCounters p(c);
   EXPECT_TRUE(same(p.unpack(), c));
-  // 30 words differ from new_counters(); 16 bytes of masks, 1-3 bytes per count, 6 per
-  // timestamp: well under a fifth of the 936 bytes of whole counters.
+  // 30 words differ from new_counters(); 24 bytes of masks, 1-3 bytes per count, 6 per
+  // timestamp: well under a fifth of the 1,352 bytes of the kernel's record.
   EXPECT_LE(p.heap_bytes(), 160u) << p.heap_bytes();
   EXPECT_LT(p.heap_bytes() * 5, sizeof(FileCounters));
 }
@@ -111,15 +111,25 @@ void expect_refused(const std::string& bytes, const std::string& why) {
   EXPECT_NE(error.find(why), std::string::npos) << "wanted '" << why << "', got '" << error << "'";
 }
 
-/// Two masks (little-endian) then `tail`.
-/// Three masks (ABI 15's 169 counter words: 64 + 64 + 41), then `tail`.
+/// Three masks of the record's words (169 since ABI 15: 64 + 64 + 41), then `tail`.
 std::string masks(uint64_t lo, uint64_t mid, uint64_t hi, const std::string& tail) {
-  static_assert(PackedCounters::kMaskWords == 3);
+  static_assert(PackedCounters::kRecordMasks == 3);
   std::string s(24, '\0');
   std::memcpy(s.data(), &lo, 8);
   std::memcpy(s.data() + 8, &mid, 8);
   std::memcpy(s.data() + 16, &hi, 8);
   return s + tail;
+}
+
+/// The record's three masks with the top bit of the third (side masks follow), then the two
+/// side masks (98 side words: 64 + 34), then `tail`.
+std::string side_masks(uint64_t lo, uint64_t mid, uint64_t hi, uint64_t s0, uint64_t s1,
+                       const std::string& tail) {
+  static_assert(PackedCounters::kSideMasks == 2 && PackedCounters::kSideWords == 98);
+  std::string s(16, '\0');
+  std::memcpy(s.data(), &s0, 8);
+  std::memcpy(s.data() + 8, &s1, 8);
+  return masks(lo, mid, hi | uint64_t{1} << 63, s + tail);
 }
 
 }  // namespace
@@ -145,11 +155,22 @@ TEST(PackedCounters, BytesReadBackAreCheckedAndGiveTheSameCounters) {
       PackedCounters::from_bytes(masks(0, 1u << 3, uint64_t{1} << 40, "\x05\x07"), error);
   ASSERT_TRUE(high.has_value()) << error;
   uint64_t w[sizeof(FileCounters) / 8];
-  static_assert(sizeof(w) / 8 == 169);
+  static_assert(sizeof(w) / 8 == 169 + 98);
   const FileCounters c = high->unpack();
   std::memcpy(w, &c, sizeof c);
   EXPECT_EQ(w[64 + 3], 5u);
   EXPECT_EQ(w[128 + 40], 7u);
+  // Side words (FileCounters::more): word 2 of the side (169 + 2) 3, its last (169 + 97) 9.
+  const auto side = PackedCounters::from_bytes(
+      side_masks(1, 0, 0, uint64_t{1} << 2, uint64_t{1} << 33, "\x01\x03\x09"), error);
+  ASSERT_TRUE(side.has_value()) << error;
+  const FileCounters cs = side->unpack();
+  std::memcpy(w, &cs, sizeof cs);
+  EXPECT_EQ(w[0], 1u);
+  EXPECT_EQ(w[169 + 2], 3u);
+  EXPECT_EQ(w[169 + 97], 9u);
+  EXPECT_EQ(cs.more.stride.untallied, 9u);  // the last side word
+  EXPECT_EQ(PackedCounters(cs).bytes(), side->bytes());  // canonical: packs to the same bytes
 
   // Each way a blob may lie, refused with its reason; never read past its end.
   expect_refused(std::string(23, '\x01'), "masks are 24");
@@ -163,6 +184,23 @@ TEST(PackedCounters, BytesReadBackAreCheckedAndGiveTheSameCounters) {
   expect_refused(masks(1, 0, 0, std::string(9, '\xff') + '\x02'), "over 64 bits");
   expect_refused(masks(1, 0, 0, std::string(10, '\xff') + '\x01'), "over 64 bits");
   expect_refused(masks(1, 0, 0, "\x01\x01"), "1 bytes after");
+  expect_refused(masks(1, 0, uint64_t{1} << 63, std::string(15, '\0')), "side slots are 40");
+  expect_refused(side_masks(1, 0, 0, 0, 0, "\x01"), "name none");
+  expect_refused(side_masks(1, 0, 0, 0, uint64_t{1} << 34, "\x01\x01"), "past the counters");
+}
+
+TEST(PackedCounters, ARecordWithoutSideSlotsCarriesThreeMasksAndOneWithFive) {
+  FileCounters c = read_once();
+  const PackedCounters plain(c);
+  ASSERT_GE(plain.bytes().size(), 24u);
+  uint64_t third = 0;
+  std::memcpy(&third, plain.bytes().data() + 16, 8);
+  EXPECT_EQ(third >> 63, 0u);
+  c.more.access.value[0] = 4097;  // a side slot: the same words plus one, and two more masks
+  c.more.access.count[0] = 1;
+  const PackedCounters with_side(c);
+  EXPECT_EQ(with_side.heap_bytes(), plain.heap_bytes() + 16 + 2 + 1);
+  EXPECT_TRUE(same(with_side.unpack(), c));
 }
 
 TEST(PackedCounters, AMovedFromValueIsFreshCounters) {

@@ -441,7 +441,7 @@ TEST(RecorderState, SavedWithoutLivePartsAndDrainedIsTheSavedOne) {
   const std::string lean = original.save(false);
   // A live part is a packed counters' string in the full blob (a u32 length, then the masks
   // and a varint at least: a live record has counted something); none is in the lean one.
-  EXPECT_LE(lean.size() + w.kernel_records() * (4 + PackedCounters::kMaskWords * 8 + 1),
+  EXPECT_LE(lean.size() + w.kernel_records() * (4 + PackedCounters::kRecordMasks * 8 + 1),
             full.size());
   std::unique_ptr<Recorder> twin = load_ok(lean);
   ASSERT_NE(twin, nullptr);

@@ -1081,14 +1081,14 @@ TEST(Counters, LatencyHistogramFieldsAreExportedAndSummed) {
   ASSERT_EQ(lat.size(), 2u * IOLENS_NR_LAT_BUCKETS + 2);
   for (int i = 0; i < IOLENS_NR_LAT_BUCKETS; ++i) {
     EXPECT_EQ(lat[i]->name, "lat_read_"s + kNames[i]);
-    EXPECT_EQ(lat[i]->offset, offsetof(FileCounters, lat_read) + 8u * i);
+    EXPECT_EQ(lat[i]->offset, offsetof(iolens_file_counters, lat_read) + 8u * i);
     EXPECT_EQ(lat[IOLENS_NR_LAT_BUCKETS + i]->name, "lat_write_"s + kNames[i]);
-    EXPECT_EQ(lat[IOLENS_NR_LAT_BUCKETS + i]->offset, offsetof(FileCounters, lat_write) + 8u * i);
+    EXPECT_EQ(lat[IOLENS_NR_LAT_BUCKETS + i]->offset, offsetof(iolens_file_counters, lat_write) + 8u * i);
   }
   EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS]->name, "lat_read_sum_ns");
-  EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS]->offset, offsetof(FileCounters, lat_read_sum_ns));
+  EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS]->offset, offsetof(iolens_file_counters, lat_read_sum_ns));
   EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS + 1]->name, "lat_write_sum_ns");
-  EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS + 1]->offset, offsetof(FileCounters, lat_write_sum_ns));
+  EXPECT_EQ(lat[2 * IOLENS_NR_LAT_BUCKETS + 1]->offset, offsetof(iolens_file_counters, lat_write_sum_ns));
   for (const auto* f : lat) {
     EXPECT_EQ(f->fold, Fold::Sum) << f->name;
     EXPECT_FALSE(f->is_signed) << f->name;

@@ -82,12 +82,13 @@ TEST(TraceReplay, RecordsAreWhatTheAccountingFunctionsGive) {
   EXPECT_TRUE(same(recs.files.at(key(kMain, {kDev, 11, 0})), stat));
   EXPECT_EQ(recs.files.size(), 4u);  // failed calls on no file have no record
 
-  // Pipes and sockets: reads and writes only, in `others` by descriptor kind.
+  // Pipes and sockets: reads and writes only, in `others` by descriptor kind, tallying no size
+  // or stride (as the kernel's fd_record gives them: with_tallies 0).
   core::FileCounters pipe = core::new_counters();
-  iolens_account_rw(&pipe, 0, -1, 10, at(6000), at(6000) + 1'000);
+  iolens_account_rw_tally(&pipe, 0, -1, 10, at(6000), at(6000) + 1'000, 0, nullptr);
   EXPECT_TRUE(same(recs.others.at({{kMain.pid, kMain.pstart}, 001}), pipe));
   core::FileCounters sock = core::new_counters();
-  iolens_account_rw(&sock, 1, -1, 8192, at(6100), at(6100) + 40'000);
+  iolens_account_rw_tally(&sock, 1, -1, 8192, at(6100), at(6100) + 40'000, 0, nullptr);
   EXPECT_TRUE(same(recs.others.at({{kMain.pid, kMain.pstart}, 014}), sock));
   EXPECT_EQ(recs.others.size(), 3u);
 }
@@ -192,11 +193,11 @@ TEST(TraceReplay, DarshanRulesHold) {
   // Common sizes: 4096 twice, then 1000 and 65536 once each (ties: the larger first); the
   // 0-byte read is tallied but never shown. Strides: 0 at the first read and after the reopen,
   // 4096 - 4095 - 1 = 0, 100000 - 8191 - 1 = 91808, then 8192 (not forward of 100999): 0.
-  const core::CommonValues sizes = core::common_values(d.access);
+  const core::CommonValues sizes = core::common_accesses(d);
   EXPECT_EQ(sizes, (core::CommonValues{{{4096, 2}, {65536, 1}, {1000, 1}, {0, 0}}}));
-  EXPECT_EQ(core::common_values(d.stride),
+  EXPECT_EQ(core::common_strides(d),
             (core::CommonValues{{{91808, 1}, {0, 0}, {0, 0}, {0, 0}}}));
-  EXPECT_EQ(d.access.untallied + d.stride.untallied, 0u);
+  EXPECT_EQ(core::untallied(d.access, d.more.access) + core::untallied(d.stride, d.more.stride), 0u);
 
   const core::FileCounters& c = recs.files.at(key(kMain, kCkpt));
   EXPECT_EQ(c.writes, 2u);

@@ -25,8 +25,9 @@
  *    and its stride (off - last_byte - 1 when off > 0, off > last_byte and last_byte != 0, else
  *    0, before last_byte moves), tallied in order of first arrival in a table of at most 32
  *    values as Darshan's tree is; the four shown are the most frequent non-zero values, ties to
- *    the larger. The manifest's counters have them as iolens keeps them (its first 8 values,
- *    the calls of any other value "untallied"), and "darshan32" as Darshan keeps them.
+ *    the larger. The manifest's counters have them as iolens keeps them (its first 32 values,
+ *    the calls of any other value "untallied": Darshan's rule since ABI 16), and "darshan32"
+ *    as Darshan keeps them (the same four).
  * See docs/counters.md for the definitions.
  *
  * What it does (DIR is canonicalised with realpath first; every path below is under it):
@@ -81,7 +82,7 @@ enum {
 
 /* Darshan's tree of common values: at most 32, in order of first arrival */
 #define CV_MAX 32
-#define CV_IOLENS 8 /* IOLENS_TALLY_SLOTS */
+#define CV_IOLENS 32 /* IOLENS_TALLY_SLOTS + IOLENS_TALLY_MORE_SLOTS: Darshan's (ABI 16) */
 struct cv {
 	int64_t n;       /* values held */
 	int64_t dropped; /* calls of a value that came when CV_MAX were held */
@@ -760,11 +761,9 @@ static void json_common(FILE *f, const char *kind, const char *what, const struc
 	int64_t top_v[4] = {0}, top_c[4] = {0};
 	int64_t rest = c->dropped;
 
-	for (int64_t i = 0; i < c->n; i++) {
-		if (i >= held) {
-			rest += c->cnt[i];
-			continue;
-		}
+	for (int64_t i = held; i < c->n && i < CV_MAX; i++)
+		rest += c->cnt[i];
+	for (int64_t i = 0; i < c->n && i < held; i++) {
 		if (c->val[i] == 0)
 			continue;
 		for (int k = 0; k < 4; k++) {
