@@ -1555,6 +1555,7 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
     if (!sides || !may_have_side(v)) return nullptr;
     const int rc = take ? bpf_map_lookup_and_delete_elem(side_fd, &k, &side)
                         : bpf_map_lookup_elem(side_fd, &k, &side);
+    if (take) im.sides.erase(k);  // gone: no later record of this drain may take the copy
     if (rc != 0) return nullptr;
     im.sides_matched.insert(k);
     return &side;
@@ -1646,6 +1647,7 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
   } else {
     delete_keys(map_fd, final_keys);
     delete_batched(side_fd, final_sides, batch_ok_);
+    for (const auto& k : final_sides) im.sides.erase(k);
   }
   // The records not read wait for the next drain.
   if (walk == BatchWalk::Failed)
@@ -1658,10 +1660,15 @@ Status Loader::drain_files(const RemovePredicate& remove, const RecordSink& sink
                            std::vector<iolens_file_key>* deferred, WalkPosition* at,
                            int64_t deadline_ns) {
   const int files_fd = bpf_map__fd(impl_->skel->maps.files);
-  // The side entries as of now, for the live records; a walk that begins forgets which it
-  // matched, and one that reaches the map's end sweeps those it did not (sweep_sides).
-  read_sides();
-  if (!at || !at->resume) impl_->sides_matched.clear();
+  // The side entries as a walk begins, for its live records (a walk in pieces reads them
+  // once, not at each piece: a live record's side slots may then be a round older than its
+  // own, which the next round mends; removed records read theirs afresh). A walk that begins
+  // forgets which it matched, and one that reaches the map's end sweeps those it did not
+  // (sweep_sides).
+  if (!at || !at->resume) {
+    read_sides();
+    impl_->sides_matched.clear();
+  }
   if (!impl_->skel->rodata->file_spill) {
     Status status = drain(files_fd, remove, sink, deferred, at, deadline_ns, true);
     if (status && (!at || !at->resume)) sweep_sides();
@@ -1701,11 +1708,18 @@ Status Loader::drain_others(const RemovePredicate& remove, const RecordSink& sin
 
 void Loader::delete_files(const std::vector<iolens_file_key>& keys) {
   delete_keys(bpf_map__fd(impl_->skel->maps.files), keys);
-  // Their side entries, after the records (as a drain does)
+  // Their side entries, after the records (as a drain does): those the drains handed over,
+  // and those the side map holds now (a restarted daemon deletes the records its predecessor
+  // handed over, whose side entries no drain of its own has seen).
+  Impl& im = *impl_;
+  if (keys.empty()) return;
+  read_sides();
   std::vector<iolens_file_key> sides;
-  for (const auto& k : keys)
-    if (impl_->sides_deferred.erase(k)) sides.push_back(k);
-  delete_batched(bpf_map__fd(impl_->skel->maps.tallies_more), sides, batch_ok_);
+  for (const auto& k : keys) {
+    const bool deferred = im.sides_deferred.erase(k) > 0;
+    if (deferred || im.sides.erase(k)) sides.push_back(k);
+  }
+  delete_batched(bpf_map__fd(im.skel->maps.tallies_more), sides, batch_ok_);
 }
 
 void Loader::forget_names(std::span<const NameId> ids) {

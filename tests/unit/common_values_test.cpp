@@ -195,6 +195,19 @@ TEST(CommonValues, ValuesPastTheRecordsSlotsGoToItsSideSlotsThenUntallied) {
   EXPECT_EQ(k.more.access.value[0], 0u);
 }
 
+TEST(CommonValues, AValueHeldTwiceCountsAsOne) {
+  // A side entry left by a call that raced its record's removal, taken over by the record's
+  // next part, can hold a value that part's own slots hold too (docs/counters.md): one value.
+  FileCounters c = iolens::core::new_counters();
+  c.access.value[0] = 4096 + 1;
+  c.access.count[0] = 3;
+  c.access.value[1] = 100 + 1;
+  c.access.count[1] = 4;
+  c.more.access.value[0] = 4096 + 1;
+  c.more.access.count[0] = 2;
+  EXPECT_EQ(common_accesses(c), four({{4096, 5}, {100, 4}}));
+}
+
 TEST(CommonValues, SameAsDarshanOnRandomCalls) {
   // Darshan's 32 values, in the order they came: the record's 8 and the side's 24 hold the same
   // ones, and both drop the calls of the values after them, so the four are the same always.
