@@ -11,9 +11,10 @@ program run on this VM, does not.
 
     sudo /usr/bin/python3 bench/per_call_parts.py --iolens build/agent/cli/iolens [--rounds 10] \\
         [--without mm_filemap_get_pages] [--case 'LABEL=ENV=VALUE /path/to/iolens'] [--json FILE]
-        [--loop pread|getfd|getppid] [--stat batch|mean] [--timing-off]
+        [--loop pread|rand|getfd|getppid] [--stat batch|mean] [--timing-off]
 
---loop getfd times fcntl(F_GETFD), a call iolens hooks but does not count; getppid, a call that
+--loop rand preads 4 KiB at pseudo-random 4 KiB-aligned offsets (a new stride nearly every call:
+the tallies past a record's 8 values and Darshan's 32). --loop getfd times fcntl(F_GETFD), a call iolens hooks but does not count; getppid, a call that
 is no I/O at all. For pread, each run's figure is the median over batches of 1,000 calls
 (--stat batch, io_loops' batch_median_ns_per_op), which leaves the host's interruptions out.
 
@@ -83,7 +84,7 @@ def main():
     ap.add_argument("--clock", choices=("thread", "monotonic"), default="thread",
                     help="io_loops' clock (IO_LOOPS_CLOCK): the thread's CPU time (default, as "
                     "bench/README.md's table) or the wall clock")
-    ap.add_argument("--loop", choices=("pread", "getfd", "getppid"), default="pread",
+    ap.add_argument("--loop", choices=("pread", "rand", "getfd", "getppid"), default="pread",
                     help="the call: 4 KiB pread of a cached file (default), fcntl(F_GETFD) "
                     "(hooked, not counted), getppid (not an I/O call)")
     ap.add_argument("--stat", choices=("batch", "mean"), default="batch",
@@ -106,6 +107,7 @@ def main():
             while f.read(1 << 20):
                 pass
         loop = {"pread": [exe, "read4k", data, str(a.calls), "pread"],
+                "rand": [exe, "read4k", data, str(a.calls), "rand"],
                 "getfd": [exe, "getfd", data, str(a.calls)],
                 "getppid": [exe, "getppid", str(a.calls)]}[a.loop]
         env = dict(os.environ, IO_LOOPS_CLOCK=a.clock)
@@ -146,7 +148,8 @@ def main():
             cases.append((label, lambda x=extra, p=prefix: plain(p + ["run", "-q", "--"], x)))
 
         # only read4k times batches
-        key = "batch_median_ns_per_op" if a.stat == "batch" and a.loop == "pread" else "ns_per_op"
+        key = ("batch_median_ns_per_op" if a.stat == "batch" and a.loop in ("pread", "rand")
+               else "ns_per_op")
         samples = {name: [] for name, _ in cases}
         paired = {name: [] for name, _ in cases}
         for r in range(a.rounds):

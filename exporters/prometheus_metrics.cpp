@@ -170,6 +170,11 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
                        MetricType::Counter);
   auto& wbw = b.family("iolens_job_writeback_waits_total",
                        "Waits on pages under writeback (fsync, rewrites).", MetricType::Counter);
+  auto& file_na = b.family("iolens_job_file_not_aligned_operations_total",
+                           "Reads and writes at an offset that is not a multiple of their file "
+                           "system's block size (Darshan's FILE_NOT_ALIGNED), over the job's "
+                           "files whose alignment is known.",
+                           MetricType::Counter);
   auto& mem_na = b.family("iolens_job_mem_not_aligned_operations_total",
                           "Reads and writes whose user buffer is not 8-byte aligned (Darshan's "
                           "MEM_NOT_ALIGNED).",
@@ -309,6 +314,7 @@ void job_families(Builder& b, const core::MetricsSnapshot& s) {
     gauge(procs, jl, d(j.processes));
     gauge(running, jl, d(j.processes_running));
     counter(folded, jl, d(j.folded_records));
+    counter(file_na, jl, d(j.file_not_aligned));
     counter(folded_procs, jl, d(j.folded_processes));
     for (const auto& [cause, n] : j.lost) counter(job_lost, plus(jl, "cause", cause), d(n));
     gauge(start, jl, j.start_s);

@@ -65,6 +65,22 @@ int64_t darshan_file_alignment(const std::vector<AlignmentMount>& table, std::st
   return -1;
 }
 
+int64_t AlignmentLookup::of(std::string_view path) {
+  const std::size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return darshan_file_alignment(table_, path);
+  const std::string_view dir = path.substr(0, slash);
+  auto it = by_dir_.find(std::string(dir));
+  if (it == by_dir_.end()) {
+    bool shared = true;
+    for (const AlignmentMount& m : table_)
+      if (m.point.size() > dir.size() && std::string_view(m.point).starts_with(dir)) shared = false;
+    std::optional<int64_t> a;
+    if (shared) a = darshan_file_alignment(table_, dir);
+    it = by_dir_.emplace(std::string(dir), a).first;
+  }
+  return it->second ? *it->second : darshan_file_alignment(table_, path);
+}
+
 void set_file_alignments(RunSnapshot& run, const std::vector<AlignmentMount>& table) {
   // A path cut by the kernel's walk holds only its last components: no mount can be told.
   for (FileSnapshot& f : run.files)

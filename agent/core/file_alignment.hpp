@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -49,6 +50,21 @@ std::vector<AlignmentMount> darshan_alignment_table(
 /// point is a string prefix of the path (not only at a '/': "/data" is a prefix of "/data2/x",
 /// as in Darshan), -1 when none is.
 int64_t darshan_file_alignment(const std::vector<AlignmentMount>& table, std::string_view path);
+
+/// darshan_file_alignment for the many paths of a job's records, each directory searched once:
+/// the files of a directory that no mount point extends (none is longer than the directory and
+/// begins with it) share its answer, as a mount point that is a prefix of one of them is then a
+/// prefix of the directory. The others (a mount point below the directory, or that begins like
+/// a file's name: "/d/a" is a prefix of "/d/ab" in Darshan's rule) are searched each time.
+class AlignmentLookup {
+ public:
+  explicit AlignmentLookup(const std::vector<AlignmentMount>& table) : table_(table) {}
+  int64_t of(std::string_view path);
+
+ private:
+  const std::vector<AlignmentMount>& table_;
+  std::unordered_map<std::string, std::optional<int64_t>> by_dir_;  // nullopt: not shared
+};
 
 /// Darshan's FILE_NOT_ALIGNED for `alignment`: the counted reads and writes whose offset is not
 /// a multiple of it. 0 for an alignment of -1 or below (Darshan checks nothing then) and of 1;

@@ -55,6 +55,9 @@ struct JobMetrics {
   uint64_t processes = 0, processes_running = 0;
   uint64_t folded_records = 0;
   uint64_t folded_processes = 0;                 // exited processes folded (max_processes_per_job)
+  /// Darshan's FILE_NOT_ALIGNED summed over the job's records whose file's alignment is known
+  /// (folded ones included, as they were when folded).
+  uint64_t file_not_aligned = 0;
   /// What the kernel could not count of the job's processes, by cause (docs/counters.md#lost);
   /// only the causes that are not zero.
   std::vector<std::pair<std::string, uint64_t>> lost;

@@ -1609,7 +1609,8 @@ void Daemon::write_closed() {
     job->state = JobState::Closed;
     if (metrics_) {
       // Its series stay, final, for the grace period: the last values get scraped.
-      retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files),
+      retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files,
+                                      table_->alignment_table()),
                            clock_ns(CLOCK_MONOTONIC) +
                                static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
     }
@@ -1767,6 +1768,9 @@ void Daemon::publish_metrics(bool force) {
   std::erase_if(retained_, [&](const Retained& r) { return r.until_mono <= t0; });
   auto s = std::make_shared<core::MetricsSnapshot>();
   s->node = node_;
+  // Darshan's mount table as the record writer's thread read it last (never read here), for
+  // the jobs' file_not_aligned
+  table_->set_alignment_table(records_->alignment());
   uint64_t dropped = 0;
   const std::size_t max = cfg_.metrics.max_jobs;
   for (const auto& [id, job] : table_->jobs()) {
@@ -1774,7 +1778,8 @@ void Daemon::publish_metrics(bool force) {
       ++dropped;
       continue;
     }
-    s->jobs.push_back(job_metrics(*job, classifier_, cfg_.metrics.top_files));
+    s->jobs.push_back(
+        job_metrics(*job, classifier_, cfg_.metrics.top_files, table_->alignment_table()));
   }
   for (const Retained& r : retained_) {
     if (table_->find(r.metrics.id)) continue;  // the id is live again: the live job's series
@@ -2052,7 +2057,8 @@ void Daemon::take_run_job(const std::string& id) {
   if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
   job->state = JobState::Closed;
   if (metrics_)
-    retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files),
+    retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files,
+                                      table_->alignment_table()),
                          clock_ns(CLOCK_MONOTONIC) +
                              static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
   drop_pages(id);
@@ -2319,6 +2325,8 @@ nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::Request
 }
 
 void Daemon::fold_over_limits(bool within_round) {
+  // the mount table the folds give the records' file_not_aligned with (Job::folded_not_aligned)
+  table_->set_alignment_table(records_->alignment());
   // A record read from the map has had its name sent before; folded before that name is read,
   // it would be folded unnamed (into the wrong class) and the name, arriving after, kept for
   // no record. So the ring is read to its end first when a deadline left it behind (as it was

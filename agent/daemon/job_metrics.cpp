@@ -58,6 +58,15 @@ void add_class_totals(core::ClassTotals& a, const core::ClassTotals& b) {
   a.files += b.files;
 }
 
+uint64_t not_aligned_of(const core::Recorder& rec, const core::Recorder::RecordView& r,
+                        core::AlignmentLookup* align) {
+  if (!align || r.other_files || !r.path) return 0;
+  bool incomplete = false;
+  if (!rec.file_name(r.file, &incomplete) || incomplete) return 0;
+  const auto n = core::file_not_aligned(r.counters, align->of(*r.path));
+  return n ? static_cast<uint64_t>(*n) : 0;
+}
+
 void add_record(core::ClassTotals& t, const core::FileCounters& c) {
   t.bytes_read += c.bytes_read;
   t.bytes_written += c.bytes_written;
@@ -77,7 +86,8 @@ std::vector<std::pair<std::string, uint64_t>> own_losses_by_cause(const Job& job
   return out;
 }
 
-core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t top_files) {
+core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t top_files,
+                             const std::vector<core::AlignmentMount>* alignment) {
   core::JobMetrics m;
   m.kind = job.identity.kind;
   m.id = job.identity.id;
@@ -101,7 +111,11 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
   std::map<uint32_t, std::vector<uint64_t>> device_files;
   std::unordered_map<std::string, core::TopFile> per_path;
   core::TopFile unnamed{"", 0, 0, 0, 0};
+  std::optional<core::AlignmentLookup> align;
+  if (alignment) align.emplace(*alignment);
+  m.file_not_aligned = job.folded_not_aligned;
   job.rec->visit_records([&](const core::Recorder::RecordView& r) {
+    m.file_not_aligned += not_aligned_of(*job.rec, r, align ? &*align : nullptr);
     auto pl = job.proc_labels.find(r.proc);
     const auto key = group_labels(pl != job.proc_labels.end() ? pl->second : none);
     auto [it, fresh] = groups.try_emplace(key);

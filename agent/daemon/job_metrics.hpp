@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file_alignment.hpp"
 #include "core/metrics_snapshot.hpp"
 #include "core/recorder.hpp"
 #include "jobs/config.hpp"
@@ -33,6 +34,12 @@ class FileClassifier {
 /// Adds a record's counters to `t` (bytes, calls, metadata operations; not `files`).
 void add_record(core::ClassTotals& t, const core::FileCounters& c);
 
+/// Darshan's FILE_NOT_ALIGNED of one of `rec`'s records with its file's alignment (`align`:
+/// the daemon's mount table); 0 when that cannot be told: no table, no name or a cut one, the
+/// "other files" record (many files), an alignment the offset buckets cannot tell.
+uint64_t not_aligned_of(const core::Recorder& rec, const core::Recorder::RecordView& r,
+                        core::AlignmentLookup* align);
+
 /// Adds `b` to `a` field by field (files included).
 void add_class_totals(core::ClassTotals& a, const core::ClassTotals& b);
 
@@ -47,6 +54,8 @@ std::vector<std::pair<std::string, uint64_t>> own_losses_by_cause(const Job& job
 
 /// The metrics of one job; `top_files` = K (0: no per-file rows). The class sums include what
 /// was folded out of the recorder (Job::folded_classes), so they only grow.
-core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t top_files);
+/// `alignment`: the daemon's mount table for the file_not_aligned sum (null: none read yet).
+core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t top_files,
+                             const std::vector<core::AlignmentMount>* alignment = nullptr);
 
 }  // namespace iolens::daemon

@@ -67,11 +67,16 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit, std::size_t byte_lim
   // 150,000-file job spent a quarter of the daemon's time there, in pieces of up to 1.2 s.)
   std::optional<FileClassifier> fc;
   if (classes_) fc.emplace(*classes_);
+  std::optional<core::AlignmentLookup> align;
+  if (alignment_) align.emplace(*alignment_);
   const core::Recorder::RecordVisitor moved = [&](const core::Recorder::RecordView& r) {
-    add_record(job.folded_classes[fc->names()[fc->classify(r.path)]], r.counters);
-    add_record(job.folded_devices[r.file.dev], r.counters);
+    if (fc) {
+      add_record(job.folded_classes[fc->names()[fc->classify(r.path)]], r.counters);
+      add_record(job.folded_devices[r.file.dev], r.counters);
+    }
+    job.folded_not_aligned += not_aligned_of(rec, r, align ? &*align : nullptr);
   };
-  const core::Recorder::RecordVisitor* on_fold = fc ? &moved : nullptr;
+  const core::Recorder::RecordVisitor* on_fold = fc || align ? &moved : nullptr;
   const std::size_t n = rec.fold_to(limit, forgotten, byte_limit, on_fold);
   const std::vector<core::ProcKey> gone =
       procs ? rec.fold_processes_to(max_procs, forgotten, on_fold) : std::vector<core::ProcKey>{};
@@ -676,6 +681,7 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
     auto& fcj = o["folded_classes"] = nlohmann::json::object();
     for (const auto& [name, t] : job->folded_classes)
       fcj[name] = {t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops};
+    o["folded_not_aligned"] = job->folded_not_aligned;
     auto& fdj = o["folded_devices"] = nlohmann::json::array();
     for (const auto& [dev, t] : job->folded_devices)
       fdj.push_back({dev, t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops});
@@ -745,6 +751,8 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
       for (const auto& p : o.at("live")) job->live.insert(proc_of(p));
       for (const auto& pl : o.at("proc_labels"))
         job->proc_labels[proc_of(pl.at(0))] = pl.at(1).get<std::map<std::string, std::string>>();
+      if (auto fna = o.find("folded_not_aligned"); fna != o.end())  // absent in older states
+        job->folded_not_aligned = fna->get<uint64_t>();
       if (auto fcj = o.find("folded_classes"); fcj != o.end())  // absent in older states
         for (auto c = fcj->begin(); c != fcj->end(); ++c) {
           core::ClassTotals& t = job->folded_classes[c.key()];

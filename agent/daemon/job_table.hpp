@@ -69,6 +69,10 @@ struct Job {
   std::map<std::string, core::ClassTotals> folded_classes;
   /// The same by device (kernel dev_t).
   std::map<uint32_t, core::ClassTotals> folded_devices;
+  /// Darshan's FILE_NOT_ALIGNED of the records fold_to took out, each with its file's
+  /// alignment then (a folded record has no path left): iolens_job_file_not_aligned_operations
+  /// stays monotonic.
+  uint64_t folded_not_aligned = 0;
   /// The block layer by device (kernel dev_t; docs/counters.md "Block layer (ABI 7)"): the sums
   /// of exited processes' records (each added once, then deleted from the kernel), and the
   /// latest values of the live processes' records.
@@ -119,6 +123,8 @@ class JobTable {
   void set_alignment_table(std::shared_ptr<const std::vector<core::AlignmentMount>> t) {
     alignment_ = std::move(t);
   }
+  /// That table (null: none read yet), for the jobs' file_not_aligned metric.
+  const std::vector<core::AlignmentMount>* alignment_table() const { return alignment_.get(); }
   /// The syscall hooks' state (monotonic ns), so that a job whose process is selected while
   /// they are detached says so (Job::unhooked_since). A table starts with them attached.
   void hooks_detached(uint64_t at_mono);

@@ -24,6 +24,9 @@ Checked through Prometheus's HTTP API (values must converge within 30 s):
   - iolens_job_request_size_bytes: every cumulative `le` bucket, _count and _sum, both ops;
   - iolens_job_request_duration_seconds_count (and its +Inf bucket) = the calls;
   - iolens_job_metadata_operations_total open/close/fsync; iolens_job_files;
+  - iolens_job_file_not_aligned_operations_total = the calls at offsets that are no multiple of
+    the file's alignment (Darshan's rule, computed here from the mount table), and
+    iolens_job_mem_not_aligned_operations_total 0 (every buffer page-aligned);
   - rate() of the idle job's bytes: exactly 0 over a 5 s window of final samples, and over 1 m
     at most what the job's known bytes allow; iolens_job_info names the job (kind, cgroup,
     node);
@@ -84,7 +87,7 @@ WORKLOAD_C = r'''
 #include <string.h>
 #include <unistd.h>
 
-static char buf[1 << 20];
+static char buf[1 << 20] __attribute__((aligned(4096))); /* no call's buffer misaligned */
 
 static void die(const char *what, const char *path)
 {
@@ -526,6 +529,9 @@ class Truth:
         self.meta = {"open": 0, "close": 0, "fsync": 0}
         self.cls = {}  # class -> {"read"/"write": bytes, "read_ops"/..., "files": set, "meta"}
         self.files = {}  # path (bytes) -> bytes read + written
+        # Darshan's FILE_NOT_ALIGNED: calls at an offset that is no multiple of the file's
+        # alignment (Darshan's rule, e2e_common); each op's calls are at 0, req, 2 req, ...
+        self.file_not_aligned = 0
 
     def klass(self, path):
         p = os.fsdecode(path) if isinstance(path, bytes) else path
@@ -549,6 +555,9 @@ class Truth:
         c["files"].add(pb)
         c["meta"] += 2 + (1 if sync else 0)
         self.files[pb] = self.files.get(pb, 0) + req * n
+        align = E.darshan_file_alignment(os.fsdecode(pb))
+        if align > 1:
+            self.file_not_aligned += sum(1 for k in range(n) if (k * req) % align)
 
     def cumulative(self, op, le):
         return sum(n for size, n in self.sizes[op] if le is None or size <= le)
@@ -823,6 +832,11 @@ def main():
                        sel(op=op, **ja), float(n)))
     checks += [
         ("files", "sum(iolens_job_files%s)" % sel(**ja), float(len(truth.files))),
+        ("file not aligned (Darshan's FILE_NOT_ALIGNED)",
+         "sum(iolens_job_file_not_aligned_operations_total%s)" % sel(**ja),
+         float(truth.file_not_aligned)),
+        ("memory not aligned (every buffer page-aligned)",
+         "sum(iolens_job_mem_not_aligned_operations_total%s)" % sel(**ja), 0.0),
         ("job_info", "iolens_job_info%s" % sel(job_kind="cgroup", cgroup=cg.rel(sub_a),
                                                node=NODE, **ja), 1.0),
         ("processes", "sum(iolens_job_processes%s)" % sel(**ja), 1.0),

@@ -161,15 +161,23 @@ TEST(JobMetrics, FoldingKeepsClassSumsAndTotals) {
   t.on_cgroup(1, "/kubepods.slice", false, 0);
   t.on_cgroup(3, kPod, true, 10);
   t.set_file_classes(classes());
+  // Darshan's alignment by mount: /data 4096, the rest 512
+  t.set_alignment_table(std::make_shared<const std::vector<core::AlignmentMount>>(
+      std::vector<core::AlignmentMount>{{"/data", 4096}, {"/", 512}}));
   ASSERT_TRUE(t.on_mark(mark(100, 3)));
   for (uint64_t i = 1; i <= 1000; ++i) {
     name(t, 100, i, (i % 2 ? "/data/f" : "/ckpt/c") + std::to_string(i));
-    t.on_file(key(100, i), read_of(10 + i % 2), true);  // final: foldable
+    core::FileCounters c = read_of(10 + i % 2);
+    c.offset_lsb[0] = 1;  // an offset no multiple of 512: not aligned anywhere
+    c.offset_lsb[3] = 1;  // a multiple of 2 KiB, not of 4 KiB: not aligned under /data only
+    t.on_file(key(100, i), c, true);  // final: foldable
   }
   const daemon::FileClassifier fc(classes());
-  const core::JobMetrics before = daemon::job_metrics(*t.jobs().begin()->second, fc, 3);
+  const core::JobMetrics before =
+      daemon::job_metrics(*t.jobs().begin()->second, fc, 3, t.alignment_table());
   EXPECT_GT(t.enforce_limits(), 0u);
-  const core::JobMetrics after = daemon::job_metrics(*t.jobs().begin()->second, fc, 3);
+  const core::JobMetrics after =
+      daemon::job_metrics(*t.jobs().begin()->second, fc, 3, t.alignment_table());
   EXPECT_GT(after.folded_records, 0u);
   EXPECT_LE(t.jobs().begin()->second->rec->file_records(), 100u);
   for (std::size_t i = 0; i < before.classes.size(); ++i) {
@@ -183,6 +191,13 @@ TEST(JobMetrics, FoldingKeepsClassSumsAndTotals) {
   EXPECT_EQ(after.devices[0].second.reads, before.devices[0].second.reads);
   EXPECT_EQ(after.groups[0].totals.bytes_read, before.groups[0].totals.bytes_read);
   EXPECT_EQ(after.files, 1000u);
+  // Darshan's FILE_NOT_ALIGNED, each file against its own alignment, kept through the fold
+  EXPECT_EQ(before.file_not_aligned, 500u * 2 + 500u * 1);
+  EXPECT_EQ(after.file_not_aligned, before.file_not_aligned);
+  // Without a mount table only the folded records' counts are known (as they were folded)
+  const uint64_t folded_only = daemon::job_metrics(*t.jobs().begin()->second, fc, 3).file_not_aligned;
+  EXPECT_GT(folded_only, 0u);
+  EXPECT_LT(folded_only, after.file_not_aligned);
   // The top files plus the rest still add up to the job's bytes.
   uint64_t shown = after.other_files->bytes_read;
   for (const auto& f : after.top_files) shown += f.bytes_read;
@@ -191,8 +206,10 @@ TEST(JobMetrics, FoldingKeepsClassSumsAndTotals) {
   JobTable restored(jobs::Selector({kube_rule()}), limits, 0);
   std::string error;
   ASSERT_TRUE(restored.load(t.save(), error)) << error;
-  const core::JobMetrics again = daemon::job_metrics(*restored.jobs().begin()->second, fc, 3);
+  const core::JobMetrics again = daemon::job_metrics(*restored.jobs().begin()->second, fc, 3,
+                                                     t.alignment_table());
   EXPECT_EQ(again.classes[0].second.bytes_read, before.classes[0].second.bytes_read);
+  EXPECT_EQ(again.file_not_aligned, before.file_not_aligned);
   EXPECT_EQ(again.devices[0].second.bytes_read, before.devices[0].second.bytes_read);
 }
 

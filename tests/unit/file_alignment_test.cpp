@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -159,4 +160,30 @@ TEST(FileAlignment, RowsGetTheirPathsAlignment) {
   EXPECT_EQ(run.files[1].file_alignment, std::nullopt);  // no path: not known
   EXPECT_EQ(run.files[2].file_alignment, std::nullopt);  // a cut path: not known either
   EXPECT_EQ(run.files[3].file_alignment, -1);            // a path no mount is a prefix of
+}
+
+TEST(FileAlignment, TheLookupByDirectoryGivesDarshansAnswerForEveryPath) {
+  // Mount points chosen to catch a shortcut: one below a directory of files (/d/sub), one that
+  // begins like a file's name (/d/a: a prefix of /d/ab, not of /d/c), the root, and nested ones.
+  std::vector<iolens::core::AlignmentMount> table = {
+      {"/d/sub/deeper", 1 << 20}, {"/data/x", 8192}, {"/d/sub", 65536}, {"/data", 4096},
+      {"/d/a", 2048}, {"/", 512}};
+  std::sort(table.begin(), table.end(),
+            [](const auto& a, const auto& b) { return a.point.size() > b.point.size(); });
+  const std::vector<std::string> dirs = {"/d", "/d/sub", "/d/sub/deeper", "/data", "/data/x",
+                                         "/data2", "/d/ab", "/e/f", ""};
+  const std::vector<std::string> names = {"a", "ab", "c", "sub", "subx", "x", "xy", "deeper"};
+  std::mt19937 rng(5);
+  iolens::core::AlignmentLookup lookup(table);
+  int checked = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string path = dirs[rng() % dirs.size()] + "/" + names[rng() % names.size()];
+    ASSERT_EQ(lookup.of(path), iolens::core::darshan_file_alignment(table, path)) << path;
+    ++checked;
+  }
+  EXPECT_EQ(lookup.of("/d/ab"), 2048);  // Darshan's string prefix, not at a '/'
+  EXPECT_EQ(lookup.of("/d/c"), 512);
+  EXPECT_EQ(lookup.of("/d/sub/f"), 65536);
+  EXPECT_EQ(lookup.of("relative"), iolens::core::darshan_file_alignment(table, "relative"));
+  EXPECT_EQ(checked, 2000);
 }
