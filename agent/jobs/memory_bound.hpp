@@ -32,7 +32,8 @@ struct MemoryCost {
   /// A record of a job whose record file is being written: its rows copied for the writer,
   /// the JSON and Darshan buffers (a 50,000-record job took ~150 MiB while written, with ABI
   /// 14's 1,080-byte counters; ABI 15's rows are 272 bytes bigger and have 18 more JSON members,
-  /// not measured again: e2e_daemon_memory_bound's peak stayed at 178 MiB of the 256).
+  /// ABI 16's user-space rows 784 more (core::FileCounters::more), not measured again:
+  /// e2e_daemon_memory_bound's peak (VmHWM) stayed at 177-178 MiB of the 256).
   static constexpr uint64_t kRecordWritten = 3000;
   /// Names are bounded in bytes by max_path_bytes, but held more than once: in the jobs'
   /// recorders (a path and its path index entry, both counted), in the node-wide cache of
