@@ -69,7 +69,7 @@ int64_t AlignmentLookup::of(std::string_view path) {
   const std::size_t slash = path.rfind('/');
   if (slash == std::string_view::npos) return darshan_file_alignment(table_, path);
   const std::string_view dir = path.substr(0, slash);
-  auto it = by_dir_.find(std::string(dir));
+  auto it = by_dir_.find(dir);
   if (it == by_dir_.end()) {
     bool shared = true;
     for (const AlignmentMount& m : table_)

@@ -63,7 +63,13 @@ class AlignmentLookup {
 
  private:
   const std::vector<AlignmentMount>& table_;
-  std::unordered_map<std::string, std::optional<int64_t>> by_dir_;  // nullopt: not shared
+  // Looked up by string_view (no string made for a directory seen before)
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::optional<int64_t>, Hash, std::equal_to<>>
+      by_dir_;  // nullopt: not shared
 };
 
 /// Darshan's FILE_NOT_ALIGNED for `alignment`: the counted reads and writes whose offset is not

@@ -113,7 +113,7 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
   core::TopFile unnamed{"", 0, 0, 0, 0};
   std::optional<core::AlignmentLookup> align;
   if (alignment) align.emplace(*alignment);
-  m.file_not_aligned = job.folded_not_aligned;
+  m.file_not_aligned = job.folded_not_aligned;  // the kept records' below, then the high mark
   job.rec->visit_records([&](const core::Recorder::RecordView& r) {
     m.file_not_aligned += not_aligned_of(*job.rec, r, align ? &*align : nullptr);
     auto pl = job.proc_labels.find(r.proc);
@@ -139,6 +139,8 @@ core::JobMetrics job_metrics(const Job& job, const FileClassifier& fc, uint32_t 
     t->reads += r.counters.reads;
     t->writes += r.counters.writes;
   });
+  m.file_not_aligned = std::max(m.file_not_aligned, job.not_aligned_shown);
+  job.not_aligned_shown = m.file_not_aligned;
   for (auto& [labels, totals] : groups) m.groups.push_back({labels, totals});
   for (std::size_t i = 0; i < classes.size(); ++i) {
     auto& ids = class_files[i];

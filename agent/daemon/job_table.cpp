@@ -682,6 +682,7 @@ nlohmann::json JobTable::save(const std::vector<const Job*>& handed_over, bool w
     for (const auto& [name, t] : job->folded_classes)
       fcj[name] = {t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops};
     o["folded_not_aligned"] = job->folded_not_aligned;
+    o["not_aligned_shown"] = job->not_aligned_shown;
     auto& fdj = o["folded_devices"] = nlohmann::json::array();
     for (const auto& [dev, t] : job->folded_devices)
       fdj.push_back({dev, t.bytes_read, t.bytes_written, t.reads, t.writes, t.metadata_ops});
@@ -753,6 +754,8 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
         job->proc_labels[proc_of(pl.at(0))] = pl.at(1).get<std::map<std::string, std::string>>();
       if (auto fna = o.find("folded_not_aligned"); fna != o.end())  // absent in older states
         job->folded_not_aligned = fna->get<uint64_t>();
+      if (auto nas = o.find("not_aligned_shown"); nas != o.end())  // absent in older states
+        job->not_aligned_shown = nas->get<uint64_t>();
       if (auto fcj = o.find("folded_classes"); fcj != o.end())  // absent in older states
         for (auto c = fcj->begin(); c != fcj->end(); ++c) {
           core::ClassTotals& t = job->folded_classes[c.key()];

@@ -73,6 +73,11 @@ struct Job {
   /// alignment then (a folded record has no path left): iolens_job_file_not_aligned_operations
   /// stays monotonic.
   uint64_t folded_not_aligned = 0;
+  /// The most iolens_job_file_not_aligned_operations has shown: kept records are judged again
+  /// at each publish, by their name then, and a name replaced (a canonical one for a lexical
+  /// one, one sent again) can be cut or lead to another mount; a counter never goes down.
+  /// Mutable: the metrics read the job as const, and only they move it.
+  mutable uint64_t not_aligned_shown = 0;
   /// The block layer by device (kernel dev_t; docs/counters.md "Block layer (ABI 7)"): the sums
   /// of exited processes' records (each added once, then deleted from the kernel), and the
   /// latest values of the live processes' records.
