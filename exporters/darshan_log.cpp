@@ -4,11 +4,19 @@
 #include <sys/vfs.h>
 #include <zlib.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
+#include <thread>
 
 #include "core/by_file.hpp"
 #include "core/common_values.hpp"
@@ -263,9 +271,28 @@ std::vector<std::pair<std::string, int64_t>> alignment_mounts_now() {
   return out;
 }
 
-std::vector<core::AlignmentMount> alignment_table(
-    const std::vector<std::pair<std::string, std::string>>& mounts) {
-  return core::darshan_alignment_table(mounts, [](const std::string& point) {
+namespace {
+
+/// statfs() of one point on a thread of its own, waited for at most kStatfsWaitMs. The state is
+/// shared with the thread, which outlives a wait that gave up.
+struct StatfsCall {
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  core::MountStatfs result;
+};
+
+std::mutex g_waiting_mu;
+std::set<std::string> g_waiting;  // points whose statfs() is under way (or hung)
+
+core::MountStatfs statfs_bounded(const std::string& point) {
+  {
+    std::lock_guard<std::mutex> lock(g_waiting_mu);
+    // still waiting since an earlier table: failed, as then (no second thread on it)
+    if (!g_waiting.insert(point).second) return {};
+  }
+  auto call = std::make_shared<StatfsCall>();
+  std::thread worker([call, point] {
     struct statfs st {};
     core::MountStatfs out;
     if (statfs(point.c_str(), &st) == 0) {
@@ -273,8 +300,35 @@ std::vector<core::AlignmentMount> alignment_table(
       out.f_type = static_cast<int64_t>(st.f_type);
       out.f_bsize = static_cast<int64_t>(st.f_bsize);
     }
-    return out;
+    {
+      std::lock_guard<std::mutex> lock(g_waiting_mu);
+      g_waiting.erase(point);  // answered, in time or at last
+    }
+    std::lock_guard<std::mutex> lock(call->mu);
+    call->result = out;
+    call->done = true;
+    call->done_cv.notify_all();
   });
+  std::unique_lock<std::mutex> lock(call->mu);
+  if (call->done_cv.wait_for(lock, std::chrono::milliseconds(kStatfsWaitMs),
+                             [&] { return call->done; })) {
+    const core::MountStatfs result = call->result;
+    lock.unlock();
+    worker.join();  // it has answered: joined, not left to end after this process's checks
+    return result;
+  }
+  lock.unlock();
+  worker.detach();  // left in statfs(): it ends when the mount answers (its state is shared)
+  spdlog::warn("statfs({}) did not answer within {} ms: its files' Darshan alignment is taken "
+               "as 4096, as Darshan takes a failed statfs", point, kStatfsWaitMs);
+  return {};
+}
+
+}  // namespace
+
+std::vector<core::AlignmentMount> alignment_table(
+    const std::vector<std::pair<std::string, std::string>>& mounts) {
+  return core::darshan_alignment_table(mounts, statfs_bounded);
 }
 
 uint64_t darshan_record_id(std::string_view path) {

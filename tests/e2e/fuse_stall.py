@@ -5,7 +5,8 @@ Speaks the kernel's FUSE protocol on /dev/fuse directly (standard library only; 
 the test machines). The mount holds one regular file, `f`. LOOKUP, GETATTR, OPEN, RELEASE and
 FLUSH and INIT are answered; WRITE and FSYNC are read and never answered (what a user's own
 FUSE server can do to any process that writes to it), and FLUSH too with `hold_flush` (every
-close(2) of the file then waits), and LOOKUPs of `f` after the first `lookups` with that
+close(2) of the file then waits), STATFS with `hold_statfs` (statfs(2) of the mount then
+waits: a hung NFS server's effect), and LOOKUPs of `f` after the first `lookups` with that
 argument (entries are valid for 0 s, so every path walk to `f` asks again: a process that
 walks it later hangs); everything else gets ENOSYS. The connection is
 aborted by stop() (unmount, close of the server's end), which fails the requests left waiting.
@@ -21,7 +22,8 @@ import time
 IN_HEADER = struct.Struct("<IIQQIIIHH")   # len, opcode, unique, nodeid, uid, gid, pid, ext, pad
 OUT_HEADER = struct.Struct("<IiQ")        # len, error, unique
 ATTR = struct.Struct("<QQQQQQIIIIIIIIII")  # struct fuse_attr (88 bytes)
-LOOKUP, GETATTR, OPEN, WRITE, RELEASE, FSYNC, FLUSH, INIT, INTERRUPT = 1, 3, 14, 16, 18, 20, 25, 26, 36
+LOOKUP, GETATTR, OPEN, WRITE, STATFS, RELEASE, FSYNC, FLUSH, INIT, INTERRUPT = (
+    1, 3, 14, 16, 17, 18, 20, 25, 26, 36)
 FORGET, BATCH_FORGET, DESTROY = 2, 42, 38
 HELD = (WRITE, FSYNC)
 
@@ -31,10 +33,10 @@ def _attr(ino, mode):
 
 
 class StallFs:
-    def __init__(self, mountpoint, hold_flush=False, lookups=None):
+    def __init__(self, mountpoint, hold_flush=False, lookups=None, hold_statfs=False):
         self.mountpoint = mountpoint
         self.lookups = lookups  # LOOKUPs of f answered before the others are held (None: all)
-        self.hold = HELD + ((FLUSH,) if hold_flush else ())
+        self.hold = HELD + ((FLUSH,) if hold_flush else ()) + ((STATFS,) if hold_statfs else ())
         self.fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
         self.held = []  # opcodes read and never answered
         self.mounted = False
