@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "core/by_file.hpp"
@@ -282,33 +283,57 @@ struct StatfsCall {
   core::MountStatfs result;
 };
 
-std::mutex g_waiting_mu;
-std::set<std::string> g_waiting;  // points whose statfs() is under way (or hung)
+/// The points whose statfs() is under way (or hung). Made once and never destroyed: a thread
+/// left in statfs() may come back while the process exits, after static destructors ran.
+struct Waiting {
+  std::mutex mu;
+  std::set<std::string> points;
+};
+Waiting& waiting() {
+  static Waiting* w = new Waiting;  // NOLINT: never deleted, on purpose (above)
+  return *w;
+}
+
+core::MountStatfs statfs_now(const std::string& point) {
+  struct statfs st {};
+  core::MountStatfs out;
+  if (statfs(point.c_str(), &st) == 0) {
+    out.ok = true;
+    out.f_type = static_cast<int64_t>(st.f_type);
+    out.f_bsize = static_cast<int64_t>(st.f_bsize);
+  }
+  return out;
+}
 
 core::MountStatfs statfs_bounded(const std::string& point) {
+  Waiting& w = waiting();
   {
-    std::lock_guard<std::mutex> lock(g_waiting_mu);
+    std::lock_guard<std::mutex> lock(w.mu);
     // still waiting since an earlier table: failed, as then (no second thread on it)
-    if (!g_waiting.insert(point).second) return {};
+    if (!w.points.insert(point).second) return {};
   }
   auto call = std::make_shared<StatfsCall>();
-  std::thread worker([call, point] {
-    struct statfs st {};
-    core::MountStatfs out;
-    if (statfs(point.c_str(), &st) == 0) {
-      out.ok = true;
-      out.f_type = static_cast<int64_t>(st.f_type);
-      out.f_bsize = static_cast<int64_t>(st.f_bsize);
-    }
+  std::thread worker;
+  try {
+    worker = std::thread([call, point, &w] {
+      const core::MountStatfs out = statfs_now(point);
+      {
+        std::lock_guard<std::mutex> lock(w.mu);
+        w.points.erase(point);  // answered, in time or at last
+      }
+      std::lock_guard<std::mutex> lock(call->mu);
+      call->result = out;
+      call->done = true;
+      call->done_cv.notify_all();
+    });
+  } catch (const std::system_error&) {
+    // No thread to be had (a process or thread limit): asked here, unbounded, as before.
     {
-      std::lock_guard<std::mutex> lock(g_waiting_mu);
-      g_waiting.erase(point);  // answered, in time or at last
+      std::lock_guard<std::mutex> lock(w.mu);
+      w.points.erase(point);
     }
-    std::lock_guard<std::mutex> lock(call->mu);
-    call->result = out;
-    call->done = true;
-    call->done_cv.notify_all();
-  });
+    return statfs_now(point);
+  }
   std::unique_lock<std::mutex> lock(call->mu);
   if (call->done_cv.wait_for(lock, std::chrono::milliseconds(kStatfsWaitMs),
                              [&] { return call->done; })) {
