@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "exporters/darshan_log.hpp"
 
+#include <sched.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <spdlog/spdlog.h>
@@ -12,11 +14,11 @@
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
-#include <system_error>
 #include <thread>
 
 #include "core/by_file.hpp"
@@ -305,55 +307,88 @@ core::MountStatfs statfs_now(const std::string& point) {
   return out;
 }
 
-core::MountStatfs statfs_bounded(const std::string& point) {
+/// statfs() of every point, all at once, each on a thread of its own, against one deadline
+/// kStatfsWaitMs away: N hung mounts cost one wait, not N. A point whose call has not answered
+/// by then is failed ({}) and logged, its thread left waiting (detached); a point still waiting
+/// since an earlier call is failed at once, without a second thread or a second warning.
+std::map<std::string, core::MountStatfs> statfs_all(const std::vector<std::string>& points) {
   Waiting& w = waiting();
-  {
-    std::lock_guard<std::mutex> lock(w.mu);
-    // still waiting since an earlier table: failed, as then (no second thread on it)
-    if (!w.points.insert(point).second) return {};
-  }
-  auto call = std::make_shared<StatfsCall>();
-  std::thread worker;
-  try {
-    worker = std::thread([call, point, &w] {
-      const core::MountStatfs out = statfs_now(point);
-      {
-        std::lock_guard<std::mutex> lock(w.mu);
-        w.points.erase(point);  // answered, in time or at last
-      }
-      std::lock_guard<std::mutex> lock(call->mu);
-      call->result = out;
-      call->done = true;
-      call->done_cv.notify_all();
-    });
-  } catch (const std::system_error&) {
-    // No thread to be had (a process or thread limit): asked here, unbounded, as before.
+  struct Asked {
+    std::string point;
+    std::shared_ptr<StatfsCall> call;
+    std::thread worker;
+  };
+  std::map<std::string, core::MountStatfs> out;
+  std::vector<Asked> asked;
+  asked.reserve(points.size());
+  for (const std::string& point : points) {
+    if (out.count(point)) continue;
     {
       std::lock_guard<std::mutex> lock(w.mu);
-      w.points.erase(point);
+      if (!w.points.insert(point).second) {
+        out[point] = {};  // still waiting since an earlier table: failed, as then
+        continue;
+      }
     }
-    return statfs_now(point);
+    try {
+      auto call = std::make_shared<StatfsCall>();
+      std::thread worker([call, point, &w] {
+        // Its own descriptor table, emptied: a thread left in statfs() holds no descriptor of
+        // the process (iolensd's state lock among them) while it waits
+        if (unshare(CLONE_FILES) == 0) close_range(0, ~0U, 0);
+        const core::MountStatfs result = statfs_now(point);
+        {
+          std::lock_guard<std::mutex> lock(w.mu);
+          w.points.erase(point);  // answered, in time or at last
+        }
+        std::lock_guard<std::mutex> lock(call->mu);
+        call->result = result;
+        call->done = true;
+        call->done_cv.notify_all();
+      });
+      asked.push_back({point, std::move(call), std::move(worker)});
+    } catch (const std::exception&) {
+      // No thread (or no memory) to be had: asked here, unbounded, as before
+      {
+        std::lock_guard<std::mutex> lock(w.mu);
+        w.points.erase(point);
+      }
+      out[point] = statfs_now(point);
+    }
   }
-  std::unique_lock<std::mutex> lock(call->mu);
-  if (call->done_cv.wait_for(lock, std::chrono::milliseconds(kStatfsWaitMs),
-                             [&] { return call->done; })) {
-    const core::MountStatfs result = call->result;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStatfsWaitMs);
+  for (Asked& a : asked) {
+    std::unique_lock<std::mutex> lock(a.call->mu);
+    if (a.call->done_cv.wait_until(lock, deadline, [&] { return a.call->done; })) {
+      out[a.point] = a.call->result;
+      lock.unlock();
+      a.worker.join();  // it has answered: joined, not left to end after this process's checks
+      continue;
+    }
     lock.unlock();
-    worker.join();  // it has answered: joined, not left to end after this process's checks
-    return result;
+    a.worker.detach();  // left in statfs(): it ends when the mount answers (its state is shared)
+    out[a.point] = {};
+    spdlog::warn("statfs({}) did not answer within {} ms: its files' Darshan alignment is taken "
+                 "as 4096, as Darshan takes a failed statfs", a.point, kStatfsWaitMs);
   }
-  lock.unlock();
-  worker.detach();  // left in statfs(): it ends when the mount answers (its state is shared)
-  spdlog::warn("statfs({}) did not answer within {} ms: its files' Darshan alignment is taken "
-               "as 4096, as Darshan takes a failed statfs", point, kStatfsWaitMs);
-  return {};
+  return out;
 }
 
 }  // namespace
 
 std::vector<core::AlignmentMount> alignment_table(
     const std::vector<std::pair<std::string, std::string>>& mounts) {
-  return core::darshan_alignment_table(mounts, statfs_bounded);
+  // The points the table asks about: its rules choose them, not the answers
+  std::vector<std::string> points;
+  core::darshan_alignment_table(mounts, [&](const std::string& point) {
+    points.push_back(point);
+    return core::MountStatfs{};
+  });
+  const std::map<std::string, core::MountStatfs> answers = statfs_all(points);
+  return core::darshan_alignment_table(mounts, [&](const std::string& point) {
+    const auto it = answers.find(point);
+    return it != answers.end() ? it->second : core::MountStatfs{};
+  });
 }
 
 uint64_t darshan_record_id(std::string_view path) {

@@ -89,11 +89,12 @@ int64_t darshan_jobid(std::string_view id, int64_t fallback);
 std::vector<std::pair<std::string, std::string>> read_mounts(const std::string& path);
 
 /// Darshan's alignment table of those mounts (core::darshan_alignment_table), each block size
-/// from statfs() of its point now. A statfs() that has not answered within kStatfsWait (a hung
-/// NFS server, a FUSE server that never answers) is taken as failed, as Darshan takes a failed
-/// one (4096), and logged: the caller (iolensd's record writer, `iolens run`'s last step) is
-/// not held by it. Its thread is left waiting; a point whose statfs() is still waiting is not
-/// asked again (at most one thread a hung mount), until it answers.
+/// from statfs() of its point now. The points are asked all at once, each on a thread of its
+/// own; one that has not answered within kStatfsWaitMs (a hung NFS server, a FUSE server that
+/// never answers) is taken as failed, as Darshan takes a failed one (4096), and logged: the
+/// caller (iolensd's record writer, `iolens run`) is held a second at most, however many hang.
+/// The thread of such a point is left waiting, holding no descriptor; a point whose statfs() is
+/// still waiting is not asked again (no second thread, no second warning) until it answers.
 std::vector<core::AlignmentMount> alignment_table(
     const std::vector<std::pair<std::string, std::string>>& mounts);
 inline constexpr int kStatfsWaitMs = 1000;

@@ -7,8 +7,9 @@ Both read Darshan's mount table, statfs() of every mount point, for the files' F
 `iolens run` at its end, iolensd's record writer thread for every job record. A statfs that has
 not answered within a second is taken as failed (exporters::alignment_table). Checked:
   - the stall is real: `stat -f` of the mount point is still waiting after 2 s;
-  - `iolens run --json --darshan` of a command writing and reading a file writes both outputs
-    within 20 s, the file's record exact (bytes written and read) and its file_alignment
+  - with four such mounts, `iolens run --json --darshan` of a command writing and reading a
+    file writes both outputs within 3.5 s (the mounts are asked at once: one second's wait, not
+    four), names each mount, the file's record exact (bytes written and read) and its file_alignment
     Darshan's for its path (the work directory's file system, not the hung one). Its exit then
     waits for the kernel, as any process's would: FUSE waits for the answer to a request it
     has sent even past SIGKILL, so the thread left in statfs() holds the process until the
@@ -46,6 +47,13 @@ def main():
     want_alignment = E.darshan_file_alignment(f)
     fs = fuse_stall.StallFs(mnt, hold_statfs=True)
     D.Cleanup.register("stop the FUSE server", fs.stop)
+    # Three more hung mounts: asked one after the other they would cost a second each
+    more = []
+    for k in range(3):
+        m = os.path.join(work, "hung-%d" % k)
+        os.mkdir(m)
+        more.append(fuse_stall.StallFs(m, hold_statfs=True))
+        D.Cleanup.register("stop FUSE server %d" % k, more[-1].stop)
     # The stall is real: statfs of the mount point waits (not even SIGKILL ends it).
     st = subprocess.Popen(["stat", "-f", mnt], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
@@ -61,17 +69,21 @@ def main():
     doc = D.wait_for("iolens run's JSON record", lambda: load_or_none(out_json), 20)
     took = time.monotonic() - t0
     ck.check(doc is not None, "no complete JSON record within 20 s with a hung mount")
-    ck.check(D.wait_for("iolens run's Darshan log", lambda: os.path.exists(out_log), 5),
+    # (iolens opens its outputs at its start: the log is there, empty, from then on)
+    ck.check(D.wait_for("iolens run's Darshan log", lambda: os.path.getsize(out_log) > 0, 5),
              "no Darshan log written")
     if doc is not None:
         D.log("statfs_stall: iolens run's record after %.1f s" % took)
+        # four hung mounts, asked at once: one second's wait, not four
+        ck.check(took < 3.5, "iolens run's record took %.1f s with four hung mounts" % took)
         # the shell's appends and cat's read: a record each
         rows = [r["counters"] for r in doc["files"] if r["path"] == f]
         ck.eq("run: bytes written", 8 * 17, sum(c["bytes_written"] for c in rows))
         ck.eq("run: bytes read", 8 * 17, sum(c["bytes_read"] for c in rows))
         for c in rows:
             ck.eq("run: file_alignment (Darshan's rule)", want_alignment, c["file_alignment"])
-    fs.abort()  # frees the threads left in statfs(): iolens's and stat's
+    for x in [fs] + more:
+        x.abort()  # frees the threads left in statfs(): iolens's and stat's
     try:
         _, err = run.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -82,8 +94,12 @@ def main():
     err = err.decode("utf-8", "replace")
     ck.check("statfs(%s) did not answer" % mnt in err,
              "iolens run does not say which mount did not answer; stderr:\n%s" % err)
+    for k, x in enumerate(more):
+        ck.check("statfs(%s) did not answer" % x.mountpoint in err,
+                 "iolens run does not name hung mount %d" % k)
     st.wait(timeout=30)
-    fs.stop()
+    for x in [fs] + more:
+        x.stop()
 
     # iolensd, with a hung mount made after it started (its writer reads the mounts anew for
     # each record)
