@@ -19,6 +19,7 @@ struct iolens_path_event abi_path_event;
 struct iolens_cgroup_event abi_cgroup_event;
 struct iolens_mark_event abi_mark_event;
 struct iolens_pin_meta abi_pin_meta;
+struct iolens_name_id abi_name_id;
 struct iolens_trace_record abi_trace_record;
 struct iolens_block_key abi_block_key;
 struct iolens_block_counters abi_block_counters;

@@ -1751,6 +1751,51 @@ int scan_tasks(struct bpf_iter__task *ctx)
 	return 0;
 }
 
+/*
+ * Run by iolensd (BPF_PROG_TEST_RUN, never attached) with the names a fold forgot: args[0]
+ * points at an array of struct iolens_name_id in iolensd's memory (the run is in its own system
+ * call, so a user read sees it), args[1] is its length. Each file's `named` is cleared if its
+ * entry is still the incarnation the name was of, so its next use sends the name again. One
+ * system call for a slice, where a lookup and an update a name took two each (~15% of iolensd's
+ * CPU in a burst of new files that folds, bench/README.md). Returns how many entries were read:
+ * fewer than asked means a read failed, and iolensd clears the rest itself.
+ */
+struct forget_ctx {
+	__u64 ids; /* user address of the array */
+	__u32 done;
+};
+
+static long forget_one(__u64 i, void *data)
+{
+	struct forget_ctx *c = data;
+	struct iolens_name_id id;
+	struct seen_key sk = {};
+	struct seen_file *seen;
+
+	if (bpf_probe_read_user(&id, sizeof(id), (const void *)(c->ids + i * sizeof(id))))
+		return 1;
+	sk.ino = id.ino;
+	sk.dev = id.dev;
+	/* The daemon's only tier: seen_spill is a run's, and a run never forgets names. */
+	seen = bpf_map_lookup_elem(&seen_files, &sk);
+	if (seen && seen->gen == id.gen && seen->named)
+		seen->named = 0;
+	c->done = i + 1;
+	return 0;
+}
+
+SEC("raw_tp")
+int forget_names(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct forget_ctx c = { .ids = ctx->args[0] };
+	__u64 n = ctx->args[1];
+
+	if (n > IOLENS_FORGET_NAMES_MAX)
+		n = IOLENS_FORGET_NAMES_MAX;
+	bpf_loop(n, forget_one, &c, 0);
+	return c.done;
+}
+
 /* ---- trace mode: one record per traced call, through the `trace` ring ---- */
 
 /* Where a trace record's file comes from. */

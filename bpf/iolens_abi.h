@@ -388,6 +388,21 @@ enum iolens_cgroup_action {
 #define IOLENS_CGROUP_TRACE_MAX 1024
 
 /*
+ * A file whose name iolensd forgot (a fold): the kernel is to send its name again on next use.
+ * iolensd hands an array of these to the `forget_names` program (BPF_PROG_TEST_RUN; args[0] the
+ * array, args[1] its length), which clears each one's `named` in one system call per slice
+ * where a lookup and an update per name took two each.
+ */
+struct iolens_name_id {
+	__u64 ino;
+	__u32 dev;
+	__u32 gen; /* cleared only while the kernel's entry is still this incarnation's */
+};
+
+/* The most names one run of `forget_names` takes (bounds its time with preemption off). */
+#define IOLENS_FORGET_NAMES_MAX 4096
+
+/*
  * Daemon mode keeps its maps pinned in bpffs so a restarted daemon continues them. This record,
  * in the pinned `meta` map, says what they were created with; a daemon that finds another ABI or
  * other sizes discards them (and says so) instead of misreading them.
@@ -703,6 +718,7 @@ IOLENS_STATIC_ASSERT(sizeof(struct iolens_cgroup_event) == 48 + IOLENS_CGROUP_PA
 		     "cgroup event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_mark_event) == 72, "mark event layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_pin_meta) == 48, "pin meta layout");
+IOLENS_STATIC_ASSERT(sizeof(struct iolens_name_id) == 16, "name id layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_trace_record) == 88, "trace record layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_rq_inflight) == 48, "rq inflight layout");
 IOLENS_STATIC_ASSERT(sizeof(struct iolens_block_key) == 16, "block key layout");

@@ -232,7 +232,7 @@ enum class Group { Lifecycle, Jobs, Syscalls, Extra };
 const std::set<std::string> kCorePrograms = {
     "sched_process_fork", "sched_process_exec", "sched_process_exit", "cgroup_mkdir",
     "cgroup_rmdir",       "cgroup_attach_task", "sys_enter",          "sys_exit",
-    "close_enter",        "scan_tasks"};
+    "close_enter",        "scan_tasks",         "forget_names"};
 
 /// The tracepoint a tp_btf program attaches to, or "" for other programs.
 std::string btf_tracepoint(const bpf_program* prog) {
@@ -649,7 +649,8 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     for (bpf_map* m : {skel->maps.cgroup_sel, skel->maps.cgroup_excl, skel->maps.comm_sel})
       bpf_map__set_max_entries(m, 1);
     for (bpf_program* p : {skel->progs.cgroup_mkdir, skel->progs.cgroup_rmdir,
-                           skel->progs.cgroup_attach_task, skel->progs.scan_tasks})
+                           skel->progs.cgroup_attach_task, skel->progs.scan_tasks,
+                           skel->progs.forget_names})
       bpf_program__set_autoload(p, false);
   }
   if (!opts.select_jobs && opts.pin_dir.empty()) {
@@ -1722,7 +1723,32 @@ void Loader::delete_files(const std::vector<iolens_file_key>& keys) {
   delete_batched(bpf_map__fd(im.skel->maps.tallies_more), sides, batch_ok_);
 }
 
-void Loader::forget_names(std::span<const NameId> ids) {
+static_assert(sizeof(Loader::NameId) == sizeof(iolens_name_id) &&
+              offsetof(Loader::NameId, dev) == offsetof(iolens_name_id, dev) &&
+              offsetof(Loader::NameId, gen) == offsetof(iolens_name_id, gen));
+
+bool Loader::forgets_by_program() const {
+  return forget_run_ok_ && bpf_program__autoload(impl_->skel->progs.forget_names);
+}
+
+void Loader::forget_names(std::span<const NameId> ids, bool by_program) {
+  std::size_t done = 0;
+  if (by_program && forgets_by_program()) {
+    const int prog_fd = bpf_program__fd(impl_->skel->progs.forget_names);
+    while (done < ids.size()) {
+      const std::size_t n = std::min<std::size_t>(ids.size() - done, IOLENS_FORGET_NAMES_MAX);
+      uint64_t args[2] = {reinterpret_cast<uintptr_t>(ids.data() + done), n};
+      LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = args, .ctx_size_in = sizeof args);
+      if (bpf_prog_test_run_opts(prog_fd, &run) != 0) {
+        forget_run_ok_ = false;
+        spdlog::warn("the kernel refused to run forget_names ({}): folded names are cleared "
+                     "with two system calls each from now on", errno_text(errno));
+        break;
+      }
+      done += std::min<std::size_t>(run.retval, n);
+      if (run.retval < n) break;  // a read of the array failed: the rest as below
+    }
+  }
   // bpf/iolens.bpf.c's seen_key and seen_file: (ino, dev, pad) -> (gen, named).
   struct SeenKey {
     uint64_t ino;
@@ -1733,7 +1759,7 @@ void Loader::forget_names(std::span<const NameId> ids) {
   };
   // The daemon's (one tier: seen_spill is a run's).
   const int fd = bpf_map__fd(impl_->skel->maps.seen_files);
-  for (const auto& id : ids) {
+  for (const auto& id : ids.subspan(done)) {
     const SeenKey k{id.ino, id.dev, 0};
     SeenFile v{};
     // Cleared, not deleted: a path-based stat still finds the generation here.

@@ -227,13 +227,18 @@ class Loader {
   /// The kernel sends each file's name once; after the agent forgot names (folded records),
   /// this makes it send them again if the files are used again. Entries of another
   /// generation (the inode number reused) are left alone.
-  struct NameId {
+  struct NameId {  // the layout of iolens_name_id (checked in loader.cpp)
     uint64_t ino;
     uint32_t dev;
     uint32_t gen;
   };
-  /// Two syscalls a name (a lookup and an update): the caller bounds how many at a time.
-  void forget_names(std::span<const NameId> ids);
+  /// In daemon mode by the `forget_names` program, one system call for up to 4,096 names
+  /// (IOLENS_FORGET_NAMES_MAX); else, or if the kernel refuses that run (logged once), or with
+  /// `by_program` false (tests), by a lookup and an update a name. The caller bounds how many
+  /// at a time.
+  void forget_names(std::span<const NameId> ids, bool by_program = true);
+  /// Whether forget_names still runs the program (false once the kernel refused it).
+  bool forgets_by_program() const;
   void delete_others(const std::vector<iolens_file_key>& keys);
 
   /// Every (process, device) record of the block layer (bpf/iolens_block.bpf.h), as it is now.
@@ -355,6 +360,7 @@ class Loader {
   std::string program_build_ = "plain";
   std::string program_build_note_;
   bool batch_ok_ = true;  // cleared when the kernel refuses batched map reads
+  bool forget_run_ok_ = true;  // cleared when the kernel refuses to run `forget_names`
 };
 
 }  // namespace iolens::loader

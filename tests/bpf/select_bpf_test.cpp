@@ -350,6 +350,76 @@ TEST_F(SelectTest, TaskIteratorMarksTasksAlreadyThere) {
   EXPECT_EQ((s.written[{static_cast<uint32_t>(c.pid), file}]), 2048u);
 }
 
+// The kernel sends a file's name once; iolensd clears that after a fold forgot it, in daemon
+// mode by the `forget_names` program (one BPF_PROG_TEST_RUN a slice), else by a lookup and an
+// update a name. Either way: a cleared file's name comes again at its next open, a file of
+// another generation (the inode number reused) or not in the list does not, and a list longer
+// than one run of the program (IOLENS_FORGET_NAMES_MAX) is cleared to its end.
+TEST_F(SelectTest, ForgottenNamesAreSentAgainForTheirIncarnationOnly) {
+  load();
+  ASSERT_TRUE(loader_->forgets_by_program()) << "daemon mode loads forget_names";
+  ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);
+  ASSERT_TRUE(loader_->set_syscall_hooks(true).ok);
+  const std::vector<std::string> files = {path("f0"), path("f1"), path("f2"), path("f3")};
+  for (const auto& f : files) write_bytes(f, 10);  // made outside the cgroup: no name yet
+  std::vector<uint64_t> ino(files.size());
+  for (size_t i = 0; i < files.size(); ++i) ino[i] = inode_of(files[i]);
+  const std::string procs = cg("/cgroup.procs");
+  // A traced child that opens every file once; returns the files whose name the kernel sent
+  // (FILE path events, by inode), with their identity.
+  auto open_all = [&] {
+    Child c = spawn([&] {
+      write_text(procs, "0");
+      for (const auto& f : files) {
+        const int fd = open(f.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) _exit(123);
+        close(fd);
+      }
+    });
+    finish(c);
+    std::map<uint64_t, Loader::NameId> named;
+    loader_->consume_events([&](std::span<const uint8_t> b) {
+      auto r = iolens::core::decode_event(b);
+      ASSERT_TRUE(r.ok) << r.error;
+      if (r.job) return;
+      auto* p = std::get_if<iolens::core::PathEvent>(&r.event);
+      // (cgroup.procs, which the child writes, is named too: only the test's files count)
+      if (p && p->op == IOLENS_PATH_FILE && std::count(ino.begin(), ino.end(), p->ino))
+        named[p->ino] = Loader::NameId{p->ino, p->dev, p->gen};
+    });
+    return named;
+  };
+  auto inos = [](const std::map<uint64_t, Loader::NameId>& m) {
+    std::vector<uint64_t> v;
+    for (const auto& [ino, id] : m) v.push_back(ino);
+    return v;
+  };
+
+  auto first = open_all();
+  ASSERT_EQ(first.size(), files.size()) << "each file named at its first open";
+  EXPECT_TRUE(open_all().empty()) << "a name is sent once";
+
+  for (const bool by_program : {true, false}) {
+    SCOPED_TRACE(by_program ? "by the program" : "by syscalls");
+    // f0 cleared; f1 listed with another generation; f2, f3 not listed.
+    Loader::NameId other = first[ino[1]];
+    ++other.gen;
+    std::vector<Loader::NameId> ids = {first[ino[0]], other};
+    loader_->forget_names(ids, by_program);
+    EXPECT_EQ(inos(open_all()), std::vector<uint64_t>{ino[0]});
+    // More than one run of the program takes: files never seen, then f2 and f3 at the end.
+    ids.clear();
+    for (uint64_t i = 0; i < IOLENS_FORGET_NAMES_MAX + 100; ++i)
+      ids.push_back({(1ull << 40) + i, first[ino[2]].dev, 1});
+    ids.push_back(first[ino[2]]);
+    ids.push_back(first[ino[3]]);
+    loader_->forget_names(ids, by_program);
+    EXPECT_EQ(inos(open_all()), (std::vector<uint64_t>{std::min(ino[2], ino[3]),
+                                                        std::max(ino[2], ino[3])}));
+  }
+  EXPECT_TRUE(loader_->forgets_by_program()) << "the kernel ran every slice";
+}
+
 TEST_F(SelectTest, ChildCreatedIntoCgroupIsTraced) {
   load();
   ASSERT_TRUE(loader_->select_cgroup(cg_id(), IOLENS_CGROUP_TRACE).ok);

@@ -208,6 +208,14 @@ TEST_F(AbiBtf, ProcessLosses) {
   EXPECT_FIELD(v, iolens_proc_lost, n);
 }
 
+TEST_F(AbiBtf, NameId) {
+  auto k = layout_of(b_, "iolens_name_id");
+  ASSERT_EQ(k.size, sizeof(iolens_name_id));
+  EXPECT_FIELD(k, iolens_name_id, ino);
+  EXPECT_FIELD(k, iolens_name_id, dev);
+  EXPECT_FIELD(k, iolens_name_id, gen);
+}
+
 TEST_F(AbiBtf, BlockKeyAndCounters) {
   auto k = layout_of(b_, "iolens_block_key");
   ASSERT_EQ(k.size, sizeof(iolens_block_key));
