@@ -9,12 +9,17 @@
 //   free       destroying the snapshot
 //   daemon     the same records handed over in drains of DRAIN records, each followed by
 //              fold_to(MAX) as iolensd does for a job at its bound (max_files_per_job)
+//   creator    a daemon's job of one process making CREATED files, one path each: each drain
+//              brings DRAIN names and their final records, then fold_to(MAX); the folds forget
+//              the names of ~MAX/10 files each time (Recorder::forget_names), and the job's
+//              forgotten paths grow to nearly CREATED. Its folds' time is shown apart.
 // Prints one line per round; the medians last. No timing is asserted anywhere: compare two
 // builds' numbers in one invocation each, alternately (bench/README.md "The run's exit").
 // Built with the project (target `recorder_bench`, BUILD/bench/recorder_bench); measure a
 // Release build. To compare two commits, build each (or this file against each one's headers
 // and libiolens_core.a).
 // Usage: recorder_bench [--rounds N] [--files N] [--workers N] [--epochs N] [--max N] [--drain N]
+//                       [--created N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +42,7 @@ using iolens::core::RunSnapshot;
 struct Options {
   int rounds = 5;
   uint64_t files = 10000, workers = 2, epochs = 4, max = 12700, drain = 1000;
+  uint64_t created = 200000;
 };
 
 constexpr uint32_t kDev = (8u << 20) | 1;
@@ -61,6 +67,20 @@ PathEvent name_of(uint64_t i, uint64_t files) {
   std::snprintf(leaf, sizeof leaf, "sample_%05llu.npy", static_cast<unsigned long long>(i));
   // The kernel's walk: leaf first, each component NUL-terminated.
   p.walk = std::string(leaf) + '\0' + "iolens-prof-data" + '\0' + "tmp" + '\0' + "var" + '\0';
+  return p;
+}
+
+/// File i of the creator job: /scratch/job/out/part_NNNNNN.bin (a struct file's walk).
+PathEvent created_name(uint64_t i, uint64_t files) {
+  PathEvent p;
+  p.proc = {kMainPid, 1};
+  p.op = IOLENS_PATH_FILE;
+  p.dev = kDev;
+  p.ino = ino_of(i, files);
+  p.gen = kGen;
+  char leaf[32];
+  std::snprintf(leaf, sizeof leaf, "part_%06llu.bin", static_cast<unsigned long long>(i));
+  p.walk = std::string(leaf) + '\0' + "out" + '\0' + "job" + '\0' + "scratch" + '\0';
   return p;
 }
 
@@ -132,6 +152,7 @@ bool parse(int argc, char** argv, Options& o) {
     else if (!std::strcmp(a, "--epochs")) o.epochs = static_cast<uint64_t>(v);
     else if (!std::strcmp(a, "--max")) o.max = static_cast<uint64_t>(v);
     else if (!std::strcmp(a, "--drain")) o.drain = static_cast<uint64_t>(v);
+    else if (!std::strcmp(a, "--created")) o.created = static_cast<uint64_t>(v);
     else return false;
   }
   return true;
@@ -144,12 +165,12 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, o)) {
     std::fprintf(stderr,
                  "usage: recorder_bench [--rounds N] [--files N] [--workers N] [--epochs N] "
-                 "[--max N] [--drain N] (each a positive integer)\n");
+                 "[--max N] [--drain N] [--created N] (each a positive integer)\n");
     return 2;
   }
   const std::vector<Record> recs = job_records(o);
-  std::vector<double> names_ms, records_ms, snapshot_ms, free_ms, daemon_ms;
-  std::size_t rows = 0, kept = 0;
+  std::vector<double> names_ms, records_ms, snapshot_ms, free_ms, daemon_ms, creator_ms, folds_ms;
+  std::size_t rows = 0, kept = 0, forgotten_paths = 0;
   for (int round = 0; round < o.rounds; ++round) {
     {
       Recorder r(kMainPid, 1);
@@ -178,16 +199,46 @@ int main(int argc, char** argv) {
       daemon_ms.push_back(ms_since(t0));
       kept = r.file_records();
     }
+    {
+      // The files' names and records as they arrive, one drain at a time; inodes not in the
+      // order of the names (created_name).
+      Recorder r(0, 0);
+      double folds = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (uint64_t first = 0; first < o.created; first += o.drain) {
+        const uint64_t end = std::min(o.created, first + o.drain);
+        for (uint64_t i = first; i < end; ++i) r.on_event(created_name(i, o.created));
+        for (uint64_t i = first; i < end; ++i) {
+          iolens_file_key k{};
+          k.ino = ino_of(i, o.created);
+          k.dev = kDev;
+          k.gen = kGen;
+          k.tgid = kMainPid;
+          k.pstart_ns = 1;
+          r.on_file(k, sample_read(1'000'000 + 20000 * i), true);
+        }
+        const auto f0 = std::chrono::steady_clock::now();
+        r.fold_to(o.max);
+        folds += ms_since(f0);
+      }
+      creator_ms.push_back(ms_since(t0));
+      folds_ms.push_back(folds);
+      forgotten_paths = r.memory().forgotten_paths;
+    }
     std::printf("round %d: names %.1f ms, records %.1f ms, snapshot %.1f ms (%zu rows), free %.1f "
-                "ms, daemon (records + folds to %llu) %.1f ms (%zu kept)\n",
+                "ms, daemon (records + folds to %llu) %.1f ms (%zu kept), creator of %llu files "
+                "%.1f ms (folds %.1f ms, %zu forgotten paths)\n",
                 round + 1, names_ms.back(), records_ms.back(), snapshot_ms.back(), rows,
-                free_ms.back(), static_cast<unsigned long long>(o.max), daemon_ms.back(), kept);
+                free_ms.back(), static_cast<unsigned long long>(o.max), daemon_ms.back(), kept,
+                static_cast<unsigned long long>(o.created), creator_ms.back(), folds_ms.back(),
+                forgotten_paths);
   }
   std::printf("median of %d: names %.1f ms, records %.1f ms (%.2f us each), snapshot %.1f ms, "
-              "free %.1f ms, daemon %.1f ms (%.2f us a record)\n",
+              "free %.1f ms, daemon %.1f ms (%.2f us a record), creator %.1f ms (folds %.1f ms)\n",
               o.rounds, median(names_ms), median(records_ms),
               median(records_ms) * 1000 / static_cast<double>(recs.size()), median(snapshot_ms),
               median(free_ms), median(daemon_ms),
-              median(daemon_ms) * 1000 / static_cast<double>(recs.size()));
+              median(daemon_ms) * 1000 / static_cast<double>(recs.size()), median(creator_ms),
+              median(folds_ms));
   return 0;
 }

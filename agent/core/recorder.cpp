@@ -281,32 +281,106 @@ void Recorder::set_name(FileIdentity id, std::string path, bool canonical, bool 
   if (!canonical && canonicalize_) {
     if (auto real = canonicalize_(path)) path = *real;
   }
-  index_path(path, id);
-  Name& n = names_[id];
+  Name& n = it != names_.end() ? it->second : new_name(id, Name{});
+  index_path(path, id, &n);
   name_bytes_ -= n.path.size();
   name_bytes_ += path.size();
-  n = Name{std::move(path), canonical, incomplete};
+  n.path = std::move(path);
+  n.canonical = canonical;
+  n.incomplete = incomplete;
 }
 
-Recorder::ForgottenPath* Recorder::forgotten_path(const std::string& path) {
-  if (forgotten_paths_.empty()) return nullptr;
+Recorder::Name& Recorder::new_name(const FileIdentity& id, Name n) {
+  Name& made = names_.emplace(id, std::move(n)).first->second;
+  if (!unnamed_paths_.empty()) {
+    if (auto u = unnamed_paths_.find(id); u != unnamed_paths_.end()) {
+      made.paths = u->second;
+      unnamed_paths_.erase(u);
+    }
+  }
+  return made;
+}
+
+void Recorder::count_path(const FileIdentity& id, Name* named) {
+  if (!named) {
+    if (auto n = names_.find(id); n != names_.end()) named = &n->second;
+  }
+  if (named)
+    ++named->paths;
+  else
+    ++unnamed_paths_[id];
+}
+
+void Recorder::uncount_path(const FileIdentity& id) {
+  if (auto n = names_.find(id); n != names_.end()) {
+    --n->second.paths;
+  } else if (auto u = unnamed_paths_.find(id); u != unnamed_paths_.end() && --u->second == 0) {
+    unnamed_paths_.erase(u);
+  }
+}
+
+void Recorder::count_paths() {
+  for (auto& [id, n] : names_) n.paths = 0;
+  unnamed_paths_.clear();
+  for (const auto& [path, id] : by_path_) count_path(id, nullptr);
+}
+
+bool Recorder::path_counts_exact() const {
+  std::map<FileIdentity, uint32_t> counted;
+  for (const auto& [path, id] : by_path_) ++counted[id];
+  for (const auto& [id, n] : names_) {
+    auto c = counted.find(id);
+    if (n.paths != (c == counted.end() ? 0 : c->second)) return false;
+    if (c != counted.end()) counted.erase(c);
+  }
+  if (counted.size() != unnamed_paths_.size()) return false;
+  for (const auto& [id, c] : counted) {
+    auto u = unnamed_paths_.find(id);
+    if (u == unnamed_paths_.end() || u->second != c) return false;
+  }
+  return true;
+}
+
+Recorder::ForgottenPath* Recorder::forgotten_path(const std::string& path, bool* recent) {
+  if (forgotten_paths_.empty() && recent_forgotten_.empty()) return nullptr;
   const uint64_t h = path_hash(path);
-  auto it = std::lower_bound(forgotten_paths_.begin(), forgotten_paths_.end(), h,
-                             [](const ForgottenPath& e, uint64_t x) { return e.hash < x; });
-  if (it == forgotten_paths_.end() || it->hash != h || it->id == FileIdentity{}) return nullptr;
-  return &*it;
+  auto find = [h](std::vector<ForgottenPath>& v) -> ForgottenPath* {
+    auto it = std::lower_bound(v.begin(), v.end(), h,
+                               [](const ForgottenPath& e, uint64_t x) { return e.hash < x; });
+    return it != v.end() && it->hash == h ? &*it : nullptr;
+  };
+  // A hash in the recent list is absent from the big one or a tombstone there: the later.
+  ForgottenPath* f = find(recent_forgotten_);
+  const bool in_recent = f != nullptr;
+  if (!f) f = find(forgotten_paths_);
+  if (!f || f->id == FileIdentity{}) return nullptr;
+  if (recent) *recent = in_recent;
+  return f;
+}
+
+void Recorder::bury(ForgottenPath& f, bool recent) {
+  f.id = FileIdentity{};
+  // The recent list drops its tombstones at the next fold; the big one keeps them, dead.
+  if (!recent) buried_.push_back(f.hash);
 }
 
 std::optional<FileIdentity> Recorder::file_by_path(const std::string& path) {
   if (auto it = by_path_.find(path); it != by_path_.end()) return it->second;
-  ForgottenPath* f = forgotten_path(path);
+  bool recent = false;
+  ForgottenPath* f = forgotten_path(path, &recent);
   if (!f) return std::nullopt;
   // A name fold_to forgot: the rename or unlink is attributed as it would have been, and the
   // record it creates is named by this path (the file's last known name).
   const FileIdentity id = f->id;
-  f->id = FileIdentity{};
-  if (names_.try_emplace(id, Name{path, false, false}).second) name_bytes_ += path.size();
-  index_path(path, id);
+  bury(*f, recent);
+  Name* n = nullptr;
+  if (auto it = names_.find(id); it != names_.end()) {
+    n = &it->second;
+  } else {
+    n = &new_name(id, Name{path, false, false});
+    name_bytes_ += path.size();
+  }
+  index_path(path, id, n);
   return id;
 }
 
@@ -346,8 +420,13 @@ void Recorder::on_path(const PathEvent& p) {
       f.renamed_to = to;
       ++final_snapshots_;
       // The old name no longer leads to this file, nor to a forgotten one.
-      if (by_path_.erase(from)) name_bytes_ -= from.size();
-      if (ForgottenPath* f = forgotten_path(from)) f->id = FileIdentity{};
+      if (auto e = by_path_.find(from); e != by_path_.end()) {
+        uncount_path(e->second);
+        by_path_.erase(e);
+        name_bytes_ -= from.size();
+      }
+      bool recent = false;
+      if (ForgottenPath* f = forgotten_path(from, &recent)) bury(*f, recent);
       index_path(to, *id);
       break;
     }
@@ -419,22 +498,44 @@ bool Recorder::referenced(const FileIdentity& id) const {
 void Recorder::forget_names(std::vector<FileIdentity> ids, std::vector<FileIdentity>* forgotten) {
   std::erase_if(ids, [&](const FileIdentity& id) { return referenced(id); });
   if (ids.empty()) return;
+  // Every path that leads to a forgotten file (its name, hard links, rename targets) moves to
+  // the hashed index: a later rename or unlink by that path is still attributed. A file whose
+  // one path is its name's moves it at once; only files with other paths need a walk of every
+  // path held (at each fold, that walk was 15% of iolensd's main thread on a job at its bound).
+  std::vector<ForgottenPath> moved;
+  std::vector<FileIdentity> walk;  // sorted, as `ids` is
   for (const FileIdentity& id : ids) {
+    uint32_t paths = 0;
     if (auto n = names_.find(id); n != names_.end()) {
+      paths = n->second.paths;
+      if (paths == 1 && !reference_forget_) {
+        if (auto p = by_path_.find(n->second.path); p != by_path_.end() && p->second == id) {
+          moved.push_back({path_hash(p->first), id});
+          name_bytes_ -= p->first.size();
+          by_path_.erase(p);
+          paths = 0;
+        }
+      }
       name_bytes_ -= n->second.path.size();
       names_.erase(n);
+    } else if (!unnamed_paths_.empty()) {
+      if (auto u = unnamed_paths_.find(id); u != unnamed_paths_.end()) {
+        paths = u->second;
+        unnamed_paths_.erase(u);
+      }
     }
+    if (paths > 0 || reference_forget_) walk.push_back(id);
   }
-  // Every path that leads to a forgotten file (its name, hard links, rename targets) moves to
-  // the hashed index: a later rename or unlink by that path is still attributed.
-  std::vector<ForgottenPath> moved;
-  for (auto it = by_path_.begin(); it != by_path_.end();) {
-    if (std::binary_search(ids.begin(), ids.end(), it->second)) {
-      moved.push_back({path_hash(it->first), it->second});
-      name_bytes_ -= it->first.size();
-      it = by_path_.erase(it);
-    } else {
-      ++it;
+  if (!walk.empty()) {
+    ++path_walks_;
+    for (auto it = by_path_.begin(); it != by_path_.end();) {
+      if (std::binary_search(walk.begin(), walk.end(), it->second)) {
+        moved.push_back({path_hash(it->first), it->second});
+        name_bytes_ -= it->first.size();
+        it = by_path_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
   auto by_hash = [](const ForgottenPath& a, const ForgottenPath& b) { return a.hash < b.hash; };
@@ -443,25 +544,74 @@ void Recorder::forget_names(std::vector<FileIdentity> ids, std::vector<FileIdent
   moved.erase(std::unique(moved.begin(), moved.end(),
                           [](const auto& a, const auto& b) { return a.hash == b.hash; }),
               moved.end());
-  std::vector<ForgottenPath> out;
-  out.reserve(forgotten_paths_.size() + moved.size());
-  auto a = forgotten_paths_.begin();
-  auto b = moved.begin();
-  while (a != forgotten_paths_.end() || b != moved.end()) {
-    if (b == moved.end() || (a != forgotten_paths_.end() && a->hash < b->hash)) {
-      if (a->id != FileIdentity{}) out.push_back(*a);  // tombstones (revived) go
-      ++a;
-    } else {
-      if (a != forgotten_paths_.end() && a->hash == b->hash) ++a;  // the later entry wins
-      out.push_back(*b++);
-    }
-  }
-  forgotten_paths_.swap(out);
+  add_forgotten(std::move(moved));
   if (forgotten) forgotten->insert(forgotten->end(), ids.begin(), ids.end());
 }
 
-void Recorder::index_path(const std::string& path, const FileIdentity& id) {
-  if (by_path_.insert_or_assign(path, id).second) name_bytes_ += path.size();
+void Recorder::add_forgotten(std::vector<ForgottenPath> moved) {
+  auto by_hash = [](const ForgottenPath& a, const ForgottenPath& b) { return a.hash < b.hash; };
+  // A path forgotten again replaces its entry: one in the big list becomes a dead tombstone.
+  for (const ForgottenPath& m : moved) {
+    auto it = std::lower_bound(forgotten_paths_.begin(), forgotten_paths_.end(), m, by_hash);
+    if (it != forgotten_paths_.end() && it->hash == m.hash && it->id != FileIdentity{}) {
+      it->id = FileIdentity{};
+      ++dead_forgotten_;
+    }
+  }
+  // One list drops every tombstone at each merge: those buried since the last are dead now.
+  dead_forgotten_ += buried_.size();
+  buried_.clear();
+  std::vector<ForgottenPath> out;
+  out.reserve(recent_forgotten_.size() + moved.size());
+  auto a = recent_forgotten_.begin();
+  auto b = moved.begin();
+  while (a != recent_forgotten_.end() || b != moved.end()) {
+    if (b == moved.end() || (a != recent_forgotten_.end() && a->hash < b->hash)) {
+      if (a->id != FileIdentity{}) out.push_back(*a);  // tombstones (revived) go
+      ++a;
+    } else {
+      if (a != recent_forgotten_.end() && a->hash == b->hash) ++a;  // the later entry wins
+      out.push_back(*b++);
+    }
+  }
+  recent_forgotten_.swap(out);
+  if (!reference_forget_ &&
+      (recent_forgotten_.size() + dead_forgotten_) * 8 <= forgotten_paths_.size())
+    return;
+  // Into the big list, without its tombstones (all dead now; a hash of the recent list is one).
+  out.clear();
+  out.reserve(forgotten_count());
+  auto i = forgotten_paths_.begin();
+  auto j = recent_forgotten_.begin();
+  while (i != forgotten_paths_.end() || j != recent_forgotten_.end()) {
+    if (i != forgotten_paths_.end() && i->id == FileIdentity{}) {
+      ++i;
+    } else if (j == recent_forgotten_.end() ||
+               (i != forgotten_paths_.end() && i->hash < j->hash)) {
+      out.push_back(*i++);
+    } else {
+      out.push_back(*j++);
+    }
+  }
+  forgotten_paths_.swap(out);
+  recent_forgotten_.clear();
+  dead_forgotten_ = 0;
+}
+
+std::size_t Recorder::forgotten_count() const {
+  return forgotten_paths_.size() - dead_forgotten_ + recent_forgotten_.size();
+}
+
+void Recorder::index_path(const std::string& path, const FileIdentity& id, Name* named) {
+  auto [it, inserted] = by_path_.try_emplace(path, id);
+  if (inserted) {
+    name_bytes_ += path.size();
+  } else {
+    if (it->second == id) return;
+    uncount_path(it->second);  // the path led to another file
+    it->second = id;
+  }
+  count_path(id, named);
 }
 
 std::size_t Recorder::count_name_bytes() const {
@@ -703,7 +853,7 @@ Recorder::Memory Recorder::memory() const {
   m.processes = procs_.size();
   m.names = names_.size();
   m.paths = by_path_.size();
-  m.forgotten_paths = forgotten_paths_.size();
+  m.forgotten_paths = forgotten_count();
   std::size_t folded_procs = 0;
   for (const auto& [k, p] : procs_) {
     if (!p.folded) continue;

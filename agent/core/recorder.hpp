@@ -133,7 +133,8 @@ class Recorder {
   /// delete `seen_files[(dev, ino)]` when its generation is `gen`). Returns the records folded.
   /// One walk of the n records held, no counters unpacked but the folded ones', and a partial
   /// sort of the k taken (O(n log k); the whole sort only when the names' bound asks for
-  /// more than the count); plus a walk of the paths when names are forgotten.
+  /// more than the count); plus, when a file whose name is forgotten has a path other than its
+  /// name's (a hard link, a rename target), a walk of the paths (path_walks()).
   /// docs/counters.md#folded-records.
   /// `max_name_bytes`: the same for name_bytes(): records are folded until both fit.
   /// `on_fold`: called with each file record the fold takes, before it goes (its name and
@@ -149,6 +150,18 @@ class Recorder {
   /// Bytes of the names held: paths of names and of the path index, rename targets. What
   /// `max_name_bytes` of fold_to bounds (kept up to date: O(1)).
   std::size_t name_bytes() const { return name_bytes_; }
+
+  /// Folds that walked every path held to find those of the files whose names they forgot:
+  /// only when such a file had a path other than its name's (a hard link, a rename target, a
+  /// name replaced by a better one). A cost counter (tests, benchmarks); not saved.
+  uint64_t path_walks() const { return path_walks_; }
+  /// Whether each file's count of the paths leading to it, which folds rely on, equals a count
+  /// from scratch. O(paths held); for tests.
+  bool path_counts_exact() const;
+  /// Tests only: folds forget names as they did before those counts, walking every path each
+  /// time and merging all forgotten paths into one sorted list. Same behaviour, more work: a
+  /// twin to compare against. Not saved.
+  void set_reference_forget(bool on) { reference_forget_ = on; }
 
   /// Bounds the processes held (a daemon's job that forks without end). When more than
   /// `max_processes` are held, folds the exited ones whose records are all out of the kernel,
@@ -316,7 +329,11 @@ class Recorder {
     std::string path;
     bool canonical = false;  // walked from a struct file (vs. lexical from a lookup)
     bool incomplete = false;
+    /// by_path_ entries leading to this file, exact: when it is 1 and `path` is that entry,
+    /// forget_names finds the file's only path without walking by_path_. In the padding.
+    uint32_t paths = 0;
   };
+  static_assert(sizeof(Name) <= sizeof(std::string) + 8, "a name's count costs no memory");
   /// A path of a forgotten name, for rename/unlink attribution: 64-bit hash of the path
   /// (FNV-1a, not std::hash: the hashes are saved in checkpoints read by other builds).
   struct ForgottenPath {
@@ -346,8 +363,25 @@ class Recorder {
   struct Codec;  // save() and load(), in recorder_state.cpp
 
   Proc& proc(const ProcKey& k);
-  /// by_path_[path] = id, counting the path's bytes when it is new.
-  void index_path(const std::string& path, const FileIdentity& id);
+  /// by_path_[path] = id, counting the path's bytes when it is new, and the path for `id`
+  /// (moved from the file it led to before). `named`: id's name, when the caller has it.
+  void index_path(const std::string& path, const FileIdentity& id, Name* named = nullptr);
+  /// A name made for `id`, taking over the paths counted for it unnamed.
+  Name& new_name(const FileIdentity& id, Name n);
+  /// One by_path_ entry more, or less, leading to `id` (Name::paths, or unnamed_paths_).
+  void count_path(const FileIdentity& id, Name* named);
+  void uncount_path(const FileIdentity& id);
+  /// Name::paths and unnamed_paths_ counted from scratch (load()).
+  void count_paths();
+  /// `f` (an entry forgotten_path() found) no longer leads anywhere.
+  void bury(ForgottenPath& f, bool recent);
+  /// Adds `moved` (sorted by hash, each hash once) to the forgotten paths, the later entry
+  /// winning, and drops the tombstones, as one merge into a sorted list would.
+  void add_forgotten(std::vector<ForgottenPath> moved);
+  /// The forgotten paths as one list sorted by hash would hold them (save(), memory()).
+  std::size_t forgotten_count() const;
+  template <class F>
+  void for_each_forgotten(F f) const;
   /// name_bytes() counted from scratch (load()).
   std::size_t count_name_bytes() const;
   FileAcc& file_acc(const FileKey& k, Proc& p);
@@ -356,7 +390,9 @@ class Recorder {
   void set_name(FileIdentity id, std::string path, bool canonical, bool incomplete);
   /// The file a path leads to (by_path_, else a forgotten path, which is then revived).
   std::optional<FileIdentity> file_by_path(const std::string& path);
-  ForgottenPath* forgotten_path(const std::string& path);
+  /// The forgotten entry that `path` leads to (not a tombstone), or nullptr; `recent`: it is
+  /// in recent_forgotten_.
+  ForgottenPath* forgotten_path(const std::string& path, bool* recent = nullptr);
   const Name* name_of(const FileKey& k) const;
   /// Calls `fn` with the file record `k` as visit_records() shows it, `c` its counters.
   void show_record(const RecordVisitor& fn, const FileKey& k, const FileCounters& c) const;
@@ -373,7 +409,24 @@ class Recorder {
   std::map<std::pair<ProcKey, uint32_t>, FileAcc> others_;
   std::map<FileIdentity, Name> names_;
   std::unordered_map<std::string, FileIdentity> by_path_;
-  std::vector<ForgottenPath> forgotten_paths_;  // sorted by hash
+  /// by_path_ entries leading to a file without a name: none unless a loaded state had such
+  /// entries (this build names every file it indexes a path for, and forgets both at once).
+  std::unordered_map<FileIdentity, uint32_t, FileIdentityHash> unnamed_paths_;
+  /// The forgotten paths, as one list sorted by hash, each hash once, would hold them: the
+  /// entries of recent_forgotten_, and those of forgotten_paths_ but its dead ones. Each fold
+  /// merges its paths into the small recent list, and that into the big one only once it holds
+  /// 1/8 as many (with the dead): a fold costs O(n) only every O(n/8) paths forgotten, not
+  /// every time. A hash in the recent list is absent from the big one, or a tombstone there.
+  std::vector<ForgottenPath> forgotten_paths_;  // sorted by hash, each hash once
+  std::vector<ForgottenPath> recent_forgotten_;  // sorted by hash, each hash once
+  /// forgotten_paths_'s tombstones that one list would have dropped by now (revived before the
+  /// last fold, or replaced by a later entry): all its tombstones but those in buried_.
+  std::size_t dead_forgotten_ = 0;
+  /// Hashes of forgotten_paths_'s entries buried since the last fold that forgot names: one
+  /// list would hold their tombstones until the next one.
+  std::vector<uint64_t> buried_;
+  uint64_t path_walks_ = 0;
+  bool reference_forget_ = false;
   std::map<std::string, uint64_t> lost_;
   uint64_t folded_records_ = 0;
   FoldedProcs folded_procs_;

@@ -67,6 +67,28 @@ bool read_sorted(Reader& r, std::size_t min_entry, const char* what, Get get) {
 
 }  // namespace
 
+template <class F>
+void Recorder::for_each_forgotten(F f) const {
+  // The merge a fold makes only now and then, walked: the big list's dead tombstones left out.
+  std::vector<uint64_t> buried = buried_;
+  std::sort(buried.begin(), buried.end());
+  auto dead = [&](const ForgottenPath& e) {
+    return e.id == FileIdentity{} && !std::binary_search(buried.begin(), buried.end(), e.hash);
+  };
+  auto i = forgotten_paths_.begin();
+  auto j = recent_forgotten_.begin();
+  while (i != forgotten_paths_.end() || j != recent_forgotten_.end()) {
+    if (i != forgotten_paths_.end() && dead(*i)) {
+      ++i;
+    } else if (j == recent_forgotten_.end() ||
+               (i != forgotten_paths_.end() && i->hash < j->hash)) {
+      f(*i++);
+    } else {
+      f(*j++);
+    }
+  }
+}
+
 struct Recorder::Codec {
   // ---- keys ----
   static void put(ByteWriter& w, const ProcKey& k) {
@@ -235,11 +257,14 @@ struct Recorder::Codec {
       w.string(e->first);
       put(w, e->second);
     }
-    w.u64(rec.forgotten_paths_.size());
-    for (const ForgottenPath& f : rec.forgotten_paths_) {
+    // Counted by the same walk that writes them: the count can never disagree with the entries.
+    std::size_t forgotten = 0;
+    rec.for_each_forgotten([&](const ForgottenPath&) { ++forgotten; });
+    w.u64(forgotten);
+    rec.for_each_forgotten([&](const ForgottenPath& f) {
       w.u64(f.hash);
       put(w, f.id);
-    }
+    });
     // The folded processes' row, at the end and only when a process was folded: a state
     // without one is the same bytes as before the row existed (docs/state-format.md).
     const FoldedProcs& fp = rec.folded_procs_;
@@ -368,10 +393,13 @@ struct Recorder::Codec {
           r.fail("forgotten paths not strictly increasing");
           return nullptr;
         }
+        // Saved before the next fold dropped it: kept until the next fold here too.
+        if (f.id == FileIdentity{}) rec->buried_.push_back(f.hash);
       }
     }
     if (r.remaining() > 0 && !get_folded_procs(r, rec->folded_procs_)) return nullptr;
     rec->name_bytes_ = rec->count_name_bytes();
+    rec->count_paths();
     return rec;
   }
 };
@@ -403,7 +431,7 @@ void Recorder::save_into(std::vector<uint8_t>& out, bool with_live) const {
   out.reserve(kHeaderBytes + kTrailerBytes + name_bytes_ + 32 * names_.size() +
               32 * by_path_.size() + counters + 64 * (files_.size() + others_.size()) +
               128 * procs_.size() +
-              24 * forgotten_paths_.size());
+              24 * forgotten_count());
   ByteWriter w(out);
   w.bytes(kMagic, sizeof kMagic);
   w.u32(kFormatVersion);

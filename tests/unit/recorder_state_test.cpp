@@ -617,6 +617,102 @@ TEST(RecorderState, AVersionOneBlobIsStillRead) {
   }
 }
 
+namespace {
+
+/// A version 1 blob of one process (pid 42) with records of two files, ino 77 (small) and 78
+/// (big), where only 78 has a name (/d/b) but both have paths: /d/a1 and /d/a2 lead to 77. This
+/// build never makes such a state (a file gets a name with its first path, and loses both at
+/// once); a blob may still hold one.
+std::string unnamed_paths_blob() {
+  std::string p;
+  auto u8 = [&](uint8_t v) { p.push_back(static_cast<char>(v)); };
+  auto le = [&](uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) p.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  auto str = [&](std::string_view x) {
+    le(x.size(), 4);
+    p.append(x);
+  };
+  auto id = [&](uint64_t ino) { le(kDev, 4), le(ino, 8), le(3, 4); };
+  le(0, 4), le(0, 4), le(0, 8), le(2, 8), u8(0);  // root, tracer, folded, final, no short_at
+  le(0, 8);                                        // lost causes: none
+  le(1, 8);                                        // processes: pid 42, running
+  le(42, 4), le(7, 8), le(0, 4), le(0, 8), u8(0), str("cat"), str("/usr/bin/cat"), le(0, 8);
+  u8(0), le(0, 8), le(0, 8), u8(0);
+  le(2, 8);  // file records
+  for (uint64_t ino : {77, 78}) {
+    FileCounters c = new_counters();
+    c.opens = c.closes = 1;
+    c.reads = 1;
+    c.bytes_read = ino == 77 ? 10 : 100000;
+    c.first_io_type = c.last_io_type = IOLENS_IO_READ;
+    id(ino), le(42, 4), le(7, 8), u8(1);
+    p.append(reinterpret_cast<const char*>(&c), sizeof c);
+    le(0, 8), le(0, 8), str("");
+  }
+  le(0, 8);  // other records
+  le(1, 8);  // names
+  id(78), str("/d/b"), u8(1);
+  le(3, 8);  // paths, sorted
+  str("/d/a1"), id(77);
+  str("/d/a2"), id(77);
+  str("/d/b"), id(78);
+  le(0, 8);  // forgotten paths
+  std::string b = "IOLENSRC";
+  for (uint64_t v : {uint64_t{1}, uint64_t{IOLENS_ABI_VERSION}})
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<char>(v >> (8 * i)));
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<char>(uint64_t{p.size()} >> (8 * i)));
+  b += p;
+  const uint32_t c = crc32(b);
+  for (int i = 0; i < 4; ++i) b.push_back(static_cast<char>(c >> (8 * i)));
+  return b;
+}
+
+}  // namespace
+
+// A loaded state's paths are counted per file again, those of a file without a name too, and
+// a fold that forgets that file finds them all (a walk: it has no name to find one by); named
+// later, the file takes its count with it. Each step as a twin that forgets as before does it.
+TEST(RecorderState, PathsOfAFileLoadedWithoutANameAreCountedAndForgotten) {
+  for (bool named_later : {false, true}) {
+    SCOPED_TRACE(named_later ? "named after the load" : "never named");
+    const std::string blob = unnamed_paths_blob();
+    auto r = load_ok(blob);
+    auto ref = load_ok(blob);
+    ASSERT_NE(r, nullptr);
+    ASSERT_NE(ref, nullptr);
+    ref->set_reference_forget(true);
+    EXPECT_TRUE(r->path_counts_exact());
+    EXPECT_EQ(r->memory().paths, 3u);
+    if (named_later) {
+      for (Recorder* x : {r.get(), ref.get()})
+        add_named_file(*x, {42, 7}, 77, 3, "a3\0d\0"s, new_counters(), true);
+      EXPECT_TRUE(r->path_counts_exact());
+    }
+    std::vector<FileIdentity> fa, fb;
+    ASSERT_EQ(r->fold_to(1, &fa), 2u);  // both records: down to 0
+    ASSERT_EQ(ref->fold_to(1, &fb), 2u);
+    EXPECT_EQ(fa, fb);
+    EXPECT_EQ(r->path_walks(), 1u);
+    EXPECT_EQ(r->memory().paths, 0u);
+    EXPECT_EQ(r->memory().forgotten_paths, named_later ? 4u : 3u);
+    EXPECT_TRUE(r->path_counts_exact());
+    expect_same(*r, *ref, "folded");
+    PathEvent un;  // by another process, by a path of the unnamed file: still attributed
+    un.proc = {43, 8};
+    un.op = IOLENS_PATH_UNLINK;
+    un.str1 = "/d/a2";
+    for (Recorder* x : {r.get(), ref.get()}) x->on_event(un);
+    const RunSnapshot s = r->snapshot(ClockBase{});
+    bool found = false;
+    for (const auto& f : s.files)
+      if (f.pid == 43 && f.ino == 77) found = f.unlinks == 1 && f.path == "/d/a2";
+    EXPECT_TRUE(found);
+    EXPECT_TRUE(r->path_counts_exact());
+    expect_same(*r, *ref, "unlinked");
+  }
+}
+
 TEST(RecorderState, RefusesEveryTruncationAndExtension) {
   const std::string blob = small_recorder().save();
   for (std::size_t n = 0; n < blob.size(); ++n)

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -1032,6 +1035,281 @@ TEST(Fold, MatchesAnUnfoldedTwinOnAMixedWorkload) {
   EXPECT_GT(total_folded, 1000u);  // the workload did fold, many times
   EXPECT_EQ(folded.folded_records(), total_folded);
   EXPECT_LT(folded.memory().names, plain.memory().names);
+}
+
+namespace {
+
+/// The kernel's walk of an absolute path: its components leaf first, each NUL-ended.
+std::string walk_of(const std::string& path) {
+  std::string w;
+  for (std::size_t end = path.size(); end > 0;) {
+    const std::size_t slash = path.rfind('/', end - 1);
+    w += path.substr(slash + 1, end - slash - 1);
+    w += '\0';
+    end = slash;
+  }
+  return w;
+}
+
+PathEvent canonical_name(const ProcKey& p, uint64_t ino, uint32_t gen, const std::string& path) {
+  PathEvent e = name_event(p.pid, p.start_ns, ino, walk_of(path));
+  e.gen = gen;
+  return e;
+}
+
+PathEvent by_path(const ProcKey& p, uint16_t op, const std::string& from,
+                  const std::string& to = "") {
+  PathEvent e;
+  e.proc = p;
+  e.op = op;
+  e.str1 = from;
+  e.str2 = to;
+  return e;
+}
+
+/// The row of `pid` for file `ino`, or nullptr.
+const FileSnapshot* find_ino(const RunSnapshot& s, uint32_t pid, uint64_t ino) {
+  for (const auto& f : s.files)
+    if (f.pid == pid && f.ino == ino) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+// A fold forgets the names of the files it took: each path leading to one moves to the hashed
+// index. A file whose only path is its name's is found without walking every path held; a
+// walk is left to files with other paths (a hard link, a rename target, a replaced name).
+TEST(Fold, OnePathEachIsFoundWithoutAWalkOtherPathsAreWalkedFor) {
+  const ProcKey p{100, 5};
+  auto file = [&](Recorder& r, uint64_t ino, uint64_t bytes) {
+    iolens_file_key k = key(100, 5, ino);
+    k.gen = 1;
+    r.on_file(k, busy(bytes, 1, 10), true);
+  };
+  {
+    Recorder r(0, 0);
+    for (uint64_t i = 1; i <= 20; ++i) {
+      r.on_event(canonical_name(p, i, 1, "/d/f" + std::to_string(i)));
+      file(r, i, 100 * i);
+    }
+    EXPECT_EQ(r.fold_to(10), 11u);  // down to 9: f1 .. f11 go
+    EXPECT_EQ(r.path_walks(), 0u);
+    EXPECT_EQ(r.memory().paths, 9u);
+    EXPECT_EQ(r.memory().forgotten_paths, 11u);
+    EXPECT_TRUE(r.path_counts_exact());
+    r.on_event(by_path({200, 6}, IOLENS_PATH_UNLINK, "/d/f3"));  // still leads to it
+    const RunSnapshot s = r.snapshot(ClockBase{});
+    const FileSnapshot* gone = find_ino(s, 200, 3);
+    ASSERT_NE(gone, nullptr);
+    EXPECT_EQ(gone->path, "/d/f3");
+    EXPECT_EQ(gone->unlinks, 1u);
+  }
+
+  // File 50, named as each case says, is the least useful record: a fold takes it and f1.
+  struct Case {
+    const char* what;
+    std::vector<PathEvent> events;  // before its record
+    uint64_t walks;                 // of the fold
+    std::size_t forgotten;          // paths forgotten by the fold, f1's included
+    std::vector<std::string> leading, not_leading;  // paths of file 50 after the fold, or not
+  };
+  PathEvent lookup = by_path(p, IOLENS_PATH_LOOKUP, "/d/lnk/y");
+  lookup.dev = kDev;
+  lookup.ino = 50;
+  lookup.gen = 1;
+  const Case cases[] = {
+      {"one path", {canonical_name(p, 50, 1, "/d/a")}, 0, 2, {"/d/a"}, {}},
+      {"no name", {}, 0, 1, {}, {}},
+      {"hard link",
+       {canonical_name(p, 50, 1, "/d/h1"), canonical_name(p, 50, 1, "/d/h2")},
+       1, 3, {"/d/h1", "/d/h2"}, {}},
+      {"renamed",
+       {canonical_name(p, 50, 1, "/d/tmp"), by_path(p, IOLENS_PATH_RENAME, "/d/tmp", "/d/r")},
+       1, 2, {"/d/r"}, {"/d/tmp"}},
+      {"name taken over by another file",
+       {canonical_name(p, 50, 1, "/d/x"), canonical_name(p, 71, 1, "/d/x")},
+       0, 1, {}, {"/d/x"}},
+      {"lexical name, then the canonical one", {lookup, canonical_name(p, 50, 1, "/d/y")},
+       1, 3, {"/d/lnk/y", "/d/y"}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Recorder r(0, 0);
+    for (uint64_t i = 1; i <= 10; ++i) {
+      r.on_event(canonical_name(p, i, 1, "/d/f" + std::to_string(i)));
+      file(r, i, 1000 * i);
+    }
+    for (const PathEvent& e : c.events) r.on_event(e);
+    file(r, 50, 1);
+    if (r.file_records() == 12) file(r, 71, 1'000'000);  // also given a record: kept
+    const std::size_t paths = r.memory().paths;
+    std::vector<FileIdentity> forgotten;
+    ASSERT_EQ(r.fold_to(r.file_records() - 1, &forgotten), 2u);
+    EXPECT_EQ(forgotten, (std::vector<FileIdentity>{{1, kDev, 1}, {50, kDev, 1}}));
+    EXPECT_EQ(r.path_walks(), c.walks);
+    EXPECT_EQ(r.memory().forgotten_paths, c.forgotten);
+    EXPECT_EQ(r.memory().paths, paths - c.forgotten);
+    EXPECT_TRUE(r.path_counts_exact());
+    uint32_t pid = 300;
+    for (const std::string& path : c.leading) {
+      r.on_event(by_path({++pid, 7}, IOLENS_PATH_UNLINK, path));
+      const RunSnapshot s = r.snapshot(ClockBase{});
+      const FileSnapshot* f = find_ino(s, pid, 50);
+      ASSERT_NE(f, nullptr) << path;
+      EXPECT_EQ(f->unlinks, 1u) << path;
+    }
+    for (const std::string& path : c.not_leading) {
+      r.on_event(by_path({++pid, 7}, IOLENS_PATH_UNLINK, path));
+      EXPECT_EQ(find_ino(r.snapshot(ClockBase{}), pid, 50), nullptr) << path;
+    }
+    EXPECT_TRUE(r.path_counts_exact());
+  }
+}
+
+// The forgetting shortcuts (paths counted per file, forgotten paths merged in two lists) change
+// nothing a recorder does: random names (canonical, lexical, second ones), renames, unlinks,
+// records, folds of records and processes, and save/load round trips, given to a recorder and
+// to a twin that forgets as before (every path walked at each fold, one list merged whole).
+// After every step the two save the same bytes (names, paths, forgotten paths, records), and
+// each one's counts of paths per file are exact.
+TEST(Fold, ForgettingShortcutsMatchTheReferenceOnRandomPaths) {
+  auto canon = [](const std::string& path) -> std::optional<std::string> {
+    const auto at = path.find("/lnk/");  // "lnk" is a symlink to its own directory
+    if (at == std::string::npos) return std::nullopt;
+    return path.substr(0, at) + path.substr(at + 4);
+  };
+  auto fast = std::make_unique<Recorder>(0, 0);
+  auto ref = std::make_unique<Recorder>(0, 0);
+  fast->set_canonicalizer(canon);
+  ref->set_canonicalizer(canon);
+  ref->set_reference_forget(true);
+  uint64_t seed = 20240611;
+  auto rnd = [&](uint64_t n) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed >> 33) % n;
+  };
+  auto each = [&](auto f) {
+    f(*fast);
+    f(*ref);
+  };
+  std::vector<uint32_t> starts(4, 1);  // each pid's current start time: a new process after a fold
+  auto proc = [&] {
+    const uint32_t pid = 10 + static_cast<uint32_t>(rnd(starts.size()));
+    return ProcKey{pid, starts[pid - 10]};
+  };
+  auto path = [&](uint64_t n) {
+    const uint64_t i = rnd(n);
+    return (i % 3 == 0 ? "/e/"s : "/d/"s) + "p" + std::to_string(i);
+  };
+  std::size_t folds = 0, forgotten_total = 0, renames = 0, canonical_names = 0;
+  uint64_t fast_walks = 0, ref_walks = 0;
+  constexpr int kSteps = 6000;
+  constexpr uint64_t kPaths = 240;
+  for (int step = 0; step < kSteps; ++step) {
+    const uint64_t what = rnd(100);
+    const ProcKey p = proc();
+    const uint64_t ino = 1 + rnd(60);
+    const uint32_t gen = 1 + static_cast<uint32_t>(rnd(2));
+    std::string op;
+    if (what < 16) {  // a canonical name: a new one, a second one (a hard link), a reused path
+      op = "name";
+      const PathEvent e = canonical_name(p, ino, gen, path(kPaths));
+      each([&](Recorder& r) { r.on_event(e); });
+      ++canonical_names;
+    } else if (what < 24) {  // a lexical name, maybe through the symlink
+      op = "lookup";
+      std::string x = path(kPaths);
+      if (rnd(2)) x.insert(2, "/lnk");
+      PathEvent e = by_path(p, IOLENS_PATH_LOOKUP, x);
+      e.dev = kDev;
+      e.ino = ino;
+      e.gen = gen;
+      each([&](Recorder& r) { r.on_event(e); });
+    } else if (what < 34) {
+      op = "rename";
+      const PathEvent e = by_path(p, IOLENS_PATH_RENAME, path(kPaths), path(kPaths));
+      each([&](Recorder& r) { r.on_event(e); });
+      ++renames;
+    } else if (what < 40) {
+      op = "unlink";
+      const PathEvent e = by_path(p, IOLENS_PATH_UNLINK, path(kPaths));
+      each([&](Recorder& r) { r.on_event(e); });
+    } else if (what < 84) {
+      op = "record";
+      iolens_file_key k = key(p.pid, p.start_ns, ino);
+      k.gen = rnd(12) == 0 ? 0 : gen;  // now and then a stat by path (no generation)
+      const FileCounters c = busy(1 + rnd(5000), 1 + rnd(3), step);
+      const bool removed = rnd(5) != 0;
+      each([&](Recorder& r) { r.on_file(k, c, removed); });
+    } else if (what < 88) {
+      op = "process fold";
+      each([&](Recorder& r) { r.on_event(ExitEvent{p, 1000u + step, 0}); });
+      std::vector<FileIdentity> fa, fb;
+      const auto ga = fast->fold_processes_to(3, &fa);
+      const auto gb = ref->fold_processes_to(3, &fb);
+      ASSERT_EQ(ga, gb) << step;
+      ASSERT_EQ(fa, fb) << step;
+      for (const ProcKey& k : ga) starts[k.pid - 10] = 1000 + step;  // its pid is another's now
+      forgotten_total += fa.size();
+    } else if (what < 98) {
+      op = "fold";
+      const std::size_t bound = 4 + rnd(20);
+      std::vector<FileIdentity> fa, fb;
+      const std::size_t na = fast->fold_to(bound, &fa);
+      const std::size_t nb = ref->fold_to(bound, &fb);
+      ASSERT_EQ(na, nb) << step;
+      ASSERT_EQ(fa, fb) << step;
+      folds += na > 0;
+      forgotten_total += fa.size();
+    } else {
+      op = "save and load";
+      fast_walks += fast->path_walks();  // not saved
+      ref_walks += ref->path_walks();
+      for (auto* r : {&fast, &ref}) {
+        std::string error;
+        auto back = Recorder::load((*r)->save(), error);
+        ASSERT_NE(back, nullptr) << error;
+        back->set_canonicalizer(canon);
+        *r = std::move(back);
+      }
+      ref->set_reference_forget(true);
+    }
+    const std::string where = "step " + std::to_string(step) + " (" + op + ")";
+    ASSERT_TRUE(fast->path_counts_exact()) << where;
+    ASSERT_TRUE(ref->path_counts_exact()) << where;
+    // The saved bytes hold everything: names, paths, forgotten paths (as one list), records.
+    ASSERT_TRUE(fast->save() == ref->save()) << where;
+    const auto ma = fast->memory(), mb = ref->memory();
+    ASSERT_EQ(std::tie(ma.names, ma.paths, ma.forgotten_paths, ma.approx_bytes),
+              std::tie(mb.names, mb.paths, mb.forgotten_paths, mb.approx_bytes))
+        << where;
+    ASSERT_EQ(fast->name_bytes(), ref->name_bytes()) << where;
+    if (op == "fold" || op == "process fold") {
+      const auto a = fast->snapshot(ClockBase{});
+      const auto b = ref->snapshot(ClockBase{});
+      ASSERT_EQ(a.files.size(), b.files.size()) << where;
+      for (std::size_t i = 0; i < a.files.size(); ++i)
+        ASSERT_EQ(std::tie(a.files[i].pid, a.files[i].ino, a.files[i].path, a.files[i].unlinks,
+                           a.files[i].rename_sources, a.files[i].renamed_to),
+                  std::tie(b.files[i].pid, b.files[i].ino, b.files[i].path, b.files[i].unlinks,
+                           b.files[i].rename_sources, b.files[i].renamed_to))
+            << where << " row " << i;
+    }
+  }
+  // The workload did what it is for: many folds forgetting names, walks spared and not.
+  EXPECT_GT(folds, 100u);
+  EXPECT_GT(forgotten_total, 1000u);
+  EXPECT_GT(renames, 200u);
+  EXPECT_GT(canonical_names, 400u);
+  EXPECT_GT(fast->memory().forgotten_paths, 60u);
+  fast_walks += fast->path_walks();
+  ref_walks += ref->path_walks();
+  EXPECT_GT(fast_walks, 0u);
+  EXPECT_LT(fast_walks, ref_walks);
+  std::printf("%zu folds, %zu names forgotten, %zu forgotten paths held, path walks %llu of %llu\n",
+              folds, forgotten_total, fast->memory().forgotten_paths,
+              static_cast<unsigned long long>(fast_walks),
+              static_cast<unsigned long long>(ref_walks));
 }
 
 TEST(Recorder, DaemonJobWithoutRootAttributesNoParent) {
