@@ -1756,9 +1756,9 @@ int scan_tasks(struct bpf_iter__task *ctx)
  * points at an array of struct iolens_name_id in iolensd's memory (the run is in its own system
  * call, so a user read sees it), args[1] is its length. Each file's `named` is cleared if its
  * entry is still the incarnation the name was of, so its next use sends the name again. One
- * system call for a slice, where a lookup and an update a name took two each (~15% of iolensd's
- * CPU in a burst of new files that folds, bench/README.md). Returns how many entries were read:
- * fewer than asked means a read failed, and iolensd clears the rest itself.
+ * system call for a slice, where a lookup and an update a name took two each (7.7% of iolensd's
+ * main thread in a burst of new files that folds, bench/README.md). Returns how many entries
+ * were read: fewer than asked means a read failed, and iolensd clears that one itself.
  */
 struct forget_ctx {
 	__u64 ids; /* user address of the array */

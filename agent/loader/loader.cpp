@@ -1732,23 +1732,6 @@ bool Loader::forgets_by_program() const {
 }
 
 void Loader::forget_names(std::span<const NameId> ids, bool by_program) {
-  std::size_t done = 0;
-  if (by_program && forgets_by_program()) {
-    const int prog_fd = bpf_program__fd(impl_->skel->progs.forget_names);
-    while (done < ids.size()) {
-      const std::size_t n = std::min<std::size_t>(ids.size() - done, IOLENS_FORGET_NAMES_MAX);
-      uint64_t args[2] = {reinterpret_cast<uintptr_t>(ids.data() + done), n};
-      LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = args, .ctx_size_in = sizeof args);
-      if (bpf_prog_test_run_opts(prog_fd, &run) != 0) {
-        forget_run_ok_ = false;
-        spdlog::warn("the kernel refused to run forget_names ({}): folded names are cleared "
-                     "with two system calls each from now on", errno_text(errno));
-        break;
-      }
-      done += std::min<std::size_t>(run.retval, n);
-      if (run.retval < n) break;  // a read of the array failed: the rest as below
-    }
-  }
   // bpf/iolens.bpf.c's seen_key and seen_file: (ino, dev, pad) -> (gen, named).
   struct SeenKey {
     uint64_t ino;
@@ -1759,7 +1742,7 @@ void Loader::forget_names(std::span<const NameId> ids, bool by_program) {
   };
   // The daemon's (one tier: seen_spill is a run's).
   const int fd = bpf_map__fd(impl_->skel->maps.seen_files);
-  for (const auto& id : ids.subspan(done)) {
+  auto by_hand = [&](const NameId& id) {
     const SeenKey k{id.ino, id.dev, 0};
     SeenFile v{};
     // Cleared, not deleted: a path-based stat still finds the generation here.
@@ -1767,7 +1750,37 @@ void Loader::forget_names(std::span<const NameId> ids, bool by_program) {
       v.named = 0;
       bpf_map_update_elem(fd, &k, &v, BPF_EXIST);
     }
+  };
+  std::size_t done = 0;
+  if (by_program && forgets_by_program()) {
+    const int prog_fd = bpf_program__fd(impl_->skel->progs.forget_names);
+    while (done < ids.size()) {
+      const std::size_t n = std::min<std::size_t>(ids.size() - done, IOLENS_FORGET_NAMES_MAX);
+      uint64_t args[2] = {reinterpret_cast<uintptr_t>(ids.data() + done), n};
+      LIBBPF_OPTS(bpf_test_run_opts, run, .ctx_in = args, .ctx_size_in = sizeof args);
+      if (bpf_prog_test_run_opts(prog_fd, &run) != 0) {
+        const int e = errno;
+        // Out of memory or interrupted: this call's names by hand, the program next time.
+        if (e == ENOMEM || e == EINTR || e == EAGAIN) break;
+        forget_run_ok_ = false;
+        spdlog::warn("the kernel refused to run forget_names ({}): folded names are cleared "
+                     "with two system calls each from now on", errno_text(e));
+        break;
+      }
+      done += std::min<std::size_t>(run.retval, n);
+      if (run.retval < n) {
+        // The program could not read this entry of the array (not expected: it is ours and
+        // resident): that one by hand, counted, and the program goes on after it.
+        if (forget_short_runs_++ == 0)
+          spdlog::warn("forget_names could not read entry {} of {}; cleared by hand (counted "
+                       "in names_cleared_by_hand)", done, ids.size());
+        by_hand(ids[done++]);
+        ++names_cleared_by_hand_;
+      }
+    }
   }
+  for (const auto& id : ids.subspan(done)) by_hand(id);
+  if (by_program) names_cleared_by_hand_ += ids.size() - done;
 }
 
 Loader::SelectionEntries Loader::selection_entries() const {

@@ -239,6 +239,9 @@ class Loader {
   void forget_names(std::span<const NameId> ids, bool by_program = true);
   /// Whether forget_names still runs the program (false once the kernel refused it).
   bool forgets_by_program() const;
+  /// Names forget_names was asked to clear by the program and cleared by hand (the program
+  /// refused, out of memory, or an entry it could not read); 0 while the program does its work.
+  uint64_t names_cleared_by_hand() const { return names_cleared_by_hand_; }
   void delete_others(const std::vector<iolens_file_key>& keys);
 
   /// Every (process, device) record of the block layer (bpf/iolens_block.bpf.h), as it is now.
@@ -361,6 +364,8 @@ class Loader {
   std::string program_build_note_;
   bool batch_ok_ = true;  // cleared when the kernel refuses batched map reads
   bool forget_run_ok_ = true;  // cleared when the kernel refuses to run `forget_names`
+  uint64_t names_cleared_by_hand_ = 0;
+  uint64_t forget_short_runs_ = 0;
 };
 
 }  // namespace iolens::loader
