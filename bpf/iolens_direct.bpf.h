@@ -26,6 +26,11 @@ static __always_inline int inode_key(struct iolens_file_key *k, __u32 tgid, __u6
 
 /* ---- O_DIRECT: iomap_dio_rw_begin .. iomap_dio_complete ---- */
 
+/* 0: iomap_dio_complete's program is not loaded (disabled, or refused by the kernel), so no
+ * attempt of an io_uring request is counted before its CQE, which then counts all its request
+ * moved (io_uring_complete). Set by the loader with the programs it loads. */
+const volatile __u32 dio_complete_loaded = 1;
+
 struct dio_inflight {
 	__u64 t0;
 	__u64 pstart_ns;
@@ -258,6 +263,8 @@ static __always_inline __u64 uring_bytes_done(struct io_kiocb *req)
  * short read) counts nothing. An earlier attempt is short only when its direct I/O completed
  * synchronously, in the submitting task, where the completion program has not been seen
  * skipped; if it were, its bytes would not be counted (the retry's begin replaces its entry).
+ * Where that program is not loaded at all (dio_complete_loaded), no attempt was counted before
+ * the CQE, which counts the whole result as one direct read or write.
  */
 static __always_inline int dio_take(__u64 key, struct dio_inflight *out)
 {
@@ -380,8 +387,16 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 		 * and bytes moved by its last attempt (dio_take) */
 		if (dio_take(key, &dio) && dio.tgid == v.tgid && dio.file == (__u64)f &&
 		    dio.is_write == (kind == URING_WRITE) && (!vp || dio.t0 >= v.t0)) {
-			__u64 last = (__u64)res - uring_bytes_done(req);
+			__u64 done = uring_bytes_done(req);
+			__u64 last = (__u64)res - done;
 
+			/* without the completion program the earlier attempts went uncounted too:
+			 * the whole result is this request's direct I/O, what it asked for the
+			 * last attempt's count and what the earlier ones moved */
+			if (!dio_complete_loaded && done <= (__u64)res) {
+				last = (__u64)res;
+				dio.count += done;
+			}
 			if (last <= (__u64)res && last > 0)
 				dio_account(c, &dio, last, t1);
 		}

@@ -854,6 +854,9 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
   g_failed_line = &failed_line;
   g_load_warnings = &warnings;
   int load_err;
+  // Without the O_DIRECT completion program, io_uring's CQE counts all a request moved
+  // (bpf/iolens_direct.bpf.h io_uring_complete).
+  skel->rodata->dio_complete_loaded = bpf_program__autoload(skel->progs.iomap_dio_complete) ? 1 : 0;
   {
     std::optional<HugePageHeap> heap;
     if (!opts.select_jobs && opts.pin_dir.empty()) heap.emplace(vmlinux_btf_bytes());

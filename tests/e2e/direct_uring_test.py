@@ -32,7 +32,9 @@ io_uring O_DIRECT sequential reads and writes, 4 MiB each, are still counted in 
 bytes, time) at their CQE, while the psync O_DIRECT reads of the same run, which only that
 program counts, are not direct reads then. And io_uring O_DIRECT reads at the end of a
 10,000-byte file (uring_workload direct-eof), with that program and without it: one direct read
-of 10,000 bytes per 16 KiB read that ends there, none for the read past the end.
+of 10,000 bytes per 16 KiB read that ends there, none for the read past the end; also on a
+sparse file of that size, whose short first read always completes in the task, so io_uring
+retries the rest every round (the path a written file takes only when its bio wins a race).
 """
 import json
 import os
@@ -319,36 +321,47 @@ def check_unseen_dio_completions(ck, args, tmp, fio):
 
 def check_uring_direct_eof(ck, args, tmp):
     """io_uring O_DIRECT reads of a 10,000-byte file (uring_workload direct-eof): per round, a
-    16 KiB read at 0 that ends at end of file (10,000 bytes; short, so io_uring may retry the
-    rest, which finds end of file and does no direct I/O) and one at 16 KiB (0 bytes, no
-    direct I/O). With the completion program and without it (counted at the CQE, less what
-    the request's earlier attempts moved): one direct read of 10,000 bytes per round, never
-    one for the read past the end. On this VM the first read completes asynchronously, so
-    io_uring does not retry it: the retry path (io_uring's bytes_done) is not exercised here."""
-    data = os.path.join(tmp, "eof.dat")
-    with open(data, "wb") as f:
+    16 KiB read at 0 that ends at end of file (10,000 bytes) and one at 16 KiB (0 bytes, no
+    direct I/O). With the completion program and without it (then counted at the CQE): one
+    direct read of 10,000 bytes per round, never one for the read past the end.
+
+    The first read is short. When its direct I/O completes in the submitting task, io_uring
+    retries the rest (its bytes_done holds the 10,000 bytes), and the retry finds end of file
+    and does no direct I/O. Whether it does depends on a race on a written file (its bio may
+    complete before the submission returns or after; seen both ways here), so each case also
+    runs on a sparse file of the same size, where a direct read of a hole issues no bio and
+    always completes in the task: the retry path, every round."""
+    written = os.path.join(tmp, "eof.dat")
+    with open(written, "wb") as f:
         f.write(os.urandom(10000))
         f.flush()
         os.fsync(f.fileno())
-    for tag, extra in (("eof", []), ("eof_unseen", ["--disable-program", "iomap_dio_complete"])):
-        run = E.run_iolens(args.iolens, [args.workload, data, "direct-eof"],
-                           json_path=os.path.join(tmp, tag + ".json"), extra=extra, timeout=60)
-        if run.rc != 0:
-            ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (tag, run.rc, run.err_text()))
-        doc = E.load_run(ck, run)
-        E.check_lost_zero(ck, doc)
-        try:
-            w = json.loads(run.out.decode().splitlines()[0])
-        except (ValueError, IndexError) as e:
-            ck.fatal("%s: uring_workload output is not one JSON line: %s: %r" % (tag, e, run.out))
-        rounds = w["opens"]
-        c = summed([r for r in doc["files"] if r.get("path") == data])
-        E.log("%s: uring_workload says %s; iolens %s" % (tag, json.dumps(w), E.brief(c)))
-        ck.eq("%s workload bytes" % tag, 10000 * rounds, w["bytes_read"])
-        for name, expected in (("reads", w["reads"]), ("uring_reads", w["reads"]),
-                               ("bytes_read", w["bytes_read"]), ("direct_reads", rounds),
-                               ("direct_bytes_read", w["bytes_read"])):
-            ck.eq("%s %s" % (tag, name), expected, c.get(name, 0))
+    sparse = os.path.join(tmp, "eof_hole.dat")
+    with open(sparse, "wb") as f:
+        f.truncate(10000)
+    for data, kind in ((written, "eof"), (sparse, "eof_hole")):
+        for tag, extra in ((kind, []),
+                           (kind + "_unseen", ["--disable-program", "iomap_dio_complete"])):
+            run = E.run_iolens(args.iolens, [args.workload, data, "direct-eof"],
+                               json_path=os.path.join(tmp, tag + ".json"), extra=extra,
+                               timeout=60)
+            if run.rc != 0:
+                ck.fatal("%s: iolens run exited %d; stderr:\n%s" % (tag, run.rc, run.err_text()))
+            doc = E.load_run(ck, run)
+            E.check_lost_zero(ck, doc)
+            try:
+                w = json.loads(run.out.decode().splitlines()[0])
+            except (ValueError, IndexError) as e:
+                ck.fatal("%s: uring_workload output is not one JSON line: %s: %r"
+                         % (tag, e, run.out))
+            rounds = w["opens"]
+            c = summed([r for r in doc["files"] if r.get("path") == data])
+            E.log("%s: uring_workload says %s; iolens %s" % (tag, json.dumps(w), E.brief(c)))
+            ck.eq("%s workload bytes" % tag, 10000 * rounds, w["bytes_read"])
+            for name, expected in (("reads", w["reads"]), ("uring_reads", w["reads"]),
+                                   ("bytes_read", w["bytes_read"]), ("direct_reads", rounds),
+                                   ("direct_bytes_read", w["bytes_read"])):
+                ck.eq("%s %s" % (tag, name), expected, c.get(name, 0))
 
 
 def check_iowq_context(ck, args, tmp, fio):
