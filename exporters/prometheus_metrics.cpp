@@ -430,6 +430,11 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
   counter(b.family("iolens_job_records_failed_total", "Job records that could not be written.",
                    MetricType::Counter),
           {}, d(h.records_failed));
+  counter(b.family("iolens_job_records_unidentified_total",
+                   "Job records written where the filesystem refused their identity attribute "
+                   "(a daemon killed before its next state save writes them again).",
+                   MetricType::Counter),
+          {}, d(h.records_unidentified));
   counter(b.family("iolens_darshan_logs_written_total",
                    "Job Darshan logs written to output_dir (darshan_logs).", MetricType::Counter),
           {}, d(h.darshan_logs_written));

@@ -110,6 +110,7 @@ struct DaemonHealth {
   uint64_t processes_folded_total = 0;
   uint64_t records_written = 0, records_failed = 0;
   uint64_t darshan_logs_written = 0, darshan_logs_failed = 0;  // with darshan_logs
+  uint64_t records_unidentified = 0;  // written without the identity attribute (JobWriter)
   uint64_t state_saves = 0, state_save_failures = 0;
   uint64_t state_marker_failures = 0;  // pressure-drain markers that could not be created
   double snapshot_duration_s = 0;

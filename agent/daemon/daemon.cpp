@@ -542,6 +542,9 @@ bool Daemon::setup() {
     spdlog::error("{}", s.message);
     return false;
   }
+  if (const uint64_t n = writer_->stale_temporaries_removed())
+    spdlog::warn("{}: removed {} temporary file(s) of a record a killed daemon was writing",
+                 cfg_.output_dir, n);
   records_ = std::make_unique<RecordWriter>(*writer_);
   {
     // One daemon per state directory: a second one would overwrite the first one's state.
@@ -1653,7 +1656,9 @@ void Daemon::collect_written(bool save) {
   for (RecordDone& d : records_->take_done()) {
     if (!d.darshan) spdlog::error("job {}: Darshan log: {}", d.id, d.darshan.message);
     if (!d.record) spdlog::error("job {}: {}", d.id, d.record.message);
-    if (!d.path.empty())
+    if (d.already)
+      spdlog::info("job {}: written before the restart already: {}", d.id, d.path);
+    else if (!d.path.empty())
       spdlog::info("job {} {}: {} ({:.1f} s)", d.id,
                    d.summary.value("state", "") == "interrupted" ? "written at stop (still running)"
                                                                  : "closed",
@@ -1746,6 +1751,7 @@ core::DaemonHealth Daemon::health() {
   h.records_failed = writer_->failed();
   h.darshan_logs_written = writer_->darshan_written();
   h.darshan_logs_failed = writer_->darshan_failed();
+  h.records_unidentified = writer_->unidentified();
   h.state_saves = checkpoints_;
   h.state_save_failures = checkpoint_failures_;
   h.state_marker_failures = marker_failures_;
@@ -1888,6 +1894,9 @@ nlohmann::json Daemon::status_json() {
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
                  {"writing", writing_.size()}, {"compression", cfg_.record_compression},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
+                 {"already_written", writer_->already_written()},
+                 {"unidentified", writer_->unidentified()},
+                 {"stale_temporaries_removed", writer_->stale_temporaries_removed()},
                  {"darshan_logs", {{"enabled", cfg_.darshan_logs},
                                    {"written", writer_->darshan_written()},
                                    {"failed", writer_->darshan_failed()}}}};

@@ -729,6 +729,7 @@ bool JobTable::load(const nlohmann::json& j, std::string& error) {
     std::map<std::string, std::unique_ptr<Job>> jobs;
     for (const auto& o : j.at("jobs")) {
       auto job = std::make_unique<Job>();
+      job->restored = true;
       job->identity.kind = o.at("kind").get<std::string>();
       job->identity.id = o.at("id").get<std::string>();
       job->identity.job_cgroup = o.at("job_cgroup").get<std::string>();

@@ -95,6 +95,9 @@ struct Job {
   /// not attached yet).
   uint64_t unhooked_since = 0;
   uint64_t unhooked_until = 0;
+  /// Taken from a saved state (JobTable::load): a daemon killed after that save may have
+  /// written its record already (JobWriter::write's maybe_written). Not saved.
+  bool restored = false;
 };
 
 /// Counts of what could not be attributed to a job (shown in status and metrics).

@@ -4,7 +4,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <map>
 #include <string_view>
 
+#include "core/crash_point.hpp"
 #include "core/private_dir.hpp"
 #include "core/zstd_stream.hpp"
 #include "exporters/json_report.hpp"
@@ -38,15 +41,26 @@ std::string record_stem(const std::string& n) {
   return "";
 }
 
+/// The extended attribute that names the job a record or log is of (JobWriter::write).
+constexpr const char* kIdentityXattr = "user.iolens.job";
+
 /// `bytes` as `name` in `dir_fd` (whose path is `dir`, for messages), through `.tmp-name`
 /// (created afresh: a stale file or link there is removed, never written through), fsync(2) and
 /// a rename that never replaces: an existing `name` is left as it is and the error's errno is
-/// EEXIST (the caller takes the next free name).
+/// EEXIST (the caller takes the next free name). The temporary is flock'd while it is written
+/// (a start removes only the temporaries nobody holds: JobWriter::prepare) and given `identity`
+/// as kIdentityXattr (`*identity_failed` set where the filesystem refuses it). `kind` names
+/// the crash points passed ("record" or "darshan": core/crash_point.hpp).
 Status write_atomically(int dir_fd, const std::string& dir, const std::string& name,
-                        const RecordText& text) {
+                        const RecordText& text, const std::string& identity, const char* kind,
+                        bool* identity_failed) {
   const std::string tmp = ".tmp-" + name;
   const int fd = core::create_fresh(dir_fd, tmp, 0640);
   if (fd < 0) return Status::Error("cannot write " + dir + "/" + tmp + ": " + std::strerror(errno), errno);
+  flock(fd, LOCK_EX | LOCK_NB);  // fresh: nobody else holds it
+  if (!identity.empty() &&
+      fsetxattr(fd, kIdentityXattr, identity.data(), identity.size(), 0) != 0)
+    *identity_failed = true;
   bool ok = false;
   try {
     ok = text([fd](std::string_view piece) { return core::write_all(fd, piece); }) && fsync(fd) == 0;
@@ -56,20 +70,34 @@ Status write_atomically(int dir_fd, const std::string& dir, const std::string& n
     throw;
   }
   int e = errno;
+  if (ok) core::crash_point(kind[0] == 'r' ? "record_written" : "darshan_written");
   close(fd);
   if (ok) {
-    if (renameat2(dir_fd, tmp.c_str(), dir_fd, name.c_str(), RENAME_NOREPLACE) == 0)
+    if (renameat2(dir_fd, tmp.c_str(), dir_fd, name.c_str(), RENAME_NOREPLACE) == 0) {
+      core::crash_point(kind[0] == 'r' ? "record_renamed" : "darshan_renamed");
       return Status::Ok();
+    }
     e = errno;
     // Filesystems without RENAME_NOREPLACE: link(2) never replaces either.
     if ((e == EINVAL || e == ENOSYS) && linkat(dir_fd, tmp.c_str(), dir_fd, name.c_str(), 0) == 0) {
       unlinkat(dir_fd, tmp.c_str(), 0);
+      core::crash_point(kind[0] == 'r' ? "record_renamed" : "darshan_renamed");
       return Status::Ok();
     }
     if (e == EINVAL || e == ENOSYS) e = errno;
   }
   unlinkat(dir_fd, tmp.c_str(), 0);
   return Status::Error("cannot write " + dir + "/" + name + ": " + std::strerror(e), e);
+}
+
+/// Whether `name` in `dir_fd` is a file of the job `identity` (its kIdentityXattr).
+bool of_job(int dir_fd, const std::string& name, const std::string& identity) {
+  const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string got(identity.size() + 1, '\0');
+  const ssize_t n = fgetxattr(fd, kIdentityXattr, got.data(), got.size());
+  close(fd);
+  return n == static_cast<ssize_t>(identity.size()) && got.compare(0, n, identity) == 0;
 }
 
 /// Whether `name` exists in `dir_fd` (a link counts: the name is taken).
@@ -175,7 +203,33 @@ Status JobWriter::prepare() {
   std::string error;
   dir_fd_ = core::open_private_dir(dir_, 0750, true, "output directory", error);
   if (dir_fd_ < 0) return Status::Error(error);
+  remove_stale_temporaries();
   return Status::Ok();
+}
+
+void JobWriter::remove_stale_temporaries() {
+  // A daemon killed while it wrote a record leaves its temporary (up to a whole record, which
+  // the rotation does not see): removed unless a writer holds it (its flock).
+  const int list_fd = fcntl(dir_fd_, F_DUPFD_CLOEXEC, 0);
+  DIR* d = list_fd >= 0 ? fdopendir(list_fd) : nullptr;
+  if (!d) {
+    if (list_fd >= 0) close(list_fd);
+    return;
+  }
+  std::vector<std::string> stale;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(".tmp-", 0) != 0 || record_stem(name.substr(5)).empty()) continue;
+    const int fd = openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0)
+      stale.push_back(name);
+    close(fd);
+  }
+  closedir(d);
+  for (const auto& name : stale)
+    if (unlinkat(dir_fd_, name.c_str(), 0) == 0) ++stale_removed_;
 }
 
 JobWritten JobWriter::write(const std::string& name, const nlohmann::json& record,
@@ -192,7 +246,8 @@ void JobWriter::rotate(const std::string& keep) {
 }
 
 JobWritten JobWriter::write(const std::string& name, const RecordText& record,
-                             const std::string* darshan_log, bool rotate) {
+                             const std::string* darshan_log, bool rotate,
+                             const std::string& identity, bool maybe_written) {
   JobWritten w;
   if (Status s = prepare(); !s) {
     w.record = s;
@@ -203,6 +258,7 @@ JobWritten JobWriter::write(const std::string& name, const RecordText& record,
     }
     return w;
   }
+  bool identity_failed = false;
   // A stem neither a record nor a log has: a job's two files always share theirs. The renames
   // never replace, so a name taken meanwhile sends the job to the next stem, never over a file.
   const std::string base = name.ends_with(kJson) ? name.substr(0, name.size() - kJson.size()) : name;
@@ -210,36 +266,61 @@ JobWritten JobWriter::write(const std::string& name, const RecordText& record,
     const std::string stem = n == 0 ? base : base + "." + std::to_string(n);
     const std::string record_name = stem + std::string(compress_ ? kJsonZst : kJson);
     const std::string log_name = stem + std::string(kDarshan);
+    w = JobWritten{};
+    bool log_there = false;  // this job's log, written by a daemon killed before its record
+    if (maybe_written && !identity.empty()) {
+      // A job a restarted daemon took from its saved state may have been written after that
+      // save: its files say so (the record is renamed last, so it is whole when there).
+      for (std::string_view suffix : {kJson, kJsonZst}) {
+        const std::string r = stem + std::string(suffix);
+        if (!of_job(dir_fd_, r, identity)) continue;
+        w.record = Status::Ok();
+        w.path = dir_ + "/" + r;
+        w.already = true;
+        if (of_job(dir_fd_, log_name, identity)) w.darshan_path = dir_ + "/" + log_name;
+        ++already_written_;
+        return w;
+      }
+      log_there = darshan_log && of_job(dir_fd_, log_name, identity);
+    }
     // A stem is taken by a record of either kind (the setting may have changed since).
     if (exists_at(dir_fd_, stem + std::string(kJson)) ||
-        exists_at(dir_fd_, stem + std::string(kJsonZst)) || exists_at(dir_fd_, log_name))
+        exists_at(dir_fd_, stem + std::string(kJsonZst)) ||
+        (!log_there && exists_at(dir_fd_, log_name)))
       continue;
-    w = JobWritten{};
-    if (darshan_log) {
-      w.darshan = write_atomically(dir_fd_, dir_, log_name,
-                                   [&](const Sink& sink) { return sink(*darshan_log); });
+    if (log_there) {
+      w.darshan_path = dir_ + "/" + log_name;
+    } else if (darshan_log) {
+      w.darshan = write_atomically(
+          dir_fd_, dir_, log_name, [&](const Sink& sink) { return sink(*darshan_log); },
+          identity, "darshan", &identity_failed);
       if (!w.darshan && w.darshan.err == EEXIST && exists_at(dir_fd_, log_name)) continue;
       if (w.darshan) w.darshan_path = dir_ + "/" + log_name;
     }
     if (compress_) {
       // One zstd frame made as the text comes: the record is never whole in memory, in either
       // form.
-      w.record = write_atomically(dir_fd_, dir_, record_name, [&](const Sink& sink) {
-        core::ZstdWriter z(sink, kRecordZstdLevel);
-        errno = 0;
-        const bool ok =
-            record([&](std::string_view piece) { return z.write(piece); }) && z.finish();
-        if (!ok && errno == 0) errno = EIO;  // zstd itself failed, not a write: no errno of its own
-        return ok;
-      });
+      w.record = write_atomically(
+          dir_fd_, dir_, record_name,
+          [&](const Sink& sink) {
+            core::ZstdWriter z(sink, kRecordZstdLevel);
+            errno = 0;
+            const bool ok =
+                record([&](std::string_view piece) { return z.write(piece); }) && z.finish();
+            if (!ok && errno == 0) errno = EIO;  // zstd itself failed, not a write: no errno of its own
+            return ok;
+          },
+          identity, "record", &identity_failed);
     } else {
-      w.record = write_atomically(dir_fd_, dir_, record_name, record);
+      w.record = write_atomically(dir_fd_, dir_, record_name, record, identity, "record",
+                                  &identity_failed);
     }
     if (!w.record && w.record.err == EEXIST && exists_at(dir_fd_, record_name)) {
-      if (!w.darshan_path.empty()) unlinkat(dir_fd_, log_name.c_str(), 0);
+      if (!w.darshan_path.empty() && !log_there) unlinkat(dir_fd_, log_name.c_str(), 0);
       continue;
     }
-    if (darshan_log) ++(w.darshan ? darshan_written_ : darshan_failed_);
+    if (identity_failed) ++unidentified_;
+    if (darshan_log && !log_there) ++(w.darshan ? darshan_written_ : darshan_failed_);
     if (!w.record) {
       ++failed_;
       return w;

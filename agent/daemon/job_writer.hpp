@@ -47,6 +47,9 @@ struct JobWritten {
   std::string path;          ///< where it was written ("" if not)
   Status darshan;            ///< the Darshan log: ok (also when there was none), or why not
   std::string darshan_path;  ///< where it was written ("" if none or not written)
+  /// Found written already (a job a restarted daemon took from its saved state): path and
+  /// darshan_path are the files there, nothing was written.
+  bool already = false;
 };
 
 /// Where a record's text goes, piece by piece: false when a piece could not be written.
@@ -82,8 +85,16 @@ class JobWriter {
   /// it is given and returns false as soon as the sink does (exporters::write_run_json): the
   /// whole text is never held in memory.
   /// Rotates after writing unless `rotate` is false (then call rotate()).
+  ///
+  /// `identity` (the job's id and start: one job, whatever its file's name) is set on both
+  /// files as the extended attribute user.iolens.job. With `maybe_written` (the job comes from
+  /// a saved state, and a daemon killed after that save may have written it), a record of that
+  /// identity at one of the job's stems is taken as written (JobWritten::already; counted in
+  /// already_written()) and a log of it without its record is kept and the record written
+  /// beside it: a crash never makes a second copy (docs/daemon.md#crash-points).
   JobWritten write(const std::string& name, const RecordText& record,
-                   const std::string* darshan_log = nullptr, bool rotate = true);
+                   const std::string* darshan_log = nullptr, bool rotate = true,
+                   const std::string& identity = "", bool maybe_written = false);
   /// Keeps the directory within its limits, never removing `keep` (a record's name) or its log.
   void rotate(const std::string& keep);
   /// Counts a record that could not even be made (its writer's error): failed() includes it.
@@ -93,6 +104,13 @@ class JobWriter {
   uint64_t failed() const { return failed_; }
   uint64_t darshan_written() const { return darshan_written_; }
   uint64_t darshan_failed() const { return darshan_failed_; }
+  /// Jobs found written already (see write()).
+  uint64_t already_written() const { return already_written_; }
+  /// Jobs whose files the filesystem refused the identity attribute (no user xattrs): a crash
+  /// between their record and the next save would write them a second time.
+  uint64_t unidentified() const { return unidentified_; }
+  /// Temporaries of a killed writer removed by prepare().
+  uint64_t stale_temporaries_removed() const { return stale_removed_; }
   const std::string& dir() const { return dir_; }
   /// The directory's descriptor once prepare() succeeded, -1 before.
   int dir_fd() const { return dir_fd_; }
@@ -105,6 +123,8 @@ class JobWriter {
   // Atomic: the record writer's thread writes, the daemon's loop reads them for its status.
   std::atomic<uint64_t> written_ = 0, rotated_ = 0, failed_ = 0;
   std::atomic<uint64_t> darshan_written_ = 0, darshan_failed_ = 0;
+  std::atomic<uint64_t> already_written_ = 0, unidentified_ = 0, stale_removed_ = 0;
+  void remove_stale_temporaries();
 };
 
 }  // namespace iolens::daemon

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "control/log_escape.hpp"
+#include "core/crash_point.hpp"
 #include "daemon/daemon.hpp"
 #include "jobs/config.hpp"
 #include "jobs/memory_bound.hpp"
@@ -61,6 +62,17 @@ int main(int argc, char** argv) {
   app.add_option("--btf", btf, "kernel BTF for CO-RE");
   app.add_flag("-v,--verbose", verbose, "libbpf debug output");
   CLI11_PARSE(app, argc, argv);
+  // Crash points (tests only, docs/daemon.md#crash-points): a misspelt one would never fire.
+  for (const char* var : {"IOLENS_CRASH_AT", "IOLENS_CRASH_AFTER"}) {
+    const char* v = getenv(var);
+    if (v && *v && !iolens::core::known_crash_point(v)) {
+      std::string known;
+      for (const char* k : iolens::core::kCrashPoints) known += std::string(known.empty() ? "" : ", ") + k;
+      std::cerr << "iolensd: " << var << "=" << v << ": no such crash point (they are: " << known
+                << ")\n";
+      return 2;
+    }
+  }
 
   if (!check_path.empty()) {
     const auto r = iolens::jobs::load_config_file(check_path);

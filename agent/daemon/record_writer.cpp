@@ -54,8 +54,9 @@ RecordDone write_record(JobWriter& files, const RecordJob& r) {
   const JobWritten w = files.write(
       job_file_name(d.id, job.start_ns),
       [&](const Sink& sink) { return exporters::write_run_json(snap, r.version, sink, edits); },
-      r.darshan ? &log : nullptr, false);
+      r.darshan ? &log : nullptr, false, std::to_string(job.start_ns) + " " + d.id, job.restored);
   d.path = w.path;
+  d.already = w.already;
   d.record = w.record;
   d.darshan = w.darshan;
   return d;

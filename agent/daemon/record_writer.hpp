@@ -45,6 +45,7 @@ struct RecordDone {
   nlohmann::json summary;  // the record's `job` member
   Status record;           // ok, or why the record was not written
   Status darshan;          // ok (also without a log), or why the log was not written
+  bool already = false;    // written before a restart already: nothing written (JobWritten)
   int64_t took_ns = 0;    // from submit() to written
   /// The mount table the rows' file_alignment came from (read on the writer's thread when the
   /// job's basis had none), for the daemon to keep as its latest.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 
+#include "core/crash_point.hpp"
 #include "core/private_dir.hpp"
 #include "daemon/state_file.hpp"
 
@@ -60,10 +61,12 @@ StateSaved save_state_file(const nlohmann::json& state, int dir_fd, const char* 
   if (!encoded && !write_err) r.error = why.empty() ? "cannot encode the state" : why;
   close(fd);
   if (!encoded) unlinkat(dir_fd, tmp_name, 0);  // a partial file: never renamed, not kept
+  if (ok) core::crash_point("state_written");
   if (ok && renameat(dir_fd, tmp_name, dir_fd, name) != 0) {
     ok = false;
     r.err = errno;
   }
+  if (ok) core::crash_point("state_renamed");
   // The rename made durable too: after a power loss, an older state (whose final records the
   // daemon has since deleted from the kernel) must not come back.
   if (ok && fsync(dir_fd) != 0) {

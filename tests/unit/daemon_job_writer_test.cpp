@@ -2,6 +2,7 @@
 // Job record files: stable names, hostile ids made safe, atomic writes, rotation by size and age.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -360,4 +361,100 @@ TEST_F(WriterTest, CompressedRecordsAreOneZstdFrameOfTheText) {
   EXPECT_EQ(r.removed_jobs, 1u);
   EXPECT_EQ(std::set<std::string>(r.removed.begin(), r.removed.end()),
             (std::set<std::string>{"20261101T000000Z_old.json.zst", "20261101T000000Z_old.darshan"}));
+}
+
+namespace {
+
+/// A record's text for the streaming write().
+RecordText text_of(const std::string& s) {
+  return [s](const Sink& sink) { return sink(s); };
+}
+
+}  // namespace
+
+// A job a restarted daemon took from its saved state: its record found where an earlier daemon
+// (killed before its next save) wrote it, by identity, behind another job's files of the same
+// stem; nothing written again (docs/daemon.md#crash-points).
+TEST_F(WriterTest, AJobWrittenBeforeARestartIsFoundByItsIdentityNotWrittenTwice) {
+  JobWriter w(dir_, 0, 0);
+  const std::string log = "log";
+  // Another job of that name and second first, then ours (at stem .1).
+  ASSERT_TRUE(w.write("20261122T031500Z_x.json", text_of("{\"other\":1}"), &log, true, "5 x")
+                  .record.ok);
+  const JobWritten ours =
+      w.write("20261122T031500Z_x.json", text_of("{\"ours\":1}"), &log, true, "7 x");
+  ASSERT_EQ(ours.path, dir_ + "/20261122T031500Z_x.1.json");
+  EXPECT_EQ(w.unidentified(), 0u);  // tmpfs and ext4 keep user xattrs
+
+  JobWriter again(dir_, 0, 0);  // the restarted daemon's
+  const JobWritten r =
+      again.write("20261122T031500Z_x.json", text_of("{\"ours\":2}"), &log, true, "7 x", true);
+  ASSERT_TRUE(r.record.ok) << r.record.message;
+  EXPECT_TRUE(r.already);
+  EXPECT_EQ(r.path, ours.path);
+  EXPECT_EQ(r.darshan_path, dir_ + "/20261122T031500Z_x.1.darshan");
+  EXPECT_EQ(again.already_written(), 1u);
+  EXPECT_EQ(again.written(), 0u);
+  EXPECT_EQ(names(), (std::vector<std::string>{"20261122T031500Z_x.1.darshan",
+                                                "20261122T031500Z_x.1.json",
+                                                "20261122T031500Z_x.darshan",
+                                                "20261122T031500Z_x.json"}));
+  std::string content;
+  std::getline(std::ifstream(ours.path), content);
+  EXPECT_EQ(content, "{\"ours\":1}");  // not replaced
+
+  // Not from a saved state (maybe_written false), or another job (identity): a new stem.
+  const JobWritten fresh =
+      again.write("20261122T031500Z_x.json", text_of("{\"n\":3}"), &log, true, "7 x");
+  EXPECT_EQ(fresh.path, dir_ + "/20261122T031500Z_x.2.json");
+  const JobWritten other =
+      again.write("20261122T031500Z_x.json", text_of("{\"n\":4}"), &log, true, "8 x", true);
+  EXPECT_FALSE(other.already);
+  EXPECT_EQ(other.path, dir_ + "/20261122T031500Z_x.3.json");
+}
+
+// Killed after the job's log was renamed and before its record was: the log is kept and the
+// record written beside it, under the same stem.
+TEST_F(WriterTest, AJobsLogWithoutItsRecordGetsTheRecordBesideIt) {
+  const std::string log = "log";
+  {
+    JobWriter w(dir_, 0, 0);
+    ASSERT_TRUE(w.write("20261122T031500Z_x.json", text_of("{}"), &log, true, "7 x").record.ok);
+  }
+  fs::remove(dir_ + "/20261122T031500Z_x.json");  // as if killed before the record's rename
+  JobWriter again(dir_, 0, 0);
+  const std::string log2 = "log, made again";
+  const JobWritten r =
+      again.write("20261122T031500Z_x.json", text_of("{\"r\":1}"), &log2, true, "7 x", true);
+  ASSERT_TRUE(r.record.ok) << r.record.message;
+  ASSERT_TRUE(r.darshan.ok) << r.darshan.message;
+  EXPECT_FALSE(r.already);
+  EXPECT_EQ(r.path, dir_ + "/20261122T031500Z_x.json");
+  EXPECT_EQ(r.darshan_path, dir_ + "/20261122T031500Z_x.darshan");
+  std::string content;
+  std::getline(std::ifstream(r.darshan_path), content);
+  EXPECT_EQ(content, "log");  // the one written before: whole (renamed into place)
+  EXPECT_EQ(again.written(), 1u);
+  EXPECT_EQ(again.darshan_written(), 0u);
+  EXPECT_EQ(names(), (std::vector<std::string>{"20261122T031500Z_x.darshan",
+                                                "20261122T031500Z_x.json"}));
+}
+
+// A killed writer's temporaries go at the next start (prepare()), not one a writer holds, not
+// a file named otherwise; their count is kept.
+TEST_F(WriterTest, AKilledWritersTemporariesAreRemovedAtStartButNotAHeldOne) {
+  put(".tmp-20261122T031500Z_x.json.zst", 100, 1795317300);
+  put(".tmp-20261122T031500Z_x.darshan", 100, 1795317300);
+  put(".tmp-20261122T031500Z_y.json", 100, 1795317300);  // held below
+  put(".tmp-notes.txt", 100, 1795317300);                  // not a record's
+  put("20261122T031500Z_z.json", 100, 1795317300);
+  const int held = open((dir_ + "/.tmp-20261122T031500Z_y.json").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(flock(held, LOCK_EX), 0);
+  JobWriter w(dir_, 0, 0);
+  ASSERT_TRUE(w.prepare().ok);
+  close(held);
+  EXPECT_EQ(w.stale_temporaries_removed(), 2u);
+  EXPECT_EQ(names(), (std::vector<std::string>{".tmp-20261122T031500Z_y.json", ".tmp-notes.txt",
+                                                "20261122T031500Z_z.json"}));
 }
