@@ -404,6 +404,11 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
   gauge(b.family("iolens_metrics_jobs_dropped", "Jobs left off this page by metrics.max_jobs.",
                  MetricType::Gauge),
         {}, d(h.jobs_dropped));
+  counter(b.family("iolens_metrics_ended_jobs_evicted_total",
+                   "Ended jobs whose series went before grace_period was over: more ended "
+                   "within it than metrics.max_jobs.",
+                   MetricType::Counter),
+          {}, d(h.ended_jobs_evicted));
   gauge(b.family("iolens_memory_bound_bytes",
                  "limits.memory: the bound on iolensd's RSS the record limits are derived from.",
                  MetricType::Gauge),

@@ -104,6 +104,7 @@ struct DaemonHealth {
   bool timing_exact = true;
   uint64_t jobs_live = 0, jobs_closing = 0, jobs_closed_total = 0;
   uint64_t jobs_dropped = 0;  // left off by metrics.max_jobs
+  uint64_t ended_jobs_evicted = 0;  // ended jobs' series gone before their grace period's end
   /// Jobs with a process selected while the on-demand syscall hooks were detached.
   uint64_t jobs_before_hooks = 0;
   uint64_t file_records = 0, records_folded_total = 0, unattributed_processes = 0;

@@ -483,7 +483,9 @@ class Daemon {
     core::JobMetrics metrics;
     int64_t until_mono = 0;
   };
-  std::vector<Retained> retained_;
+  std::deque<Retained> retained_;  // by end, at most metrics.max_jobs (retain_metrics)
+  uint64_t retained_evicted_ = 0;  // ended jobs whose series went before their grace period's end
+  void retain_metrics(const Job& job);
   core::DurationHistogram drain_hist_{{0.0001, 0.001, 0.01, 0.1, 1, 10}, {}, 0};
   double last_snapshot_s_ = 0;
   int64_t last_publish_mono_ = -1;
@@ -1610,13 +1612,8 @@ void Daemon::write_closed() {
     // Its capture ends here, while its recorder can still name the files.
     if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
     job->state = JobState::Closed;
-    if (metrics_) {
-      // Its series stay, final, for the grace period: the last values get scraped.
-      retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files,
-                                      table_->alignment_table()),
-                           clock_ns(CLOCK_MONOTONIC) +
-                               static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
-    }
+    // Its series stay, final, for the grace period: the last values get scraped.
+    if (metrics_) retain_metrics(*job);
     nlohmann::json overrides;
     job_losses(id, overrides);
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
@@ -1762,6 +1759,19 @@ core::DaemonHealth Daemon::health() {
   return h;
 }
 
+void Daemon::retain_metrics(const Job& job) {
+  retained_.push_back({job_metrics(job, classifier_, cfg_.metrics.top_files,
+                                   table_->alignment_table()),
+                       clock_ns(CLOCK_MONOTONIC) + static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
+  // No page shows more than max_jobs jobs: ended ones past that many are never shown, and
+  // thousands of short jobs within a grace period held ~8 KiB each (bench/README.md
+  // "Thousands of short jobs"). The earliest ended go first.
+  while (retained_.size() > cfg_.metrics.max_jobs) {
+    retained_.pop_front();
+    ++retained_evicted_;
+  }
+}
+
 /// A new snapshot for the scrapes: every job of the table, and the ended ones in their grace
 /// period (docs/metrics.md). Built after each drain, so a scrape never waits for the loop.
 void Daemon::publish_metrics(bool force) {
@@ -1799,6 +1809,7 @@ void Daemon::publish_metrics(bool force) {
             [](const core::JobMetrics& a, const core::JobMetrics& b) { return a.id < b.id; });
   s->daemon = health();
   s->daemon.jobs_dropped = dropped;
+  s->daemon.ended_jobs_evicted = retained_evicted_;
   last_snapshot_s_ = static_cast<double>(clock_ns(CLOCK_MONOTONIC) - t0) / 1e9;
   s->daemon.snapshot_duration_s = last_snapshot_s_;
   metrics_->publish(std::move(s));
@@ -1911,7 +1922,8 @@ nlohmann::json Daemon::status_json() {
                 {"marker_failures", marker_failures_}};
   if (metrics_)
     j["metrics"] = {{"listen", cfg_.metrics.listen}, {"ports", metrics_->ports()},
-                    {"scrapes", metrics_->scrapes()}, {"jobs_retained", retained_.size()}};
+                    {"scrapes", metrics_->scrapes()}, {"jobs_retained", retained_.size()},
+                    {"jobs_evicted", retained_evicted_}};
   else
     j["metrics"] = {{"listen", ""}};
   // How `status` and `jobs` were answered by the front thread: stale ones while the loop was
@@ -2066,11 +2078,7 @@ void Daemon::take_run_job(const std::string& id) {
   if (!job) return;
   if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
   job->state = JobState::Closed;
-  if (metrics_)
-    retained_.push_back({job_metrics(*job, classifier_, cfg_.metrics.top_files,
-                                      table_->alignment_table()),
-                         clock_ns(CLOCK_MONOTONIC) +
-                             static_cast<int64_t>(cfg_.grace_s) * 1000000000LL});
+  if (metrics_) retain_metrics(*job);
   drop_pages(id);
   if (auto taken = table_->take(id)) release_losses(*taken);
   job_loss_base_.erase(id);

@@ -16,6 +16,7 @@
 #include <map>
 #include <string_view>
 
+#include "core/clock.hpp"
 #include "core/crash_point.hpp"
 #include "core/private_dir.hpp"
 #include "core/zstd_stream.hpp"
@@ -132,63 +133,106 @@ RotationResult rotate_records(const std::string& dir, uint64_t max_bytes, uint64
   return r;
 }
 
-RotationResult rotate_records(int dir_fd, uint64_t max_bytes, uint64_t max_age_s,
-                              int64_t now_wall_s, const std::string& keep) {
-  if (max_bytes == 0 && max_age_s == 0) return {};  // no limit: nothing to list
-  // One entry per job: its record and its log, whichever are there.
-  struct Job {
-    std::vector<std::pair<std::string, uint64_t>> files;  // name, size
-    uint64_t size = 0;
-    int64_t mtime = 0;
-  };
-  std::map<std::string, Job> by_stem;
+void StoredJobs::clear() {
+  jobs_.clear();
+  by_age_.clear();
+  bytes_ = 0;
+}
+
+void StoredJobs::add(const std::string& stem, const std::string& name, uint64_t size,
+                     int64_t mtime) {
+  Job& job = jobs_[stem];
+  by_age_.erase({job.mtime, stem});
+  for (auto it = job.files.begin(); it != job.files.end(); ++it) {
+    if (it->first != name) continue;
+    job.size -= it->second;
+    bytes_ -= it->second;
+    job.files.erase(it);
+    break;
+  }
+  job.files.insert(std::upper_bound(job.files.begin(), job.files.end(),
+                                    std::make_pair(name, uint64_t{0})),
+                   {name, size});
+  job.size += size;
+  bytes_ += size;
+  job.mtime = std::max(job.mtime, mtime);
+  by_age_.insert({job.mtime, stem});
+}
+
+bool StoredJobs::add_listed(int dir_fd, const std::string& name) {
+  const std::string stem = record_stem(name);
+  if (stem.empty()) return false;
+  struct stat st {};
+  if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+    return false;
+  add(stem, name, static_cast<uint64_t>(st.st_size), static_cast<int64_t>(st.st_mtime));
+  return true;
+}
+
+bool StoredJobs::list(int dir_fd) {
+  clear();
   // Listed through a duplicate of the descriptor: closedir() closes the one it is given.
   const int list_fd = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
   DIR* d = list_fd >= 0 ? fdopendir(list_fd) : nullptr;
   if (!d) {
     if (list_fd >= 0) close(list_fd);
-    return {};
+    return false;
   }
   rewinddir(d);
-  while (const dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    const std::string stem = record_stem(name);
-    if (stem.empty()) continue;
-    struct stat st {};
-    if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
-      continue;
-    Job& job = by_stem[stem];
-    job.files.emplace_back(name, static_cast<uint64_t>(st.st_size));
-    job.size += static_cast<uint64_t>(st.st_size);
-    job.mtime = std::max(job.mtime, static_cast<int64_t>(st.st_mtime));
-  }
+  while (const dirent* e = readdir(d)) add_listed(dir_fd, e->d_name);
   closedir(d);
-  std::vector<std::pair<std::string, Job>> jobs(by_stem.begin(), by_stem.end());
-  for (auto& [stem, job] : jobs) std::sort(job.files.begin(), job.files.end());
-  // Oldest written first (a long job's record, written last, is among the newest), then by
-  // name (job start).
-  std::stable_sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {
-    return a.second.mtime < b.second.mtime;
-  });
-  uint64_t total = 0;
-  for (const auto& [stem, job] : jobs) total += job.size;
-  const std::string keep_stem = record_stem(keep);
+  return true;
+}
+
+RotationResult StoredJobs::rotate(int dir_fd, uint64_t max_bytes, uint64_t max_age_s,
+                                  int64_t now_wall_s, const std::string& keep) {
   RotationResult r;
-  for (const auto& [stem, job] : jobs) {
-    const bool too_old = max_age_s > 0 && now_wall_s - job.mtime > static_cast<int64_t>(max_age_s);
-    const bool too_big = max_bytes > 0 && total > max_bytes;
-    if ((!too_old && !too_big) || (!keep_stem.empty() && stem == keep_stem)) continue;
+  const std::string keep_stem = record_stem(keep);
+  // Oldest written first (a long job's record, written last, is among the newest), then by
+  // name (job start): the order of by_age_. Both limits only ever hold for a prefix of it,
+  // so the walk stops at the first job within them (the kept one aside).
+  for (auto it = by_age_.begin(); it != by_age_.end();) {
+    const auto [mtime, stem] = *it;
+    const bool too_old = max_age_s > 0 && now_wall_s - mtime > static_cast<int64_t>(max_age_s);
+    const bool too_big = max_bytes > 0 && bytes_ > max_bytes;
+    if (!too_old && !too_big) break;
+    if (!keep_stem.empty() && stem == keep_stem) {
+      ++it;
+      continue;
+    }
+    Job& job = jobs_[stem];
     bool any = false;
-    for (const auto& [name, size] : job.files) {
-      if (unlinkat(dir_fd, name.c_str(), 0) != 0) continue;
-      total -= size;
-      r.removed.push_back(name);
-      any = true;
+    for (auto f = job.files.begin(); f != job.files.end();) {
+      if (unlinkat(dir_fd, f->first.c_str(), 0) == 0) {
+        r.removed.push_back(f->first);
+        any = true;
+      } else if (errno != ENOENT) {
+        ++f;  // kept, and tried again at the next rotation
+        continue;
+      }
+      // removed, or gone already (by someone else since it was listed)
+      job.size -= f->second;
+      bytes_ -= f->second;
+      f = job.files.erase(f);
     }
     r.removed_jobs += any;
+    if (job.files.empty()) {
+      jobs_.erase(stem);
+      it = by_age_.erase(it);
+    } else {
+      ++it;  // what could not go stays listed
+    }
   }
-  r.kept_bytes = total;
+  r.kept_bytes = bytes_;
   return r;
+}
+
+RotationResult rotate_records(int dir_fd, uint64_t max_bytes, uint64_t max_age_s,
+                              int64_t now_wall_s, const std::string& keep) {
+  if (max_bytes == 0 && max_age_s == 0) return {};  // no limit: nothing to list
+  StoredJobs jobs;
+  if (!jobs.list(dir_fd)) return {};
+  return jobs.rotate(dir_fd, max_bytes, max_age_s, now_wall_s, keep);
 }
 
 JobWriter::JobWriter(std::string dir, uint64_t max_bytes, uint64_t max_age_s, bool compress)
@@ -239,10 +283,14 @@ JobWritten JobWriter::write(const std::string& name, const nlohmann::json& recor
 }
 
 void JobWriter::rotate(const std::string& keep) {
-  if (dir_fd_ < 0) return;
-  timespec now{};
-  clock_gettime(CLOCK_REALTIME, &now);
-  rotated_ += rotate_records(dir_fd_, max_bytes_, max_age_s_, now.tv_sec, keep).removed_jobs;
+  if (dir_fd_ < 0 || (max_bytes_ == 0 && max_age_s_ == 0)) return;  // no limit: nothing kept
+  const int64_t mono = core::clock_ns(CLOCK_MONOTONIC);
+  if (listed_mono_ == 0 || mono - listed_mono_ >= kRelistEvery) {
+    if (!stored_.list(dir_fd_)) return;
+    listed_mono_ = mono;
+  }
+  rotated_ += stored_.rotate(dir_fd_, max_bytes_, max_age_s_, core::clock_ns(CLOCK_REALTIME) / 1000000000LL, keep)
+                  .removed_jobs;
 }
 
 JobWritten JobWriter::write(const std::string& name, const RecordText& record,
@@ -327,6 +375,10 @@ JobWritten JobWriter::write(const std::string& name, const RecordText& record,
     }
     ++written_;
     w.path = dir_ + "/" + record_name;
+    if (listed_mono_ != 0) {  // else the first rotation lists them
+      stored_.add_listed(dir_fd_, record_name);
+      if (!w.darshan_path.empty()) stored_.add_listed(dir_fd_, log_name);
+    }
     if (rotate) this->rotate(record_name);
     return w;
   }

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +27,37 @@ struct RotationResult {
   std::vector<std::string> removed;  // file names removed
   uint64_t removed_jobs = 0;         // jobs whose files were removed (a record and its log: one)
   uint64_t kept_bytes = 0;
+};
+
+/// The job files of an output directory, by stem, oldest written first: what rotation needs,
+/// kept between rotations so that one does not list and stat the whole directory (with
+/// thousands of records, each record written cost a stat of every file:
+/// bench/README.md "Thousands of short jobs").
+class StoredJobs {
+ public:
+  void clear();
+  /// Lists `dir_fd` afresh (files named like job records or their logs, regular files only).
+  /// False if it cannot be listed (then empty).
+  bool list(int dir_fd);
+  /// Adds `name` of `dir_fd` (stat'ed here) if it is named like a job's file; false if not.
+  bool add_listed(int dir_fd, const std::string& name);
+  /// Adds (or replaces) one file of job `stem`.
+  void add(const std::string& stem, const std::string& name, uint64_t size, int64_t mtime);
+  /// rotate_records() below on what is held: the files it removes (or finds gone) leave it.
+  RotationResult rotate(int dir_fd, uint64_t max_bytes, uint64_t max_age_s, int64_t now_wall_s,
+                        const std::string& keep);
+  uint64_t bytes() const { return bytes_; }
+  std::size_t jobs() const { return jobs_.size(); }
+
+ private:
+  struct Job {
+    std::vector<std::pair<std::string, uint64_t>> files;  // name, size; sorted by name
+    uint64_t size = 0;
+    int64_t mtime = 0;  // the newest file's (when the job's last file was written)
+  };
+  std::map<std::string, Job> jobs_;
+  std::set<std::pair<int64_t, std::string>> by_age_;  // (mtime, stem)
+  uint64_t bytes_ = 0;
 };
 
 /// A job's files are its record `<stem>.json` (or `<stem>.json.zst`) and, with `darshan_logs`, its Darshan log
@@ -125,6 +158,13 @@ class JobWriter {
   std::atomic<uint64_t> darshan_written_ = 0, darshan_failed_ = 0;
   std::atomic<uint64_t> already_written_ = 0, unidentified_ = 0, stale_removed_ = 0;
   void remove_stale_temporaries();
+  /// The directory's job files as last listed (every kRelistEvery, and at the first rotation)
+  /// plus those written since: the writer's thread's only.
+  StoredJobs stored_;
+  int64_t listed_mono_ = 0;  // when stored_ was listed; 0: never
+  /// Files put there or removed by others (an administrator, a second daemon) are seen by the
+  /// next listing: until then the rotation may keep or remove a little more than it should.
+  static constexpr int64_t kRelistEvery = 60'000'000'000;
 };
 
 }  // namespace iolens::daemon

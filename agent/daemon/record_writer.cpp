@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "daemon/record_writer.hpp"
 
+#include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <exception>
 
@@ -19,7 +22,29 @@ constexpr int64_t kSnapshotTrimEvery = 60'000'000'000;
 
 }  // namespace
 
-RecordDone write_record(JobWriter& files, const RecordJob& r) {
+MountTableWatch::MountTableWatch()
+    : fd_(open("/proc/self/mounts", O_RDONLY | O_CLOEXEC)) {}
+
+MountTableWatch::~MountTableWatch() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool MountTableWatch::changed() {
+  if (fd_ < 0) return true;
+  pollfd p{fd_, POLLPRI, 0};
+  const bool flagged = poll(&p, 1, 0) > 0 && (p.revents & (POLLPRI | POLLERR)) != 0;
+  if (!flagged && !first_) return false;
+  first_ = false;
+  // Reading the file through the descriptor is what clears the kernel's flag.
+  char buf[16384];
+  if (lseek(fd_, 0, SEEK_SET) != 0) return true;
+  while (read(fd_, buf, sizeof buf) > 0) {
+  }
+  return true;
+}
+
+RecordDone write_record(JobWriter& files, const RecordJob& r,
+                        const std::vector<std::pair<std::string, std::string>>* given_mounts) {
   const Job& job = *r.job;
   RecordDone d;
   d.id = job.identity.id;
@@ -29,7 +54,8 @@ RecordDone write_record(JobWriter& files, const RecordJob& r) {
   // Read once: the same table gives the alignments and the Darshan log's mount entries.
   RecordBasis basis = r.basis;
   std::vector<std::pair<std::string, std::string>> mounts;
-  if (!basis.alignment || r.darshan) mounts = exporters::read_mounts("/proc/self/mounts");
+  if (given_mounts) mounts = *given_mounts;
+  else if (!basis.alignment || r.darshan) mounts = exporters::read_mounts("/proc/self/mounts");
   if (!basis.alignment)
     basis.alignment = std::make_shared<const std::vector<core::AlignmentMount>>(
         exporters::alignment_table(mounts));
@@ -123,8 +149,11 @@ std::shared_ptr<const std::vector<core::AlignmentMount>> RecordWriter::alignment
 void RecordWriter::run() {
   // The daemon's live pages and captures take the mount table from here: read first, off the
   // loop and unlocked (a blocked statfs() holds only this thread).
-  auto table = std::make_shared<const std::vector<core::AlignmentMount>>(
-      exporters::alignment_table(exporters::read_mounts("/proc/self/mounts")));
+  mounts_watch_.changed();  // read now: the first record reuses it unless a mount came since
+  mounts_ = exporters::read_mounts("/proc/self/mounts");
+  mounts_alignment_ = std::make_shared<const std::vector<core::AlignmentMount>>(
+      exporters::alignment_table(mounts_));
+  auto table = mounts_alignment_;
   std::unique_lock<std::mutex> lock(mu_);
   if (!alignment_) alignment_ = std::move(table);
   for (;;) {
@@ -165,8 +194,14 @@ void RecordWriter::run() {
       // keeps freed pages mapped) until given back: without this, iolensd's RSS stayed near its
       // peak after a big job (bench/README.md "Memory: records kept packed, ..."). Here, off
       // the loop, and only after a big job: the trim holds each arena's lock while it gives
-      // pages back, the loop's too.
-      if (held >= kTrimAfterRecords) malloc_trim(0);
+      // pages back, the loop's too. Small jobs count together: thousands of them one after the
+      // other left as much memory unreturned as one big job (bench/README.md "Thousands of
+      // short jobs").
+      held_untrimmed_ += held;
+      if (held_untrimmed_ >= kTrimAfterRecords) {
+        held_untrimmed_ = 0;
+        malloc_trim(0);
+      }
       lock.lock();
       continue;
     }
@@ -177,7 +212,13 @@ void RecordWriter::run() {
     lock.unlock();
     RecordDone d;
     try {
-      d = write_record(files_, q.job);
+      if (mounts_watch_.changed() || !mounts_alignment_) {
+        mounts_ = exporters::read_mounts("/proc/self/mounts");
+        mounts_alignment_ = std::make_shared<const std::vector<core::AlignmentMount>>(
+            exporters::alignment_table(mounts_));
+      }
+      if (!q.job.basis.alignment) q.job.basis.alignment = mounts_alignment_;
+      d = write_record(files_, q.job, &mounts_);
     } catch (const std::exception& e) {
       // Not expected (the record is made of checked values): said, never a dead thread.
       d.id = q.job.job ? q.job.job->identity.id : std::string();

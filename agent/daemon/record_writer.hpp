@@ -55,7 +55,28 @@ struct RecordDone {
 /// Writes one job's record (and log) through `files`, streaming the JSON (no document in
 /// memory), without rotating the directory: what the thread does with each job (then it
 /// rotates). Also used directly (tests).
-RecordDone write_record(JobWriter& files, const RecordJob& r);
+/// `mounts`: the mount table (exporters::read_mounts) to use instead of reading it, with
+/// r.basis.alignment made from it.
+RecordDone write_record(JobWriter& files, const RecordJob& r,
+                        const std::vector<std::pair<std::string, std::string>>* mounts = nullptr);
+
+/// Whether the mount table changed since the last call that said so (or since the first
+/// call): poll(2) of /proc/self/mounts, which the kernel flags at every mount, unmount or
+/// remount in the namespace. True when it cannot tell.
+class MountTableWatch {
+ public:
+  MountTableWatch();
+  ~MountTableWatch();
+  MountTableWatch(const MountTableWatch&) = delete;
+  MountTableWatch& operator=(const MountTableWatch&) = delete;
+  /// True the first time, then after a change; the flag is cleared here (before the caller
+  /// reads the table: a change after this call flags it again).
+  bool changed();
+
+ private:
+  int fd_ = -1;
+  bool first_ = true;
+};
 
 class RecordWriter {
  public:
@@ -81,9 +102,9 @@ class RecordWriter {
   /// held is given back to the system at most once a minute (the trim holds each allocator
   /// arena's lock, the loop's too, while it works).
   void dispose(std::shared_ptr<const void> what, std::size_t rows);
-  /// Darshan's mount table as this thread read it last: when it started, then for each record
-  /// (statfs() of a dead NFS server may block: never on the daemon's loop). Null until the
-  /// first read is done.
+  /// Darshan's mount table as this thread read it last: when it started, then for a record
+  /// when the mount table changed since (statfs() of a dead NFS server may block: never on
+  /// the daemon's loop). Null until the first read is done.
   std::shared_ptr<const std::vector<core::AlignmentMount>> alignment() const;
 
  private:
@@ -105,10 +126,17 @@ class RecordWriter {
   std::vector<Disposed> disposed_;
   int64_t last_snapshot_trim_ns_ = 0;  // CLOCK_MONOTONIC; this thread's alone
   std::size_t snapshot_rows_untrimmed_ = 0;  // freed since, to be trimmed when a minute is up
+  std::size_t held_untrimmed_ = 0;  // rows of disposed jobs freed since the last trim
   int64_t busy_since_ns_ = 0;  // the job being written (its submission), 0 when none
   bool tidying_ = false;       // after a record: rotating the directory, freeing the job
   std::vector<RecordDone> done_;
   std::shared_ptr<const std::vector<core::AlignmentMount>> alignment_;
+  // The thread's own: the mounts and their alignments as read last, read again only when the
+  // table changed (a table of 23 mounts cost ~0.7 ms and a thread per mount for each record:
+  // bench/README.md "Thousands of short jobs").
+  MountTableWatch mounts_watch_;
+  std::vector<std::pair<std::string, std::string>> mounts_;
+  std::shared_ptr<const std::vector<core::AlignmentMount>> mounts_alignment_;
   bool stopping_ = false;
   std::thread thread_;  // last: started once everything above is
 };

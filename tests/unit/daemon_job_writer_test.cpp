@@ -458,3 +458,50 @@ TEST_F(WriterTest, AKilledWritersTemporariesAreRemovedAtStartButNotAHeldOne) {
   EXPECT_EQ(names(), (std::vector<std::string>{".tmp-20261122T031500Z_y.json", ".tmp-notes.txt",
                                                 "20261122T031500Z_z.json"}));
 }
+
+// The writer rotates from what it listed once plus what it wrote since (StoredJobs), not from a
+// listing per record: the directory stays within its size after every record, the newest jobs
+// kept, each job's record and log together, and a file removed behind its back does not stop it.
+TEST_F(WriterTest, RotationFromTheWritersOwnIndexKeepsTheNewestWithinTheSize) {
+  JobWriter w(dir_, 2000, 0);
+  const std::string log(100, 'l');
+  std::vector<std::string> stems;
+  for (int i = 0; i < 60; ++i) {
+    const std::string name = job_file_name("j", kStart + int64_t{i} * 1000000000LL);
+    const JobWritten r = w.write(name, text_of(std::string(150 + i, 'r')), &log);
+    ASSERT_TRUE(r.record.ok) << r.record.message;
+    stems.push_back(name.substr(0, name.size() - 5));
+    if (i == 31) fs::remove(dir_ + "/" + stems[30] + ".darshan");  // behind its back
+    uint64_t total = 0;
+    std::set<std::string> present;
+    for (const auto& e : fs::directory_iterator(dir_)) {
+      total += fs::file_size(e.path());
+      present.insert(e.path().filename());
+    }
+    EXPECT_LE(total, 2000u) << "after record " << i;
+    // The newest job is whole; every job present is whole and newer than every job removed.
+    EXPECT_TRUE(present.count(stems.back() + ".json") && present.count(stems.back() + ".darshan"));
+    bool gone = false;
+    for (int k = i; k >= 0; --k) {
+      const bool rec = present.count(stems[k] + ".json") != 0;
+      const bool lg = present.count(stems[k] + ".darshan") != 0;
+      if (k != 30) {
+        EXPECT_EQ(rec, lg) << stems[k] << " after record " << i;
+      }
+      if (!rec) {
+        gone = true;
+      } else {
+        EXPECT_FALSE(gone) << stems[k] << " kept while a newer job went, after record " << i;
+      }
+    }
+  }
+  // ~350 bytes a job: 5 fit in 2000 bytes.
+  EXPECT_GE(w.rotated(), 54u);
+  EXPECT_LE(w.rotated(), 55u);
+  const int fd = open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  StoredJobs listed;
+  ASSERT_TRUE(listed.list(fd));
+  close(fd);
+  EXPECT_GE(listed.jobs(), 5u);
+  EXPECT_LE(listed.bytes(), 2000u);
+}

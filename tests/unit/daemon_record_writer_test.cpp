@@ -3,6 +3,9 @@
 // for byte (with the daemon's overrides), and the writer's thread hands back what it wrote.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -152,7 +155,7 @@ TEST_F(RecordWriterTest, TheThreadWritesTheTakenJobAndHandsBackItsPathAndSummary
 // The daemon takes Darshan's mount table for live pages and captures from the writer's
 // thread, which reads it when it starts (never the daemon's loop: statfs() may block), then
 // again for each record written without one.
-TEST_F(RecordWriterTest, TheWritersThreadReadsTheMountTableAtItsStartAndForEachRecord) {
+TEST_F(RecordWriterTest, TheWritersThreadReadsTheMountTableAtItsStartAndAgainOnlyWhenItChanged) {
   JobWriter files(dir_, 0, 0);
   RecordWriter w(files);
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -165,7 +168,7 @@ TEST_F(RecordWriterTest, TheWritersThreadReadsTheMountTableAtItsStartAndForEachR
   const std::string id = t.closing().front();
   t.find(id)->state = JobState::Closed;
   RecordJob r;
-  r.basis = t.record_basis();  // no table: the writer reads one for this record
+  r.basis = t.record_basis();  // no table: the writer gives the record its own
   r.version = "v";
   r.job = t.take(id);
   w.submit(std::move(r));
@@ -173,7 +176,9 @@ TEST_F(RecordWriterTest, TheWritersThreadReadsTheMountTableAtItsStartAndForEachR
   const std::vector<RecordDone> done = w.take_done();
   ASSERT_EQ(done.size(), 1u);
   ASSERT_NE(done[0].alignment, nullptr);
-  EXPECT_NE(done[0].alignment, first);  // read again
+  // No mount came or went since the start: the table read then (MountTableWatch's test has a
+  // mount change it read again for)
+  EXPECT_EQ(done[0].alignment, first);
   EXPECT_EQ(w.alignment(), done[0].alignment);
 }
 
@@ -270,4 +275,40 @@ TEST(JobRecordState, AJobHandedOverIsSavedAsClosingAndALoadedTableWritesTheSameR
   JobTable v(jobs::Selector({}), jobs::Limits{}, 1'000'000'000);
   ASSERT_TRUE(v.load(t.save(), error)) << error;
   EXPECT_EQ(v.find(id), nullptr);
+}
+
+// The writer reads the mount table again only when it changed: no change, no re-read; a mount
+// and an unmount each flag it. The mounts need root: done in a child in a mount namespace of its
+// own (nothing of the host changes); skipped without root.
+TEST(MountTableWatch, SaysChangedFirstThenOnlyAfterAMountOrUnmount) {
+  {
+    MountTableWatch w;
+    EXPECT_TRUE(w.changed());
+    EXPECT_FALSE(w.changed());
+    EXPECT_FALSE(w.changed());
+  }
+  if (geteuid() != 0) GTEST_SKIP() << "mounting needs root (the no-change half ran)";
+  char tmpl[] = "/tmp/iolens-mountwatch-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // exit codes: 0 all as expected, 10+n the n-th expectation failed, 9 setup failed
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+      _exit(9);
+    MountTableWatch w;
+    if (!w.changed()) _exit(10);
+    if (w.changed()) _exit(11);
+    if (mount("iolens-test", tmpl, "tmpfs", 0, "size=64k") != 0) _exit(9);
+    if (!w.changed()) _exit(12);
+    if (w.changed()) _exit(13);
+    if (umount(tmpl) != 0) _exit(9);
+    if (!w.changed()) _exit(14);
+    _exit(w.changed() ? 15 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  rmdir(tmpl);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10+n: the n-th expectation in the child failed; 9: setup";
 }
