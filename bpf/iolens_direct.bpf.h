@@ -391,11 +391,12 @@ int BPF_PROG(io_uring_complete, struct io_ring_ctx *ring, void *req_ptr, struct 
 			__u64 last = (__u64)res - done;
 
 			/* without the completion program the earlier attempts went uncounted too:
-			 * the whole result is this request's direct I/O, what it asked for the
-			 * last attempt's count and what the earlier ones moved */
-			if (!dio_complete_loaded && done <= (__u64)res) {
+			 * the whole result is this request's direct I/O (with or without a readable
+			 * bytes_done) */
+			if (!dio_complete_loaded) {
 				last = (__u64)res;
-				dio.count += done;
+				dio.count = (__u64)res; /* io_uring's own total: no cap */
+				dio.done_before = 0;	/* nothing counted those bytes */
 			}
 			if (last <= (__u64)res && last > 0)
 				dio_account(c, &dio, last, t1);

@@ -544,9 +544,6 @@ bool Daemon::setup() {
     spdlog::error("{}", s.message);
     return false;
   }
-  if (const uint64_t n = writer_->stale_temporaries_removed())
-    spdlog::warn("{}: removed {} temporary file(s) of a record a killed daemon was writing",
-                 cfg_.output_dir, n);
   records_ = std::make_unique<RecordWriter>(*writer_);
   {
     // One daemon per state directory: a second one would overwrite the first one's state.
@@ -575,6 +572,12 @@ bool Daemon::setup() {
     }
     saver_ = std::make_unique<StateSaver>(state_dir_fd_, kStateTmpName, kStateName);
   }
+  // This daemon's state is its own now: a killed predecessor's temporaries in the output
+  // directory can go (a writer's are flock'd: never taken).
+  writer_->remove_stale_temporaries();
+  if (const uint64_t n = writer_->stale_temporaries_removed())
+    spdlog::warn("{}: removed {} temporary file(s) of a record a killed daemon was writing",
+                 cfg_.output_dir, n);
   std::optional<gid_t> group;
   if (!cfg_.socket_group.empty()) {
     std::string err;

@@ -45,20 +45,31 @@ std::string record_stem(const std::string& n) {
 /// The extended attribute that names the job a record or log is of (JobWriter::write).
 constexpr const char* kIdentityXattr = "user.iolens.job";
 
+/// The crash points a file's writing passes (core/crash_point.hpp).
+struct FilePoints {
+  const char* written;
+  const char* renamed;
+};
+constexpr FilePoints kRecordPoints{"record_written", "record_renamed"};
+constexpr FilePoints kLogPoints{"darshan_written", "darshan_renamed"};
+
 /// `bytes` as `name` in `dir_fd` (whose path is `dir`, for messages), through `.tmp-name`
 /// (created afresh: a stale file or link there is removed, never written through), fsync(2) and
 /// a rename that never replaces: an existing `name` is left as it is and the error's errno is
-/// EEXIST (the caller takes the next free name). The temporary is flock'd while it is written
-/// (a start removes only the temporaries nobody holds: JobWriter::prepare) and given `identity`
-/// as kIdentityXattr (`*identity_failed` set where the filesystem refuses it). `kind` names
-/// the crash points passed ("record" or "darshan": core/crash_point.hpp).
+/// EEXIST (the caller takes the next free name). The temporary is flock'd from its creation to
+/// its rename (a start removes only the temporaries nobody holds:
+/// JobWriter::remove_stale_temporaries) and given `identity` as kIdentityXattr
+/// (`*identity_failed` set where the filesystem refuses it).
 Status write_atomically(int dir_fd, const std::string& dir, const std::string& name,
-                        const RecordText& text, const std::string& identity, const char* kind,
-                        bool* identity_failed) {
+                        const RecordText& text, const std::string& identity,
+                        const FilePoints& points, bool* identity_failed) {
   const std::string tmp = ".tmp-" + name;
   const int fd = core::create_fresh(dir_fd, tmp, 0640);
   if (fd < 0) return Status::Error("cannot write " + dir + "/" + tmp + ": " + std::strerror(errno), errno);
-  flock(fd, LOCK_EX | LOCK_NB);  // fresh: nobody else holds it
+  // Fresh, so nobody else holds it. Where locks are not to be had (some network filesystems)
+  // a start cannot tell it from a stale one: only a second daemon writing into the same
+  // directory could suffer from that.
+  (void)flock(fd, LOCK_EX | LOCK_NB);
   if (!identity.empty() &&
       fsetxattr(fd, kIdentityXattr, identity.data(), identity.size(), 0) != 0)
     *identity_failed = true;
@@ -71,34 +82,51 @@ Status write_atomically(int dir_fd, const std::string& dir, const std::string& n
     throw;
   }
   int e = errno;
-  if (ok) core::crash_point(kind[0] == 'r' ? "record_written" : "darshan_written");
-  close(fd);
   if (ok) {
+    core::crash_point(points.written);
+    // Renamed while still locked: a start's removal of stale temporaries never takes it.
     if (renameat2(dir_fd, tmp.c_str(), dir_fd, name.c_str(), RENAME_NOREPLACE) == 0) {
-      core::crash_point(kind[0] == 'r' ? "record_renamed" : "darshan_renamed");
+      close(fd);
+      core::crash_point(points.renamed);
       return Status::Ok();
     }
     e = errno;
     // Filesystems without RENAME_NOREPLACE: link(2) never replaces either.
     if ((e == EINVAL || e == ENOSYS) && linkat(dir_fd, tmp.c_str(), dir_fd, name.c_str(), 0) == 0) {
       unlinkat(dir_fd, tmp.c_str(), 0);
-      core::crash_point(kind[0] == 'r' ? "record_renamed" : "darshan_renamed");
+      close(fd);
+      core::crash_point(points.renamed);
       return Status::Ok();
     }
     if (e == EINVAL || e == ENOSYS) e = errno;
   }
   unlinkat(dir_fd, tmp.c_str(), 0);
+  close(fd);
   return Status::Error("cannot write " + dir + "/" + name + ": " + std::strerror(e), e);
 }
 
-/// Whether `name` in `dir_fd` is a file of the job `identity` (its kIdentityXattr).
+/// Whether `name` in `dir_fd` is a regular file of the job `identity` (its kIdentityXattr).
+/// Checked to be a regular file before it is opened: nothing else is ever opened.
 bool of_job(int dir_fd, const std::string& name, const std::string& identity) {
+  struct stat st {};
+  if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+    return false;
   const int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
   std::string got(identity.size() + 1, '\0');
   const ssize_t n = fgetxattr(fd, kIdentityXattr, got.data(), got.size());
   close(fd);
   return n == static_cast<ssize_t>(identity.size()) && got.compare(0, n, identity) == 0;
+}
+
+/// Whether `stem` is `base` or `base.N` (a stem JobWriter::write takes for a job named `base`).
+bool stem_of_base(const std::string& stem, const std::string& base) {
+  if (stem == base) return true;
+  if (stem.size() < base.size() + 2 || stem.compare(0, base.size(), base) != 0 ||
+      stem[base.size()] != '.')
+    return false;
+  return std::all_of(stem.begin() + static_cast<std::ptrdiff_t>(base.size()) + 1, stem.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
 }
 
 /// Whether `name` exists in `dir_fd` (a link counts: the name is taken).
@@ -247,33 +275,43 @@ Status JobWriter::prepare() {
   std::string error;
   dir_fd_ = core::open_private_dir(dir_, 0750, true, "output directory", error);
   if (dir_fd_ < 0) return Status::Error(error);
-  remove_stale_temporaries();
   return Status::Ok();
 }
 
 void JobWriter::remove_stale_temporaries() {
+  if (dir_fd_ < 0) return;
   // A daemon killed while it wrote a record leaves its temporary (up to a whole record, which
-  // the rotation does not see): removed unless a writer holds it (its flock).
+  // the rotation does not see): removed unless a writer holds it (its flock, held from the
+  // temporary's creation to its rename).
   const int list_fd = fcntl(dir_fd_, F_DUPFD_CLOEXEC, 0);
   DIR* d = list_fd >= 0 ? fdopendir(list_fd) : nullptr;
   if (!d) {
     if (list_fd >= 0) close(list_fd);
     return;
   }
-  std::vector<std::string> stale;
+  rewinddir(d);  // the duplicate shares the directory's offset with every other listing
+  std::vector<std::string> names;
   while (const dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.rfind(".tmp-", 0) != 0 || record_stem(name.substr(5)).empty()) continue;
-    const int fd = openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat st {};
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0)
-      stale.push_back(name);
-    close(fd);
+    if (name.rfind(".tmp-", 0) == 0 && !record_stem(name.substr(5)).empty()) names.push_back(name);
   }
   closedir(d);
-  for (const auto& name : stale)
-    if (unlinkat(dir_fd_, name.c_str(), 0) == 0) ++stale_removed_;
+  for (const auto& name : names) {
+    struct stat before {}, held {};
+    if (fstatat(dir_fd_, name.c_str(), &before, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(before.st_mode))
+      continue;  // only regular files are opened
+    const int fd = openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    // Shared: an exclusive lock on a read-only descriptor fails where flock is emulated with
+    // POSIX locks (NFS); a writer's exclusive lock still refuses it. Held through the unlink,
+    // and the name checked to still be that file.
+    if (fstat(fd, &held) == 0 && held.st_ino == before.st_ino && held.st_dev == before.st_dev &&
+        flock(fd, LOCK_SH | LOCK_NB) == 0 &&
+        fstatat(dir_fd_, name.c_str(), &before, AT_SYMLINK_NOFOLLOW) == 0 &&
+        before.st_ino == held.st_ino && unlinkat(dir_fd_, name.c_str(), 0) == 0)
+      ++stale_removed_;
+    close(fd);
+  }
 }
 
 JobWritten JobWriter::write(const std::string& name, const nlohmann::json& record,
@@ -306,31 +344,36 @@ JobWritten JobWriter::write(const std::string& name, const RecordText& record,
     }
     return w;
   }
+  const std::string base = name.ends_with(kJson) ? name.substr(0, name.size() - kJson.size()) : name;
+  // A job a restarted daemon took from its saved state may have been written after that save:
+  // its files say so, at whichever of its name's stems they took (the record is renamed last,
+  // so it is whole when it is there).
+  std::string own_log_stem;  // this job's log without its record: the record goes beside it
+  if (maybe_written && !identity.empty()) {
+    const Own own = find_own(base, identity);
+    if (!own.record.empty()) {
+      w.record = Status::Ok();
+      w.path = dir_ + "/" + own.record;
+      w.already = true;
+      if (own.log_stem == record_stem(own.record))
+        w.darshan_path = dir_ + "/" + own.log_stem + std::string(kDarshan);
+      ++already_written_;
+      return w;
+    }
+    own_log_stem = own.log_stem;
+  }
   bool identity_failed = false;
   // A stem neither a record nor a log has: a job's two files always share theirs. The renames
   // never replace, so a name taken meanwhile sends the job to the next stem, never over a file.
-  const std::string base = name.ends_with(kJson) ? name.substr(0, name.size() - kJson.size()) : name;
   for (uint64_t n = 0;; ++n) {
-    const std::string stem = n == 0 ? base : base + "." + std::to_string(n);
+    const std::string stem = !own_log_stem.empty() ? own_log_stem
+                             : n == 0              ? base
+                                                   : base + "." + std::to_string(n);
+    const bool log_there = !own_log_stem.empty();
+    own_log_stem.clear();  // if its stem turns out taken after all, the next free one
     const std::string record_name = stem + std::string(compress_ ? kJsonZst : kJson);
     const std::string log_name = stem + std::string(kDarshan);
     w = JobWritten{};
-    bool log_there = false;  // this job's log, written by a daemon killed before its record
-    if (maybe_written && !identity.empty()) {
-      // A job a restarted daemon took from its saved state may have been written after that
-      // save: its files say so (the record is renamed last, so it is whole when there).
-      for (std::string_view suffix : {kJson, kJsonZst}) {
-        const std::string r = stem + std::string(suffix);
-        if (!of_job(dir_fd_, r, identity)) continue;
-        w.record = Status::Ok();
-        w.path = dir_ + "/" + r;
-        w.already = true;
-        if (of_job(dir_fd_, log_name, identity)) w.darshan_path = dir_ + "/" + log_name;
-        ++already_written_;
-        return w;
-      }
-      log_there = darshan_log && of_job(dir_fd_, log_name, identity);
-    }
     // A stem is taken by a record of either kind (the setting may have changed since).
     if (exists_at(dir_fd_, stem + std::string(kJson)) ||
         exists_at(dir_fd_, stem + std::string(kJsonZst)) ||
@@ -341,7 +384,7 @@ JobWritten JobWriter::write(const std::string& name, const RecordText& record,
     } else if (darshan_log) {
       w.darshan = write_atomically(
           dir_fd_, dir_, log_name, [&](const Sink& sink) { return sink(*darshan_log); },
-          identity, "darshan", &identity_failed);
+          identity, kLogPoints, &identity_failed);
       if (!w.darshan && w.darshan.err == EEXIST && exists_at(dir_fd_, log_name)) continue;
       if (w.darshan) w.darshan_path = dir_ + "/" + log_name;
     }
@@ -358,22 +401,25 @@ JobWritten JobWriter::write(const std::string& name, const RecordText& record,
             if (!ok && errno == 0) errno = EIO;  // zstd itself failed, not a write: no errno of its own
             return ok;
           },
-          identity, "record", &identity_failed);
+          identity, kRecordPoints, &identity_failed);
     } else {
-      w.record = write_atomically(dir_fd_, dir_, record_name, record, identity, "record",
+      w.record = write_atomically(dir_fd_, dir_, record_name, record, identity, kRecordPoints,
                                   &identity_failed);
     }
     if (!w.record && w.record.err == EEXIST && exists_at(dir_fd_, record_name)) {
       if (!w.darshan_path.empty() && !log_there) unlinkat(dir_fd_, log_name.c_str(), 0);
       continue;
     }
-    if (identity_failed) ++unidentified_;
     if (darshan_log && !log_there) ++(w.darshan ? darshan_written_ : darshan_failed_);
     if (!w.record) {
       ++failed_;
       return w;
     }
+    // The renames made durable before the state that no longer holds the job is saved: after
+    // a power loss, a record's name must not be gone while the state says it was written.
+    fsync(dir_fd_);
     ++written_;
+    if (identity_failed) ++unidentified_;
     w.path = dir_ + "/" + record_name;
     if (listed_mono_ != 0) {  // else the first rotation lists them
       stored_.add_listed(dir_fd_, record_name);
@@ -382,6 +428,36 @@ JobWritten JobWriter::write(const std::string& name, const RecordText& record,
     if (rotate) this->rotate(record_name);
     return w;
   }
+}
+
+JobWriter::Own JobWriter::find_own(const std::string& base, const std::string& identity) const {
+  // One listing, every stem of the name looked at: a stem before the job's may have been freed
+  // since the job was written (rotation, a collector moving records away).
+  Own own;
+  const int list_fd = fcntl(dir_fd_, F_DUPFD_CLOEXEC, 0);
+  DIR* d = list_fd >= 0 ? fdopendir(list_fd) : nullptr;
+  if (!d) {
+    if (list_fd >= 0) close(list_fd);
+    return own;
+  }
+  rewinddir(d);  // the duplicate shares the directory's offset with every other listing
+  std::vector<std::string> candidates;
+  while (const dirent* e = readdir(d)) {
+    const std::string n = e->d_name;
+    const std::string stem = record_stem(n);
+    if (!stem.empty() && stem_of_base(stem, base)) candidates.push_back(n);
+  }
+  closedir(d);
+  std::sort(candidates.begin(), candidates.end());
+  for (const auto& n : candidates) {
+    if (!of_job(dir_fd_, n, identity)) continue;
+    if (n.ends_with(kDarshan)) {
+      own.log_stem = record_stem(n);
+    } else if (own.record.empty()) {
+      own.record = n;
+    }
+  }
+  return own;
 }
 
 }  // namespace iolens::daemon

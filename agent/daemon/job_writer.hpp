@@ -142,7 +142,11 @@ class JobWriter {
   /// Jobs whose files the filesystem refused the identity attribute (no user xattrs): a crash
   /// between their record and the next save would write them a second time.
   uint64_t unidentified() const { return unidentified_; }
-  /// Temporaries of a killed writer removed by prepare().
+  /// Removes the temporaries a killed writer left (named like a job file's temporary, regular,
+  /// and not flock'd by a writer). Call once the daemon knows it is the directory's only one
+  /// (its state and pin locks held).
+  void remove_stale_temporaries();
+  /// Temporaries removed by remove_stale_temporaries().
   uint64_t stale_temporaries_removed() const { return stale_removed_; }
   const std::string& dir() const { return dir_; }
   /// The directory's descriptor once prepare() succeeded, -1 before.
@@ -157,7 +161,6 @@ class JobWriter {
   std::atomic<uint64_t> written_ = 0, rotated_ = 0, failed_ = 0;
   std::atomic<uint64_t> darshan_written_ = 0, darshan_failed_ = 0;
   std::atomic<uint64_t> already_written_ = 0, unidentified_ = 0, stale_removed_ = 0;
-  void remove_stale_temporaries();
   /// The directory's job files as last listed (every kRelistEvery, and at the first rotation)
   /// plus those written since: the writer's thread's only.
   StoredJobs stored_;
@@ -165,6 +168,13 @@ class JobWriter {
   /// Files put there or removed by others (an administrator, a second daemon) are seen by the
   /// next listing: until then the rotation may keep or remove a little more than it should.
   static constexpr int64_t kRelistEvery = 60'000'000'000;
+  /// A job's files among the stems of `base` (base, base.1, ...), by their identity: its record
+  /// ("" if none) and the stem of its log ("" if none).
+  struct Own {
+    std::string record;
+    std::string log_stem;
+  };
+  Own find_own(const std::string& base, const std::string& identity) const;
 };
 
 }  // namespace iolens::daemon

@@ -80,7 +80,11 @@ RecordDone write_record(JobWriter& files, const RecordJob& r,
   const JobWritten w = files.write(
       job_file_name(d.id, job.start_ns),
       [&](const Sink& sink) { return exporters::write_run_json(snap, r.version, sink, edits); },
-      r.darshan ? &log : nullptr, false, std::to_string(job.start_ns) + " " + d.id, job.restored);
+      r.darshan ? &log : nullptr, false,
+      // One incarnation of one job (a cgroup made again under the same path has another id)
+      // and the kind of record: an interrupted one is never the job's final record.
+      std::to_string(job.cgroup_id) + " " + d.id + (r.interrupted ? " interrupted" : " closed"),
+      job.restored && !r.interrupted);
   d.path = w.path;
   d.already = w.already;
   d.record = w.record;

@@ -958,6 +958,31 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     }
     if (status = loader->attach_one(p.name, !opts.pin_dir.empty()); !status) return nullptr;
   }
+  if (pins.resumed) {
+    // An extra this agent does not load (disabled, refused) may still run as the earlier
+    // agent's pinned link: its pin goes, and the program with it.
+    const bool had_dio = access((opts.pin_dir + "/link_iomap_dio_complete").c_str(), F_OK) == 0;
+    bpf_program* q = nullptr;
+    bpf_object__for_each_program(q, skel->obj) {
+      const std::string name = bpf_program__name(q);
+      const std::string pin = opts.pin_dir + "/link_" + name;
+      if (kCorePrograms.count(name) || bpf_program__autoload(q) || access(pin.c_str(), F_OK) != 0)
+        continue;
+      unlink(pin.c_str());
+      spdlog::info("{}: the earlier agent's link removed (not loaded now)", name);
+    }
+    // A resumed io_uring_complete is the earlier agent's program, which counts a whole O_DIRECT
+    // request at its CQE when that agent had no iomap_dio_complete (its .rodata): kept beside
+    // this agent's choice of the other way, every retried request would be counted twice or
+    // not at all. It is attached afresh then (a moment of io_uring completions not counted).
+    const bool has_dio = bpf_program__autoload(skel->progs.iomap_dio_complete);
+    const std::string uring = opts.pin_dir + "/link_io_uring_complete";
+    if (had_dio != has_dio && access(uring.c_str(), F_OK) == 0) {
+      unlink(uring.c_str());
+      spdlog::info("io_uring_complete attached afresh: iomap_dio_complete is {} now",
+                   has_dio ? "loaded" : "not loaded");
+    }
+  }
   // Extras: attached where the kernel lets them, each failure named and counted as not attached
   // (`iolens run` prints them, iolensd reports them in status and metrics).
   {

@@ -4,6 +4,7 @@
 // in a process of its own (the environment is read once per process).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/crash_point.hpp"
@@ -28,10 +29,11 @@ TEST_F(CrashPointTest, DiesByItsOwnSigkillAtThePointAskedOnly) {
         unsetenv("IOLENS_CRASH_AFTER");
         crash_point("record_written");
         crash_point("state_renamed");
+        fprintf(stderr, "passed the others\n");  // dead before here: the wrong point
         crash_point("record_renamed");
         exit(0);  // not reached
       },
-      ::testing::KilledBySignal(SIGKILL), "");
+      ::testing::KilledBySignal(SIGKILL), "passed the others");
   EXPECT_EXIT(
       {
         unsetenv("IOLENS_CRASH_AT");
@@ -58,10 +60,11 @@ TEST_F(CrashPointTest, AfterArmsThePointOnlyOnceTheOtherHasPassed) {
         setenv("IOLENS_CRASH_AFTER", "record_renamed", 1);
         crash_point("state_written");
         crash_point("record_renamed");
+        fprintf(stderr, "armed\n");  // dead before here: too early
         crash_point("state_written");  // the save after the record: dies
         exit(0);
       },
-      ::testing::KilledBySignal(SIGKILL), "");
+      ::testing::KilledBySignal(SIGKILL), "armed");
 }
 
 TEST(CrashPoint, KnowsItsPointsOnly) {

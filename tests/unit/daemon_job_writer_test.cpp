@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -370,12 +371,25 @@ RecordText text_of(const std::string& s) {
   return [s](const Sink& sink) { return sink(s); };
 }
 
+/// Whether /tmp keeps user extended attributes (tmpfs since Linux 6.6, ext4): the identity
+/// tests need them.
+bool user_xattrs() {
+  char tmpl[] = "/tmp/iolens-xattr-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd < 0) return false;
+  const bool ok = fsetxattr(fd, "user.iolens.probe", "1", 1, 0) == 0;
+  close(fd);
+  unlink(tmpl);
+  return ok;
+}
+
 }  // namespace
 
 // A job a restarted daemon took from its saved state: its record found where an earlier daemon
 // (killed before its next save) wrote it, by identity, behind another job's files of the same
 // stem; nothing written again (docs/daemon.md#crash-points).
 TEST_F(WriterTest, AJobWrittenBeforeARestartIsFoundByItsIdentityNotWrittenTwice) {
+  if (!user_xattrs()) GTEST_SKIP() << "this filesystem keeps no user extended attributes";
   JobWriter w(dir_, 0, 0);
   const std::string log = "log";
   // Another job of that name and second first, then ours (at stem .1).
@@ -413,9 +427,28 @@ TEST_F(WriterTest, AJobWrittenBeforeARestartIsFoundByItsIdentityNotWrittenTwice)
   EXPECT_EQ(other.path, dir_ + "/20261122T031500Z_x.3.json");
 }
 
+// The job's record is looked for at every stem of its name, not only up to the first free one:
+// a stem before it may have been freed since (rotation, a collector moving records away).
+TEST_F(WriterTest, AJobWrittenBehindAStemFreedSinceIsStillFound) {
+  if (!user_xattrs()) GTEST_SKIP() << "this filesystem keeps no user extended attributes";
+  JobWriter w(dir_, 0, 0);
+  ASSERT_TRUE(w.write("20261122T031500Z_x.json", text_of("{}"), nullptr, true, "a").record.ok);
+  const JobWritten ours = w.write("20261122T031500Z_x.json", text_of("{}"), nullptr, true, "b");
+  ASSERT_EQ(ours.path, dir_ + "/20261122T031500Z_x.1.json");
+  fs::remove(dir_ + "/20261122T031500Z_x.json");  // stem 0 free again
+  JobWriter again(dir_, 0, 0);
+  ASSERT_TRUE(again.prepare().ok);
+  again.remove_stale_temporaries();  // as a start does: its listing must not hide the next one's
+  const JobWritten r = again.write("20261122T031500Z_x.json", text_of("{}"), nullptr, true, "b", true);
+  EXPECT_TRUE(r.already);
+  EXPECT_EQ(r.path, ours.path);
+  EXPECT_EQ(names(), (std::vector<std::string>{"20261122T031500Z_x.1.json"}));
+}
+
 // Killed after the job's log was renamed and before its record was: the log is kept and the
 // record written beside it, under the same stem.
 TEST_F(WriterTest, AJobsLogWithoutItsRecordGetsTheRecordBesideIt) {
+  if (!user_xattrs()) GTEST_SKIP() << "this filesystem keeps no user extended attributes";
   const std::string log = "log";
   {
     JobWriter w(dir_, 0, 0);
@@ -440,8 +473,8 @@ TEST_F(WriterTest, AJobsLogWithoutItsRecordGetsTheRecordBesideIt) {
                                                 "20261122T031500Z_x.json"}));
 }
 
-// A killed writer's temporaries go at the next start (prepare()), not one a writer holds, not
-// a file named otherwise; their count is kept.
+// A killed writer's temporaries go at the next start, not one a writer holds, not a file named
+// otherwise; their count is kept.
 TEST_F(WriterTest, AKilledWritersTemporariesAreRemovedAtStartButNotAHeldOne) {
   put(".tmp-20261122T031500Z_x.json.zst", 100, 1795317300);
   put(".tmp-20261122T031500Z_x.darshan", 100, 1795317300);
@@ -453,6 +486,8 @@ TEST_F(WriterTest, AKilledWritersTemporariesAreRemovedAtStartButNotAHeldOne) {
   ASSERT_EQ(flock(held, LOCK_EX), 0);
   JobWriter w(dir_, 0, 0);
   ASSERT_TRUE(w.prepare().ok);
+  EXPECT_EQ(w.stale_temporaries_removed(), 0u);  // not by prepare(): the daemon asks once it
+  w.remove_stale_temporaries();                    // holds its state directory
   close(held);
   EXPECT_EQ(w.stale_temporaries_removed(), 2u);
   EXPECT_EQ(names(), (std::vector<std::string>{".tmp-20261122T031500Z_y.json", ".tmp-notes.txt",
