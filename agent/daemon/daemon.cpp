@@ -318,6 +318,15 @@ class Daemon {
     std::shared_ptr<const Job> job;
   };
   std::map<uint64_t, Writing> writing_;
+  // Closed jobs in writing_ not given to the record writer yet: each waits until a save that
+  // holds it (as closing) is on disk, so that a daemon killed while its files are written finds
+  // it in the state it restarts from (and then whether they were written: JobWriter). Without
+  // this, a job that closed and was written within a save interval of the last save was in no
+  // saved state: killed then, the next daemon had neither the job nor its cgroup to find it by.
+  std::deque<RecordJob> held_;
+  uint64_t saved_serial_ = 0;  // the highest record serial a save on disk holds
+  /// Gives the record writer the held jobs a save on disk holds (all of them with `all`).
+  void release_held(bool all);
   uint64_t record_serial_ = 0;
   bool save_written_ = false;  // records written since the last save: save at the next pass
   int sigfd_ = -1;
@@ -433,6 +442,7 @@ class Daemon {
     uint64_t ring_pos = 0;           // the ring's consumer position it holds
     int64_t gathered_mono = 0;
     int64_t gather_ns = 0;           // the loop's time gathering it
+    uint64_t record_serial = 0;      // record_serial_ when gathered: jobs up to it are in it
   };
   std::optional<SaveUnderWay> save_under_way_;
   uint64_t live_taken_ = 0;  // records taken live (RemoveLive) by this daemon
@@ -1272,7 +1282,7 @@ bool Daemon::checkpoint(bool force) {
   // now (the one on disk may hold them, the next will not).
   save_under_way_ = SaveUnderWay{with_live,   pending_files_.size(),
                                  pending_others_.size(), live_taken_,
-                                 st["ring_pos"].get<uint64_t>(), t0, 0};
+                                 st["ring_pos"].get<uint64_t>(), t0, 0, record_serial_};
   if (!with_live) last_save_live_ = false;
   state_dirty_ = false;
   saver_->submit(std::move(st));
@@ -1295,9 +1305,14 @@ void Daemon::collect_saved() {
     last_save_failed_mono_ = t0;
     if (checkpoint_failures_++ % 60 == 0)
       spdlog::error("cannot save state to {}: {}", state_path(), r->error);
+    // Records are not kept waiting on a state that cannot be saved: written now, a kill before
+    // the next save may write one of them again (as before saves came first).
+    release_held(true);
     return;
   }
   ++checkpoints_;
+  saved_serial_ = std::max(saved_serial_, s.record_serial);
+  release_held(false);
   // The next save is timed from this one's gathering, and the ring's run from what it holds:
   // only once it is on disk (after a failure, the next drain tries again).
   last_checkpoint_mono_ = s.gathered_mono;
@@ -1340,6 +1355,13 @@ void Daemon::collect_saved() {
   last_save_loop_us_ = last_save_gather_us_ + last_save_collect_us_;
 }
 
+void Daemon::release_held(bool all) {
+  while (!held_.empty() && (all || held_.front().serial <= saved_serial_)) {
+    records_->submit(std::move(held_.front()));
+    held_.pop_front();
+  }
+}
+
 void Daemon::finish_save() {
   if (!save_under_way_) return;
   saver_->wait();
@@ -1366,6 +1388,12 @@ void Daemon::resume() {
     unlinkat(state_dir_fd_, kMarkerName, 0);
     return;
   }
+  // The names the previous daemon had are not in its state (its node-wide cache of them can be
+  // megabytes), whatever the state: the kernel sends each file's name again with its next new
+  // record. Without this, a file named before a restart stayed "<unknown dev:ino>" in every
+  // later job's record (what the replayed ring held aside).
+  const std::size_t renamed = loader_->forget_all_names();
+  restart_["names_to_send_again"] = renamed;
   nlohmann::json lost = nlohmann::json::object();
   const auto text = core::read_file_at(state_dir_fd_, kStateName);
   nlohmann::json st;
@@ -1649,7 +1677,12 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
   release_losses(*r.job);
   r.serial = ++record_serial_;
   writing_[r.serial] = Writing{std::move(line), r.job};
-  records_->submit(std::move(r));
+  if (interrupted) {  // at a stop, which removes the state: nothing to wait for
+    records_->submit(std::move(r));
+    return;
+  }
+  held_.push_back(std::move(r));
+  state_dirty_ = true;
 }
 
 void Daemon::collect_written(bool save) {
@@ -2686,6 +2719,7 @@ void Daemon::stop_clean() {
   drain();
   drain();  // the first pass may have learnt of exits; the second moves their records out
   write_closed();
+  release_held(true);  // the stop writes every closed job; the state goes below
   // Live jobs: what is held so far, marked as cut short by the stop.
   std::vector<std::string> live;
   for (const auto& [id, job] : table_->jobs()) live.push_back(id);
@@ -2746,7 +2780,7 @@ int Daemon::run() {
     collect_saved();
     // No live record is taken until a save holds their counts: one that was due while another
     // save was under way is started as soon as that one is done, not at the next round's end.
-    if (live_save_due_ && !save_under_way_ &&
+    if ((live_save_due_ || !held_.empty()) && !save_under_way_ &&
         clock_ns(CLOCK_MONOTONIC) - last_save_failed_mono_ >= kSaveRetryEvery)
       checkpoint(true);
     reconcile();
@@ -2765,6 +2799,7 @@ int Daemon::run() {
       if (!round_.open) drain_soon_ = false;  // asked during a round: the next sees it
       if (drain_piece(now + piece, true)) {
         if (last_drain_complete_) write_closed();
+        if (!held_.empty() && !save_under_way_) checkpoint(true);  // what they wait for
         publish_metrics();
         // What the front thread answers during a long piece of work is then at most about a
         // second older than that piece (docs/control.md#answer-times).
@@ -2816,6 +2851,7 @@ int Daemon::run() {
           end_capture_for_stop();  // a capture does not survive the hand-over
           drain();
           clear_names(0);
+          release_held(true);
           records_->wait_idle();  // the next daemon would write them a second time
           collect_written(false);
           finish_save();

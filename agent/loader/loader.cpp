@@ -959,28 +959,28 @@ std::unique_ptr<Loader> Loader::create_once(const Options& opts,
     if (status = loader->attach_one(p.name, !opts.pin_dir.empty()); !status) return nullptr;
   }
   if (pins.resumed) {
-    // An extra this agent does not load (disabled, refused) may still run as the earlier
-    // agent's pinned link: its pin goes, and the program with it.
-    const bool had_dio = access((opts.pin_dir + "/link_iomap_dio_complete").c_str(), F_OK) == 0;
+    // The earlier agent's optional programs are kept through their pinned links only while
+    // this agent loads the same ones. They share state that is not pinned (the in-flight maps
+    // of O_DIRECT, io_uring and block requests, made anew by each agent) and settings in their
+    // .rodata (io_uring_complete counts a whole O_DIRECT request at its CQE when iomap_dio_complete
+    // is not loaded): an old begin beside a new completion never meets, an old CQE program beside
+    // a new completion program counts twice. So when the set differs, every optional program is
+    // attached afresh (their pins removed: the earlier agent's programs detach), a moment of
+    // their events not counted; a disabled one stops running.
+    std::vector<std::string> pinned_extras, changed;
     bpf_program* q = nullptr;
     bpf_object__for_each_program(q, skel->obj) {
       const std::string name = bpf_program__name(q);
-      const std::string pin = opts.pin_dir + "/link_" + name;
-      if (kCorePrograms.count(name) || bpf_program__autoload(q) || access(pin.c_str(), F_OK) != 0)
-        continue;
-      unlink(pin.c_str());
-      spdlog::info("{}: the earlier agent's link removed (not loaded now)", name);
+      if (kCorePrograms.count(name)) continue;
+      const bool pinned = access((opts.pin_dir + "/link_" + name).c_str(), F_OK) == 0;
+      if (pinned) pinned_extras.push_back(name);
+      if (pinned != bpf_program__autoload(q))
+        changed.push_back(name + (pinned ? " (not loaded now)" : " (loaded now)"));
     }
-    // A resumed io_uring_complete is the earlier agent's program, which counts a whole O_DIRECT
-    // request at its CQE when that agent had no iomap_dio_complete (its .rodata): kept beside
-    // this agent's choice of the other way, every retried request would be counted twice or
-    // not at all. It is attached afresh then (a moment of io_uring completions not counted).
-    const bool has_dio = bpf_program__autoload(skel->progs.iomap_dio_complete);
-    const std::string uring = opts.pin_dir + "/link_io_uring_complete";
-    if (had_dio != has_dio && access(uring.c_str(), F_OK) == 0) {
-      unlink(uring.c_str());
-      spdlog::info("io_uring_complete attached afresh: iomap_dio_complete is {} now",
-                   has_dio ? "loaded" : "not loaded");
+    if (!changed.empty()) {
+      for (const auto& name : pinned_extras) unlink((opts.pin_dir + "/link_" + name).c_str());
+      spdlog::info("optional programs attached afresh, the set changed since the earlier agent: {}",
+                   fmt::join(changed, ", "));
     }
   }
   // Extras: attached where the kernel lets them, each failure named and counted as not attached
@@ -1757,6 +1757,46 @@ static_assert(sizeof(Loader::NameId) == sizeof(iolens_name_id) &&
 
 bool Loader::forgets_by_program() const {
   return forget_run_ok_ && bpf_program__autoload(impl_->skel->progs.forget_names);
+}
+
+std::size_t Loader::forget_all_names() {
+  struct SeenKey {  // as in forget_names
+    uint64_t ino;
+    uint32_t dev, pad;
+  };
+  struct SeenFile {
+    uint32_t gen, named;
+  };
+  const int fd = bpf_map__fd(impl_->skel->maps.seen_files);
+  std::vector<SeenKey> keys, named_keys;
+  std::vector<SeenFile> values, named_values;
+  const BatchWalk r = walk_batches(fd, keys, values, [&](std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!values[i].named) continue;
+      named_keys.push_back(keys[i]);
+      named_values.push_back({values[i].gen, 0});
+    }
+  });
+  if (r == BatchWalk::Unsupported) {
+    // One entry at a time (a kernel without batch reads of this map type).
+    SeenKey k{}, next{};
+    const SeenKey* at = nullptr;
+    while (bpf_map_get_next_key(fd, at, &next) == 0) {
+      SeenFile v{};
+      if (bpf_map_lookup_elem(fd, &next, &v) == 0 && v.named) {
+        named_keys.push_back(next);
+        named_values.push_back({v.gen, 0});
+      }
+      k = next;
+      at = &k;
+    }
+  }
+  // Cleared, not deleted (a path-based stat still finds the generation here); an entry the
+  // kernel evicted meanwhile is not made again.
+  std::size_t cleared = 0;
+  for (std::size_t i = 0; i < named_keys.size(); ++i)
+    cleared += bpf_map_update_elem(fd, &named_keys[i], &named_values[i], BPF_EXIST) == 0;
+  return cleared;
 }
 
 void Loader::forget_names(std::span<const NameId> ids, bool by_program) {

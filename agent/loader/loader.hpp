@@ -237,6 +237,11 @@ class Loader {
   /// `by_program` false (tests), by a lookup and an update a name. The caller bounds how many
   /// at a time.
   void forget_names(std::span<const NameId> ids, bool by_program = true);
+  /// Has the kernel send every file's name again with its next new record: clears the `named`
+  /// mark of every file in seen_files. For a daemon that continues an earlier one's kernel
+  /// state, whose names it did not inherit (the node-wide name cache is not saved). Returns the
+  /// marks cleared.
+  std::size_t forget_all_names();
   /// Whether forget_names still runs the program (false once the kernel refused it).
   bool forgets_by_program() const;
   /// Names forget_names was asked to clear by the program and cleared by hand (the program
