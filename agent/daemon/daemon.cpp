@@ -325,6 +325,8 @@ class Daemon {
   // saved state: killed then, the next daemon had neither the job nor its cgroup to find it by.
   std::deque<RecordJob> held_;
   uint64_t saved_serial_ = 0;  // the highest record serial a save on disk holds
+  uint64_t held_released_unsaved_ = 0;  // times held jobs went without their save (it hung)
+  static constexpr int64_t kHeldSaveWait = 30'000'000'000;
   /// Gives the record writer the held jobs a save on disk holds (all of them with `all`).
   void release_held(bool all);
   uint64_t record_serial_ = 0;
@@ -1677,7 +1679,13 @@ void Daemon::submit_record(const std::string& id, nlohmann::json overrides, bool
   release_losses(*r.job);
   r.serial = ++record_serial_;
   writing_[r.serial] = Writing{std::move(line), r.job};
-  if (interrupted) {  // at a stop, which removes the state: nothing to wait for
+  // Not held: at a stop, which removes the state (nothing to wait for); and while its id is
+  // live again or another job of its id waits to be written, as a save keeps one job an id
+  // (JobTable::load), so no save would hold it.
+  bool shadowed = table_->find(id) != nullptr;
+  for (const auto& [serial, w] : writing_)
+    shadowed = shadowed || (serial != r.serial && w.job && w.job->identity.id == id);
+  if (interrupted || shadowed) {
     records_->submit(std::move(r));
     return;
   }
@@ -1939,7 +1947,8 @@ nlohmann::json Daemon::status_json() {
                 {"last_pieces", last_round_pieces_},
                 {"last_longest_piece_us", last_round_longest_piece_ns_ / 1000}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
-                 {"writing", writing_.size()}, {"compression", cfg_.record_compression},
+                 {"writing", writing_.size()}, {"waiting_for_save", held_.size()},
+                 {"compression", cfg_.record_compression},
                  {"rotated", writer_->rotated()}, {"failed", writer_->failed()},
                  {"already_written", writer_->already_written()},
                  {"unidentified", writer_->unidentified()},
@@ -2778,6 +2787,15 @@ int Daemon::run() {
     loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); }, events_until);
     clear_names(events_until);
     collect_saved();
+    // A save that does not end (a state directory on a mount whose server does not answer)
+    // must not keep records from being written: after kHeldSaveWait they go without it.
+    if (!held_.empty() && save_under_way_ &&
+        clock_ns(CLOCK_MONOTONIC) - save_under_way_->gathered_mono >= kHeldSaveWait) {
+      if (held_released_unsaved_++ == 0)
+        spdlog::warn("a state save has been under way for {} s: closed jobs are written without "
+                     "waiting for it", kHeldSaveWait / 1000000000);
+      release_held(true);
+    }
     // No live record is taken until a save holds their counts: one that was due while another
     // save was under way is started as soon as that one is done, not at the next round's end.
     if ((live_save_due_ || !held_.empty()) && !save_under_way_ &&
@@ -2799,7 +2817,9 @@ int Daemon::run() {
       if (!round_.open) drain_soon_ = false;  // asked during a round: the next sees it
       if (drain_piece(now + piece, true)) {
         if (last_drain_complete_) write_closed();
-        if (!held_.empty() && !save_under_way_) checkpoint(true);  // what they wait for
+        if (!held_.empty() && !save_under_way_ &&  // what they wait for
+            clock_ns(CLOCK_MONOTONIC) - last_save_failed_mono_ >= kSaveRetryEvery)
+          checkpoint(true);
         publish_metrics();
         // What the front thread answers during a long piece of work is then at most about a
         // second older than that piece (docs/control.md#answer-times).

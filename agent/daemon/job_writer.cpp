@@ -237,6 +237,8 @@ RotationResult StoredJobs::rotate(int dir_fd, uint64_t max_bytes, uint64_t max_a
       } else if (errno != ENOENT) {
         ++f;  // kept, and tried again at the next rotation
         continue;
+      } else {
+        ++r.gone;
       }
       // removed, or gone already (by someone else since it was listed)
       job.size -= f->second;
@@ -327,8 +329,12 @@ void JobWriter::rotate(const std::string& keep) {
     if (!stored_.list(dir_fd_)) return;
     listed_mono_ = mono;
   }
-  rotated_ += stored_.rotate(dir_fd_, max_bytes_, max_age_s_, core::clock_ns(CLOCK_REALTIME) / 1000000000LL, keep)
-                  .removed_jobs;
+  const RotationResult r =
+      stored_.rotate(dir_fd_, max_bytes_, max_age_s_, core::clock_ns(CLOCK_REALTIME) / 1000000000LL, keep);
+  rotated_ += r.removed_jobs;
+  // Someone else removes files here (a collector shipping records away): what the index still
+  // counts of theirs made this rotation take more than it should; listed afresh next time.
+  if (r.gone) listed_mono_ = 0;
 }
 
 JobWritten JobWriter::write(const std::string& name, const RecordText& record,

@@ -27,6 +27,7 @@ struct RotationResult {
   std::vector<std::string> removed;  // file names removed
   uint64_t removed_jobs = 0;         // jobs whose files were removed (a record and its log: one)
   uint64_t kept_bytes = 0;
+  uint64_t gone = 0;  // files found gone already (removed by someone else since the listing)
 };
 
 /// The job files of an output directory, by stem, oldest written first: what rotation needs,

@@ -33,13 +33,9 @@ bool MountTableWatch::changed() {
   if (fd_ < 0) return true;
   pollfd p{fd_, POLLPRI, 0};
   const bool flagged = poll(&p, 1, 0) > 0 && (p.revents & (POLLPRI | POLLERR)) != 0;
+  // The poll itself clears the kernel's flag (it notes the namespace's event count it saw).
   if (!flagged && !first_) return false;
   first_ = false;
-  // Reading the file through the descriptor is what clears the kernel's flag.
-  char buf[16384];
-  if (lseek(fd_, 0, SEEK_SET) != 0) return true;
-  while (read(fd_, buf, sizeof buf) > 0) {
-  }
   return true;
 }
 
@@ -154,6 +150,7 @@ void RecordWriter::run() {
   // The daemon's live pages and captures take the mount table from here: read first, off the
   // loop and unlocked (a blocked statfs() holds only this thread).
   mounts_watch_.changed();  // read now: the first record reuses it unless a mount came since
+  mounts_read_ns_ = core::clock_ns(CLOCK_MONOTONIC);
   mounts_ = exporters::read_mounts("/proc/self/mounts");
   mounts_alignment_ = std::make_shared<const std::vector<core::AlignmentMount>>(
       exporters::alignment_table(mounts_));
@@ -216,7 +213,12 @@ void RecordWriter::run() {
     lock.unlock();
     RecordDone d;
     try {
-      if (mounts_watch_.changed() || !mounts_alignment_) {
+      // Read again when a mount came or went, and at least once a minute: a mount point whose
+      // statfs() failed or timed out (a server that did not answer) got the fallback
+      // alignment, which must not stay until some unrelated mount happens.
+      const int64_t now = core::clock_ns(CLOCK_MONOTONIC);
+      if (mounts_watch_.changed() || !mounts_alignment_ || now - mounts_read_ns_ >= kMountsReadEvery) {
+        mounts_read_ns_ = now;
         mounts_ = exporters::read_mounts("/proc/self/mounts");
         mounts_alignment_ = std::make_shared<const std::vector<core::AlignmentMount>>(
             exporters::alignment_table(mounts_));

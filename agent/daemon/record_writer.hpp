@@ -62,7 +62,7 @@ RecordDone write_record(JobWriter& files, const RecordJob& r,
 
 /// Whether the mount table changed since the last call that said so (or since the first
 /// call): poll(2) of /proc/self/mounts, which the kernel flags at every mount, unmount or
-/// remount in the namespace. True when it cannot tell.
+/// remount in the namespace (and clears when a poll sees it). True when it cannot tell.
 class MountTableWatch {
  public:
   MountTableWatch();
@@ -137,6 +137,8 @@ class RecordWriter {
   MountTableWatch mounts_watch_;
   std::vector<std::pair<std::string, std::string>> mounts_;
   std::shared_ptr<const std::vector<core::AlignmentMount>> mounts_alignment_;
+  int64_t mounts_read_ns_ = 0;  // CLOCK_MONOTONIC of that read
+  static constexpr int64_t kMountsReadEvery = 60'000'000'000;
   bool stopping_ = false;
   std::thread thread_;  // last: started once everything above is
 };

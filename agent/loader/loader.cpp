@@ -1768,14 +1768,12 @@ std::size_t Loader::forget_all_names() {
     uint32_t gen, named;
   };
   const int fd = bpf_map__fd(impl_->skel->maps.seen_files);
-  std::vector<SeenKey> keys, named_keys;
-  std::vector<SeenFile> values, named_values;
+  std::vector<SeenKey> keys;
+  std::vector<SeenFile> values;
+  std::vector<NameId> named;
   const BatchWalk r = walk_batches(fd, keys, values, [&](std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      if (!values[i].named) continue;
-      named_keys.push_back(keys[i]);
-      named_values.push_back({values[i].gen, 0});
-    }
+    for (std::size_t i = 0; i < n; ++i)
+      if (values[i].named) named.push_back({keys[i].ino, keys[i].dev, values[i].gen});
   });
   if (r == BatchWalk::Unsupported) {
     // One entry at a time (a kernel without batch reads of this map type).
@@ -1783,20 +1781,15 @@ std::size_t Loader::forget_all_names() {
     const SeenKey* at = nullptr;
     while (bpf_map_get_next_key(fd, at, &next) == 0) {
       SeenFile v{};
-      if (bpf_map_lookup_elem(fd, &next, &v) == 0 && v.named) {
-        named_keys.push_back(next);
-        named_values.push_back({v.gen, 0});
-      }
+      if (bpf_map_lookup_elem(fd, &next, &v) == 0 && v.named) named.push_back({next.ino, next.dev, v.gen});
       k = next;
       at = &k;
     }
   }
-  // Cleared, not deleted (a path-based stat still finds the generation here); an entry the
-  // kernel evicted meanwhile is not made again.
-  std::size_t cleared = 0;
-  for (std::size_t i = 0; i < named_keys.size(); ++i)
-    cleared += bpf_map_update_elem(fd, &named_keys[i], &named_values[i], BPF_EXIST) == 0;
-  return cleared;
+  // As folded names are forgotten: in place, by the program where it runs (4,096 a call), and
+  // only for the generation read (an inode reused meanwhile keeps its new entry).
+  forget_names(named);
+  return named.size();
 }
 
 void Loader::forget_names(std::span<const NameId> ids, bool by_program) {

@@ -1,22 +1,22 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""e2e: thousands of short jobs in a row: each recorded exactly, and iolensd's descriptors and
-memory do not grow with them.
+"""e2e: thousands of short jobs in a row: each recorded exactly, and iolensd's descriptors do
+not grow with them, nor its memory past a slack.
 
-A cgroup rule P/mj/*, `metrics.max_jobs: 100` (default grace_period, 120 s, longer than the
-test). ROUNDS rounds of PER_ROUND jobs, one after the other: `job_workload burst` makes the job's
+A cgroup rule P/mj/*, `metrics.max_jobs: 100`, `grace_period: 1h` (no ended job's series
+expire during the test: every one past the 100 newest is evicted). ROUNDS rounds of PER_ROUND jobs, one after the other: `job_workload burst` makes the job's
 cgroup, moves itself in, writes W bytes to one file (W different per job) and exits; the test
 removes the cgroup. After each round the test waits until every job of the round has its record.
 
 Checks:
   - every job has exactly one record, closed, whose one file has exactly the workload's own
     opens, writes, bytes and closes (its manifest), and whose lost counts are zero;
-  - iolensd's open descriptors after the last round equal those after the first (nothing leaks
-    per job), and its resident memory grew by less than RSS_SLACK_KIB between them (ended
+  - iolensd's open descriptors after the last round are those after the first, give or take
+    FD_SLACK open for a moment (nothing leaks per job), and its resident memory grew by less than RSS_SLACK_KIB between them (ended
     jobs' metrics, which held ~8 KiB a job for the grace period, are kept for at most
     metrics.max_jobs jobs);
   - status: jobs.closed = the jobs, metrics.jobs_retained = 100, metrics.jobs_evicted = the
-    jobs - 100 (every job ended within the grace period), and /metrics says the same
+    jobs - 100, and /metrics says the same
     (iolens_metrics_ended_jobs_evicted_total);
   - the node's lost counts stay zero.
 The daemon's CPU per job is logged (bench/README.md "Thousands of short jobs" has the figures).
@@ -36,7 +36,8 @@ import e2e_common as E  # noqa: E402
 ROUNDS = 3
 PER_ROUND = 500
 MAX_JOBS = 100
-RSS_SLACK_KIB = 16 * 1024
+RSS_SLACK_KIB = 32 * 1024
+FD_SLACK = 3
 
 
 def scrape(ck, d, name):
@@ -59,7 +60,8 @@ def main():
     cg = D.Cgroups()
     work = D.tempdir("mj-work")
     d = D.Daemon(args.iolensd, '  - cgroup: {paths: ["%s/mj/*"]}' % cg.prefix, tag="mj",
-                 extra_config='metrics:\n  listen: "127.0.0.1:0"\n  max_jobs: %d\n' % MAX_JOBS)
+                 extra_config='grace_period: 1h\nmetrics:\n  listen: "127.0.0.1:0"\n'
+                              '  max_jobs: %d\n' % MAX_JOBS)
     d.start(ck)
     cg.mkdir("mj")
     pid = d.proc.pid
@@ -114,7 +116,11 @@ def main():
         ck.eq("records of other jobs", [], sorted(set(by_job) - set(jobs)))
 
         (fds1, rss1), (fdsN, rssN) = seen[0], seen[-1]
-        ck.eq("iolensd's descriptors after the last round (as after the first)", fds1, fdsN)
+        # A few are open only for a moment (a record's or the state's temporary, a scrape's
+        # connection): a leak would be one or more a job, a thousand here.
+        ck.check(fdsN <= fds1 + FD_SLACK,
+                 "iolensd's descriptors grew from %d after the first round to %d after the last "
+                 "(%d jobs between; slack %d)" % (fds1, fdsN, (ROUNDS - 1) * PER_ROUND, FD_SLACK))
         ck.check(rssN - rss1 < RSS_SLACK_KIB,
                  "iolensd's RSS grew by %d KiB over %d jobs (rounds 2..%d), limit %d KiB" %
                  (rssN - rss1, (ROUNDS - 1) * PER_ROUND, ROUNDS, RSS_SLACK_KIB))
@@ -124,8 +130,6 @@ def main():
         ck.eq("status jobs.closed", total, st["jobs"].get("closed"))
         ck.eq("status metrics.jobs_retained", MAX_JOBS, st["metrics"].get("jobs_retained"))
         ck.eq("status metrics.jobs_evicted", total - MAX_JOBS, st["metrics"].get("jobs_evicted"))
-        ck.check(time.monotonic() - t0 < 110, "the test took over the grace period: the evicted "
-                 "count above assumes none expired")
         got = None
         deadline = time.monotonic() + 5  # the page is rebuilt at most once a second
         while time.monotonic() < deadline:

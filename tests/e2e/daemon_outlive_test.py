@@ -15,12 +15,14 @@ Checks, against the bytes the script wrote:
     (it is reported alive when its job ended);
   - `d`, written after a's record, is in no record: b's record holds no process and no file
     (the child never was b's);
-  - the node's lost.unattributed_records grows after a's record (the child's records belong to
-    no job then: kept 3 s in case its mark is behind in the ring, then discarded, counted).
+  - the node's lost.unattributed_records grows with d's record once the child wrote it (its
+    records belong to no job then: kept 3 s in case its mark is behind in the ring, then
+    discarded, counted; the count is taken after b's and c's went that way).
 """
 import os
 import subprocess
 import sys
+import time
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
@@ -70,6 +72,10 @@ def main():
         D.wait_or_fail(ck, "a's cgroup empty", lambda: not cg.procs("ol/a"), 10)
         cg.rmdir("ol/a")
         doc = d.wait_record(ck, ja, timeout=20)
+        # The child's live records of b and c have no job now: discarded (and counted) 3 s after
+        # the daemon first finds them so; only then is the count taken, so that what grows
+        # after it is d's.
+        time.sleep(4.0)
         before = d.status()["lost"].get("unattributed_records", 0)
         os.write(w, b"g")
         os.close(w)
