@@ -409,6 +409,11 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
                    "within it than metrics.max_jobs.",
                    MetricType::Counter),
           {}, d(h.ended_jobs_evicted));
+  counter(b.family("iolens_wall_clock_steps_total",
+                   "Steps of the wall clock (settimeofday, an NTP step) since the daemon started: "
+                   "wall times are by the clock after each, the durations by the monotonic clock.",
+                   MetricType::Counter),
+          {}, d(h.wall_clock_steps));
   gauge(b.family("iolens_memory_bound_bytes",
                  "limits.memory: the bound on iolensd's RSS the record limits are derived from.",
                  MetricType::Gauge),

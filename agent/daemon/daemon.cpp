@@ -36,6 +36,7 @@
 #include "core/clock.hpp"
 #include "core/private_dir.hpp"
 #include "core/units.hpp"
+#include "core/wall_clock.hpp"
 #include "core/zstd_stream.hpp"
 #include "daemon/answer_board.hpp"
 #include "daemon/capture.hpp"
@@ -237,6 +238,12 @@ class Daemon {
   /// lost.before_hooks, and `syscall_hooks` when a process of the job was selected while the
   /// on-demand hooks were detached (docs/daemon.md#cost).
   void annotate_hooks(const Job& job, nlohmann::json& record) const;
+  /// `wall_clock_steps` when the wall clock was stepped while the job was live.
+  void annotate_clock(const Job& job, nlohmann::json& record) const;
+  /// Follows the wall clock (core/wall_clock.hpp): once a pass, before anything is converted.
+  void follow_wall_clock();
+  /// Moves every wall time the daemon holds by a step of the wall clock.
+  void rebase_wall(int64_t delta_ns);
   void resume();
   /// A resumed daemon, once the initial scan has selected the watched cgroups: reads the ring,
   /// then marks (report-all scan) every traced process, so those the saved state lacks join
@@ -336,7 +343,8 @@ class Daemon {
   int state_dir_fd_ = -1;  // the checked state directory: its files are opened through it
   int64_t start_mono_ = 0;
   int64_t start_wall_ = 0;
-  int64_t mono_to_wall_ = 0;
+  int64_t mono_to_wall_ = 0;  // follows the wall clock's steps (wall_steps_)
+  core::WallClockSteps wall_steps_{0};
   bool scan_needed_ = false;
   bool drain_soon_ = false;
   int64_t last_drain_ = 0;
@@ -742,8 +750,9 @@ bool Daemon::setup() {
                  cfg_.limits.kernel_file_records, prealloc_why);
 
   start_mono_ = clock_ns(CLOCK_MONOTONIC);
-  start_wall_ = clock_ns(CLOCK_REALTIME);
-  mono_to_wall_ = start_wall_ - start_mono_;
+  mono_to_wall_ = core::mono_to_wall_now();
+  start_wall_ = start_mono_ + mono_to_wall_;
+  wall_steps_ = core::WallClockSteps(mono_to_wall_);
   if (!setup_runs()) return false;
   new_table();
   resume();
@@ -1420,7 +1429,18 @@ void Daemon::resume() {
       // times they were detached): attached now, a window the save left open ends now (when
       // the dead daemon attached them is unknown: the later end); detached now while the save
       // had them attached, they count as detached from the save on.
-      const int64_t saved_mono = st["saved_wall_ns"].get<int64_t>() - mono_to_wall_;
+      // By the saving daemon's clock: the table holds its offset, and its jobs' wall times by
+      // it. A step of the wall clock since (while no daemon ran) moves them as a live daemon
+      // would have, counted as seen at the save.
+      const int64_t saved_mono =
+          st["saved_wall_ns"].get<int64_t>() - table_->clock().mono_to_wall_ns;
+      wall_steps_ = core::WallClockSteps(table_->clock().mono_to_wall_ns);
+      if (const auto step = wall_steps_.observe(mono_to_wall_, std::max<int64_t>(saved_mono, 0))) {
+        table_->rebase_wall(*step);
+        restart_["wall_clock_stepped_ns"] = *step;
+        spdlog::warn("the wall clock was stepped by {:+.3f} s since the saved state: the resumed "
+                     "jobs' wall times are moved with it", static_cast<double>(*step) / 1e9);
+      }
       if (loader_->syscall_hooks()) {
         // Attached from the dead daemon's link pins: bpffs stamped the pin when it attached
         // them, so a window the save left open ends then, not now (a job started after that
@@ -1594,6 +1614,45 @@ void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
     for (auto l = it->begin(); l != it->end(); ++l) record["lost"]["restart_" + l.key()] = l.value();
 }
 
+void Daemon::annotate_clock(const Job& job, nlohmann::json& record) const {
+  // The job's window in monotonic time (its wall times are by the clock now in force).
+  const int64_t from = job.start_ns == 0 ? 0 : job.start_ns - mono_to_wall_;
+  const std::optional<int64_t> to =
+      job.end_ns ? std::optional<int64_t>(*job.end_ns - mono_to_wall_) : std::nullopt;
+  const auto steps = wall_steps_.between(from, to);
+  if (steps.empty()) return;
+  nlohmann::json& out = record["wall_clock_steps"] = nlohmann::json::array();
+  for (const auto& st : steps)
+    out.push_back({{"seen_ns", st.at_mono + mono_to_wall_}, {"step_ns", st.delta_ns}});
+}
+
+void Daemon::follow_wall_clock() {
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  const auto step = wall_steps_.observe(core::mono_to_wall_now(), now);
+  if (!step) return;
+  rebase_wall(*step);
+  spdlog::warn("the wall clock was stepped by {:+.3f} s: wall times in records and metrics are "
+               "by the new clock from now on, for jobs already live too ({} step(s) since start)",
+               static_cast<double>(*step) / 1e9, wall_steps_.steps());
+}
+
+void Daemon::rebase_wall(int64_t delta_ns) {
+  mono_to_wall_ += delta_ns;
+  start_wall_ += delta_ns;
+  table_->rebase_wall(delta_ns);
+  for (TraceGap& g : trace_gaps_) {
+    g.from_wall += delta_ns;
+    if (g.to_wall != 0) g.to_wall += delta_ns;
+  }
+  const double d = static_cast<double>(delta_ns) / 1e9;
+  for (Retained& r : retained_) {
+    r.metrics.start_s += d;
+    if (r.metrics.end_s) *r.metrics.end_s += d;
+  }
+  // The page of an ended job's series says when it ended: published anew at once.
+  last_publish_mono_ = -1;
+}
+
 void Daemon::annotate_hooks(const Job& job, nlohmann::json& record) const {
   record["lost"]["before_hooks"] = job.unhooked_since ? 1 : 0;
   if (!job.unhooked_since) return;
@@ -1652,6 +1711,7 @@ void Daemon::write_closed() {
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(*job);
     annotate_restart(*job, overrides);
     annotate_hooks(*job, overrides);
+    annotate_clock(*job, overrides);
     submit_record(id, std::move(overrides), false);
     found_at_start_.erase(id);  // a later job of that id starts after this daemon
     job_loss_base_.erase(id);
@@ -1799,6 +1859,7 @@ core::DaemonHealth Daemon::health() {
   h.memory_bound_bytes = memory_bound_;
   h.resident_bytes = resident_bytes();
   h.jobs_before_hooks = table_->jobs_unhooked();
+  h.wall_clock_steps = wall_steps_.steps();
   h.snapshot_duration_s = last_snapshot_s_;
   return h;
 }
@@ -1959,6 +2020,13 @@ nlohmann::json Daemon::status_json() {
   const auto& pins = loader_->pin_state();
   j["restart"] = restart_;
   j["restart"]["note"] = pins.discarded;
+  j["wall_clock"] = {{"mono_to_wall_ns", mono_to_wall_},
+                     {"steps", wall_steps_.steps()},
+                     {"stepped_ns", wall_steps_.stepped_ns()}};
+  if (!wall_steps_.kept().empty())
+    j["wall_clock"]["last_step"] = {
+        {"seen_ns", wall_steps_.kept().back().at_mono + mono_to_wall_},
+        {"step_ns", wall_steps_.kept().back().delta_ns}};
   j["state"] = {{"path", state_path()}, {"saves", checkpoints_}, {"failures", checkpoint_failures_},
                 {"last_us", last_checkpoint_us_}, {"last_in_loop_us", last_save_loop_us_},
                 {"last_gather_us", last_save_gather_us_},
@@ -2583,6 +2651,7 @@ nlohmann::json Daemon::live_job_page(const Job& job, const PageRequest& r) {
   members["lost"]["untraced_cgroups"] = untraced_cgroups_of(job);
   annotate_restart(job, members);
   annotate_hooks(job, members);
+  annotate_clock(job, members);
   // The one held goes first (freed on the writer's thread meanwhile): a big job's snapshot is
   // hundreds of MB, and two are never held at once.
   dispose_pages(live_pages_.release());
@@ -2739,6 +2808,7 @@ void Daemon::stop_clean() {
     overrides["lost"]["untraced_cgroups"] = untraced_cgroups_of(job);
     annotate_restart(job, overrides);
     annotate_hooks(job, overrides);
+    annotate_clock(job, overrides);
     submit_record(id, std::move(overrides), true);
   }
   records_->wait_idle();
@@ -2771,6 +2841,7 @@ int Daemon::run() {
   const int64_t interval = static_cast<int64_t>(cfg_.drain_interval_ms) * 1000000LL;
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
   for (;;) {
+    follow_wall_clock();
     if (scan_needed_) {
       scan_needed_ = false;
       // The hooks first, if a job is live: a task the scan marks is then counted from its mark

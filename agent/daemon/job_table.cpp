@@ -97,6 +97,14 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit, std::size_t byte_lim
 
 core::ClockBase JobTable::clock() const { return core::ClockBase{0, mono_to_wall_}; }
 
+void JobTable::rebase_wall(int64_t delta_ns) {
+  mono_to_wall_ += delta_ns;
+  for (auto& [id, job] : jobs_) {
+    if (job->start_ns != 0) job->start_ns += delta_ns;  // 0: not known yet
+    if (job->end_ns) *job->end_ns += delta_ns;
+  }
+}
+
 bool JobTable::parent_excluded(const std::string& path) const {
   if (path == "/") return false;
   const std::string parent = parent_of(path);

@@ -250,6 +250,10 @@ class JobTable {
   /// the table is then unchanged.
   bool load(const nlohmann::json& saved, std::string& error);
   core::ClockBase clock() const;
+  /// The wall clock was stepped by `delta_ns` (core/wall_clock.hpp): the offset and every wall
+  /// time the table holds (jobs' start and end) move with it, so that a record says when things
+  /// happened by the clock as it is now set, with the durations the monotonic clock measured.
+  void rebase_wall(int64_t delta_ns);
   /// What a record of one of its jobs needs of the table (job_record.hpp).
   RecordBasis record_basis() const;
 

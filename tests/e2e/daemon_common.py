@@ -877,6 +877,21 @@ def read_rss_kib(pid):
     return rss, hwm
 
 
+def node_metric(ck, d, name):
+    """The value of the daemon's own series `name` on its /metrics (one series: its labels, if
+    any, are the node's); None if it has none."""
+    port = (d.status().get("metrics") or {}).get("ports", [None])[0]
+    if not port:
+        ck.fail("status has no metrics port")
+        return None
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            m = re.match(r"^%s(\{[^}]*\})? (\S+)$" % re.escape(name), line)
+            if m:
+                return float(m.group(2))
+    return None
+
+
 def metric(ck, d, name, labels):
     """The value of the first series `name` on the daemon's /metrics whose labels include
     `labels`; None if there is none."""

@@ -23,11 +23,9 @@ The daemon's CPU per job is logged (bench/README.md "Thousands of short jobs" ha
 """
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-import urllib.request
 
 sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
@@ -38,19 +36,6 @@ PER_ROUND = 500
 MAX_JOBS = 100
 RSS_SLACK_KIB = 32 * 1024
 FD_SLACK = 3
-
-
-def scrape(ck, d, name):
-    port = (d.status().get("metrics") or {}).get("ports", [None])[0]
-    if not port:
-        ck.fail("status has no metrics port")
-        return None
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            m = re.match(r"^%s(\{[^}]*\})? (\S+)$" % re.escape(name), line)
-            if m:  # the daemon's own series: one (its labels, if any, are the node's)
-                return float(m.group(2))
-    return None
 
 
 def main():
@@ -133,7 +118,7 @@ def main():
         got = None
         deadline = time.monotonic() + 5  # the page is rebuilt at most once a second
         while time.monotonic() < deadline:
-            got = scrape(ck, d, "iolens_metrics_ended_jobs_evicted_total")
+            got = D.node_metric(ck, d, "iolens_metrics_ended_jobs_evicted_total")
             if got == total - MAX_JOBS:
                 break
             time.sleep(0.2)

@@ -1079,3 +1079,30 @@ TEST_F(JobTableTest, AJobSelectedWhileTheHooksWereDetachedSaysSo) {
   ASSERT_TRUE(v.on_mark(mark(600, 7, 650)));
   EXPECT_EQ(v.find("cgroup/dl/f")->unhooked_since, 0u);
 }
+
+TEST_F(JobTableTest, AWallClockStepMovesEveryWallTimeWithIt) {
+  // Job started at monotonic 10 under offset 1 s; the clock is set an hour forward while it
+  // runs; its cgroup goes at monotonic 60. Its record must span 50 ns on the new clock, not
+  // start on the old clock and end on the new one (an hour and 50 ns).
+  constexpr int64_t kHour = 3600LL * 1000000000LL;
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  t.on_cgroup(3, kPod, true, 10);
+  t.on_cgroup(5, kCtr, true, 20);
+  t.on_mark(mark(100, 5));
+  ASSERT_EQ(t.jobs().size(), 1u);
+  EXPECT_EQ(t.jobs().begin()->second->start_ns, 1'000'000'010);
+  t.rebase_wall(kHour);
+  EXPECT_EQ(t.clock().mono_to_wall_ns, 1'000'000'000 + kHour);
+  EXPECT_EQ(t.jobs().begin()->second->start_ns, 1'000'000'010 + kHour);
+  t.on_event(core::ExitEvent{{100, 1000}, 40, 0});
+  t.on_cgroup_removed(3, 60);
+  ASSERT_EQ(t.closing().size(), 1u);
+  // Stepped back after the end: the ended job moves too.
+  t.rebase_wall(-2 * kHour);
+  auto job = t.take(t.closing()[0]);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->start_ns, 1'000'000'010 - kHour);
+  EXPECT_EQ(job->end_ns, 1'000'000'060 - kHour);
+  EXPECT_EQ(t.clock().mono_to_wall_ns, 1'000'000'000 - kHour);
+}
