@@ -409,6 +409,11 @@ void daemon_families(Builder& b, const core::MetricsSnapshot& s, double last_scr
                    "within it than metrics.max_jobs.",
                    MetricType::Counter),
           {}, d(h.ended_jobs_evicted));
+  gauge(b.family("iolens_cgroup_filesystem_mounted",
+                 "1 while the cgroup filesystem is mounted where iolensd found it (or moved to); "
+                 "0 while it is not: jobs are then not closed for their cgroup's absence.",
+                 MetricType::Gauge),
+        {}, h.cgroup_filesystem_mounted ? 1 : 0);
   counter(b.family("iolens_wall_clock_steps_total",
                    "Steps of the wall clock (settimeofday, an NTP step) since the daemon started: "
                    "wall times are by the clock after each, the durations by the monotonic clock.",

@@ -109,6 +109,8 @@ struct DaemonHealth {
   uint64_t jobs_before_hooks = 0;
   /// Steps of the wall clock the daemon followed (core/wall_clock.hpp).
   uint64_t wall_clock_steps = 0;
+  /// Whether the cgroup filesystem is mounted where the daemon found it (or moved to).
+  bool cgroup_filesystem_mounted = true;
   uint64_t file_records = 0, records_folded_total = 0, unattributed_processes = 0;
   uint64_t processes_folded_total = 0;
   uint64_t records_written = 0, records_failed = 0;

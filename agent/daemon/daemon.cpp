@@ -10,8 +10,10 @@
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/magic.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -306,6 +308,14 @@ class Daemon {
   DaemonOptions opts_;
   jobs::Config cfg_;
   std::string mount_;
+  // The cgroup filesystem unmounted or moved under the daemon (docs/daemon.md "The cgroup
+  // filesystem remounted"): a cgroup not found at its path is then not taken for gone.
+  uint64_t mount_ino_ = 0;                 // the root cgroup's inode, as found at start
+  int64_t cgroup_root_missing_since_ = 0;  // monotonic; 0: mounted where mount_ says
+  uint64_t cgroup_root_outages_ = 0, cgroup_root_moves_ = 0;
+  /// Whether mount_ is (still) the cgroup2 root found at start; if not, the configured root is
+  /// looked for again (at another mount point, it is taken). Logs and counts outages.
+  bool cgroup_root_present();
   std::optional<jobs::Selector> sel_;
   std::unique_ptr<loader::Loader> loader_;
   // Before server_: its front thread reads the board and the held snapshot until the server is
@@ -546,6 +556,7 @@ bool Daemon::setup() {
     spdlog::error("cannot read the cgroup root {}: {}", mount_, std::strerror(errno));
     return false;
   }
+  mount_ino_ = inode_of(mount_);
   try {
     sel_.emplace(cfg_.rules);
   } catch (const std::exception& e) {
@@ -843,6 +854,45 @@ void Daemon::selection_stored(const SelectionChange& c) {
   spdlog::info("watched root {} is traced again", c.path);
 }
 
+bool Daemon::cgroup_root_present() {
+  auto is_root = [this](const std::string& path) {
+    struct statfs fs {};
+    return statfs(path.c_str(), &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC &&
+           inode_of(path) == mount_ino_;
+  };
+  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  auto back = [&](const char* how) {
+    if (cgroup_root_missing_since_ == 0) return;
+    spdlog::info("the cgroup filesystem is {} {} after {:.1f} s: jobs are checked against it "
+                 "again", how, mount_, static_cast<double>(now - cgroup_root_missing_since_) / 1e9);
+    cgroup_root_missing_since_ = 0;
+  };
+  if (is_root(mount_)) {
+    back("back at");
+    return true;
+  }
+  // Mounted again elsewhere (cgroup_root auto), or the configured mount point again.
+  if (const auto mountinfo = read_file(opts_.mountinfo_path)) {
+    const jobs::RootResult root = jobs::resolve_cgroup_root(cfg_.cgroup_root, *mountinfo);
+    if (root.error.empty() && root.path != mount_ && is_root(root.path)) {
+      spdlog::warn("the cgroup filesystem moved from {} to {}: paths are taken there from now on",
+                   mount_, root.path);
+      mount_ = root.path;
+      ++cgroup_root_moves_;
+      back("mounted at");
+      return true;
+    }
+  }
+  if (cgroup_root_missing_since_ == 0) {
+    cgroup_root_missing_since_ = now;
+    ++cgroup_root_outages_;
+    spdlog::warn("the cgroup filesystem is not mounted at {} any more: until it is back, no job "
+                 "is closed because its cgroup is not found (the kernel's removal events still "
+                 "close them) and selections wait; looked for every 2 s", mount_);
+  }
+  return false;
+}
+
 void Daemon::retry_selection() {
   log_unexcluded(clock_ns(CLOCK_MONOTONIC));  // the failures the last line did not tell
   if (!sel_retry_) return;
@@ -855,7 +905,12 @@ void Daemon::retry_selection() {
     // user must not cost a pass over every pending cgroup's path at every round).
     if (excl_full && c.action == IOLENS_CGROUP_EXCLUDE) continue;
     // Its removal event may have been dropped: a dead cgroup's entry would hold a slot forever.
+    // Not found because the cgroup filesystem is not mounted: it waits.
     if (inode_of(mount_ + (c.path == "/" ? "" : c.path)) != c.cgroup_id) {
+      if (!cgroup_root_present()) {
+        sel_retry_ = true;
+        break;
+      }
       sel_pending_.erase(c.cgroup_id);
       continue;
     }
@@ -1578,12 +1633,16 @@ void Daemon::reconcile() {
   const uint64_t dropped = loader_->stat(IOLENS_STAT_JOB_EVENTS_LOST);
   if (now - last_reconcile_ < 2'000'000'000LL && dropped == reconciled_job_events_lost_) return;
   last_reconcile_ = now;
+  // While the cgroup filesystem is not mounted, every cgroup looks gone: nothing is closed for
+  // that, and the walk below waits for it.
+  if (cgroup_root_missing_since_ != 0 && !cgroup_root_present()) return;
   std::vector<std::pair<uint64_t, std::string>> gone;
   for (const auto& [id, job] : table_->jobs()) {
     if (job->state != JobState::Live || job->cgroup_id == 0) continue;
     if (inode_of(mount_ + job->identity.job_cgroup) != job->cgroup_id)
       gone.emplace_back(job->cgroup_id, id);
   }
+  if (!gone.empty() && !cgroup_root_present()) return;
   for (const auto& [cgid, id] : gone) {
     spdlog::warn("job {}: its cgroup is gone but no removal event arrived ({} job events "
                  "dropped): closing it now", id, dropped);
@@ -1860,6 +1919,7 @@ core::DaemonHealth Daemon::health() {
   h.resident_bytes = resident_bytes();
   h.jobs_before_hooks = table_->jobs_unhooked();
   h.wall_clock_steps = wall_steps_.steps();
+  h.cgroup_filesystem_mounted = cgroup_root_missing_since_ == 0;
   h.snapshot_duration_s = last_snapshot_s_;
   return h;
 }
@@ -1952,6 +2012,14 @@ nlohmann::json Daemon::status_json() {
   j["pid"] = getpid();
   j["uptime_s"] = static_cast<double>(clock_ns(CLOCK_MONOTONIC) - start_mono_) / 1e9;
   j["cgroup_root"] = mount_;
+  j["cgroup_filesystem"] = {
+      {"mounted", cgroup_root_missing_since_ == 0},
+      {"missing_s", cgroup_root_missing_since_ == 0
+                        ? 0.0
+                        : static_cast<double>(clock_ns(CLOCK_MONOTONIC) -
+                                              cgroup_root_missing_since_) / 1e9},
+      {"outages", cgroup_root_outages_},
+      {"moves", cgroup_root_moves_}};
   j["watch_roots"] = sel_->watch_roots();
   j["syscall_hooks"] = loader_->syscall_hooks() ? "attached" : "detached";
   j["syscall_hooks_mode"] = opts_.syscall_hooks;

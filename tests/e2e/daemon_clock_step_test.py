@@ -41,19 +41,6 @@ HOUR = 3600 * 10**9
 SLACK = 50 * 10**6       # the daemon's and the test's readings of the offset, and their lag
 STEP_SLACK = 5 * 10**6   # a step as the daemon measured it against the one the test made
 
-WORKLOAD = r'''
-import os, sys
-work, name = sys.argv[1], sys.argv[2]
-def put(n, size):
-    with open(os.path.join(work, n), "wb") as f:
-        f.write(b"x" * size)
-put(name + "1", 1000)
-print('{"ready": true}', flush=True)
-sys.stdin.read(1)
-put(name + "2", 2000)
-print('{"done": true}', flush=True)
-'''
-
 # Puts the clock back when the test's process is gone (killed by a ctest timeout, say), from the
 # monotonic clock: wall = base wall + monotonic time since the base.
 GUARD = r'''
@@ -112,18 +99,12 @@ def start_job(ck, cg, d, sub, work, name):
     m1 = Clock.mono()
     job = "cgroup" + cg.rel(sub)
     d.wait_live(ck, [job])
-    p = D.run_in_cgroup(cg.abs(sub), ["/usr/bin/python3", "-c", WORKLOAD, work, name],
-                        stdin=subprocess.PIPE)
-    D.Cleanup.register("kill " + name, lambda: p.poll() is None and p.kill())
-    D.read_json_line(ck, p, name + " (ready)")
+    p = D.start_gated_writer(ck, cg.abs(sub), work, name)
     return job, p, (m0, m1)
 
 
 def end_job(ck, cg, sub, p, name):
-    p.stdin.write(b"g")
-    p.stdin.close()
-    p.stdin = None
-    D.finish_workload(ck, p, name)
+    D.finish_gated_writer(ck, p, name)
     D.wait_or_fail(ck, name + "'s cgroup empty", lambda: not cg.procs(sub), 10)
     m2 = Clock.mono()
     cg.rmdir(sub)
@@ -155,10 +136,8 @@ def check_record(ck, doc, work, name, pid, start, end, offset, step, seen_after)
                  p["end_ns"] <= job["end_ns"] + SLACK,
                  "%s: the workload ran [%s, %s], outside its job [%d, %d]" %
                  (name, p["start_ns"], p["end_ns"], job["start_ns"], job["end_ns"]))
-    got = {os.path.basename(f["path"]): f["counters"]["bytes_written"]
-           for f in doc["files"] if os.path.dirname(f.get("path") or "") == work
-           and os.path.basename(f["path"]).startswith(name)}
-    ck.eq(name + ": files and bytes", {name + "1": 1000, name + "2": 2000}, got)
+    got = D.gated_writer_files(doc, work, name)
+    ck.eq(name + ": files and bytes", dict(zip((name + "1", name + "2"), D.GATED_WRITER_BYTES)), got)
     steps = doc.get("wall_clock_steps") or []
     if ck.check(len(steps) == 1, "%s: wall_clock_steps %r, not one step" % (name, steps)):
         ck.check(abs(steps[0]["step_ns"] - step) <= STEP_SLACK,

@@ -321,6 +321,47 @@ def run_in_cgroup(cg_abs, argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
                             stdout=stdout, stderr=stderr, cwd=cwd)
 
 
+# A writer with a gate: writes <name>1 (1000 bytes) in `work`, says {"ready": true}, waits for a
+# byte on stdin, writes <name>2 (2000 bytes), exits. For tests that change the world around a
+# live job (the clock, the mounts) and then check its record against these sizes.
+GATED_WRITER = r'''
+import os, sys
+work, name = sys.argv[1], sys.argv[2]
+def put(n, size):
+    with open(os.path.join(work, n), "wb") as f:
+        f.write(b"x" * size)
+put(name + "1", 1000)
+print('{"ready": true}', flush=True)
+sys.stdin.read(1)
+put(name + "2", 2000)
+print('{"done": true}', flush=True)
+'''
+GATED_WRITER_BYTES = (1000, 2000)
+
+
+def start_gated_writer(ck, cg_abs, work, name):
+    """GATED_WRITER in cgroup `cg_abs`, once it has written its first file."""
+    p = run_in_cgroup(cg_abs, ["/usr/bin/python3", "-c", GATED_WRITER, work, name],
+                      stdin=subprocess.PIPE)
+    Cleanup.register("kill " + name, lambda: p.poll() is None and p.kill())
+    read_json_line(ck, p, name + " (ready)")
+    return p
+
+
+def finish_gated_writer(ck, p, name):
+    p.stdin.write(b"g")
+    p.stdin.close()
+    p.stdin = None
+    finish_workload(ck, p, name)
+
+
+def gated_writer_files(doc, work, name):
+    """{basename: bytes_written} of a GATED_WRITER's files in a record."""
+    return {os.path.basename(f["path"]): f["counters"]["bytes_written"] for f in doc["files"]
+            if os.path.dirname(f.get("path") or "") == work
+            and os.path.basename(f["path"]).startswith(name)}
+
+
 def finish_workload(ck, p, what, timeout=60):
     """Waits for a run_in_cgroup workload; returns its parsed manifest (last stdout line)."""
     try:
@@ -457,7 +498,7 @@ class Daemon:
     "  - cgroup: {paths: [\"/x/*\"]}"), or a full `config_text` for the error tests."""
 
     def __init__(self, iolensd, rules=None, extra_config="", args=(), tag="d", config_text=None,
-                 iolens=None):
+                 iolens=None, wrap=()):
         _daemon_serial[0] += 1
         n = _daemon_serial[0]
         self.iolensd = iolensd
@@ -470,6 +511,7 @@ class Daemon:
         self.config = os.path.join(self.dir, "iolensd.yaml")
         self.log_path = os.path.join(self.dir, "iolensd.log")
         self.args = list(args)
+        self.wrap = list(wrap)  # a command that execs iolensd (e.g. unshare): same pid
         self.proc = None
         self.rc = None
         if config_text is None:
@@ -525,7 +567,7 @@ class Daemon:
         """Starts iolensd without waiting for it (tests of refusals wait for its exit)."""
         self.log_start = len(self.log())  # where this start's lines begin (read_text: text)
         self.logf = open(self.log_path, "ab")
-        argv = [self.iolensd, "-c", self.config] + self.args
+        argv = self.wrap + [self.iolensd, "-c", self.config] + self.args
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.logf,
                                      stderr=subprocess.STDOUT)
         self.rc = None
