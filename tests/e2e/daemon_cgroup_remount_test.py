@@ -149,8 +149,7 @@ def main():
             D.check_lost_zero(ck, doc, name)
         ck.check("the cgroup filesystem is not mounted at" in d.log(),
                  "iolensd's log does not say the cgroup filesystem went")
-        rc, _ = d.stop()
-        ck.eq("clean stop", 0, rc)
+        D.stop_checked(ck, d)
     finally:
         cg.remove_all()
     return ck.finish()

@@ -211,8 +211,7 @@ def main():
                   doc_b.get("restart", {}).get("wall_clock_stepped_ns"))
         ck.eq("/metrics iolens_wall_clock_steps_total after the restart", 1.0,
               D.node_metric(ck, d, "iolens_wall_clock_steps_total"))
-        rc, _ = d.stop()
-        ck.eq("clean stop", 0, rc)
+        D.stop_checked(ck, d)
     finally:
         clock.restore()
         cg.remove_all()

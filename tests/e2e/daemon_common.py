@@ -777,6 +777,16 @@ def check_record_shape(ck, doc, job_id):
     return True
 
 
+def stop_checked(ck, d, node_lost_zero=False):
+    """Stops iolensd (SIGTERM), which must exit 0; with `node_lost_zero`, its status's node-wide
+    `lost` counts are checked to be zero first."""
+    if node_lost_zero:
+        for k, v in sorted(d.status()["lost"].items()):
+            ck.eq("node lost.%s" % k, 0, v)
+    rc, _ = d.stop()
+    ck.eq("clean stop", 0, rc)
+
+
 def check_lost_zero(ck, doc, where):
     # block_untimed: node-wide, and not a workload's to keep at zero (e2e_common.NOT_ZERO_CHECKED)
     for k, v in sorted((doc.get("lost") or {}).items()):

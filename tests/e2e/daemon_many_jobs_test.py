@@ -123,10 +123,7 @@ def main():
                 break
             time.sleep(0.2)
         ck.eq("iolens_metrics_ended_jobs_evicted_total", total - MAX_JOBS, got)
-        for k, v in sorted(st["lost"].items()):
-            ck.eq("node lost.%s" % k, 0, v)
-        rc, _ = d.stop()
-        ck.eq("clean stop", 0, rc)
+        D.stop_checked(ck, d, node_lost_zero=True)
     finally:
         cg.remove_all()
     return ck.finish()

@@ -29,6 +29,15 @@
  *       --keep: the files and directories are left (no unlink: each file makes one name event,
  *       none for an unlink).
  *
+ *   job_workload loader DIR NFILES SIZE EPOCHS WORKERS
+ *       A DataLoader's epochs over files `many ... --keep` made (DIR/dNNN/fNNNNNN, each SIZE
+ *       bytes): each epoch forks WORKERS children at once (re-forked every epoch, as PyTorch's
+ *       DataLoader does without persistent_workers); child w reads files w, w+WORKERS, ...:
+ *       open, one read() of SIZE bytes, close, each checked (a short read or a failure exits
+ *       3), and exits 0. The parent waits for all, then starts the next epoch; it does no file
+ *       I/O itself. The manifest's totals are the children's (NFILES x EPOCHS opens, reads and
+ *       closes; SIZE x that in bytes), plus "processes": WORKERS x EPOCHS.
+ *
  *   job_workload forks DIR NPROCS SIZE
  *       The fork storm of a job running a short command in a loop: forks NPROCS children one
  *       after the other; each creates DIR/cNNNNNN, writes SIZE bytes to it with one write(),
@@ -431,6 +440,67 @@ static int do_forks(int argc, char **argv)
 	return fflush(stdout) == 0 ? 0 : 2;
 }
 
+static int do_loader(int argc, char **argv)
+{
+	static char buf[1 << 16];
+	char dir[PATH_MAX], p[PATH_MAX + 64];
+	struct tally t = {0};
+	int64_t nfiles, size, epochs, workers;
+
+	if (argc != 7) {
+		fprintf(stderr, "usage: %s loader DIR NFILES SIZE EPOCHS WORKERS\n", argv[0]);
+		return 2;
+	}
+	if (!realpath(argv[2], dir))
+		die("realpath %s", argv[2]);
+	nfiles = parse_count(argv[3]);
+	size = parse_count(argv[4]);
+	epochs = parse_count(argv[5]);
+	workers = parse_count(argv[6]);
+	if (size > (int64_t)sizeof(buf) || workers < 1) {
+		errno = EINVAL;
+		die("SIZE at most %zu, WORKERS at least 1", sizeof(buf));
+	}
+	fflush(stdout);  /* nothing buffered may be written twice by a child */
+	for (int64_t e = 0; e < epochs; e++) {
+		for (int64_t w = 0; w < workers; w++) {
+			pid_t pid = fork();
+
+			if (pid < 0)
+				die("fork");
+			if (pid != 0)
+				continue;
+			for (int64_t i = w; i < nfiles; i += workers) {
+				int fd;
+
+				snprintf(p, sizeof(p), "%s/d%03lld/f%06lld", dir, (long long)(i / 1000),
+					 (long long)i);
+				fd = open(p, O_RDONLY | O_CLOEXEC);
+				if (fd < 0 || read(fd, buf, (size_t)size) != size || close(fd) != 0)
+					_exit(3);
+			}
+			_exit(0);
+		}
+		for (int64_t w = 0; w < workers; w++) {
+			int status;
+
+			if (wait(&status) < 0)
+				die("wait");
+			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+				errno = EIO;
+				die("a worker of epoch %lld failed", (long long)e);
+			}
+		}
+	}
+	/* Every worker checked each of its calls: the totals are what they did. */
+	t.opens = t.reads = t.closes = nfiles * epochs;
+	t.bytes_read = nfiles * epochs * size;
+	printf("{\"pid\": %d, \"files\": [], \"totals\": {", (int)getpid());
+	print_tally(stdout, &t);
+	printf(", \"processes\": %lld}}\n", (long long)(workers * epochs));
+	return fflush(stdout) == 0 ? 0 : 2;
+}
+
 int main(int argc, char **argv)
 {
 	wl_name = "job_workload";
@@ -442,6 +512,8 @@ int main(int argc, char **argv)
 		return do_many(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "forks"))
 		return do_forks(argc, argv);
-	fprintf(stderr, "usage: %s io|burst|many|forks ...\n", argv[0]);
+	if (argc >= 2 && !strcmp(argv[1], "loader"))
+		return do_loader(argc, argv);
+	fprintf(stderr, "usage: %s io|burst|many|forks|loader ...\n", argv[0]);
 	return 2;
 }
