@@ -17,7 +17,9 @@ Then the loader's cgroup is removed and every record of the round awaited.
 Checks, against the workloads' own counts:
   - each loader record: its totals (opens, reads, closes, bytes read) and processes equal the
     workload's, its distinct (process, file) pairs are NFILES x EPOCHS, nothing lost;
-  - each short job's record exact (its file, its bytes), once, nothing lost;
+  - each short job's record exact (its file, its bytes), once, nothing lost, and no job closed
+    but by its removal event (`status` jobs.closed_without_event 0: none taken for gone while
+    its event was still unread behind the loader's names);
   - iolensd's peak RSS (VmHWM) under its memory bound (iolens_memory_bound_bytes);
   - its descriptors and RSS after the last round against the first: no growth (a few
     descriptors and 32 MiB of slack: a leak of one a job or of records would be far more);
@@ -185,6 +187,10 @@ def main():
                  "iolensd's RSS grew by %d KiB from the first round to the last (limit %d KiB)"
                  % (rssN - rss1, RSS_SLACK_KIB))
         ck.eq("status answers that failed", 0, failed_answers)
+        # No event was dropped, so every job closed on its removal event: none because its
+        # cgroup was found gone while the event was still unread behind the loader's names.
+        ck.eq("status jobs.closed_without_event", 0,
+              d.status()["jobs"].get("closed_without_event"))
         answers.sort()
         D.log("iolensd: %.1f s of CPU; peak RSS %d KiB (bound %d KiB); %d status answers: "
               "median %.1f ms, 99th %.1f ms, longest %.1f ms" %
