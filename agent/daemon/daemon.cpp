@@ -312,6 +312,7 @@ class Daemon {
   // filesystem remounted"): a cgroup not found at its path is then not taken for gone.
   uint64_t mount_ino_ = 0;                 // the root cgroup's inode, as found at start
   int64_t cgroup_root_missing_since_ = 0;  // monotonic; 0: mounted where mount_ says
+  int64_t cgroup_root_looked_ = 0;         // the last look (monotonic)
   uint64_t cgroup_root_outages_ = 0, cgroup_root_moves_ = 0;
   /// Whether mount_ is (still) the cgroup2 root found at start; if not, the configured root is
   /// looked for again (at another mount point, it is taken). Logs and counts outages.
@@ -821,7 +822,7 @@ void Daemon::selection_failed(const SelectionChange& c, const Status& s) {
   if (c.action == IOLENS_CGROUP_TRACE) {
     ++untraced_cgroups_;
     if (trace_gaps_.size() >= kMaxTraceGaps) trace_gaps_.pop_front();
-    trace_gaps_.push_back({c.path, clock_ns(CLOCK_REALTIME), 0});
+    trace_gaps_.push_back({c.path, clock_ns(CLOCK_MONOTONIC) + mono_to_wall_, 0});
     spdlog::error("watched root {}: {}; jobs below it run untraced until it can be stored "
                   "(lost.untraced_cgroups)", c.path, s.message);
     return;
@@ -850,7 +851,7 @@ void Daemon::selection_stored(const SelectionChange& c) {
   if (!sel_pending_.erase(c.cgroup_id)) return;
   if (c.action != IOLENS_CGROUP_TRACE) return;
   for (TraceGap& g : trace_gaps_)
-    if (g.path == c.path && g.to_wall == 0) g.to_wall = clock_ns(CLOCK_REALTIME);
+    if (g.path == c.path && g.to_wall == 0) g.to_wall = clock_ns(CLOCK_MONOTONIC) + mono_to_wall_;
   spdlog::info("watched root {} is traced again", c.path);
 }
 
@@ -861,6 +862,9 @@ bool Daemon::cgroup_root_present() {
            inode_of(path) == mount_ino_;
   };
   const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  // Missing: looked for at most every 2 s (it reads the mount table), whoever asks.
+  if (cgroup_root_missing_since_ != 0 && now - cgroup_root_looked_ < 2'000'000'000LL) return false;
+  cgroup_root_looked_ = now;
   auto back = [&](const char* how) {
     if (cgroup_root_missing_since_ == 0) return;
     spdlog::info("the cgroup filesystem is {} {} after {:.1f} s: jobs are checked against it "
@@ -906,13 +910,17 @@ void Daemon::retry_selection() {
     if (excl_full && c.action == IOLENS_CGROUP_EXCLUDE) continue;
     // Its removal event may have been dropped: a dead cgroup's entry would hold a slot forever.
     // Not found because the cgroup filesystem is not mounted: it waits.
-    if (inode_of(mount_ + (c.path == "/" ? "" : c.path)) != c.cgroup_id) {
+    const std::string rel = c.path == "/" ? "" : c.path;
+    if (inode_of(mount_ + rel) != c.cgroup_id) {
+      const std::string mount = mount_;
       if (!cgroup_root_present()) {
         sel_retry_ = true;
         break;
       }
-      sel_pending_.erase(c.cgroup_id);
-      continue;
+      if (mount_ == mount || inode_of(mount_ + rel) != c.cgroup_id) {  // not just moved
+        sel_pending_.erase(c.cgroup_id);
+        continue;
+      }
     }
     if (Status s = loader_->select_cgroup(c.cgroup_id, c.action); !s) {
       excl_full = excl_full || (s.err == E2BIG && c.action == IOLENS_CGROUP_EXCLUDE);
@@ -1321,7 +1329,8 @@ bool Daemon::checkpoint(bool force) {
   st["abi"] = IOLENS_ABI_VERSION;
   st["pins_created_wall_ns"] = loader_->pin_state().created_wall_ns;
   st["ring_pos"] = loader_->ring_consumer_pos();
-  st["saved_wall_ns"] = clock_ns(CLOCK_REALTIME);
+  // By the offset the table is saved with (a step since the loop's last look waits for it).
+  st["saved_wall_ns"] = clock_ns(CLOCK_MONOTONIC) + table_->clock().mono_to_wall_ns;
   st["kernel_lost"] = kernel_losses(loader_->stats());
   // Jobs whose record is being written are saved too, as closing: killed before the record is
   // written, the next daemon writes it; saved again once it is, they are not.
@@ -1503,7 +1512,8 @@ void Daemon::resume() {
         const int64_t now_mono = clock_ns(CLOCK_MONOTONIC);
         int64_t at = now_mono;
         if (const auto wall = loader_->syscall_hooks_pinned_wall_ns())
-          at = std::clamp(*wall - mono_to_wall_, std::max<int64_t>(saved_mono, 0), now_mono);
+          at = std::clamp(*wall - mono_to_wall_, std::clamp<int64_t>(saved_mono, 0, now_mono),
+                          now_mono);
         table_->hooks_attached(static_cast<uint64_t>(at));
       } else
         table_->hooks_detached(static_cast<uint64_t>(std::max<int64_t>(saved_mono, 0)));
@@ -1634,26 +1644,31 @@ void Daemon::reconcile() {
   if (now - last_reconcile_ < 2'000'000'000LL && dropped == reconciled_job_events_lost_) return;
   last_reconcile_ = now;
   // While the cgroup filesystem is not mounted, every cgroup looks gone: nothing is closed for
-  // that, and the walk below waits for it.
-  if (cgroup_root_missing_since_ != 0 && !cgroup_root_present()) return;
+  // that, and the walk below waits for it. Looked at first, every time (so that an outage or
+  // a move is seen with no job live too, and the paths below are under the mount as it is).
+  if (!cgroup_root_present()) return;
+  auto not_at_path = [this](const std::pair<uint64_t, std::string>& g) {
+    const Job* job = table_->find(g.second);
+    return job && job->state == JobState::Live && job->cgroup_id == g.first &&
+           inode_of(mount_ + job->identity.job_cgroup) != g.first;
+  };
   std::vector<std::pair<uint64_t, std::string>> gone;
-  for (const auto& [id, job] : table_->jobs()) {
-    if (job->state != JobState::Live || job->cgroup_id == 0) continue;
-    if (inode_of(mount_ + job->identity.job_cgroup) != job->cgroup_id)
-      gone.emplace_back(job->cgroup_id, id);
-  }
-  if (!gone.empty() && !cgroup_root_present()) return;
+  for (const auto& [id, job] : table_->jobs())
+    if (job->cgroup_id != 0 && not_at_path({job->cgroup_id, id})) gone.emplace_back(job->cgroup_id, id);
   if (!gone.empty()) {
     // Its removal event may only be unread: the kernel sends it before rmdir returns, but the
     // ring is read in pieces behind a burst of names (a loader job's), and the marks of the
     // job's last processes may be in it too. Closed now, the job would end early and those
-    // processes' records go to no job (seen in e2e_daemon_soak). Read to the ring's end: what
-    // is still live after that lost its event.
-    loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
-    std::erase_if(gone, [this](const std::pair<uint64_t, std::string>& g) {
-      const Job* job = table_->find(g.second);
-      return !job || job->state != JobState::Live || job->cgroup_id != g.first;
-    });
+    // processes' records go to no job (seen in e2e_daemon_soak). Read the ring (for at most a
+    // drain piece: a full ring waits for the next look): what is still live after that, and
+    // still not at its path with the filesystem still there (not unmounted and mounted again
+    // between the looks), lost its event.
+    loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); },
+                            now + static_cast<int64_t>(cfg_.drain_piece_ms) * 1000000LL);
+    if (loader_->events_cut_short()) return;
+    const std::string mount = mount_;
+    std::erase_if(gone, [&](const auto& g) { return !not_at_path(g); });
+    if (!cgroup_root_present() || mount_ != mount) return;
   }
   for (const auto& [cgid, id] : gone) {
     spdlog::warn("job {}: its cgroup is gone but no removal event arrived ({} job events "
@@ -1720,6 +1735,22 @@ void Daemon::rebase_wall(int64_t delta_ns) {
     r.metrics.start_s += d;
     if (r.metrics.end_s) *r.metrics.end_s += d;
   }
+  // Closed jobs held for a save are still the loop's (not the writer's yet): their record is
+  // made when they are handed over, by the clock as it is then. Those with the writer already
+  // are as they were when handed over.
+  for (RecordJob& r : held_) {
+    Job& job = const_cast<Job&>(*r.job);  // only the loop holds it until submitted
+    if (job.start_ns != 0) job.start_ns += delta_ns;
+    if (job.end_ns) *job.end_ns += delta_ns;
+    r.basis.mono_to_wall_ns += delta_ns;
+    if (auto w = writing_.find(r.serial); w != writing_.end()) {
+      w->second.line["start_ns"] = job.start_ns;
+      if (job.end_ns) w->second.line["end_ns"] = *job.end_ns;
+    }
+  }
+  for (const char* key : {"at_ns", "saved_wall_ns"})
+    if (auto it = restart_.find(key); it != restart_.end() && it->is_number_integer())
+      *it = it->get<int64_t>() + delta_ns;
   // The page of an ended job's series says when it ended: published anew at once.
   last_publish_mono_ = -1;
 }

@@ -14,7 +14,9 @@ A cgroup rule P/cm/*. Jobs a and b are created (from the machine's mount) and th
 write a1 / b1 (1000 bytes) and wait. Then, in the daemon's namespace:
   1. the cgroup filesystem is unmounted for ~5 s (two checks), and mounted again where it was;
      job c is created while it is gone;
-  2. it is unmounted again and mounted at another path: `auto` finds it there.
+  2. it is unmounted again and mounted at another path: `auto` finds it there;
+  3. it is unmounted from there and mounted back at once (one shell command): the move is
+     found without an outage seen, and no job is taken for gone.
 Then the workloads write a2 / b2 / c2 (2000 bytes) and exit, and the cgroups are removed.
 
 Checks:
@@ -125,8 +127,30 @@ def main():
         st = fs_state(d)
         ck.eq("status cgroup_filesystem outages, moves", (2, 1), (st.get("outages"),
                                                                  st.get("moves")))
-        ck.eq("status cgroup_root after the move", moved_to, d.status().get("cgroup_root"))
+        # Where `auto` finds it: the new mount, or another mount of the same root that the
+        # daemon's namespace had (none on the machines this runs on).
+        now_root = d.status().get("cgroup_root")
+        D.log("cgroup_root after the move: %s" % now_root)
+        ck.check(now_root != first_root, "status cgroup_root is still %s after the move" %
+                 first_root)
         metric_is("/metrics iolens_cgroup_filesystem_mounted after the move", 1.0)
+
+        # 3. Moved back at once (no look in between need see it gone): the jobs' paths are
+        # then under the other mount, and must not be taken for gone either.
+        in_ns(ck, pid, ["sh", "-c", "umount %s && mount -t cgroup2 none %s" %
+                        (now_root, first_root)])
+        D.wait_or_fail(ck, "the quick move back seen",
+                       lambda: d.status().get("cgroup_root") == first_root, 10)
+        time.sleep(4.5)  # two more checks
+        a = d.request({"cmd": "jobs"})
+        live = {j["id"] for j in a.get("result", {}).get("jobs", []) if j.get("state") == "live"}
+        for name, jid in ids.items():
+            ck.check(jid in live, "after the quick move back: job %s is not live (%s)" %
+                     (name, sorted(live)))
+        ck.eq("status jobs.closed_without_event", 0,
+              d.status()["jobs"].get("closed_without_event"))
+        ck.eq("status cgroup_filesystem moves after the quick move back", 2,
+              fs_state(d).get("moves"))
 
         last_mount_wall = time.time_ns()
         for name, p in workloads.items():
