@@ -353,7 +353,6 @@ class Daemon {
   int state_lock_ = -1;  // flock'd for the daemon's lifetime
   int state_dir_fd_ = -1;  // the checked state directory: its files are opened through it
   int64_t start_mono_ = 0;
-  int64_t start_wall_ = 0;
   int64_t mono_to_wall_ = 0;  // follows the wall clock's steps (wall_steps_)
   core::WallClockSteps wall_steps_{0};
   bool scan_needed_ = false;
@@ -763,7 +762,6 @@ bool Daemon::setup() {
 
   start_mono_ = clock_ns(CLOCK_MONOTONIC);
   mono_to_wall_ = core::mono_to_wall_now();
-  start_wall_ = start_mono_ + mono_to_wall_;
   wall_steps_ = core::WallClockSteps(mono_to_wall_);
   if (!setup_runs()) return false;
   new_table();
@@ -1692,7 +1690,7 @@ void Daemon::reconcile() {
 /// the restart could not recover is counted in its `lost` (docs/daemon.md#restart-without-loss).
 void Daemon::annotate_restart(const Job& job, nlohmann::json& record) {
   if (!restart_.value("resumed", false) ||
-      (job.start_ns >= start_wall_ && !found_at_start_.count(job.identity.id)))
+      (job.start_ns >= start_mono_ + mono_to_wall_ && !found_at_start_.count(job.identity.id)))
     return;
   record["restart"] = restart_;
   if (restart_.value("state", "") != "loaded") record["lost"]["restart_state_unusable"] = 1;
@@ -1724,7 +1722,6 @@ void Daemon::follow_wall_clock() {
 
 void Daemon::rebase_wall(int64_t delta_ns) {
   mono_to_wall_ += delta_ns;
-  start_wall_ += delta_ns;
   table_->rebase_wall(delta_ns);
   for (TraceGap& g : trace_gaps_) {
     g.from_wall += delta_ns;
