@@ -465,7 +465,7 @@ class Daemon {
     uint64_t record_serial = 0;      // record_serial_ when gathered: jobs up to it are in it
   };
   std::optional<SaveUnderWay> save_under_way_;
-  uint64_t live_taken_ = 0;  // records taken live (RemoveLive) by this daemon
+  uint64_t live_taken_ = 0;  // records taken before a save (RemoveLive, RemoveFinalNow)
   uint64_t marker_failures_ = 0;  // pressure-drain markers that could not be created
   uint64_t memory_bound_ = 0;     // limits.memory, or what the limits given need (docs/daemon.md#memory-bound)
   uint64_t removed_at_fold_ = 0;  // removed_records_ at the last fold_over_limits
@@ -1124,7 +1124,18 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     const core::ProcKey p{k.tgid, k.pstart_ns};
     if (pending_set_.count(k)) return D::Skip;
     if (!table_->attributed(p)) return unknown_disposition(p, t0);
-    if (table_->exited(p)) return D::RemoveFinal;
+    if (table_->exited(p)) {
+      // Kept in the kernel until a save holds it (up to kCheckpointEvery), a final record
+      // fills the map as a live one does: a DataLoader's workers re-forked every epoch leave
+      // tens of thousands at each epoch's end, and the next epoch's records found the map full
+      // (at 40,000 files a second at the default sizes, bench/README.md "Soak"). Under pressure
+      // it leaves at this walk's end, as a taken live record does, under the same marker.
+      if (in_map * 2 > max && may_take_live && mark_pressure()) {
+        ++live_taken_;
+        return D::RemoveFinalNow;
+      }
+      return D::RemoveFinal;
+    }
     if (!may_take_live ||
         !core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
       return D::Keep;

@@ -1575,7 +1575,7 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
                      int64_t deadline_ns, bool sides) {
   Impl& im = *impl_;
   const int side_fd = bpf_map__fd(im.skel->maps.tallies_more);
-  std::vector<iolens_file_key> final_keys, final_sides;
+  std::vector<iolens_file_key> final_keys, final_sides, now_keys, now_sides;
   iolens_more_tallies side{};
   // The side entry a record has as of now (for a record removed: nothing can change it after),
   // or nullptr.
@@ -1603,17 +1603,20 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
     for (std::size_t i = 0; i < n; ++i) {
       const auto& k = keys[i];
       const iolens_file_counters& v = values[i].v;
-      switch (remove(k, v)) {
+      const Disposition d = remove(k, v);
+      switch (d) {
         case Disposition::Keep:
           sink(k, im.widen(v, side_cached(k, v)), false);
           break;
-        case Disposition::RemoveFinal: {
+        case Disposition::RemoveFinal:
+        case Disposition::RemoveFinalNow: {
           // Its process has exited: read its side entry now (the drain's copy may be older
           // than its last calls), delete it with the record.
           const iolens_more_tallies* m = side_now(k, v, false);
           sink(k, im.widen(v, m), true);
-          final_keys.push_back(k);
-          if (m) final_sides.push_back(k);
+          const bool now = d == Disposition::RemoveFinalNow;
+          (now ? now_keys : final_keys).push_back(k);
+          if (m) (now ? now_sides : final_sides).push_back(k);
           break;
         }
         case Disposition::Skip:
@@ -1670,6 +1673,9 @@ Status Loader::drain(int map_fd, const RemovePredicate& remove, const RecordSink
     visit(all_keys.data(), all_values.data(), all_keys.size());
   }
   const int walk_errno = errno;
+  delete_keys(map_fd, now_keys);
+  delete_batched(side_fd, now_sides, batch_ok_);
+  for (const auto& k : now_sides) im.sides.erase(k);
   if (deferred) {
     deferred->insert(deferred->end(), final_keys.begin(), final_keys.end());
     im.sides_deferred.insert(final_sides.begin(), final_sides.end());

@@ -197,6 +197,8 @@ class Loader {
     Keep,        // leave it in the kernel
     RemoveFinal, // nothing can update it any more (its process exited): delete it, in batches
     RemoveLive,  // it may still be updated: read and delete it in one step
+    RemoveFinalNow,  // as RemoveFinal, but deleted at this walk's end even when the caller
+                     // defers the others (a map too full to wait for a save)
     Skip,        // neither report nor delete (reported final and awaiting deletion; or a live
                  // record the caller reads only later)
   };

@@ -315,15 +315,16 @@ TEST_F(BpfTimingOffTest, CountsExactWithNoTime) {
 // A drain reads the map a batch at a time (up to 1024 records) and handles each batch before
 // reading the next, deleting records as it goes. 3,000 files, each written with its own byte
 // count, and a disposition per file chosen by the test: every record must be handed over
-// exactly once with its own count, removed ones never again, deferred ones until deleted.
+// exactly once with its own count, removed ones never again, deferred ones until deleted (and
+// RemoveFinalNow ones deleted at the walk's end although the caller defers the others).
 void BpfTest::check_drain_hands_every_record_once(const std::string& prefix, bool in_pieces) {
   constexpr int kFiles = 3000;
   const pid_t pid = run_child([&] {
-    std::string data(5, 'x');
+    std::string data(6, 'x');
     for (int i = 0; i < kFiles; ++i) {
       const std::string p = path(prefix + std::to_string(i));
       const int fd = open(p.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-      if (fd < 0 || write(fd, data.data(), static_cast<size_t>(i % 5 + 1)) != i % 5 + 1) _exit(1);
+      if (fd < 0 || write(fd, data.data(), static_cast<size_t>(i % 6 + 1)) != i % 6 + 1) _exit(1);
       close(fd);
     }
   });
@@ -335,9 +336,16 @@ void BpfTest::check_drain_hands_every_record_once(const std::string& prefix, boo
   }
   ASSERT_EQ(written.size(), static_cast<size_t>(kFiles));
   using D = Loader::Disposition;
-  // 1 byte: taken live; 2: final, deferred; 3: skipped; 4 and 5: kept.
+  // 1 byte: taken live; 2: final, deferred; 3: skipped; 4 and 5: kept; 6: final, now.
   auto disposition = [](uint64_t bytes) {
-    return bytes == 1 ? D::RemoveLive : bytes == 2 ? D::RemoveFinal : bytes == 3 ? D::Skip : D::Keep;
+    return bytes == 1   ? D::RemoveLive
+           : bytes == 2 ? D::RemoveFinal
+           : bytes == 3 ? D::Skip
+           : bytes == 6 ? D::RemoveFinalNow
+                        : D::Keep;
+  };
+  auto removes = [](D d) {
+    return d == D::RemoveLive || d == D::RemoveFinal || d == D::RemoveFinalNow;
   };
   struct Seen {
     int times = 0;
@@ -388,20 +396,22 @@ void BpfTest::check_drain_hands_every_record_once(const std::string& prefix, boo
     const Seen& s = first.at(ino);
     EXPECT_EQ(s.times, 1) << "inode " << ino;
     EXPECT_EQ(s.bytes, bytes) << "inode " << ino;
-    EXPECT_EQ(s.removed, d == D::RemoveLive || d == D::RemoveFinal) << "inode " << ino;
+    EXPECT_EQ(s.removed, removes(d)) << "inode " << ino;
   }
   EXPECT_EQ(deferred.size(), expect_deferred);
-  // Taken live: gone. Deferred: still in the kernel until deleted. Skipped and kept: there.
+  // Taken live or final now: gone. Deferred: still in the kernel until deleted. Skipped and
+  // kept: there.
   const auto second = drain(false, nullptr);
   for (const auto& [ino, bytes] : written) {
+    const D d = disposition(bytes);
     const int times = second.count(ino) ? second.at(ino).times : 0;
-    EXPECT_EQ(times, disposition(bytes) == D::RemoveLive ? 0 : 1) << "inode " << ino;
+    EXPECT_EQ(times, d == D::RemoveLive || d == D::RemoveFinalNow ? 0 : 1) << "inode " << ino;
   }
   loader_->delete_files(deferred);
   const auto third = drain(false, nullptr);
   for (const auto& [ino, bytes] : written) {
     const D d = disposition(bytes);
-    EXPECT_EQ(third.count(ino), d == D::RemoveLive || d == D::RemoveFinal ? 0u : 1u)
+    EXPECT_EQ(third.count(ino), removes(d) ? 0u : 1u)
         << "inode " << ino;
   }
 }
