@@ -6,12 +6,14 @@ checks (exact totals, the memory bound, no descriptor or memory growth between r
 fail as in CI, and prints a table of what it measured. Root only.
 
     sudo /usr/bin/python3 bench/soak.py --build BUILD [--files 1000000] [--rounds 2] \\
-        [--short 60] [--kernel-records 2097152]
+        [--short 60] [--kernel-records 2097152 | --defaults] [--rate FILES_PER_S]
 
 BUILD: a build directory (a Release one for figures: bench/README.md "Soak"). The kernel map is
 sized for the burst unless --kernel-records says otherwise (the loader reads ~100,000 files a
 second here; at the defaults the kernel drops most of them, counted: issue 16 item 2). Needs
-about 5 GiB of /dev/shm for 1,000,000 files (a page each).
+about 5 GiB of /dev/shm for 1,000,000 files (a page each). --defaults: the default kernel map
+and ring; --rate: the loader paced to that many files a second (the rate the drain keeps up
+with at the defaults is issue 16 item 2's figure: bench/README.md "Soak").
 """
 import argparse
 import os
@@ -37,20 +39,25 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--short", type=int, default=60)
     p.add_argument("--kernel-records", type=int, default=2097152)
+    p.add_argument("--defaults", action="store_true",
+                   help="the default kernel_file_records and ring_size")
+    p.add_argument("--rate", type=int, default=0, help="the loader's files a second (0: unpaced)")
     a = p.parse_args()
     b = os.path.realpath(a.build)
     env = dict(os.environ, IOLENS_E2E_SOAK_FILES=str(a.files), IOLENS_E2E_SOAK_ROUNDS=str(a.rounds),
                IOLENS_E2E_SOAK_SHORT=str(a.short),
-               IOLENS_E2E_SOAK_KERNEL_RECORDS=str(a.kernel_records))
+               IOLENS_E2E_SOAK_KERNEL_RECORDS="0" if a.defaults else str(a.kernel_records),
+               IOLENS_E2E_SOAK_RATE=str(a.rate))
     t0 = time.monotonic()
     r = subprocess.run(["/usr/bin/python3", TEST, "--iolens", b + "/agent/cli/iolens",
                         "--iolensd", b + "/agent/daemon/iolensd",
                         "--workload", b + "/tests/workloads/job_workload"],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = r.stdout.splitlines()
-    print("%d files x 2 epochs x 4 workers a round, %d rounds, %d short jobs a round, "
-          "kernel_file_records %d: %s in %.0f s" %
-          (a.files, a.rounds, a.short, a.kernel_records,
+    print("%d files x 2 epochs x 4 workers a round%s, %d rounds, %d short jobs a round, "
+          "kernel_file_records %s: %s in %.0f s" %
+          (a.files, " at %d files/s" % a.rate if a.rate else "", a.rounds, a.short,
+           "default" if a.defaults else a.kernel_records,
            "passed" if r.returncode == 0 else "FAILED (exit %d)" % r.returncode,
            time.monotonic() - t0))
     print("| round | loader s | files/s | records after s | fds | RSS MiB | peak MiB | CPU s "

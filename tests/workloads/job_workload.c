@@ -29,14 +29,16 @@
  *       --keep: the files and directories are left (no unlink: each file makes one name event,
  *       none for an unlink).
  *
- *   job_workload loader DIR NFILES SIZE EPOCHS WORKERS
+ *   job_workload loader DIR NFILES SIZE EPOCHS WORKERS [RATE]
  *       A DataLoader's epochs over files `many ... --keep` made (DIR/dNNN/fNNNNNN, each SIZE
  *       bytes): each epoch forks WORKERS children at once (re-forked every epoch, as PyTorch's
  *       DataLoader does without persistent_workers); child w reads files w, w+WORKERS, ...:
  *       open, one read() of SIZE bytes, close, each checked (a short read or a failure exits
  *       3), and exits 0. The parent waits for all, then starts the next epoch; it does no file
  *       I/O itself. The manifest's totals are the children's (NFILES x EPOCHS opens, reads and
- *       closes; SIZE x that in bytes), plus "processes": WORKERS x EPOCHS.
+ *       closes; SIZE x that in bytes), plus "processes": WORKERS x EPOCHS. RATE: at most that
+ *       many files a second over all workers (each paces itself), to load a daemon at a known
+ *       rate; unset or 0, as fast as they go.
  *
  *   job_workload forks DIR NPROCS SIZE
  *       The fork storm of a job running a short command in a loop: forks NPROCS children one
@@ -60,6 +62,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "workload_util.h"
@@ -445,10 +448,10 @@ static int do_loader(int argc, char **argv)
 	static char buf[1 << 16];
 	char dir[PATH_MAX], p[PATH_MAX + 64];
 	struct tally t = {0};
-	int64_t nfiles, size, epochs, workers;
+	int64_t nfiles, size, epochs, workers, rate = 0;
 
-	if (argc != 7) {
-		fprintf(stderr, "usage: %s loader DIR NFILES SIZE EPOCHS WORKERS\n", argv[0]);
+	if (argc != 7 && argc != 8) {
+		fprintf(stderr, "usage: %s loader DIR NFILES SIZE EPOCHS WORKERS [RATE]\n", argv[0]);
 		return 2;
 	}
 	if (!realpath(argv[2], dir))
@@ -457,6 +460,8 @@ static int do_loader(int argc, char **argv)
 	size = parse_count(argv[4]);
 	epochs = parse_count(argv[5]);
 	workers = parse_count(argv[6]);
+	if (argc == 8)
+		rate = parse_count(argv[7]);
 	if (size > (int64_t)sizeof(buf) || workers < 1) {
 		errno = EINVAL;
 		die("SIZE at most %zu, WORKERS at least 1", sizeof(buf));
@@ -470,8 +475,27 @@ static int do_loader(int argc, char **argv)
 				die("fork");
 			if (pid != 0)
 				continue;
-			for (int64_t i = w; i < nfiles; i += workers) {
+			struct timespec t0;
+
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			for (int64_t i = w, k = 0; i < nfiles; i += workers, k++) {
 				int fd;
+
+				/* RATE files a second over all workers: each opens its k-th file no sooner
+				 * than k * WORKERS / RATE seconds after its start (checked every 32). */
+				if (rate > 0 && k % 32 == 0) {
+					const int64_t due = k * workers * 1000000000LL / rate;
+					struct timespec now;
+
+					clock_gettime(CLOCK_MONOTONIC, &now);
+					const int64_t ahead = due - ((now.tv_sec - t0.tv_sec) * 1000000000LL +
+								     (now.tv_nsec - t0.tv_nsec));
+					if (ahead > 0) {
+						struct timespec d = {ahead / 1000000000LL, ahead % 1000000000LL};
+
+						nanosleep(&d, NULL);
+					}
+				}
 
 				snprintf(p, sizeof(p), "%s/d%03lld/f%06lld", dir, (long long)(i / 1000),
 					 (long long)i);
