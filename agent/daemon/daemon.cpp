@@ -1128,8 +1128,8 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
       // Kept in the kernel until a save holds it (up to kCheckpointEvery), a final record
       // fills the map as a live one does: a DataLoader's workers re-forked every epoch leave
       // tens of thousands at each epoch's end, and the next epoch's records found the map full
-      // (at 40,000 files a second at the default sizes, bench/README.md "Soak"). Under pressure
-      // it leaves at this walk's end, as a taken live record does, under the same marker.
+      // (bench/README.md "The drain at the default sizes"). Under pressure it leaves at this
+      // walk's end, as a taken live record does, under the same marker.
       if (in_map * 2 > max && may_take_live && mark_pressure()) {
         ++live_taken_;
         return D::RemoveFinalNow;
