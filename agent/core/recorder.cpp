@@ -1187,6 +1187,63 @@ void Recorder::visit_records(const RecordVisitor& fn) const {
     fn(RecordView{kFoldedProcesses, FileIdentity{}, folded_procs_.combined, nullptr, true});
 }
 
+Recorder::Summary Recorder::summary() const {
+  Summary s;
+  // The totals: every record's Fold::Sum counters (the records visit_records shows), each
+  // unpacked once. The files: the rows snapshot() makes. A stat by path joined to its process's
+  // one other incarnation (kept: that row; folded: the folded record) is no row of its own, and
+  // a row with no activity, renames or unlinks (its stat joined in included) is left out.
+  auto folded_ids_of = [&](const ProcKey& k) -> const FoldedIds* {
+    auto it = procs_.find(k);
+    return it != procs_.end() && it->second.folded ? &it->second.folded->ids : nullptr;
+  };
+  std::set<FileKey> shown_by_stat;  // kept records a shown stat joins
+  std::vector<FileKey> joined;      // in key order, as files_ is walked
+  std::vector<char> shown;          // by record, in key order
+  shown.reserve(files_.size());
+  for (const auto& [k, acc] : files_) {
+    const FileCounters c = acc.total();
+    add_totals(s.totals, c);
+    shown.push_back(acc.rename_sources != 0 || acc.unlinks != 0 || has_activity(c));
+    if (k.gen != 0) continue;
+    const StatMatch m = stat_match(k.dev, k.ino, k.proc, folded_ids_of(k.proc));
+    if (m.n != 1) continue;
+    if (m.kept && shown.back()) shown_by_stat.insert(*m.kept);
+    joined.push_back(k);
+  }
+  std::map<ProcKey, uint64_t> rows_also_folded;  // files folded, then seen again
+  std::size_t i = 0;
+  for (const auto& [k, acc] : files_) {
+    const bool row = shown[i++];
+    if (k.gen == 0 && std::binary_search(joined.begin(), joined.end(), k)) continue;
+    if (!row && !shown_by_stat.count(k)) continue;
+    ++s.files;
+    if (const FoldedIds* ids = folded_ids_of(k.proc); ids && ids->last_io(identity_of(k)))
+      ++rows_also_folded[k.proc];
+  }
+  for (const auto& [pk_, p] : procs_) {
+    if (!p.folded) continue;
+    const ProcKey& pk = pk_;  // (captured below: clang 14 refuses a structured binding)
+    add_totals(s.totals, p.folded->counters);
+    const FoldedIds& ids = p.folded->ids;
+    uint64_t stats_joined = 0, stats_joined_folded = 0;
+    ids.for_each([&](const FileIdentity& id) {
+      if (id.gen != 0) return;
+      const StatMatch m = stat_match(id.dev, id.ino, pk, &ids);
+      if (m.n != 1) return;
+      ++stats_joined;
+      if (ids.last_io(FileIdentity{id.ino, id.dev, m.gen})) ++stats_joined_folded;
+    });
+    const uint64_t n = ids.size();
+    s.files += n - rows_also_folded[pk] - stats_joined;
+    s.folded_files += n - stats_joined_folded;
+  }
+  add_totals(s.totals, folded_procs_.totals);  // the "<other processes>" row's
+  s.files += folded_procs_.files;
+  s.folded_files += folded_procs_.files;
+  return s;
+}
+
 std::size_t Recorder::distinct_files() const {
   std::vector<std::pair<uint32_t, uint64_t>> ids;
   ids.reserve(files_.size());

@@ -90,6 +90,18 @@ class Recorder {
 
   RunSnapshot snapshot(const ClockBase& clock) const;
 
+  /// The sums over snapshot()'s processes that a job's line in `iolens jobs` shows, without
+  /// building the snapshot (no rows, names or sorting): the Fold::Sum counters of their totals,
+  /// their files (distinct (process, file) pairs) and folded files. A 30,000-record job's
+  /// snapshot took 100-140 ms of the daemon's loop at every round's end while `jobs` was asked
+  /// (bench/README.md "The drain at the default sizes").
+  struct Summary {
+    FileCounters totals{};  // Fold::Sum fields only (add_totals)
+    uint64_t files = 0;
+    uint64_t folded_files = 0;
+  };
+  Summary summary() const;
+
   /// A record as visit_records() shows it: no copy of names, no sorting (the metrics' view).
   struct RecordView {
     const ProcKey& proc;

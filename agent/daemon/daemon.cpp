@@ -2801,8 +2801,8 @@ void Daemon::publish_answers(Publish which) {
            (which == Publish::wanted_or_due && board_.due(cmd, seconds(1), asked));
   };
   // `status` is a few map reads and counters: kept at most a second old (plus the loop's piece
-  // of work) at every round's end. `jobs` summarizes every live job from a snapshot of it: only
-  // while somebody asks (within a minute).
+  // of work) at every round's end. `jobs` sums every live job's records (Recorder::summary):
+  // only while somebody asks (within a minute).
   if (is_due("status", std::nullopt)) {
     const auto at = AnswerBoard::Clock::now();
     board_.publish("status", status_json(), at);

@@ -37,23 +37,27 @@ nlohmann::json job_head(const Job& job) {
   return j;
 }
 
-nlohmann::json job_summary(const Job& job, const core::RunSnapshot& snap) {
+nlohmann::json job_summary(const Job& job, const core::Recorder::Summary& sum,
+                           uint64_t folded_records) {
   nlohmann::json j = job_head(job);
-  core::FileCounters t{};
-  uint64_t files = 0;
-  for (const auto& p : snap.processes) {
-    core::add_totals(t, p.totals);
-    files += p.files;
-  }
-  uint64_t folded_files = 0;
-  for (const auto& p : snap.processes) folded_files += p.folded_files;
-  j["files"] = files;
-  j["folded_files"] = folded_files;          // distinct (process, file) pairs folded
-  j["folded_records"] = snap.folded_records;  // records folded (a file can fold more than once)
+  const core::FileCounters& t = sum.totals;
+  j["files"] = sum.files;
+  j["folded_files"] = sum.folded_files;  // distinct (process, file) pairs folded
+  j["folded_records"] = folded_records;  // records folded (a file can fold more than once)
   j["totals"] = {{"reads", t.reads},     {"writes", t.writes}, {"bytes_read", t.bytes_read},
                  {"bytes_written", t.bytes_written}, {"opens", t.opens}, {"stats", t.stats},
                  {"seeks", t.seeks},     {"fsyncs", t.fsyncs + t.fdsyncs}};
   return j;
+}
+
+nlohmann::json job_summary(const Job& job, const core::RunSnapshot& snap) {
+  core::Recorder::Summary sum;
+  for (const auto& p : snap.processes) {
+    core::add_totals(sum.totals, p.totals);
+    sum.files += p.files;
+    sum.folded_files += p.folded_files;
+  }
+  return job_summary(job, sum, snap.folded_records);
 }
 
 exporters::RecordEdits job_record_edits(const Job& job, nlohmann::json summary,

@@ -40,6 +40,9 @@ nlohmann::json job_head(const Job& job);
 /// The record's `job` member (and one line of `iolens jobs`): job_head() with the files and
 /// totals of a snapshot of the job.
 nlohmann::json job_summary(const Job& job, const core::RunSnapshot& snap);
+/// The same from the recorder's summary (`iolens jobs` of a live job: no snapshot built).
+nlohmann::json job_summary(const Job& job, const core::Recorder::Summary& sum,
+                           uint64_t folded_records);
 
 /// How a run record (exporters::run_to_json, write_run_json) becomes the job's: the schema, no
 /// command or exit code, a null end while live, `summary` as `job`, each process's labels; then

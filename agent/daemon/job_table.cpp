@@ -561,7 +561,7 @@ std::string JobTable::cgroup_path(uint64_t id) const {
 }
 
 nlohmann::json JobTable::job_summary(const Job& job) const {
-  return daemon::job_summary(job, job.rec->snapshot(clock()));
+  return daemon::job_summary(job, job.rec->summary(), job.rec->folded_records());
 }
 
 RecordBasis JobTable::record_basis() const {

@@ -529,6 +529,22 @@ void expect_rows_plus_folded_make_totals(const RunSnapshot& s) {
   }
 }
 
+/// Recorder::summary() is the sums over the snapshot's processes (what `iolens jobs` shows of a
+/// live job without building its snapshot).
+void expect_summary_is_snapshots(const Recorder& r, const RunSnapshot& s, const std::string& what) {
+  const Recorder::Summary got = r.summary();
+  FileCounters totals{};
+  uint64_t files = 0, folded_files = 0;
+  for (const auto& p : s.processes) {
+    add_totals(totals, p.totals);
+    files += p.files;
+    folded_files += p.folded_files;
+  }
+  EXPECT_EQ(got.files, files) << what;
+  EXPECT_EQ(got.folded_files, folded_files) << what;
+  expect_same_sums(totals, got.totals, what + " summary totals:");
+}
+
 /// A record with some of everything the process totals sum.
 FileCounters busy(uint64_t bytes, uint64_t calls, uint64_t t) {
   FileCounters c = new_counters();
@@ -553,6 +569,37 @@ FileCounters busy(uint64_t bytes, uint64_t calls, uint64_t t) {
 }
 
 }  // namespace
+
+// A record with no call of its own (all counters zero) is no row, unless a stat by path joins it:
+// the summary `iolens jobs` shows counts the rows the record's snapshot has, one each here.
+TEST(Recorder, SummaryCountsTheRowsOfTheSnapshot) {
+  Recorder r(100, 1);
+  auto k = [](uint32_t pid, uint64_t ino, uint32_t gen) {
+    iolens_file_key x = key(pid, 5, ino);
+    x.gen = gen;
+    return x;
+  };
+  FileCounters none = new_counters();
+  FileCounters st = new_counters();
+  st.stats = 1;
+  FileCounters rd = new_counters();
+  rd.opens = rd.reads = rd.closes = 1;
+  rd.bytes_read = 10;
+  r.on_file(k(100, 1, 7), none, true);  // no calls: no row
+  r.on_file(k(100, 2, 7), none, true);  // no calls of its own, but a stat joins it: a row
+  r.on_file(k(100, 2, 0), st, true);
+  r.on_file(k(100, 3, 7), rd, true);    // a row
+  r.on_file(k(101, 3, 0), st, true);    // a stat alone: a row of its own
+  const RunSnapshot s = r.snapshot(ClockBase{});
+  ASSERT_EQ(s.files.size(), 3u);
+  expect_summary_is_snapshots(r, s, "before the fold");
+  EXPECT_EQ(r.summary().files, 3u);
+  EXPECT_EQ(r.summary().totals.stats, 2u);
+  EXPECT_EQ(r.summary().totals.bytes_read, 10u);
+  // Folded, the same files are counted from the folded records.
+  r.fold_to(1);
+  expect_summary_is_snapshots(r, r.snapshot(ClockBase{}), "after the fold");
+}
 
 TEST(Fold, TwoHundredThousandRecordsUnderFiftyThousand) {
   constexpr uint32_t kFiles = 200'000;
@@ -1026,6 +1073,8 @@ TEST(Fold, MatchesAnUnfoldedTwinOnAMixedWorkload) {
       EXPECT_EQ(ra, rb) << what;
     }
     expect_rows_plus_folded_make_totals(a);
+    expect_summary_is_snapshots(folded, a, "round " + std::to_string(round) + " folded");
+    expect_summary_is_snapshots(plain, b, "round " + std::to_string(round) + " plain");
     std::set<std::pair<uint64_t, uint64_t>> da, db;
     for (const auto& f : a.files) da.insert({f.dev, f.ino});
     for (const auto& f : b.files) db.insert({f.dev, f.ino});
@@ -1287,6 +1336,7 @@ TEST(Fold, ForgettingShortcutsMatchTheReferenceOnRandomPaths) {
     if (op == "fold" || op == "process fold") {
       const auto a = fast->snapshot(ClockBase{});
       const auto b = ref->snapshot(ClockBase{});
+      expect_summary_is_snapshots(*fast, a, where);
       ASSERT_EQ(a.files.size(), b.files.size()) << where;
       for (std::size_t i = 0; i < a.files.size(); ++i)
         ASSERT_EQ(std::tie(a.files[i].pid, a.files[i].ino, a.files[i].path, a.files[i].unlinks,
