@@ -503,6 +503,7 @@ void Recorder::forget_names(std::vector<FileIdentity> ids, std::vector<FileIdent
   // one path is its name's moves it at once; only files with other paths need a walk of every
   // path held (at each fold, that walk was 15% of iolensd's main thread on a job at its bound).
   std::vector<ForgottenPath> moved;
+  moved.reserve(ids.size());
   std::vector<FileIdentity> walk;  // sorted, as `ids` is
   for (const FileIdentity& id : ids) {
     uint32_t paths = 0;
@@ -726,8 +727,10 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
     files_.erase(it);
     ++folded;
     // An estimate of what forget_names will free (its name and its path index entry): exact
-    // unless hard links or a rename gave the file other paths.
-    if (by_bytes && !referenced(id) && unnamed.insert(id).second)
+    // unless hard links or a rename gave the file other paths. Only while the names are over
+    // their target: under it, the count alone decides when to stop (and the two look-ups a
+    // record were a tenth of a fold of short-named files).
+    if (by_bytes && bytes > byte_target && !referenced(id) && unnamed.insert(id).second)
       if (auto n = names_.find(id); n != names_.end())
         bytes -= std::min(bytes, 2 * n->second.path.size());
   };
