@@ -1192,34 +1192,42 @@ void Recorder::visit_records(const RecordVisitor& fn) const {
 
 Recorder::Summary Recorder::summary() const {
   Summary s;
-  // The totals: every record's Fold::Sum counters (the records visit_records shows), each
-  // unpacked once. The files: the rows snapshot() makes. A stat by path joined to its process's
-  // one other incarnation (kept: that row; folded: the folded record) is no row of its own, and
-  // a row with no activity, renames or unlinks (its stat joined in included) is left out.
+  // The rows snapshot() makes, their totals and the folded records', in one walk of the records
+  // (each unpacked once). A stat by path joined to its process's one other incarnation is no
+  // row of its own: joined to a kept record, it makes one row with it; to the folded record, it
+  // goes into that. A row with no activity, renames or unlinks (its stat included) is left out.
+  // Keys order (dev, ino) before the generation, 0 first: a stat comes before its incarnation.
   auto folded_ids_of = [&](const ProcKey& k) -> const FoldedIds* {
     auto it = procs_.find(k);
     return it != procs_.end() && it->second.folded ? &it->second.folded->ids : nullptr;
   };
-  std::set<FileKey> shown_by_stat;  // kept records a shown stat joins
-  std::vector<FileKey> joined;      // in key order, as files_ is walked
-  std::vector<char> shown;          // by record, in key order
-  shown.reserve(files_.size());
+  struct Stat {
+    FileCounters totals{};  // its Fold::Sum counters
+    bool shown = false;
+  };
+  std::map<FileKey, Stat> stat_of;               // by the kept record it joins
+  std::map<ProcKey, uint64_t> rows_also_folded;  // files folded, then seen again
   for (const auto& [k, acc] : files_) {
     const FileCounters c = acc.total();
+    const bool shown = acc.rename_sources != 0 || acc.unlinks != 0 || has_activity(c);
+    if (k.gen == 0) {
+      const StatMatch m = stat_match(k.dev, k.ino, k.proc, folded_ids_of(k.proc));
+      if (m.n == 1) {
+        if (!m.kept) {
+          add_totals(s.totals, c);  // into the folded record
+        } else {
+          Stat& st = stat_of[*m.kept];
+          add_totals(st.totals, c);
+          st.shown = shown;
+        }
+        continue;
+      }
+    }
+    const auto st = stat_of.find(k);
+    const bool stat_shown = st != stat_of.end() && st->second.shown;
+    if (!shown && !stat_shown) continue;
     add_totals(s.totals, c);
-    shown.push_back(acc.rename_sources != 0 || acc.unlinks != 0 || has_activity(c));
-    if (k.gen != 0) continue;
-    const StatMatch m = stat_match(k.dev, k.ino, k.proc, folded_ids_of(k.proc));
-    if (m.n != 1) continue;
-    if (m.kept && shown.back()) shown_by_stat.insert(*m.kept);
-    joined.push_back(k);
-  }
-  std::map<ProcKey, uint64_t> rows_also_folded;  // files folded, then seen again
-  std::size_t i = 0;
-  for (const auto& [k, acc] : files_) {
-    const bool row = shown[i++];
-    if (k.gen == 0 && std::binary_search(joined.begin(), joined.end(), k)) continue;
-    if (!row && !shown_by_stat.count(k)) continue;
+    if (st != stat_of.end()) add_totals(s.totals, st->second.totals);
     ++s.files;
     if (const FoldedIds* ids = folded_ids_of(k.proc); ids && ids->last_io(identity_of(k)))
       ++rows_also_folded[k.proc];
