@@ -12,8 +12,9 @@ Rules: a cgroup rule P/dj/* and a Slurm rule rooted at P/slurm (P = /iolens-e2e-
     writes and reads known byte counts in known call counts (64 KiB writes, 32 KiB reads). The
     test waits until iolensd counts a1 alive before releasing it (the daemon reads a job's uid
     from its first process it finds alive).
-  - Job B (P/slurm/uid_0/job_777, a Slurm cgroup/v1 job): one process; its log's jobid is the
-    Slurm job id.
+  - Job B (P/slurm/uid_0/job_777, a Slurm cgroup/v1 job): one process, gated as a1 is until
+    iolensd counts it (ungated, it could exit before the daemon read its uid); its log's jobid
+    is the Slurm job id.
   - Job C (P/dj/c): its log cannot be written (the test puts a directory where the log's
     temporary file goes).
 
@@ -216,12 +217,12 @@ def main():
     with open(os.path.join(cg.abs("dj/a"), "cgroup.procs"), "w") as f:
         f.write(str(a1.pid))  # as runc moves a container's first process
 
-    def a1_counted():
+    def counted(job_id):
         for j in d.request({"cmd": "jobs"})["result"]["jobs"]:
-            if j["id"] == a_id and j.get("live_processes") == 1:
+            if j["id"] == job_id and j.get("live_processes") == 1:
                 return True
         return False
-    if D.wait_for("iolensd to count a1 in job A", a1_counted, 10) is None:
+    if D.wait_for("iolensd to count a1 in job A", lambda: counted(a_id), 10) is None:
         ck.fatal("job %s never counted the process moved into it; log:\n%s" %
                  (a_id, d.log()[-3000:]))
     a1.stdin.close()
@@ -246,7 +247,16 @@ def main():
     b_id = "slurm/777"
     cg.mkdir(b_sub + "/step_0/task_0")
     d.wait_live(ck, [b_id])
-    b = D.run_in_cgroup(cg.abs(b_sub + "/step_0/task_0"), io("b"))
+    # Gated as a1 is: the uid is read from the job's first process found alive, and b, ungated,
+    # could exit before (its log's uid -1: seen under load).
+    b = D.run_in_cgroup(cg.abs(b_sub + "/step_0/task_0"), io("b") + ["--gate-start"],
+                        stdin=subprocess.PIPE)
+    D.Cleanup.register("kill workload b", lambda: b.poll() is None and b.kill())
+    ck.eq("b waiting", "waiting", D.read_json_line(ck, b, "b").get("phase"))
+    if D.wait_for("iolensd to count b in job B", lambda: counted(b_id), 10) is None:
+        ck.fatal("job %s never counted its process; log:\n%s" % (b_id, d.log()[-3000:]))
+    b.stdin.close()
+    b.stdin = None
     m_b = D.finish_workload(ck, b, "workload b")
     cg.remove_tree(b_sub)
     doc_b = d.wait_record(ck, b_id)
