@@ -918,10 +918,6 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
     index[p->key] = s.processes.size();
     s.processes.push_back(std::move(ps));
   }
-  auto folded_ids_of = [&](const ProcKey& k) -> const FoldedIds* {
-    auto it = procs_.find(k);
-    return it != procs_.end() && it->second.folded ? &it->second.folded->ids : nullptr;
-  };
 
   // The file records, in the tree's order, walked once: its nodes are scattered, and a walk
   // costs a cache miss a node (two walks were a fifth of the snapshot of a 40,000-record run,
@@ -1075,24 +1071,14 @@ RunSnapshot Recorder::snapshot(const ClockBase& clock) const {
   // The folded records: counters into the totals, files counted once whether folded, kept,
   // or both (folded, then seen again), with stats by path joined as above.
   std::vector<std::pair<uint32_t, uint64_t>> folded_files;
-  for (const auto& [pk_, p] : procs_) {
+  for (const auto& [pk, p] : procs_) {
     if (!p.folded) continue;
-    // A name of its own: clang 14 refuses a structured binding captured by a lambda (P1091).
-    const ProcKey& pk = pk_;
     const Folded& fo = *p.folded;
-    uint64_t stats_joined = 0, stats_joined_folded = 0;
-    fo.ids.for_each([&](const FileIdentity& id) {
-      folded_files.emplace_back(id.dev, id.ino);
-      if (id.gen != 0) return;
-      const StatMatch m = stat_match(id.dev, id.ino, pk, &fo.ids);
-      if (m.n != 1) return;
-      ++stats_joined;
-      if (fo.ids.last_io(FileIdentity{id.ino, id.dev, m.gen})) ++stats_joined_folded;
-    });
+    const FoldedCount fc = count_folded(
+        pk, fo.ids, [&](const FileIdentity& id) { folded_files.emplace_back(id.dev, id.ino); });
     ProcessSnapshot& ps = s.processes[index.at(pk)];
-    const uint64_t n = fo.ids.size();
-    ps.files += n - rows_also_folded[pk] - stats_joined;
-    ps.folded_files = n - stats_joined_folded;
+    ps.files += fc.n - rows_also_folded[pk] - fc.stats_joined;
+    ps.folded_files = fc.n - fc.stats_joined_folded;
     FileCounters c = fo.counters;
     ps.folded_rename_sources = fo.rename_sources;
     ps.folded_unlinks = fo.unlinks;
@@ -1190,6 +1176,27 @@ void Recorder::visit_records(const RecordVisitor& fn) const {
     fn(RecordView{kFoldedProcesses, FileIdentity{}, folded_procs_.combined, nullptr, true});
 }
 
+const Recorder::FoldedIds* Recorder::folded_ids_of(const ProcKey& k) const {
+  auto it = procs_.find(k);
+  return it != procs_.end() && it->second.folded ? &it->second.folded->ids : nullptr;
+}
+
+Recorder::FoldedCount Recorder::count_folded(
+    const ProcKey& pk, const FoldedIds& ids,
+    const std::function<void(const FileIdentity&)>& each) const {
+  FoldedCount c;
+  c.n = ids.size();
+  ids.for_each([&](const FileIdentity& id) {
+    if (each) each(id);
+    if (id.gen != 0) return;
+    const StatMatch m = stat_match(id.dev, id.ino, pk, &ids);
+    if (m.n != 1) return;
+    ++c.stats_joined;
+    if (ids.last_io(FileIdentity{id.ino, id.dev, m.gen})) ++c.stats_joined_folded;
+  });
+  return c;
+}
+
 Recorder::Summary Recorder::summary() const {
   Summary s;
   // The rows snapshot() makes, their totals and the folded records', in one walk of the records
@@ -1197,10 +1204,6 @@ Recorder::Summary Recorder::summary() const {
   // row of its own: joined to a kept record, it makes one row with it; to the folded record, it
   // goes into that. A row with no activity, renames or unlinks (its stat included) is left out.
   // Keys order (dev, ino) before the generation, 0 first: a stat comes before its incarnation.
-  auto folded_ids_of = [&](const ProcKey& k) -> const FoldedIds* {
-    auto it = procs_.find(k);
-    return it != procs_.end() && it->second.folded ? &it->second.folded->ids : nullptr;
-  };
   struct Stat {
     FileCounters totals{};  // its Fold::Sum counters
     bool shown = false;
@@ -1232,22 +1235,12 @@ Recorder::Summary Recorder::summary() const {
     if (const FoldedIds* ids = folded_ids_of(k.proc); ids && ids->last_io(identity_of(k)))
       ++rows_also_folded[k.proc];
   }
-  for (const auto& [pk_, p] : procs_) {
+  for (const auto& [pk, p] : procs_) {
     if (!p.folded) continue;
-    const ProcKey& pk = pk_;  // (captured below: clang 14 refuses a structured binding)
     add_totals(s.totals, p.folded->counters);
-    const FoldedIds& ids = p.folded->ids;
-    uint64_t stats_joined = 0, stats_joined_folded = 0;
-    ids.for_each([&](const FileIdentity& id) {
-      if (id.gen != 0) return;
-      const StatMatch m = stat_match(id.dev, id.ino, pk, &ids);
-      if (m.n != 1) return;
-      ++stats_joined;
-      if (ids.last_io(FileIdentity{id.ino, id.dev, m.gen})) ++stats_joined_folded;
-    });
-    const uint64_t n = ids.size();
-    s.files += n - rows_also_folded[pk] - stats_joined;
-    s.folded_files += n - stats_joined_folded;
+    const FoldedCount fc = count_folded(pk, p.folded->ids);
+    s.files += fc.n - rows_also_folded[pk] - fc.stats_joined;
+    s.folded_files += fc.n - fc.stats_joined_folded;
   }
   add_totals(s.totals, folded_procs_.totals);  // the "<other processes>" row's
   s.files += folded_procs_.files;

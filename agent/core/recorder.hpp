@@ -410,6 +410,16 @@ class Recorder {
   void show_record(const RecordVisitor& fn, const FileKey& k, const FileCounters& c) const;
   StatMatch stat_match(uint32_t dev, uint64_t ino, const ProcKey& proc,
                        const FoldedIds* folded) const;
+  /// The process's folded file identities, or nullptr when it has folded none.
+  const FoldedIds* folded_ids_of(const ProcKey& k) const;
+  /// A process's folded identities as its snapshot row counts them (snapshot(), summary()):
+  /// how many, and how many are stats by path joined to another incarnation (of those, how
+  /// many to a folded one). `each`, when given, sees every identity.
+  struct FoldedCount {
+    uint64_t n = 0, stats_joined = 0, stats_joined_folded = 0;
+  };
+  FoldedCount count_folded(const ProcKey& pk, const FoldedIds& ids,
+                           const std::function<void(const FileIdentity&)>& each = {}) const;
   bool referenced(const FileIdentity& id) const;
   void forget_names(std::vector<FileIdentity> ids, std::vector<FileIdentity>* forgotten);
 
