@@ -331,4 +331,38 @@ uint64_t IdleClock::since(const iolens_file_key& k, const iolens_file_counters& 
   return since_ns;
 }
 
+uint64_t UnchangedRecords::fingerprint(const FileCounters& c) {
+  // Word by word (FileCounters is a whole number of u64 words, no padding: the ABI's layout
+  // checks), each mixed by a multiply so that a change of any bit of any word changes it (but
+  // for a collision, which would only leave a live record's mirror one change behind until the
+  // record changes again or leaves the map). ~200 words: a tenth of handing the record on.
+  static_assert(sizeof(FileCounters) % 8 == 0);
+  static_assert(std::has_unique_object_representations_v<iolens_file_counters>);
+  static_assert(std::has_unique_object_representations_v<iolens_more_tallies>);
+  constexpr std::size_t kWords = sizeof(FileCounters) / 8;
+  uint64_t w[kWords];
+  std::memcpy(w, &c, sizeof w);
+  uint64_t h = 0x9e3779b97f4a7c15ULL, g = 0;
+  for (std::size_t i = 0; i < kWords; i += 2) {
+    h = (h ^ w[i]) * 0xff51afd7ed558ccdULL;
+    if (i + 1 < kWords) g = (g ^ w[i + 1]) * 0xc4ceb9fe1a85ec53ULL;
+    h = std::rotl(h, 31);
+    g = std::rotl(g, 29);
+  }
+  h ^= std::rotl(g, 17);
+  h ^= h >> 33;
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+bool UnchangedRecords::unchanged(const iolens_file_key& k, uint64_t fp) {
+  auto it = seen_.find(k);
+  if (it == seen_.end() || it->second.fingerprint != fp) return false;
+  it->second.walk = walk_;
+  return true;
+}
+
+void UnchangedRecords::end() {
+  std::erase_if(seen_, [this](const auto& kv) { return kv.second.walk != walk_; });
+}
+
 }  // namespace iolens::core

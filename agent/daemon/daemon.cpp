@@ -440,6 +440,9 @@ class Daemon {
   };
   std::map<core::ProcKey, Unknown> unknown_since_;
   core::IdleClock idle_clock_;  // timing off: when each evictable record last changed
+  core::UnchangedRecords unchanged_;  // live records the table holds as they are in the map
+  uint64_t records_read_ = 0;         // file records the drains read (each read counts)
+  uint64_t records_unchanged_ = 0;    // of them, live ones unchanged since handed on
   bool state_dirty_ = true;
   bool pressure_marked_ = false;  // the pressure-drain marker file exists
   bool last_save_live_ = false;   // the last save held the live records' counts
@@ -1086,6 +1089,7 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     for (const std::string& id : table_->closing())
       if (const Job* job = table_->find(id)) round_.closing.emplace_back(id, job->cgroup_id);
     if (idle) idle->begin();
+    unchanged_.begin();
   }
   ++round_.pieces;
   ++drain_pieces_;
@@ -1151,14 +1155,28 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     const Status read = loader_->drain_files(
         remove,
         [&](const auto& k, const auto& c, bool removed) {
-          table_->on_file(k, c, removed);
-          removed_records_ += removed;
-          moved += removed;
+          ++records_read_;
+          if (removed) {
+            unchanged_.removed(k);
+            table_->on_file(k, c, true);
+            ++removed_records_;
+            ++moved;
+            return;
+          }
+          // A live record its job holds as it is: nothing to hand on (most of them, at every
+          // round, while a job's records wait in the map to be taken).
+          const uint64_t fp = core::UnchangedRecords::fingerprint(c);
+          if (unchanged_.unchanged(k, fp)) {
+            ++records_unchanged_;
+            return;
+          }
+          if (table_->on_file(k, c, false)) unchanged_.handed(k, fp);
         },
         &pending_files_, &round_.files, deadline_ns);
     if (!read && round_.walks) round_.walks = read;
     if (!round_.files.resume) {
       round_.files_done = true;
+      unchanged_.end();
       if (idle) idle->end();
     }
   }
@@ -2124,6 +2142,8 @@ nlohmann::json Daemon::status_json() {
                 {"count", drains_},
                 {"incomplete", drain_failures_},
                 {"pieces", drain_pieces_},
+                {"records_read", records_read_},
+                {"records_unchanged", records_unchanged_},
                 {"last_pieces", last_round_pieces_},
                 {"last_longest_piece_us", last_round_longest_piece_ns_ / 1000}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},

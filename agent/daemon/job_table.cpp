@@ -333,26 +333,28 @@ void JobTable::note_unattributed(const core::ProcKey& p) {
   stats_.unattributed_forgotten += drop;
 }
 
-void JobTable::give_name(Job& job, const iolens_file_key& key) {
+bool JobTable::give_name(Job& job, const iolens_file_key& key) {
   const core::FileIdentity file{.ino = key.ino, .dev = key.dev, .gen = key.gen};
-  if (job.named.count(file)) return;
+  if (job.named.count(file)) return true;
   auto n = names_.find({key.dev, key.ino, key.gen});
-  if (n == names_.end()) return;
+  if (n == names_.end()) return false;
   core::PathEvent ev = n->second;
   ev.proc = core::ProcKey{key.tgid, key.pstart_ns};
   job.rec->on_event(ev);
   job.named.insert(file);
+  return true;
 }
 
-void JobTable::on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed) {
+bool JobTable::on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed) {
   auto it = proc_job_.find(core::ProcKey{key.tgid, key.pstart_ns});
   Job* job = it == proc_job_.end() ? nullptr : find(it->second);
   if (!job) {
     if (removed) ++stats_.unattributed_records;
-    return;
+    return false;
   }
-  give_name(*job, key);
+  const bool named = give_name(*job, key);
   job->rec->on_file(key, c, removed);
+  return named;
 }
 
 void JobTable::on_other(const iolens_file_key& key, const core::FileCounters& c, bool removed) {

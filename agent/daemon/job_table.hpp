@@ -157,8 +157,10 @@ class JobTable {
 
   /// Fork, exit and path events of traced processes.
   void on_event(const core::Event& ev);
-  /// A kernel record. Records of processes in no job are counted and dropped.
-  void on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed);
+  /// A kernel record. Records of processes in no job are counted and dropped. True when its
+  /// job holds it and has its file's name: handing it on again unchanged would do nothing (a
+  /// record whose name has not come yet is handed on again, so that it gets it).
+  bool on_file(const iolens_file_key& key, const core::FileCounters& c, bool removed);
   void on_other(const iolens_file_key& key, const core::FileCounters& c, bool removed);
 
   /// A kernel block record (bpf/iolens_block.bpf.h); `final`: its process has exited, so the
@@ -293,7 +295,8 @@ class JobTable {
   /// job whose process uses a file another job's process named first.
   std::map<std::tuple<uint32_t, uint64_t, uint32_t>, core::PathEvent> names_;
   std::size_t names_bytes_ = 0;  // their strings' bytes, bounded by limits.max_path_bytes
-  void give_name(Job& job, const iolens_file_key& key);
+  /// Gives the job the file's name if the table has it; false when it has none yet.
+  bool give_name(Job& job, const iolens_file_key& key);
   /// `procs`: also fold exited processes past max_processes_per_job.
   std::size_t fold_job(Job& job, std::size_t limit, std::size_t byte_limit,
                        std::vector<core::FileIdentity>* forgotten, bool procs = true);

@@ -1106,3 +1106,23 @@ TEST_F(JobTableTest, AWallClockStepMovesEveryWallTimeWithIt) {
   EXPECT_EQ(job->end_ns, 1'000'000'060 - kHour);
   EXPECT_EQ(t.clock().mono_to_wall_ns, 1'000'000'000 - kHour);
 }
+
+TEST_F(JobTableTest, OnFileSaysWhetherTheJobHoldsTheRecordWithItsName) {
+  // iolensd's drain skips a live record read again unchanged only once on_file said its job
+  // holds it named: one whose name had not come yet is handed on again, and gets it then.
+  auto t = make({kube_rule()});
+  t.on_cgroup(1, "/kubepods.slice", false, 0);
+  t.on_cgroup(3, kPod, true, 10);
+  t.on_cgroup(5, kCtr, true, 20);
+  ASSERT_TRUE(t.on_mark(mark(100, 5)));
+  EXPECT_FALSE(t.on_file(key(100, 1), written(10), false));
+  t.on_event(name_event(100, 1, std::string("f1\0etc\0", 7)));
+  EXPECT_TRUE(t.on_file(key(100, 1), written(10), false));
+  EXPECT_TRUE(t.on_file(key(100, 1), written(20), true));
+  auto rec = t.job_json(*t.jobs().begin()->second, "test");
+  ASSERT_EQ(rec["files"].size(), 1u);
+  EXPECT_EQ(rec["files"][0]["path"], "/etc/f1");
+  EXPECT_EQ(rec["files"][0]["counters"]["bytes_written"], 20u);
+  // A process in no job: nothing held, whatever the name.
+  EXPECT_FALSE(t.on_file(key(200, 1), written(10), false));
+}

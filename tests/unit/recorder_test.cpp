@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <set>
@@ -450,6 +451,83 @@ TEST(Counters, FileKeysHashedByTheirFieldsOnly) {
   EXPECT_EQ(hashes.size(), 1000u);
   EXPECT_NE(FileIdentityHash{}(FileIdentity{.ino = 1, .dev = 1, .gen = 0}),
             FileIdentityHash{}(FileIdentity{.ino = 1, .dev = 1, .gen = 1}));
+}
+
+TEST(Counters, UnchangedRecordsSkipOnlyWhatWasHandedOnAsItIs) {
+  FileCounters c = new_counters();
+  c.opens = 1;
+  c.open_fds = 1;
+  c.writes = 2;
+  c.bytes_written = 3000;
+  iolens_file_key k{};
+  k.ino = 7;
+  k.tgid = 42;
+  k.pstart_ns = 5;
+  const uint64_t fp = UnchangedRecords::fingerprint(c);
+  UnchangedRecords seen;
+  seen.begin();
+  EXPECT_FALSE(seen.unchanged(k, fp));  // never handed on
+  seen.handed(k, fp);
+  seen.end();
+  seen.begin();
+  EXPECT_TRUE(seen.unchanged(k, fp));
+  EXPECT_FALSE(seen.unchanged(k, fp + 1));  // changed since
+  iolens_file_key other = k;
+  other.tgid = 43;
+  EXPECT_FALSE(seen.unchanged(other, fp));  // another process's record of the same file
+  seen.end();
+  // Removed (handed on as final): a later record of the same key starts afresh, though it may
+  // be equal to the old one (timing off: no end times tell them apart).
+  seen.removed(k);
+  seen.begin();
+  EXPECT_FALSE(seen.unchanged(k, fp));
+  seen.handed(k, fp);
+  seen.end();
+  // A walk that did not read it (gone from the map another way): forgotten.
+  seen.begin();
+  seen.end();
+  EXPECT_EQ(seen.size(), 0u);
+  seen.begin();
+  EXPECT_FALSE(seen.unchanged(k, fp));
+  seen.handed(k, fp);
+  seen.end();
+  // Read unchanged by a walk: kept for the next.
+  seen.begin();
+  EXPECT_TRUE(seen.unchanged(k, fp));
+  seen.end();
+  seen.begin();
+  EXPECT_TRUE(seen.unchanged(k, fp));
+  seen.end();
+  seen.clear();
+  seen.begin();
+  EXPECT_FALSE(seen.unchanged(k, fp));
+  seen.end();
+}
+
+TEST(Counters, UnchangedRecordsFingerprintSeesEveryWordOfTheCounters) {
+  // Any change of any word of the record or of its side entry's slots (a live record's side
+  // entry can be newer at a later walk while the record is not) changes the fingerprint.
+  FileCounters c = new_counters();
+  c.opens = 1;
+  c.reads = 9;
+  const uint64_t base = UnchangedRecords::fingerprint(c);
+  std::set<uint64_t> seen{base};
+  constexpr std::size_t kWords = sizeof(FileCounters) / 8;
+  static_assert(kWords > sizeof(iolens_file_counters) / 8, "the side entry is in the words");
+  for (std::size_t i = 0; i < kWords; ++i) {
+    for (uint64_t delta : {uint64_t{1}, uint64_t{1} << 63}) {
+      FileCounters d = c;
+      uint64_t w;
+      std::memcpy(&w, reinterpret_cast<const char*>(&d) + i * 8, 8);
+      w += delta;
+      std::memcpy(reinterpret_cast<char*>(&d) + i * 8, &w, 8);
+      const uint64_t fp = UnchangedRecords::fingerprint(d);
+      EXPECT_NE(fp, base) << "word " << i << " + " << delta;
+      seen.insert(fp);
+    }
+  }
+  EXPECT_EQ(seen.size(), 1 + 2 * kWords);  // and no two changes alike
+  EXPECT_EQ(UnchangedRecords::fingerprint(c), base);  // the same counters, the same
 }
 
 TEST(Counters, IdleClockTellsIdleRecordsByUnchangedCounters) {
