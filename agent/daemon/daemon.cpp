@@ -393,8 +393,12 @@ class Daemon {
     // it ends every record of theirs has been moved out (a job closing meanwhile may still
     // have records in the part already walked: it waits for the next round).
     std::vector<std::pair<std::string, uint64_t>> closing;  // (id, cgroup id)
+    bool whole_drain = false;  // draining_ as it began, live records takable throughout
   };
   DrainRound round_;
+  /// The map was found over half full: rounds that begin take every idle record they read until
+  /// one has walked the whole map doing so (DrainRound::whole_drain).
+  bool draining_ = false;
   uint32_t last_round_pieces_ = 0;
   int64_t last_round_longest_piece_ns_ = 0;
   // Jobs ready to be written: closing when a complete round began (write_closed()), with their
@@ -468,6 +472,10 @@ class Daemon {
     uint64_t record_serial = 0;      // record_serial_ when gathered: jobs up to it are in it
   };
   std::optional<SaveUnderWay> save_under_way_;
+  /// No live record may be taken until the save under way, which holds their counts, is on disk.
+  bool waiting_for_live_save() const {
+    return !last_save_live_ && !always_live_saves_ && save_under_way_ && save_under_way_->with_live;
+  }
   uint64_t live_taken_ = 0;  // records taken before a save (RemoveLive, RemoveFinalNow)
   uint64_t marker_failures_ = 0;  // pressure-drain markers that could not be created
   uint64_t memory_bound_ = 0;     // limits.memory, or what the limits given need (docs/daemon.md#memory-bound)
@@ -1104,7 +1112,21 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   // The map's fill as the piece begins decides whether idle live records are taken.
   const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
   const bool may_take_live = last_save_live_ || always_live_saves_;
-  if (in_map * 2 > max && !may_take_live) live_save_due_ = true;
+  // A round that begins with the map over half full, or after one that found it so, takes
+  // every idle record it reads, as if the map stayed over half full to its end; until one has
+  // walked the whole map so (live records takable throughout), the next does too. Taking only
+  // while the map stayed over half left it at the half, and each round walked all of it to take
+  // the few thousand records made since the last (at 10,000 new files a second: 14-17 s of CPU
+  // for 20 s of work, each record read about ten times; 8.9-10.4 s so: bench/README.md
+  // "Unchanged live records"). Then the map refills for a while with only the interval's rounds.
+  if (in_map * 2 > max) draining_ = true;
+  if (round_.pieces == 1) round_.whole_drain = draining_;
+  if (draining_ && !may_take_live) {
+    live_save_due_ = true;
+    round_.whole_drain = false;
+  }
+  const std::size_t fill =
+      round_.whole_drain ? std::max<std::size_t>(in_map, max / 2 + 1) : in_map;
   // Without the marker, a crash before the next save would lose what the taken records gained
   // since the last one with nobody told: while it cannot be made (the state directory full or
   // read-only), no live record is taken (the map fills, and the kernel counts what it cannot
@@ -1134,14 +1156,14 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
       // tens of thousands at each epoch's end, and the next epoch's records found the map full
       // (bench/README.md "The drain at the default sizes"). Under pressure it leaves at this
       // walk's end, as a taken live record does, under the same marker.
-      if (in_map * 2 > max && may_take_live && mark_pressure()) {
+      if (fill * 2 > max && may_take_live && mark_pressure()) {
         ++live_taken_;
         return D::RemoveFinalNow;
       }
       return D::RemoveFinal;
     }
     if (!may_take_live ||
-        !core::drain_evictable(k, c, in_map, max, static_cast<uint64_t>(t0), idle))
+        !core::drain_evictable(k, c, fill, max, static_cast<uint64_t>(t0), idle))
       return D::Keep;
     if (!mark_pressure()) return D::Keep;  // before the loader takes it out
     ++live_taken_;
@@ -1228,6 +1250,7 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   }
   // The round has ended: every record was read (unless a walk failed part way).
   last_drain_complete_ = round_.walks.ok;
+  if (round_.whole_drain && round_.walks.ok) draining_ = false;
   if (!last_drain_complete_ && drain_failures_++ % 60 == 0)
     spdlog::error("drain: {} ({} drains incomplete)", round_.walks.message, drain_failures_);
   // A walk that failed part way left records unread: no job is written or folded from it.
@@ -1364,11 +1387,12 @@ bool Daemon::checkpoint(bool force) {
   std::vector<const Job*> handed_over;
   for (const auto& [serial, w] : writing_) handed_over.push_back(w.job.get());
   // The live records' counts are in the kernel's pinned map, which a restart reads again: they
-  // are saved only while a drain may move live records out of it (the map over half full),
+  // are saved only while a drain may move live records out of it (the map over half full, or
+  // rounds draining it since it was),
   // which would take them from there. A 50,000-record live job's save fell from 0.5-1.3 s of
   // the loop to ~60 ms (bench/README.md "The daemon's answers while it writes a record").
   const bool with_live =
-      live_save_due_ || always_live_saves_ ||
+      live_save_due_ || always_live_saves_ || draining_ ||
       files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)) * 2 > loader_->max_file_records();
   st["table"] = table_->save(handed_over, with_live, &spare_blobs_);
   spare_blobs_.clear();  // those of jobs gone since go
@@ -3021,9 +3045,14 @@ int Daemon::run() {
     hooks_policy();
     const int64_t now = clock_ns(CLOCK_MONOTONIC);
     const uint64_t in_map = files_untaken(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
-    // A round under way goes on; a new one when asked, each interval, or under pressure.
-    if (round_.open || drain_soon_ || now - last_drain_ >= interval ||
-        in_map * 2 > loader_->max_file_records()) {
+    // A round under way goes on; a new one when asked, each interval, or under pressure (the
+    // map over half full; a drain of it still due under half waits for the interval). Not
+    // while the save that must hold the live counts before any is taken is being written: such
+    // a round could take nothing, and would read the whole map again and again until the save
+    // was done.
+    const bool pressure =
+        in_map * 2 > loader_->max_file_records() && !waiting_for_live_save();
+    if (round_.open || drain_soon_ || now - last_drain_ >= interval || pressure) {
       if (!round_.open) drain_soon_ = false;  // asked during a round: the next sees it
       if (drain_piece(now + piece, true)) {
         if (last_drain_complete_) write_closed();
