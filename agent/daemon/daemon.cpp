@@ -1109,16 +1109,18 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   // has just refreshed them; a save before it would hold none after a restart), so that what a
   // crash can lose is what they gained since. Asked at each piece: a save gathered between two
   // pieces may leave them out.
-  // The map's fill as the piece begins decides whether idle live records are taken.
+  // The map's fill as the piece begins decides whether idle live records are taken, or the
+  // drain under way (draining_) as the round began.
   const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
   const bool may_take_live = last_save_live_ || always_live_saves_;
   // A round that begins with the map over half full, or after one that found it so, takes
   // every idle record it reads, as if the map stayed over half full to its end; until one has
   // walked the whole map so (live records takable throughout), the next does too. Taking only
   // while the map stayed over half left it at the half, and each round walked all of it to take
-  // the few thousand records made since the last (at 10,000 new files a second: 14-17 s of CPU
-  // for 20 s of work, each record read about ten times; 8.9-10.4 s so: bench/README.md
-  // "Unchanged live records"). Then the map refills for a while with only the interval's rounds.
+  // the few thousand records made since the last (at 10,000 new files a second: 15.6 s of CPU
+  // for 20 s of work in a Release build, each record read about ten times; 11.2 s so:
+  // bench/README.md "Unchanged live records"). Then the map refills for a while with only the
+  // interval's rounds.
   if (in_map * 2 > max) draining_ = true;
   if (round_.pieces == 1) round_.whole_drain = draining_;
   if (draining_ && !may_take_live) {
