@@ -523,10 +523,14 @@ class Daemon:
             # to a real daemon. Port 0 = any free one (status.metrics.ports says which).
             if not re.search(r"^metrics:", extra_config, re.M):
                 extra_config += 'metrics:\n  listen: "127.0.0.1:0"\n'
+            # Rounds every 200 ms unless the extra settings give the interval (bench/soak.py
+            # --drain-interval: the figures at the default, 1 s).
+            interval = ("" if re.search(r"^drain_interval(_ms)?:", extra_config, re.M)
+                        else "drain_interval: 200ms\n")
             config_text = ("output_dir: %s\nstate_dir: %s\npin_dir: %s\nsocket: %s\n"
-                           "drain_interval: 200ms\n%sjobs:\n%s\n" %
+                           "%s%sjobs:\n%s\n" %
                            (self.output_dir, self.state_dir, self.pin_dir, self.socket,
-                            extra_config, rules))
+                            interval, extra_config, rules))
         with open(self.config, "w") as f:
             f.write(config_text)
         Cleanup.register("stop iolensd " + self.pin_dir, self._cleanup)
