@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 /// The daemon's saved state file, state.cbor (docs/state-format.md#the-daemons-state-file):
-/// "IOLSTAT1", the CBOR's length (u64, little-endian), then the CBOR compressed with zlib. The
-/// file is the daemon's own, but read at every start of a root daemon: nothing in it may crash
-/// the daemon or make it allocate more than the file can hold.
+/// "IOLSTAT2", the CBOR's length (u64, little-endian), then the CBOR compressed with zstd
+/// ("IOLSTAT1": with zlib, as earlier builds wrote it, still read). The file is the daemon's
+/// own, but read at every start of a root daemon: nothing in it may crash the daemon or make it
+/// allocate more than the file can hold.
 
 #include <cstdint>
 #include <functional>
@@ -27,16 +28,16 @@ using StateOut = std::function<bool(std::string_view)>;
 /// nor the whole compressed data is ever held: for a 50,000-record job they were ~180 MB at
 /// once on the saver thread, on top of the state itself (bench/README.md "Memory: records kept
 /// packed, the state written as it is encoded"). False, and `why` (when given) says what, if
-/// zlib or `out` failed or the CBOR is over kMaxStateRawBytes (no start would read it): what was
+/// zstd or `out` failed or the CBOR is over kMaxStateRawBytes (no start would read it): what was
 /// handed over is then not a whole file. May throw what the JSON library throws (bad_alloc).
 bool write_state(const nlohmann::json& state, const StateOut& out, std::string* why = nullptr);
 
-/// The same bytes in memory (tests); nullopt if zlib fails.
+/// The same bytes in memory (tests); nullopt if zstd fails.
 std::optional<std::vector<uint8_t>> encode_state(const nlohmann::json& state);
 
-/// Decodes and checks a state file: its magic; its claimed length against the file's size (zlib
-/// cannot expand more than 1032:1) and kMaxStateRawBytes; the data inflated in bounded steps,
-/// never past the claimed length, which it must fill exactly; the CBOR; and the type of every
+/// Decodes and checks a state file: its magic; its claimed length against the file's size (zstd
+/// cannot expand more than 32768:1, zlib 1032:1) and kMaxStateRawBytes; the data decompressed
+/// as it goes, never past the claimed length, which it must fill exactly; the CBOR; and the type of every
 /// top-level field the daemon reads (format 1, unsigned counters and positions, the table an
 /// object, the pending keys binary, each job's loss base an array of the kernel's counters).
 /// The table's own fields are JobTable::load's to check. Never throws: false and `error` say

@@ -3,12 +3,15 @@
 """e2e: a bad state file never keeps iolensd from starting (issue 21, item 4).
 
 One iolensd with a live job, SIGKILLed (its pins stay, so the next one resumes and reads
-state.cbor). Before each restart state.cbor is replaced by a hostile file:
+state.cbor). The state it saves is zstd's (magic IOLSTAT2); the hostile files below are in the
+zlib format of earlier builds (IOLSTAT1, still read: Python has no zstd here) but for the last.
+Before each restart state.cbor is replaced by a hostile file:
   1. the right magic, a correct raw length and valid zlib data, but CBOR whose fields have the
      wrong types ({"format": 1, "pins_created_wall_ns": "x", "table": []}): the unfixed daemon
      threw nlohmann's type_error from resume() and aborted (SIGABRT, exit 134) at every start;
   2. 25 bytes: the magic, a raw length of 4 GiB, 9 bytes of "compressed" data: the unfixed
-     daemon allocated (and zeroed) 4 GiB before calling the file corrupt.
+     daemon allocated (and zeroed) 4 GiB before calling the file corrupt;
+  3. the same under the zstd magic, with a zstd frame's magic in the 9 bytes.
 Each time: iolensd starts and answers (not killed by a signal), its peak RSS (VmHWM) stays
 under 200 MB, status says restart.state "corrupt: ...", the file is moved aside as
 state.cbor.corrupt-* (kept for inspection) with one log line naming it, and state.cbor is gone
@@ -25,7 +28,8 @@ sys.dont_write_bytecode = True
 import daemon_common as D  # noqa: E402
 import e2e_common as E  # noqa: E402
 
-MAGIC = b"IOLSTAT1"
+MAGIC = b"IOLSTAT1"  # earlier builds' (zlib)
+MAGIC_ZSTD = b"IOLSTAT2"  # what iolensd writes
 MAX_HWM_KB = 200 * 1024
 
 
@@ -44,6 +48,12 @@ def wrong_type_state():
 
 def huge_claim_state():
     data = MAGIC + struct.pack("<Q", 4 << 30) + b"\x78\x9c" + b"\x00" * 7
+    assert len(data) == 25
+    return data
+
+
+def huge_claim_zstd_state():
+    data = MAGIC_ZSTD + struct.pack("<Q", 4 << 30) + b"\x28\xb5\x2f\xfd" + b"\x00" * 5
     assert len(data) == 25
     return data
 
@@ -110,10 +120,14 @@ def main():
     state = os.path.join(d.state_dir, "state.cbor")
     if not D.wait_for("a saved state", lambda: os.path.exists(state), 15):
         ck.fatal("iolensd saved no state in %s" % d.state_dir)
+    with open(state, "rb") as f:
+        ck.eq("the saved state's magic and zstd frame magic (docs/state-format.md)",
+              MAGIC_ZSTD + b"\x28\xb5\x2f\xfd", (lambda b: b[:8] + b[16:20])(f.read(20)))
 
     n = 0
     for what, data in (("wrong-type state", wrong_type_state()),
-                       ("25-byte state claiming 4 GiB", huge_claim_state())):
+                       ("25-byte state claiming 4 GiB", huge_claim_state()),
+                       ("25-byte zstd state claiming 4 GiB", huge_claim_zstd_state())):
         if d.proc.poll() is None:  # the previous case's daemon came up
             rc, _ = d.kill9()
             ck.eq("%s: exit after SIGKILL" % what, -signal.SIGKILL, rc)

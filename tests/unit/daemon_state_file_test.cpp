@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -46,19 +47,31 @@ std::string as_text(const std::vector<uint8_t>& b) { return std::string(b.begin(
 
 std::string file_of(const nlohmann::json& st) { return as_text(*encode_state(st)); }
 
-/// The header with `raw_len` and `tail` as its "compressed" data.
-std::string header(uint64_t raw_len, const std::string& tail) {
-  std::string s = "IOLSTAT1";
+/// The header (zstd's, IOLSTAT2, unless `magic` says) with `raw_len` and `tail` as its
+/// "compressed" data.
+std::string header(uint64_t raw_len, const std::string& tail,
+                   const std::string& magic = "IOLSTAT2") {
+  std::string s = magic;
   s.append(reinterpret_cast<const char*>(&raw_len), 8);
   return s + tail;
 }
 
-/// A file whose header and compression are right around a CBOR `raw`.
-std::string wrapped(const std::vector<uint8_t>& raw) {
+/// A file as earlier builds wrote it (IOLSTAT1: zlib) around a CBOR `raw`.
+std::string wrapped_zlib(const std::vector<uint8_t>& raw) {
   std::vector<uint8_t> z(compressBound(raw.size()));
   uLongf zlen = z.size();
   EXPECT_EQ(compress2(z.data(), &zlen, raw.data(), raw.size(), 1), Z_OK);
-  return header(raw.size(), std::string(z.begin(), z.begin() + zlen));
+  return header(raw.size(), std::string(z.begin(), z.begin() + zlen), "IOLSTAT1");
+}
+
+/// A file whose header and compression (zstd's one-shot, not write_state's) are right around a
+/// CBOR `raw`.
+std::string wrapped(const std::vector<uint8_t>& raw) {
+  std::string z(ZSTD_compressBound(raw.size()), '\0');
+  const std::size_t n = ZSTD_compress(z.data(), z.size(), raw.data(), raw.size(), 1);
+  EXPECT_FALSE(ZSTD_isError(n));
+  z.resize(n);
+  return header(raw.size(), z);
 }
 
 /// Decodes, expecting a refusal whose message holds `words`.
@@ -106,19 +119,19 @@ TEST(StateFile, ABigStateIsWrittenInBoundedPiecesAsItIsEncoded) {
   EXPECT_LE(largest, std::size_t{256} << 10);
   EXPECT_LT(file.size(), blob.size());
   // The file is the documented one, checked without write_state's own code: the header, then
-  // zlib data that zlib's one-shot uncompress turns into exactly the state's CBOR.
+  // one zstd frame that zstd's one-shot decompression turns into exactly the state's CBOR.
   const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(st);
   ASSERT_GE(file.size(), 16u);
-  EXPECT_EQ(file.substr(0, 8), "IOLSTAT1");
+  EXPECT_EQ(file.substr(0, 8), "IOLSTAT2");
   uint64_t raw_len = 0;
   std::memcpy(&raw_len, file.data() + 8, 8);
   EXPECT_EQ(raw_len, cbor.size());
-  std::vector<uint8_t> raw(cbor.size());
-  uLongf raw_size = raw.size();
-  ASSERT_EQ(uncompress(raw.data(), &raw_size, reinterpret_cast<const Bytef*>(file.data() + 16),
-                       file.size() - 16),
-            Z_OK);
-  EXPECT_EQ(raw_size, cbor.size());
+  std::vector<uint8_t> raw(cbor.size() + 1);
+  const std::size_t raw_size =
+      ZSTD_decompress(raw.data(), raw.size(), file.data() + 16, file.size() - 16);
+  ASSERT_FALSE(ZSTD_isError(raw_size)) << ZSTD_getErrorName(raw_size);
+  ASSERT_EQ(raw_size, cbor.size());
+  raw.resize(raw_size);
   EXPECT_TRUE(raw == cbor);
   nlohmann::json back;
   std::string error;
@@ -133,7 +146,7 @@ TEST(StateFile, ABigStateIsWrittenInBoundedPiecesAsItIsEncoded) {
   EXPECT_NE(why.find("write failed"), std::string::npos) << why;
 #if !defined(__SANITIZE_ADDRESS__)
   // And the encoder never holds the state's CBOR (24 MiB and more) nor its compressed form: the
-  // heap it adds while it writes stays at its buffers and zlib's state (measured by the
+  // heap it adds while it writes stays at its buffers and zstd's context (measured by the
   // allocator at every piece; the sanitizers' allocator does not fill mallinfo2).
   // In use: the arenas' chunks and the mmapped ones (a big vector is mmapped).
   auto heap = [] {
@@ -201,18 +214,47 @@ TEST(StateFile, LossBasesOfAnOlderVersionAreShorterNotLonger) {
 
 TEST(StateFile, AHugeClaimedLengthIsRefusedBeforeAnyAllocation) {
   // 25 bytes claiming 4 GiB: the unfixed daemon allocated (and zeroed) the 4 GiB first.
-  refused(header(uint64_t{4} << 30, std::string("\x78\x9c\0\0\0\0\0\0\0", 9)), "impossible");
+  const std::string nine("\x78\x9c\0\0\0\0\0\0\0", 9);
+  refused(header(uint64_t{4} << 30, nine, "IOLSTAT1"), "impossible for zlib");
+  refused(header(uint64_t{4} << 30, nine), "impossible for zstd");
   refused(header(UINT64_MAX, "x"), "impossible");
-  // Within zlib's ratio but more than the data inflates to: memory follows the data.
+  refused(header(UINT64_MAX, "x", "IOLSTAT1"), "impossible");
+  // Past zstd's highest ratio by one byte of CBOR: refused; at it, decompressed (and found
+  // short): memory follows the data, never the claim.
   const std::string real = file_of(good_state());
-  refused(header(1032 * (real.size() - 16), real.substr(16)), "holds");
+  const uint64_t packed = real.size() - 16;
+  refused(header(32768 * packed + 32768, real.substr(16)), "impossible for zstd");
+  refused(header(32768 * packed, real.substr(16)), "holds");
+  // The same for a file of an earlier build (zlib: at most 1032:1).
+  const std::string old = wrapped_zlib(nlohmann::json::to_cbor(good_state()));
+  refused(header(1032 * (old.size() - 16) + 1032, old.substr(16), "IOLSTAT1"), "impossible");
+  refused(header(1032 * (old.size() - 16), old.substr(16), "IOLSTAT1"), "holds");
+}
+
+TEST(StateFile, AFileOfAnEarlierBuildIsStillRead) {
+  // Upgraded in place, a daemon restarts from the state its predecessor saved with zlib.
+  nlohmann::json st;
+  std::string error;
+  ASSERT_TRUE(decode_state(wrapped_zlib(nlohmann::json::to_cbor(good_state())), st, error))
+      << error;
+  EXPECT_EQ(st, good_state());
+  // And one made by zstd's own one-shot compression reads as write_state's does.
+  nlohmann::json st2;
+  ASSERT_TRUE(decode_state(wrapped(nlohmann::json::to_cbor(good_state())), st2, error)) << error;
+  EXPECT_EQ(st2, good_state());
 }
 
 TEST(StateFile, TruncationsAndDamageAreRefused) {
   const std::string real = file_of(good_state());
-  refused("", "no IOLSTAT1 header");
-  refused("IOLSTAT1", "no IOLSTAT1 header");
-  refused(std::string("XOLSTAT1") + real.substr(8), "no IOLSTAT1 header");
+  refused("", "no IOLSTAT2 or IOLSTAT1 header");
+  refused("IOLSTAT2", "no IOLSTAT2 or IOLSTAT1 header");
+  refused("IOLSTAT1", "no IOLSTAT2 or IOLSTAT1 header");
+  refused(std::string("XOLSTAT2") + real.substr(8), "no IOLSTAT2 or IOLSTAT1 header");
+  refused(std::string("IOLSTAT3") + real.substr(8), "no IOLSTAT2 or IOLSTAT1 header");
+  // zstd data under the zlib magic, and the other way round.
+  refused(std::string("IOLSTAT1") + real.substr(8), "damaged");
+  const std::string old = wrapped_zlib(nlohmann::json::to_cbor(good_state()));
+  refused(std::string("IOLSTAT2") + old.substr(8), "damaged");
   for (std::size_t cut = 16; cut < real.size(); cut += 7) {
     SCOPED_TRACE(cut);
     nlohmann::json st;
@@ -226,9 +268,13 @@ TEST(StateFile, TruncationsAndDamageAreRefused) {
   uint64_t raw_len = 0;
   std::memcpy(&raw_len, real.data() + 8, 8);
   refused(header(raw_len - 1, real.substr(16)), "damaged");
-  // Garbage after the header, and valid zlib around bytes that are not CBOR.
+  // Garbage after the header, and valid zstd or zlib around bytes that are not CBOR.
   refused(header(100, std::string(40, '\xff')), "damaged");
+  refused(header(100, std::string(40, '\xff'), "IOLSTAT1"), "damaged");
   refused(wrapped({0xff, 0xff, 0x00}), "not valid CBOR");
+  refused(wrapped_zlib({0xff, 0xff, 0x00}), "not valid CBOR");
+  // A good frame with bytes after it: the claimed length is exceeded or a frame is cut.
+  refused(real + "x", "damaged");
 }
 
 namespace {
