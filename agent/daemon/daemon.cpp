@@ -1389,9 +1389,8 @@ bool Daemon::checkpoint(bool force) {
   std::vector<const Job*> handed_over;
   for (const auto& [serial, w] : writing_) handed_over.push_back(w.job.get());
   // The live records' counts are in the kernel's pinned map, which a restart reads again: they
-  // are saved only while a drain may move live records out of it (the map over half full, or
-  // rounds draining it since it was),
-  // which would take them from there. A 50,000-record live job's save fell from 0.5-1.3 s of
+  // are saved only while a drain may take live records out of it (the map over half full, or
+  // rounds draining it since it was). A 50,000-record live job's save fell from 0.5-1.3 s of
   // the loop to ~60 ms (bench/README.md "The daemon's answers while it writes a record").
   const bool with_live =
       live_save_due_ || always_live_saves_ || draining_ ||
