@@ -160,7 +160,42 @@ void Recorder::FileAcc::set_folded_last_io(uint32_t io) {
 
 // ---- FoldedIds ----
 
+namespace {
+/// The two bit positions of (dev, ino) in a filter of `bits` (a power of two) bits.
+std::pair<std::size_t, std::size_t> filter_bits(uint32_t dev, uint64_t ino, std::size_t bits) {
+  const std::size_t h = FileIdentityHash{}(FileIdentity{ino, dev, 0});
+  const uint64_t h64 = h;
+  return {static_cast<std::size_t>(h64) & (bits - 1),
+          static_cast<std::size_t>(h64 >> 32 | h64 << 32) & (bits - 1)};
+}
+}  // namespace
+
+bool Recorder::FoldedIds::may_hold(uint32_t dev, uint64_t ino) const {
+  if (filter_.empty()) return false;
+  const auto [a, b] = filter_bits(dev, ino, filter_.size() * 64);
+  return (filter_[a / 64] >> (a % 64) & 1) && (filter_[b / 64] >> (b % 64) & 1);
+}
+
+void Recorder::FoldedIds::filter_add(uint32_t dev, uint64_t ino) {
+  const auto [a, b] = filter_bits(dev, ino, filter_.size() * 64);
+  filter_[a / 64] |= uint64_t{1} << (a % 64);
+  filter_[b / 64] |= uint64_t{1} << (b % 64);
+}
+
+void Recorder::FoldedIds::rebuild_filter() {
+  const std::size_t n = size();
+  if (n == 0) {
+    filter_.clear();
+    return;
+  }
+  std::size_t words = 16;  // 1,024 bits at the least
+  while (words * 64 < n * 16) words *= 2;
+  filter_.assign(words, 0);
+  for_each([&](const FileIdentity& id) { filter_add(id.dev, id.ino); });
+}
+
 std::optional<uint32_t> Recorder::FoldedIds::last_io(const FileIdentity& id) const {
+  if (!may_hold(id.dev, id.ino)) return std::nullopt;
   for (uint32_t t = 0; t < by_last_io_.size(); ++t) {
     const auto& part = by_last_io_[t];
     if (std::binary_search(part.begin(), part.end(), id)) return t;
@@ -169,6 +204,7 @@ std::optional<uint32_t> Recorder::FoldedIds::last_io(const FileIdentity& id) con
 }
 
 void Recorder::FoldedIds::gens(uint32_t dev, uint64_t ino, std::vector<uint32_t>& out) const {
+  if (!may_hold(dev, ino)) return;
   for (const auto& part : by_last_io_) {
     for (auto it = std::lower_bound(part.begin(), part.end(), FileIdentity{ino, dev, 1});
          it != part.end() && it->dev == dev && it->ino == ino; ++it)
@@ -195,6 +231,13 @@ void Recorder::FoldedIds::insert(const std::vector<std::pair<FileIdentity, uint3
     std::merge(kept.begin(), kept.end(), added.begin(), added.end(), std::back_inserter(out));
     part.swap(out);
   }
+  // Grown past its 16 bits an id: made again twice the size (each id's bits set O(1) times
+  // on average over the doublings), else the new ids' bits set.
+  if (filter_.size() * 64 < size() * 16) {
+    rebuild_filter();
+  } else {
+    for (const FileIdentity& id : ids) filter_add(id.dev, id.ino);
+  }
 }
 
 bool Recorder::FoldedIds::restore(std::array<std::vector<FileIdentity>, 3> parts) {
@@ -207,6 +250,7 @@ bool Recorder::FoldedIds::restore(std::array<std::vector<FileIdentity>, 3> parts
   std::sort(all.begin(), all.end());
   if (std::adjacent_find(all.begin(), all.end()) != all.end()) return false;
   by_last_io_ = std::move(parts);
+  rebuild_filter();
   return true;
 }
 
@@ -276,12 +320,15 @@ bool Recorder::exited(const ProcKey& p) const {
 // ---- names ----
 
 void Recorder::set_name(FileIdentity id, std::string path, bool canonical, bool incomplete) {
-  auto it = names_.find(id);
-  if (it != names_.end() && it->second.canonical && !canonical) return;  // keep the better name
+  // One walk of the names: a new file's name goes where the search ended (nearly every name a
+  // drain brings is new).
+  auto it = names_.lower_bound(id);
+  const bool known = it != names_.end() && it->first == id;
+  if (known && it->second.canonical && !canonical) return;  // keep the better name
   if (!canonical && canonicalize_) {
     if (auto real = canonicalize_(path)) path = *real;
   }
-  Name& n = it != names_.end() ? it->second : new_name(id, Name{});
+  Name& n = known ? it->second : new_name(id, Name{}, it);
   index_path(path, id, &n);
   name_bytes_ -= n.path.size();
   name_bytes_ += path.size();
@@ -290,8 +337,10 @@ void Recorder::set_name(FileIdentity id, std::string path, bool canonical, bool 
   n.incomplete = incomplete;
 }
 
-Recorder::Name& Recorder::new_name(const FileIdentity& id, Name n) {
-  Name& made = names_.emplace(id, std::move(n)).first->second;
+Recorder::Name& Recorder::new_name(const FileIdentity& id, Name n,
+                                   std::optional<std::map<FileIdentity, Name>::iterator> hint) {
+  Name& made = hint ? names_.emplace_hint(*hint, id, std::move(n))->second
+                    : names_.emplace(id, std::move(n)).first->second;
   if (!unnamed_paths_.empty()) {
     if (auto u = unnamed_paths_.find(id); u != unnamed_paths_.end()) {
       made.paths = u->second;
@@ -857,11 +906,12 @@ Recorder::Memory Recorder::memory() const {
   m.names = names_.size();
   m.paths = by_path_.size();
   m.forgotten_paths = forgotten_count();
-  std::size_t folded_procs = 0;
+  std::size_t folded_procs = 0, filters = 0;
   for (const auto& [k, p] : procs_) {
     if (!p.folded) continue;
     ++folded_procs;
     m.folded_files += p.folded->ids.size();
+    filters += p.folded->ids.filter_bytes();
   }
   constexpr std::size_t kTreeNode = 32;  // a std::map node's links and colour
   constexpr std::size_t kHashNode = 16;  // an unordered_map node's link and cached hash
@@ -871,7 +921,7 @@ Recorder::Memory Recorder::memory() const {
       m.processes * (kTreeNode + sizeof(ProcKey) + sizeof(Proc)) + folded_procs * sizeof(Folded) +
       m.names * (kTreeNode + sizeof(FileIdentity) + sizeof(Name)) +
       m.paths * (kHashNode + sizeof(void*) + sizeof(std::string) + sizeof(FileIdentity)) +
-      m.folded_files * sizeof(FileIdentity) + m.forgotten_paths * sizeof(ForgottenPath);
+      m.folded_files * sizeof(FileIdentity) + filters + m.forgotten_paths * sizeof(ForgottenPath);
   for (const auto& [k, a] : files_) m.approx_bytes += a.heap_bytes();
   for (const auto& [k, a] : others_) m.approx_bytes += a.heap_bytes();
   return m;
