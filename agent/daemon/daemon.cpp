@@ -36,6 +36,7 @@
 #include "control/peer.hpp"
 #include "control/server.hpp"
 #include "core/clock.hpp"
+#include "core/heap.hpp"
 #include "core/private_dir.hpp"
 #include "core/units.hpp"
 #include "core/wall_clock.hpp"
@@ -697,6 +698,9 @@ bool Daemon::setup() {
                    core::human_bytes(plan.bound), spent);
     else
       spdlog::info("memory bound {}: {}", core::human_bytes(plan.bound), spent);
+    // Said, as a build without jemalloc (IOLENS_JEMALLOC=OFF) spends more CPU on each record
+    // and keeps up with fewer new files a second (docs/daemon.md#memory-allocator).
+    spdlog::info("memory allocator: {}", core::heap_allocator());
   }
 
   loader::Options lo;
@@ -2998,6 +3002,10 @@ int Daemon::run() {
     // counters) would go down after a restart and back up at the first drain.
     drain(false);
   }
+  // The start-up's big buffers (the kernel's BTF read twice, the programs, the first scans)
+  // are freed by now: given back, or jemalloc keeps them for its decay time (~13 MiB of RSS
+  // more at the start than on glibc's malloc, which unmaps big blocks as they are freed).
+  core::heap_release();
   publish_metrics(true);
   publish_answers(Publish::all);  // from now on the front thread answers `status` and `jobs`
   spdlog::info("iolensd {} started: cgroup root {}, watching {}, {} job(s) found", IOLENS_VERSION,

@@ -2,13 +2,13 @@
 #include "daemon/record_writer.hpp"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <poll.h>
 #include <unistd.h>
 
 #include <exception>
 
 #include "core/clock.hpp"
+#include "core/heap.hpp"
 #include "exporters/darshan_log.hpp"
 #include "exporters/json_report.hpp"
 
@@ -170,7 +170,7 @@ void RecordWriter::run() {
       snapshot_rows_untrimmed_ = 0;
       last_snapshot_trim_ns_ = core::clock_ns(CLOCK_MONOTONIC);
       lock.unlock();
-      malloc_trim(0);
+      core::heap_release();
       lock.lock();
       continue;
     }
@@ -192,7 +192,7 @@ void RecordWriter::run() {
         }
       }
       // A big closed job's records were most of the heap; freed, they stay the process's (glibc
-      // keeps freed pages mapped) until given back: without this, iolensd's RSS stayed near its
+      // keeps freed pages mapped; jemalloc for up to its decay time, 10 s) until given back: without this, iolensd's RSS stayed near its
       // peak after a big job (bench/README.md "Memory: records kept packed, ..."). Here, off
       // the loop, and only after a big job: the trim holds each arena's lock while it gives
       // pages back, the loop's too. Small jobs count together: thousands of them one after the
@@ -201,7 +201,7 @@ void RecordWriter::run() {
       held_untrimmed_ += held;
       if (held_untrimmed_ >= kTrimAfterRecords) {
         held_untrimmed_ = 0;
-        malloc_trim(0);
+        core::heap_release();
       }
       lock.lock();
       continue;

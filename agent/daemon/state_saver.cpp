@@ -2,7 +2,6 @@
 #include "daemon/state_saver.hpp"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <exception>
 
 #include "core/crash_point.hpp"
+#include "core/heap.hpp"
 #include "core/private_dir.hpp"
 #include "daemon/state_file.hpp"
 
@@ -162,7 +162,7 @@ void StateSaver::run() {
     // the trim holds each arena's lock while it gives pages back, the loop's too, and the
     // loop's next gathering takes the pages again.
     if (r.bytes >= kTrimAfterBytes && (last_trim_ns_ == 0 || r.finished_ns - last_trim_ns_ >= kTrimEveryNs)) {
-      malloc_trim(0);
+      core::heap_release();
       last_trim_ns_ = mono_ns();
     }
     lock.lock();

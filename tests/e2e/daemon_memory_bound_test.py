@@ -114,6 +114,16 @@ def main():
              "the log does not state the bound of 256 MiB: %s" % (m and m.group(0)))
     if m:
         D.log("iolensd: %s" % m.group(0))
+    # The allocator it says it runs on, the one mapped in it, and the one the build chose
+    # (IOLENS_HEAP from CMake: jemalloc unless IOLENS_JEMALLOC=OFF or sanitized).
+    said = re.search(r"memory allocator: (\S+)", log)
+    with open("/proc/%d/maps" % d.proc.pid) as f:
+        mapped = "jemalloc" if "libjemalloc" in f.read() else "glibc"
+    ck.check(said is not None and said.group(1) == mapped,
+             "the log says allocator %s, %s is mapped" % (said and said.group(1), mapped))
+    want = os.environ.get("IOLENS_E2E_HEAP")
+    if want:
+        ck.eq("iolensd's allocator (the build's IOLENS_HEAP)", want, mapped)
     got = scrape(d)
     ck.eq("iolens_memory_bound_bytes", float(BOUND), got.get("iolens_memory_bound_bytes"))
     rss0 = D.read_rss_kib(d.proc.pid)
