@@ -499,6 +499,10 @@ TEST_F(JobTableTest, TheNodeWideNameCacheEvictsByFileIdentityAndForgetsTheEvicte
   // Job a names 20 files, the highest inode first: the lowest are the last used.
   for (uint64_t ino = 20; ino >= 1; --ino)
     t.on_event(name_event(600, ino, "f" + std::to_string(ino) + std::string("\0etc\0", 5)));
+  // Job b was given two of them, one to be evicted: fewer names than the evicted, so its side
+  // is the one walked.
+  t.on_event(name_event(700, 5, std::string("f5\0etc\0", 7)));
+  t.on_event(name_event(700, 15, std::string("f15\0etc\0", 8)));
   ASSERT_FALSE(t.names_over_limits());  // the bytes are small: only the count binds
   std::vector<core::FileIdentity> forgotten;
   EXPECT_EQ(t.enforce_limits(&forgotten), 0u);  // names evicted are no records folded
@@ -512,6 +516,10 @@ TEST_F(JobTableTest, TheNodeWideNameCacheEvictsByFileIdentityAndForgetsTheEvicte
   EXPECT_EQ(a.named.count({.ino = 1, .dev = 7, .gen = 1}), 0u);
   EXPECT_EQ(a.named.count({.ino = 11, .dev = 7, .gen = 1}), 0u);
   EXPECT_EQ(a.named.count({.ino = 12, .dev = 7, .gen = 1}), 1u);
+  const daemon::Job& b = *t.find("cgroup/dl/b");
+  EXPECT_EQ(b.named.count({.ino = 5, .dev = 7, .gen = 1}), 0u);
+  EXPECT_EQ(b.named.count({.ino = 15, .dev = 7, .gen = 1}), 1u);
+  EXPECT_EQ(b.named.size(), 1u);
   // Down to 9, under the bound: the next call evicts nothing more.
   std::vector<core::FileIdentity> again;
   t.enforce_limits(&again);
