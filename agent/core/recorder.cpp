@@ -163,10 +163,9 @@ void Recorder::FileAcc::set_folded_last_io(uint32_t io) {
 namespace {
 /// The two bit positions of (dev, ino) in a filter of `bits` (a power of two) bits.
 std::pair<std::size_t, std::size_t> filter_bits(uint32_t dev, uint64_t ino, std::size_t bits) {
-  const std::size_t h = FileIdentityHash{}(FileIdentity{ino, dev, 0});
-  const uint64_t h64 = h;
-  return {static_cast<std::size_t>(h64) & (bits - 1),
-          static_cast<std::size_t>(h64 >> 32 | h64 << 32) & (bits - 1)};
+  const uint64_t h = FileIdentityHash{}(FileIdentity{ino, dev, 0});
+  return {static_cast<std::size_t>(h) & (bits - 1),
+          static_cast<std::size_t>(h >> 32 | h << 32) & (bits - 1)};  // its two halves
 }
 }  // namespace
 
