@@ -43,6 +43,8 @@
 #include "core/zstd_stream.hpp"
 #include "daemon/answer_board.hpp"
 #include "daemon/capture.hpp"
+#include "daemon/capture_runner.hpp"
+#include "daemon/drain.hpp"
 #include "core/events.hpp"
 #include "daemon/job_metrics.hpp"
 #include "daemon/job_record.hpp"
@@ -221,7 +223,9 @@ class Daemon {
   void finish_save();
   void publish_metrics(bool force = false);
   core::DaemonHealth health();
-  loader::Loader::Disposition unknown_disposition(const core::ProcKey& p, int64_t now);
+  /// Whether a live record may be taken out of the kernel before a save holds it: the
+  /// pressure-drain marker is made first (docs/daemon.md); false while it cannot be.
+  bool mark_pressure();
   /// Reads the block records into the jobs; removes those of exited processes and of
   /// processes in no job.
   void drain_blocks(int64_t now);
@@ -258,23 +262,14 @@ class Daemon {
   /// newest kCorruptKept) and logs it; returns the new name ("" if it could not be moved).
   std::string move_state_aside(const std::string& why);
   nlohmann::json handle(const nlohmann::json& req, control::RequestContext& ctx);
-  nlohmann::json start_capture(const nlohmann::json& req, control::RequestContext& ctx);
-  /// Feeds the running capture and ends it when its time, size or job is up.
-  void service_capture(int64_t now);
-  void end_capture(CaptureEnd why);
   /// Folds what is over the record and name limits (JobTable::enforce_limits; `within_round`:
   /// before a drain round's end) and queues the names forgotten for the kernel (clear_names).
   void fold_over_limits(bool within_round = false);
   /// Has the kernel forget the queued names (send them again if the files are used again),
   /// a slice at a time until `deadline_ns` (0: all of them).
   void clear_names(int64_t deadline_ns);
-  /// What the trace ring holds, handed to `session` in bounded pieces.
-  void take_trace(capture::TraceSession& session);
-  /// Once the window has ended: the capture is over when its output is done with (all written,
-  /// failed, or, with `give_up`, abandoned as it is). Logs the end.
-  void settle_capture(bool give_up = false);
-  /// At a stop: the window ends and the writer gets at most kCaptureStopWait to finish.
-  void end_capture_for_stop();
+  /// What a capture's trace file says of this node.
+  CaptureRunner::Setting capture_setting() const;
   nlohmann::json status_json();
   /// `jobs`'s result: the live jobs, the closed ones kept, those being written.
   nlohmann::json jobs_json() const;
@@ -363,43 +358,10 @@ class Daemon {
   int64_t hooks_since_mono_ = -1;  // when the syscall hooks were last attached; -1 detached
   uint64_t hooks_attach_count_ = 0;
   uint64_t decode_errors_ = 0;
-  uint64_t removed_records_ = 0;     // taken out of the files map by this daemon
-  uint64_t created_baseline_ = 0;    // FILE_RECORDS_CREATED minus the entries at start
-  /// Records in the kernel's files map this daemon has not taken yet, from the kernel's own
-  /// creation count (`created`: IOLENS_STAT_FILE_RECORDS_CREATED). Counting the map's keys
-  /// takes a syscall per entry: asked every 20 ms while a job held 50,000 records, `status`
-  /// spent a quarter of the loop's time there.
-  uint64_t files_untaken(uint64_t created) const {
-    const uint64_t gone = created_baseline_ + removed_records_;
-    return created > gone ? created - gone : 0;  // never wraps (a failed stat reads 0)
-  }
-  /// The entries the map holds: those, and the final records kept until the next save.
-  uint64_t files_in_map(uint64_t created) const {
-    return files_untaken(created) + pending_files_.size();
-  }
   uint64_t last_drain_us_ = 0;
   uint64_t drains_ = 0;  // completed drain rounds, for `status` (tests wait on it, not on sleeps)
-  uint64_t drain_pieces_ = 0;
-  /// A drain round: one walk of the files and others maps, in pieces between which the loop
-  /// answers (docs/daemon.md#responsiveness). A record present throughout is read once in it.
-  struct DrainRound {
-    bool open = false;
-    int64_t work_ns = 0;  // the loop's time in its pieces
-    uint32_t pieces = 0;
-    int64_t longest_piece_ns = 0;
-    bool files_done = false;
-    loader::Loader::WalkPosition files, others;
-    Status walks = Status::Ok();  // or the first walk that failed part way (round incomplete)
-    // Jobs closing when it began: their processes had exited before its first read, so once
-    // it ends every record of theirs has been moved out (a job closing meanwhile may still
-    // have records in the part already walked: it waits for the next round).
-    std::vector<std::pair<std::string, uint64_t>> closing;  // (id, cgroup id)
-    bool whole_drain = false;  // draining_ as it began, live records takable throughout
-  };
-  DrainRound round_;
-  /// The map was found over half full: rounds that begin take every idle record they read until
-  /// one has walked the whole map doing so (DrainRound::whole_drain).
-  bool draining_ = false;
+  // The drain's rounds and rules (drain.hpp): made once the loader is.
+  std::unique_ptr<Drain> drain_;
   uint32_t last_round_pieces_ = 0;
   int64_t last_round_longest_piece_ns_ = 0;
   // Jobs ready to be written: closing when a complete round began (write_closed()), with their
@@ -425,29 +387,11 @@ class Daemon {
   };
   std::deque<TraceGap> trace_gaps_;  // bounded (kMaxTraceGaps)
   static constexpr std::size_t kMaxTraceGaps = 4096;
-  // Restart without loss (docs/daemon.md#restart-without-loss): records of exited processes leave the
-  // kernel only after a saved state holds them.
-  std::vector<iolens_file_key> pending_files_, pending_others_;
   // Names folded out of the recorders whose kernel entry still says "sent": two syscalls each,
   // so cleared a slice at a time between answers (a 150,000-file job folded at the default
   // limits spent up to 0.8 s at once there); saved with the state, so that a restart clears
   // what a crash left. Until cleared, a folded file used again gets a record without a name.
   std::deque<loader::Loader::NameId> names_to_clear_;
-  // The same keys, for the drains until the deletion: they must not be reported again. Hashed:
-  // every record of every drain round is looked up here (a DataLoader job's tens of thousands
-  // of exited records held until the next save cost a tree of them ~15 key compares a record).
-  std::unordered_set<iolens_file_key, core::FileKeyHash, core::FileKeyEq> pending_set_;
-  // Processes with records but no job yet: when first seen, and the ring's producer position
-  // then (their mark, if any, is before it).
-  struct Unknown {
-    int64_t since = 0;
-    uint64_t ring_pos = 0;
-  };
-  std::map<core::ProcKey, Unknown> unknown_since_;
-  core::IdleClock idle_clock_;  // timing off: when each evictable record last changed
-  core::UnchangedRecords unchanged_;  // live records the table holds as they are in the map
-  uint64_t records_read_ = 0;         // file records the drains read (each read counts)
-  uint64_t records_unchanged_ = 0;    // of them, live ones unchanged since handed on
   bool state_dirty_ = true;
   bool pressure_marked_ = false;  // the pressure-drain marker file exists
   bool last_save_live_ = false;   // the last save held the live records' counts
@@ -464,9 +408,10 @@ class Daemon {
   std::unique_ptr<StateSaver> saver_;
   struct SaveUnderWay {
     bool with_live = false;
-    std::size_t pending_files = 0;   // the first this many of pending_files_ are in it as final
-    std::size_t pending_others = 0;  // the same for pending_others_
-    uint64_t live_taken = 0;         // live_taken_ when it was gathered
+    std::size_t pending_files = 0;   // the first this many of the drain's pending files are in
+                                     // it as final
+    std::size_t pending_others = 0;  // the same for its pending others
+    uint64_t live_taken = 0;         // Drain::live_taken() when it was gathered
     uint64_t ring_pos = 0;           // the ring's consumer position it holds
     int64_t gathered_mono = 0;
     int64_t gather_ns = 0;           // the loop's time gathering it
@@ -477,10 +422,9 @@ class Daemon {
   bool waiting_for_live_save() const {
     return !last_save_live_ && !always_live_saves_ && save_under_way_ && save_under_way_->with_live;
   }
-  uint64_t live_taken_ = 0;  // records taken before a save (RemoveLive, RemoveFinalNow)
   uint64_t marker_failures_ = 0;  // pressure-drain markers that could not be created
   uint64_t memory_bound_ = 0;     // limits.memory, or what the limits given need (docs/daemon.md#memory-bound)
-  uint64_t removed_at_fold_ = 0;  // removed_records_ at the last fold_over_limits
+  uint64_t removed_at_fold_ = 0;  // Drain::removed_records() at the last fold_over_limits
   uint64_t last_save_loop_us_ = 0;  // the loop's part of the last save (gathering, collecting)
   uint64_t last_save_gather_us_ = 0, last_save_collect_us_ = 0;  // its two parts
   uint64_t checkpoints_ = 0;
@@ -513,14 +457,14 @@ class Daemon {
   std::unique_ptr<MetricsServer> metrics_;
   FileClassifier classifier_;
   std::string node_;
-  std::unique_ptr<Capture> capture_;  // the running capture, or the last one (for its status)
+  // Captures (capture_runner.hpp): made once the loader is.
+  std::unique_ptr<CaptureRunner> captures_;
   std::unique_ptr<RunCgroups> run_cg_;  // null: runs are off (no `runs:`)
   std::map<uint64_t, Run> runs_;
   std::vector<std::string> run_orphans_;  // run cgroups an earlier daemon left, still populated
   uint64_t next_run_ = 1;
   int64_t orphans_checked_ = 0;
   uint64_t runs_started_ = 0, runs_ended_ = 0, runs_abandoned_ = 0, runs_refused_ = 0;
-  uint64_t next_capture_id_ = 1;
   struct Retained {
     core::JobMetrics metrics;
     int64_t until_mono = 0;
@@ -747,6 +691,10 @@ bool Daemon::setup() {
     spdlog::error("{}", st.message);
     return false;
   }
+  drain_ = std::make_unique<Drain>(*loader_, loader_->timing() == IOLENS_TIMING_OFF);
+  captures_ = std::make_unique<CaptureRunner>(*loader_, [this] {
+    loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
+  });
   const auto& pins = loader_->pin_state();
   if (!pins.discarded.empty())
     spdlog::warn("discarded the kernel state a previous iolensd left in {}: {}", cfg_.pin_dir,
@@ -783,10 +731,9 @@ bool Daemon::setup() {
   resume();
   // The creation count first: a record made during the walk then makes the fill look higher
   // than it is, never lower (files_untaken).
-  const uint64_t created = loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED);
+  const uint64_t created = loader_->file_records_created();
   const int64_t in_map = loader_->map_entries("files");
-  const uint64_t walked = static_cast<uint64_t>(in_map > 0 ? in_map : 0);
-  created_baseline_ = created > walked ? created - walked : 0;
+  drain_->set_baseline(created, static_cast<uint64_t>(in_map > 0 ? in_map : 0));
 
   sigset_t mask;
   sigemptyset(&mask);
@@ -1063,48 +1010,39 @@ void Daemon::note_new_jobs() {
   }
 }
 
-/// A record of a process no event has attributed yet. Its mark may be in the ring behind the
-/// drain (marked between the ring read and the map read, or not read yet by a read cut at its
-/// deadline): kept for 3 s and until the ring is read past where it stood at first sight; a
-/// process still unknown then is in no job (or its mark was dropped) and its records are
-/// discarded, counted as unattributed.
-loader::Loader::Disposition Daemon::unknown_disposition(const core::ProcKey& p, int64_t now) {
-  auto [it, fresh] = unknown_since_.try_emplace(p, Unknown{now, loader_->ring_producer_pos()});
-  if (fresh || now - it->second.since < 3'000'000'000LL) return loader::Loader::Disposition::Skip;
-  // The ring is read within deadlines: the mark may still be among the events unread, however
-  // long ago the record was first seen. Kept until the ring has been read past where it stood
-  // then.
-  if (loader_->ring_consumer_pos() < it->second.ring_pos) return loader::Loader::Disposition::Skip;
-  return loader::Loader::Disposition::RemoveLive;
+void Daemon::drain(bool may_save) {
+  while (drain_->round_open()) drain_piece(0, may_save);
+  drain_piece(0, may_save);
 }
 
-void Daemon::drain(bool may_save) {
-  while (round_.open) drain_piece(0, may_save);
-  drain_piece(0, may_save);
+bool Daemon::mark_pressure() {
+  // Without the marker, a crash before the next save would lose what the taken records gained
+  // since the last one with nobody told: while it cannot be made (the state directory full or
+  // read-only), no live record is taken (the map fills, and the kernel counts what it cannot
+  // store), and each failure is counted.
+  if (pressure_marked_) return true;
+  // Created afresh, never through a link left at its name.
+  const int fd = core::create_fresh(state_dir_fd_, kMarkerName, 0600);
+  if (fd < 0) {
+    if (marker_failures_++ % 60 == 0)
+      spdlog::error("cannot create the pressure-drain marker {}/{}: {}; no live record is "
+                    "taken until it can be ({} failures)",
+                    cfg_.state_dir, kMarkerName, std::strerror(errno), marker_failures_);
+    return false;
+  }
+  close(fd);
+  pressure_marked_ = true;
+  return true;
 }
 
 bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   // Within half the piece's time (a ring full of names takes seconds), the walk has the rest:
   // what is left waits for the next piece; a record whose process's mark is among it stays in
-  // the kernel until the ring is read past it (unknown_disposition).
+  // the kernel until the ring is read past it (Drain::unknown).
   loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); },
                           deadline_ns == 0 ? 0 : t0 + std::max<int64_t>(deadline_ns - t0, 0) / 2);
   learn_uids();  // processes that arrived with these events, while they are alive
-  using D = loader::Loader::Disposition;
-  const uint32_t max = loader_->max_file_records();
-  // Timing off: records have no end times; idleness is told by unchanged counters.
-  core::IdleClock* idle = loader_->timing() == IOLENS_TIMING_OFF ? &idle_clock_ : nullptr;
-  if (!round_.open) {
-    round_ = DrainRound{};
-    round_.open = true;
-    for (const std::string& id : table_->closing())
-      if (const Job* job = table_->find(id)) round_.closing.emplace_back(id, job->cgroup_id);
-    if (idle) idle->begin();
-    unchanged_.begin();
-  }
-  ++round_.pieces;
-  ++drain_pieces_;
   // A pressure drain reads and deletes live records in one step: a crash before the next saved
   // state would lose what they gained since the last one. The marker, made before the first of
   // them is taken (mark_pressure), lets the next daemon say so (docs/daemon.md). Saves leave
@@ -1113,134 +1051,16 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   // has just refreshed them; a save before it would hold none after a restart), so that what a
   // crash can lose is what they gained since. Asked at each piece: a save gathered between two
   // pieces may leave them out.
-  // The map's fill as the piece begins decides whether idle live records are taken, or the
-  // drain under way (draining_) as the round began.
-  const std::size_t in_map = files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
-  const bool may_take_live = last_save_live_ || always_live_saves_;
-  // A round that begins with the map over half full, or after one that found it so, takes
-  // every idle record it reads, as if the map stayed over half full to its end; until one has
-  // walked the whole map so (live records takable throughout), the next does too. Taking only
-  // while the map stayed over half left it at the half, and each round walked all of it to take
-  // the few thousand records made since the last (at 10,000 new files a second: 15.6 s of CPU
-  // for 20 s of work in a Release build, each record read about ten times; 11.2 s so:
-  // bench/README.md "Unchanged live records"). Then the map refills for a while with only the
-  // interval's rounds.
-  if (in_map * 2 > max) draining_ = true;
-  if (round_.pieces == 1) round_.whole_drain = draining_;
-  if (draining_ && !may_take_live) {
-    live_save_due_ = true;
-    round_.whole_drain = false;
-  }
-  const std::size_t fill =
-      round_.whole_drain ? std::max<std::size_t>(in_map, max / 2 + 1) : in_map;
-  // Without the marker, a crash before the next save would lose what the taken records gained
-  // since the last one with nobody told: while it cannot be made (the state directory full or
-  // read-only), no live record is taken (the map fills, and the kernel counts what it cannot
-  // store), and each failure is counted.
-  auto mark_pressure = [&] {
-    if (pressure_marked_) return true;
-    // Created afresh, never through a link left at its name.
-    const int fd = core::create_fresh(state_dir_fd_, kMarkerName, 0600);
-    if (fd < 0) {
-      if (marker_failures_++ % 60 == 0)
-        spdlog::error("cannot create the pressure-drain marker {}/{}: {}; no live record is "
-                      "taken until it can be ({} failures)",
-                      cfg_.state_dir, kMarkerName, std::strerror(errno), marker_failures_);
-      return false;
-    }
-    close(fd);
-    pressure_marked_ = true;
-    return true;
-  };
-  auto remove = [&](const iolens_file_key& k, const iolens_file_counters& c) {
-    const core::ProcKey p{k.tgid, k.pstart_ns};
-    if (pending_set_.count(k)) return D::Skip;
-    if (!table_->attributed(p)) return unknown_disposition(p, t0);
-    if (table_->exited(p)) {
-      // Kept in the kernel until a save holds it (up to kCheckpointEvery), a final record
-      // fills the map as a live one does: a DataLoader's workers re-forked every epoch leave
-      // tens of thousands at each epoch's end, and the next epoch's records found the map full
-      // (bench/README.md "The drain at the default sizes"). Under pressure it leaves at this
-      // walk's end, as a taken live record does, under the same marker.
-      if (fill * 2 > max && may_take_live && mark_pressure()) {
-        ++live_taken_;
-        return D::RemoveFinalNow;
-      }
-      return D::RemoveFinal;
-    }
-    if (!may_take_live ||
-        !core::drain_evictable(k, c, fill, max, static_cast<uint64_t>(t0), idle))
-      return D::Keep;
-    if (!mark_pressure()) return D::Keep;  // before the loader takes it out
-    ++live_taken_;
-    return D::RemoveLive;
-  };
-  uint64_t moved = 0;
-  const std::size_t files_before = pending_files_.size();
-  const std::size_t others_before = pending_others_.size();
-  const bool walk_files = !round_.files_done;
-  if (walk_files) {
-    const Status read = loader_->drain_files(
-        remove,
-        [&](const auto& k, const auto& c, bool removed) {
-          ++records_read_;
-          if (removed) {
-            unchanged_.removed(k);
-            table_->on_file(k, c, true);
-            ++removed_records_;
-            ++moved;
-            return;
-          }
-          // A live record its job holds as it is: nothing to hand on (most of them, at every
-          // round, while a job's records wait in the map to be taken).
-          const uint64_t fp = core::UnchangedRecords::fingerprint(c);
-          if (unchanged_.unchanged(k, fp)) {
-            ++records_unchanged_;
-            return;
-          }
-          if (table_->on_file(k, c, false)) unchanged_.handed(k, fp);
-        },
-        &pending_files_, &round_.files, deadline_ns);
-    if (!read && round_.walks) round_.walks = read;
-    if (!round_.files.resume) {
-      round_.files_done = true;
-      unchanged_.end();
-      if (idle) idle->end();
-    }
-  }
-  // A piece that read no files batch reads at least one of others (the walk reads a batch before
-  // it looks at the clock): else a piece whose events took longer than the deadline (a storm of
-  // new processes) would never end the round.
-  if (round_.files_done &&
-      (deadline_ns == 0 || !walk_files || clock_ns(CLOCK_MONOTONIC) < deadline_ns)) {
-    const Status read = loader_->drain_others(
-        [&](const iolens_file_key& k, const iolens_file_counters&) {
-          const core::ProcKey p{k.tgid, k.pstart_ns};
-          if (pending_set_.count(k)) return D::Skip;
-          if (!table_->attributed(p)) return unknown_disposition(p, t0);
-          return table_->exited(p) ? D::RemoveFinal : D::Keep;
-        },
-        [&](const auto& k, const auto& c, bool removed) {
-          table_->on_other(k, c, removed);
-          moved += removed;
-        },
-        &pending_others_, &round_.others, deadline_ns);
-    if (!read && round_.walks) round_.walks = read;
-    if (!round_.others.resume) round_.open = false;  // both walks reached their end
-  }
-  // Reported final, kept in the kernel until a save holds them: later pieces and rounds skip
-  // them. Only this piece's: the older ones are in the set already.
-  pending_set_.insert(pending_files_.begin() + static_cast<std::ptrdiff_t>(files_before),
-                      pending_files_.end());
-  pending_set_.insert(pending_others_.begin() + static_cast<std::ptrdiff_t>(others_before),
-                      pending_others_.end());
-  if (moved) state_dirty_ = true;
-  auto account = [&] {
-    const int64_t took = clock_ns(CLOCK_MONOTONIC) - t0;
-    round_.work_ns += took;
-    round_.longest_piece_ns = std::max(round_.longest_piece_ns, took);
-  };
-  if (round_.open) {
+  Drain::Rules rules;
+  rules.now = t0;
+  rules.deadline_ns = deadline_ns;
+  rules.may_take_live = last_save_live_ || always_live_saves_;
+  rules.may_take_now = [this] { return mark_pressure(); };
+  const Drain::Piece piece = drain_->piece(*table_, rules);
+  if (piece.live_save_due) live_save_due_ = true;
+  if (piece.moved) state_dirty_ = true;
+  const Drain::Round& round = drain_->round();
+  if (!piece.round_ended) {
     // Names and records come faster than rounds end (a job making long-named files: 18 MB/s of
     // names held three times over until the round's fold; 30,000 new files a second, a round's
     // worth folded at its end in one piece of up to 0.9 s): fold as soon as a piece leaves
@@ -1248,25 +1068,20 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
     // fold (before, there is nothing new to fold). Twice: a fold sorts every record of the job,
     // and a job of 200,000 short-named files folded at every piece took twice the CPU
     // (bench/README.md "Memory: one bound"). File records only: processes fold after a whole walk.
-    if (round_.walks.ok && removed_records_ != removed_at_fold_ &&
+    if (round.walks.ok && drain_->removed_records() != removed_at_fold_ &&
         (table_->names_over_limits(2) || table_->records_over_limits(2)))
       fold_over_limits(true);
-    account();
+    drain_->account(clock_ns(CLOCK_MONOTONIC) - t0);
     return false;
   }
   // The round has ended: every record was read (unless a walk failed part way).
-  last_drain_complete_ = round_.walks.ok;
-  if (round_.whole_drain && round_.walks.ok) draining_ = false;
+  last_drain_complete_ = round.walks.ok;
   if (!last_drain_complete_ && drain_failures_++ % 60 == 0)
-    spdlog::error("drain: {} ({} drains incomplete)", round_.walks.message, drain_failures_);
+    spdlog::error("drain: {} ({} drains incomplete)", round.walks.message, drain_failures_);
   // A walk that failed part way left records unread: no job is written or folded from it.
-  if (last_drain_complete_) closable_.insert(round_.closing.begin(), round_.closing.end());
+  if (last_drain_complete_) closable_.insert(round.closing.begin(), round.closing.end());
   drain_blocks(t0);
   drain_proc_losses(t0);
-  for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
-    it = table_->attributed(it->first) || t0 - it->second.since > 60'000'000'000LL
-             ? unknown_since_.erase(it)
-             : std::next(it);
   if (last_drain_complete_) fold_over_limits();
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
   // than the drains (a burst of new files); the marker stays until the next save. Forced only
@@ -1274,13 +1089,13 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   // After a failed save (a full or read-only disk), tried again at most once a second: under
   // pressure drains come every few ms.
   if (may_save && t0 - last_save_failed_mono_ >= kSaveRetryEvery) checkpoint(live_save_due_);
-  account();
+  drain_->account(clock_ns(CLOCK_MONOTONIC) - t0);
   last_drain_ = clock_ns(CLOCK_MONOTONIC);
-  last_drain_us_ = static_cast<uint64_t>(round_.work_ns) / 1000;
-  last_round_pieces_ = round_.pieces;
-  last_round_longest_piece_ns_ = round_.longest_piece_ns;
+  last_drain_us_ = static_cast<uint64_t>(round.work_ns) / 1000;
+  last_round_pieces_ = round.pieces;
+  last_round_longest_piece_ns_ = round.longest_piece_ns;
   ++drains_;
-  drain_hist_.observe(static_cast<double>(round_.work_ns) / 1e9);
+  drain_hist_.observe(static_cast<double>(round.work_ns) / 1e9);
   return true;
 }
 
@@ -1308,7 +1123,7 @@ void Daemon::drain_blocks(int64_t now) {
   for (const auto& r : loader_->read_blocks()) {
     const core::ProcKey p{r.key.tgid, r.key.pstart_ns};
     if (!table_->attributed(p)) {
-      if (unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive)
+      if (drain_->unknown(p, now) == Drain::Disposition::RemoveLive)
         gone.push_back(r.key);
       continue;
     }
@@ -1331,7 +1146,7 @@ void Daemon::drain_proc_losses(int64_t now) {
   for (const auto& [key, v] : entries) {
     const core::ProcKey p{key.tgid, key.pstart_ns};
     if (!table_->attributed(p)) {
-      if (unknown_disposition(p, now) == loader::Loader::Disposition::RemoveLive)
+      if (drain_->unknown(p, now) == Drain::Disposition::RemoveLive)
         take.push_back(key);
     } else if (table_->exited(p) || !table_->on_proc_lost(key, v, false)) {
       take.push_back(key);  // (the second: a job not in the table; none expected)
@@ -1370,7 +1185,8 @@ void Daemon::release_losses(const Job& job) {
 
 bool Daemon::checkpoint(bool force) {
   collect_saved();
-  if (!state_dirty_ && !live_save_due_ && pending_files_.empty() && pending_others_.empty())
+  if (!state_dirty_ && !live_save_due_ && drain_->pending_files().empty() &&
+      drain_->pending_others().empty())
     return true;
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   // Saving costs (a recorder holds ~700 bytes a record): at most every kCheckpointEvery,
@@ -1397,12 +1213,12 @@ bool Daemon::checkpoint(bool force) {
   // rounds draining it since it was). A 50,000-record live job's save fell from 0.5-1.3 s of
   // the loop to ~60 ms (bench/README.md "The daemon's answers while it writes a record").
   const bool with_live =
-      live_save_due_ || always_live_saves_ || draining_ ||
-      files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED)) * 2 > loader_->max_file_records();
+      live_save_due_ || always_live_saves_ || drain_->draining() ||
+      drain_->files_in_map(loader_->file_records_created()) * 2 > loader_->max_file_records();
   st["table"] = table_->save(handed_over, with_live, &spare_blobs_);
   spare_blobs_.clear();  // those of jobs gone since go
-  st["pending_files"] = entries_binary(pending_files_);
-  st["pending_others"] = entries_binary(pending_others_);
+  st["pending_files"] = entries_binary(drain_->pending_files());
+  st["pending_others"] = entries_binary(drain_->pending_others());
   static_assert(sizeof(loader::Loader::NameId) == 16, "docs/state-format.md: names_to_clear");
   st["names_to_clear"] = entries_binary(names_to_clear_);
   nlohmann::json bases = nlohmann::json::object();
@@ -1411,8 +1227,10 @@ bool Daemon::checkpoint(bool force) {
   // What changes from here on is for the next save; this one's outcome is taken by
   // collect_saved(). A save without the live counts on its way: no live record is taken from
   // now (the one on disk may hold them, the next will not).
-  save_under_way_ = SaveUnderWay{with_live,   pending_files_.size(),
-                                 pending_others_.size(), live_taken_,
+  save_under_way_ = SaveUnderWay{with_live,
+                                 drain_->pending_files().size(),
+                                 drain_->pending_others().size(),
+                                 drain_->live_taken(),
                                  st["ring_pos"].get<uint64_t>(), t0, 0, record_serial_};
   if (!with_live) last_save_live_ = false;
   state_dirty_ = false;
@@ -1454,32 +1272,13 @@ void Daemon::collect_saved() {
   }
   // Every live record taken before the gathering is in the saved state: the marker's window
   // is closed, unless records were taken since (then the next save closes it).
-  if (pressure_marked_ && live_taken_ == s.live_taken) {
+  if (pressure_marked_ && drain_->live_taken() == s.live_taken) {
     unlinkat(state_dir_fd_, kMarkerName, 0);
     pressure_marked_ = false;
   }
   // The final records this save holds leave the kernel now; those reported final since wait
   // for the next save.
-  auto release = [](std::vector<iolens_file_key>& pending, std::size_t n, auto&& del) {
-    n = std::min(n, pending.size());
-    if (n == 0) return;
-    if (n == pending.size()) {
-      del(pending);
-      pending.clear();
-      return;
-    }
-    const std::vector<iolens_file_key> saved(pending.begin(),
-                                             pending.begin() + static_cast<std::ptrdiff_t>(n));
-    del(saved);
-    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(n));
-  };
-  release(pending_files_, s.pending_files,
-          [&](const std::vector<iolens_file_key>& k) { loader_->delete_files(k); });
-  release(pending_others_, s.pending_others,
-          [&](const std::vector<iolens_file_key>& k) { loader_->delete_others(k); });
-  pending_set_.clear();
-  pending_set_.insert(pending_files_.begin(), pending_files_.end());
-  pending_set_.insert(pending_others_.begin(), pending_others_.end());
+  drain_->released(s.pending_files, s.pending_others);
   last_checkpoint_us_ = static_cast<uint64_t>(r->finished_ns - s.gathered_mono) / 1000;
   last_save_gather_us_ = static_cast<uint64_t>(s.gather_ns) / 1000;
   last_save_collect_us_ = static_cast<uint64_t>(clock_ns(CLOCK_MONOTONIC) - t0) / 1000;
@@ -1859,7 +1658,7 @@ void Daemon::write_closed() {
     // since (the next round that begins after that decides).
     if (!job || job->state != JobState::Closing || job->cgroup_id != cgroup_id) continue;
     // Its capture ends here, while its recorder can still name the files.
-    if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
+    captures_->job_ending(*table_, id);
     job->state = JobState::Closed;
     // Its series stay, final, for the grace period: the last values get scraped.
     if (metrics_) retain_metrics(*job);
@@ -1984,7 +1783,7 @@ core::DaemonHealth Daemon::health() {
   h.paths_truncated = st[IOLENS_STAT_PATHS_TRUNCATED];
   // The files map's fill from the kernel's own creation count; the selection maps are small
   // enough to count.
-  h.maps.push_back({"files", static_cast<int64_t>(files_in_map(st[IOLENS_STAT_FILE_RECORDS_CREATED])),
+  h.maps.push_back({"files", static_cast<int64_t>(drain_->files_in_map(st[IOLENS_STAT_FILE_RECORDS_CREATED])),
                     loader_->max_file_records()});
   const loader::Loader::SelectionEntries sel = loader_->selection_entries();
   h.maps.push_back({"cgroup_sel", static_cast<int64_t>(sel.traced.size()), IOLENS_CGROUP_TRACE_MAX});
@@ -2137,7 +1936,7 @@ nlohmann::json Daemon::status_json() {
   const loader::Loader::SelectionEntries sel = loader_->selection_entries();
   j["maps"] = nlohmann::json::array(
       {{{"name", "files"},
-        {"entries", files_in_map(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED))},
+        {"entries", drain_->files_in_map(loader_->file_records_created())},
         {"max", loader_->max_file_records()}},
        {{"name", "cgroup_sel"}, {"entries", sel.traced.size()}, {"max", IOLENS_CGROUP_TRACE_MAX}},
        {{"name", "cgroup_excl"}, {"entries", sel.excluded.size()},
@@ -2170,9 +1969,9 @@ nlohmann::json Daemon::status_json() {
   j["drain"] = {{"last_us", last_drain_us_},
                 {"count", drains_},
                 {"incomplete", drain_failures_},
-                {"pieces", drain_pieces_},
-                {"records_read", records_read_},
-                {"records_unchanged", records_unchanged_},
+                {"pieces", drain_->pieces()},
+                {"records_read", drain_->records_read()},
+                {"records_unchanged", drain_->records_unchanged()},
                 {"last_pieces", last_round_pieces_},
                 {"last_longest_piece_us", last_round_longest_piece_ns_ / 1000}};
   j["output"] = {{"dir", writer_->dir()}, {"written", writer_->written()},
@@ -2357,7 +2156,7 @@ void Daemon::close_run_cgroup(Run& run) {
 void Daemon::take_run_job(const std::string& id) {
   Job* job = table_->find(id);
   if (!job) return;
-  if (capture_ && capture_->running() && capture_->job_id == id) end_capture(CaptureEnd::JobEnded);
+  captures_->job_ending(*table_, id);
   job->state = JobState::Closed;
   if (metrics_) retain_metrics(*job);
   drop_pages(id);
@@ -2474,155 +2273,6 @@ void Daemon::service_runs() {
   });
 }
 
-nlohmann::json Daemon::start_capture(const nlohmann::json& req, control::RequestContext& ctx) {
-  const CaptureRequest r = parse_capture_request(req);
-  const int64_t now = clock_ns(CLOCK_MONOTONIC);
-  if (loader_->timing() == IOLENS_TIMING_OFF)
-    throw std::runtime_error("a capture needs each call's start and duration, and this iolensd "
-                             "runs with timing off (timing: exact in its config)");
-  if (capture_ && capture_->running())
-    throw std::runtime_error(
-        "a capture is running already (id " + std::to_string(capture_->id) + ", job " +
-        capture_->job_id + ", uid " + std::to_string(capture_->uid) + ", " +
-        std::to_string(std::max<int64_t>(0, capture_->deadline_mono_ns - now) / 1000000000) +
-        " s left): one at a time");
-  if (capture::AsyncOutput::writers_alive() >= capture::kMaxOutputWriters)
-    throw std::runtime_error(
-        std::to_string(capture::AsyncOutput::writers_alive()) +
-        " outputs of earlier captures are still not closed (their file system does not answer): "
-        "no new capture until one is (docs/capture.md)");
-  if (ctx.passed_fd.get() < 0 && !ctx.fd_refusal.empty())
-    throw std::runtime_error(ctx.fd_refusal);  // docs/control.md#limits: a FUSE close stuck
-  if (ctx.passed_fd.get() < 0)
-    throw control::BadRequest("a capture needs the output file's descriptor with the request "
-                              "(iolens capture -o FILE sends it)");
-  // Nothing here may wait on the file: its file system may be a FUSE server the client runs.
-  const int fl = fcntl(ctx.passed_fd.get(), F_GETFL);
-  if (fl < 0 || capture::output_kind(ctx.passed_fd.get()) == capture::OutputKind::Other ||
-      ((fl & O_ACCMODE) != O_WRONLY && (fl & O_ACCMODE) != O_RDWR))
-    throw std::runtime_error("the output must be a regular file or a pipe open for writing");
-
-  // Which job, and how the kernel tells its tasks from the others'.
-  Job* job = nullptr;
-  std::string target, cgroup_rel;
-  std::vector<uint32_t> pids;
-  if (!r.job.empty()) {
-    target = "job:" + r.job;
-    job = table_->find(r.job);
-    if (!job || job->state != JobState::Live)
-      throw std::runtime_error("no live job '" + r.job + "' (see iolens jobs)");
-    if (job->cgroup_id != 0) {
-      cgroup_rel = job->identity.job_cgroup;
-    } else {
-      for (const core::ProcKey& p : job->live) pids.push_back(p.pid);
-    }
-  } else if (!r.cgroup.empty()) {
-    target = "cgroup:" + r.cgroup;
-    std::string rel = r.cgroup;
-    if (rel.rfind(mount_ + "/", 0) == 0) rel = rel.substr(mount_.size());
-    while (rel.size() > 1 && rel.back() == '/') rel.pop_back();
-    if (rel.empty() || rel[0] != '/' || rel.find("/../") != std::string::npos ||
-        rel.ends_with("/.."))
-      throw std::runtime_error("cgroup '" + r.cgroup + "': give its path under " + mount_ +
-                               " (such as /kubepods/pod1) or its absolute path");
-    for (const auto& [id, j] : table_->jobs()) {
-      const std::string& jc = j->identity.job_cgroup;
-      if (j->state == JobState::Live && j->cgroup_id != 0 &&
-          (rel == jc || rel.rfind(jc + "/", 0) == 0))
-        job = j.get();
-    }
-    if (!job) throw std::runtime_error("cgroup " + rel + " is in no live job (see iolens jobs)");
-    cgroup_rel = rel;
-  } else {
-    target = "pid:" + std::to_string(r.pid);
-    for (const auto& [id, j] : table_->jobs()) {
-      if (j->state != JobState::Live) continue;
-      for (const core::ProcKey& p : j->live)
-        if (p.pid == r.pid) job = j.get();
-    }
-    if (!job) throw std::runtime_error("process " + std::to_string(r.pid) +
-                                       " is in no live job (see iolens jobs)");
-    pids.push_back(r.pid);
-  }
-
-  control::UniqueFd cgroup_fd;
-  if (!cgroup_rel.empty()) {
-    cgroup_fd.reset(open((mount_ + cgroup_rel).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (cgroup_fd.get() < 0)
-      throw std::runtime_error("cannot open cgroup " + mount_ + cgroup_rel + ": " +
-                               std::strerror(errno));
-  }
-
-  // The kernel's filter first, then the window's start: every call that starts after it is in
-  // the ring, whole. The ring holds what comes before the file is ready; records of calls that
-  // started earlier are left out by the session.
-  const uint64_t produced0 = loader_->stat(IOLENS_STAT_TRACE_RECORDS);
-  const uint64_t lost0 = loader_->stat(IOLENS_STAT_TRACE_LOST);
-  Status st = cgroup_fd.get() >= 0 ? loader_->set_trace_mode(IOLENS_TRACE_CGROUP, cgroup_fd.get())
-                                   : Status::Ok();
-  for (uint32_t pid : pids)
-    if (st) st = loader_->add_trace_pid(pid);
-  if (st && cgroup_fd.get() < 0) st = loader_->set_trace_mode(IOLENS_TRACE_PIDS);
-  const auto tracing_off = [this] {
-    loader_->set_trace_mode(IOLENS_TRACE_OFF);
-    loader_->consume_trace([](const iolens_trace_record&) {});
-  };
-  if (!st) {
-    tracing_off();
-    throw std::runtime_error("cannot start tracing: " + st.message);
-  }
-  const int64_t start = clock_ns(CLOCK_MONOTONIC);
-
-  trace::Meta meta;
-  meta.producer = std::string("iolens ") + IOLENS_VERSION;
-  meta.node = node_;
-  meta.target = target;
-  meta.job_kind = job->identity.kind;
-  meta.job_id = job->identity.id;
-  meta.job_labels = job->identity.labels;
-  meta.window_start_ns = static_cast<uint64_t>(start);
-  meta.mono_to_wall_ns = table_->clock().mono_to_wall_ns;
-  meta.ring_bytes = loader_->trace_ring_size();
-  // The mount table the record writer's thread read last (no statfs() on this loop), if any.
-  if (const auto t = records_->alignment()) {
-    meta.alignment_mounts.emplace();
-    for (const core::AlignmentMount& m : *t)
-      meta.alignment_mounts->emplace_back(m.point, m.block_size);
-  }
-  capture::SessionOptions so;
-  so.max_bytes = r.max_bytes;
-  Status err;
-  // The loop only encodes and queues; the output's own thread writes (capture/async_output).
-  auto output = capture::AsyncOutput::start(ctx.passed_fd.release(), {}, err);
-  if (!output) {
-    tracing_off();
-    throw std::runtime_error("cannot write the trace: " + err.message);
-  }
-  capture::AsyncOutput* out = output.get();
-  auto session = capture::TraceSession::open_sink(
-      [out](std::string_view bytes) { return out->push(bytes); }, meta, so, err);
-  if (!session) {
-    tracing_off();
-    throw std::runtime_error("cannot write the trace: " + err.message);
-  }
-  auto c = std::make_unique<Capture>();
-  c->id = next_capture_id_++;
-  c->job_id = job->identity.id;
-  c->target = target;
-  c->uid = ctx.peer.uid;
-  c->output = std::move(output);
-  c->session = std::move(session);
-  c->start_mono_ns = start;
-  c->deadline_mono_ns = start + static_cast<int64_t>(r.duration_ms) * 1000000LL;
-  c->produced0 = produced0;
-  c->lost0 = lost0;
-  c->last_sync_mono_ns = now;
-  capture_ = std::move(c);
-  spdlog::info("capture {} of job {} ({}) started for {} ms by uid {}", capture_->id,
-               capture_->job_id, target, r.duration_ms, capture_->uid);
-  return capture_->status(now);
-}
-
 void Daemon::fold_over_limits(bool within_round) {
   // the mount table the folds give the records' file_not_aligned with (Job::folded_not_aligned)
   table_->set_alignment_table(records_->alignment());
@@ -2632,7 +2282,7 @@ void Daemon::fold_over_limits(bool within_round) {
   // read at every piece before reads were cut).
   if (loader_->events_cut_short())
     loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
-  removed_at_fold_ = removed_records_;
+  removed_at_fold_ = drain_->removed_records();
   std::vector<core::FileIdentity> forgotten;
   if (table_->enforce_limits(&forgotten, within_round) > 0) state_dirty_ = true;
   // Folded records' names, and evicted node-wide name copies.
@@ -2656,120 +2306,14 @@ void Daemon::clear_names(int64_t deadline_ns) {
   }
 }
 
-void Daemon::take_trace(capture::TraceSession& session) {
-  // Handed over in pieces: a full 16 MiB ring is 190,000 records, and one vector of them (grown
-  // by doubling) and what the writer made of it at once cost ~36 MiB of heap at the peak
-  // (heaptrack, e2e_daemon_memory_bound); pieces keep that to a few MiB.
-  // The sink runs inside libbpf's C callback, which an exception must not cross: one is kept,
-  // the records read after it are dropped, and it is thrown again from here (as it was when
-  // the whole batch was handed over after the read).
-  constexpr std::size_t kPiece = 8192;
-  std::vector<iolens_trace_record> batch;
-  batch.reserve(kPiece);
-  std::exception_ptr failed;
-  loader_->consume_trace([&](const iolens_trace_record& r) {
-    if (failed) return;
-    try {
-      batch.push_back(r);
-      if (batch.size() == kPiece) {
-        session.on_ops(batch);
-        batch.clear();
-      }
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  });
-  if (failed) std::rethrow_exception(failed);
-  session.on_ops(batch);
-}
-
-void Daemon::service_capture(int64_t now) {
-  if (!capture_ || !capture_->running()) return;
-  Capture& c = *capture_;
-  if (!c.window_open()) {
-    settle_capture();
-    return;
-  }
-  take_trace(*c.session);
-  c.out_state = c.output->check();
-  Job* job = table_->find(c.job_id);
-  CaptureEnd why = CaptureEnd::None;
-  if (c.out_state.stalled) why = CaptureEnd::OutputStalled;
-  else if (!c.session->error()) why = CaptureEnd::WriteError;
-  else if (c.stop_requested) why = CaptureEnd::Stopped;
-  else if (!job || job->state != JobState::Live) why = CaptureEnd::JobEnded;
-  else if (c.session->size_limit_reached()) why = CaptureEnd::SizeLimit;
-  else if (now >= c.deadline_mono_ns) why = CaptureEnd::Duration;
-  if (why != CaptureEnd::None) {
-    end_capture(why);
-    return;
-  }
-  c.produced = loader_->stat(IOLENS_STAT_TRACE_RECORDS) - c.produced0;
-  c.ring_full = loader_->stat(IOLENS_STAT_TRACE_LOST) - c.lost0;
-  if (now - c.last_sync_mono_ns >= 1000000000LL) {
-    c.last_sync_mono_ns = now;
-    c.session->sync(*job->rec);
-  }
-}
-
-void Daemon::end_capture(CaptureEnd why) {
-  if (!capture_ || !capture_->window_open()) return;
-  Capture& c = *capture_;
-  // The window ends before the kernel stops: every call that ended inside it is in the ring.
-  const int64_t now = clock_ns(CLOCK_MONOTONIC);
-  c.session->close_window(static_cast<uint64_t>(now));
-  loader_->set_trace_mode(IOLENS_TRACE_OFF);  // also empties the pid list
-  // What is already in the rings: the last records, and the names of their files.
-  loader_->consume_events([this](std::span<const uint8_t> b) { on_record(b); });
-  take_trace(*c.session);
-  c.produced = loader_->stat(IOLENS_STAT_TRACE_RECORDS) - c.produced0;
-  c.ring_full = loader_->stat(IOLENS_STAT_TRACE_LOST) - c.lost0;
-  trace::Losses losses;
-  losses.produced = c.produced;
-  losses.ring_full = c.ring_full;
-  Job* job = table_->find(c.job_id);
-  core::Recorder empty(0, 0);
-  const Status st = c.session->finish(job ? *job->rec : empty, losses, static_cast<uint64_t>(now));
-  if (!st && why != CaptureEnd::OutputStalled) why = CaptureEnd::WriteError;
-  if (!st) c.error = st.message;
-  c.end = why;
-  c.end_mono_ns = now;
-  c.output->close();  // the writer syncs and closes the file once the queue is out
-  settle_capture();
-}
-
-void Daemon::settle_capture(bool give_up) {
-  if (!capture_ || !capture_->running() || capture_->window_open()) return;
-  Capture& c = *capture_;
-  c.out_state = c.output->check();
-  const bool failed = !c.out_state.error.ok;
-  if (!c.out_state.done && !failed && !give_up) return;  // still writing, and not stalled
-  if (failed || !c.out_state.done) {
-    // Stalled, failed or given up: what is still queued never reaches the file.
-    if (c.out_state.stalled) c.end = CaptureEnd::OutputStalled;
-    else if (failed && c.end != CaptureEnd::OutputStalled) c.end = CaptureEnd::WriteError;
-    c.error = failed ? c.out_state.error.message
-                     : "the output did not take its last " + std::to_string(c.out_state.queued) +
-                           " bytes within " + std::to_string(kCaptureStopWait.count()) +
-                           " ms of the stop (abandoned)";
-    c.unwritten = c.out_state.queued;
-    c.output->abandon();
-  }
-  c.settled = true;
-  spdlog::log(c.error.empty() ? spdlog::level::info : spdlog::level::warn,
-              "capture {} of job {} ended ({}): {} records encoded, {} of their {} bytes "
-              "written ({} never written), {} lost (ring full), {} dropped (size limit){}{}",
-              c.id, c.job_id, capture_end_name(c.end), c.session->ops_written(),
-              c.out_state.written, c.session->bytes_written(), c.unwritten, c.ring_full,
-              c.session->ops_dropped(), c.error.empty() ? "" : ": ", c.error);
-}
-
-void Daemon::end_capture_for_stop() {
-  end_capture(CaptureEnd::DaemonStop);
-  if (!capture_ || !capture_->running()) return;
-  // Bounded: a reader that does not read (or a stuck file system) cannot hold up the stop.
-  capture_->output->wait(kCaptureStopWait);
-  settle_capture(true);
+CaptureRunner::Setting Daemon::capture_setting() const {
+  CaptureRunner::Setting s;
+  s.producer = std::string("iolens ") + IOLENS_VERSION;
+  s.node = node_;
+  s.cgroup_mount = mount_;
+  s.timing_off = loader_->timing() == IOLENS_TIMING_OFF;
+  s.alignment = records_->alignment();
+  return s;
 }
 
 nlohmann::json Daemon::jobs_json() const {
@@ -2866,25 +2410,13 @@ void Daemon::publish_answers(Publish which) {
 nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext& ctx) {
   const std::string cmd = req.value("cmd", "");
   if (cmd == "status") return status_json();
-  if (cmd == "capture") return start_capture(req, ctx);
+  if (cmd == "capture")
+    return captures_->start(req, ctx, *table_, capture_setting(), clock_ns(CLOCK_MONOTONIC));
   if (cmd == "run") return start_run(req, ctx);
   if (cmd == "run_end") return end_run(req, ctx);
-  if (cmd == "capture_status" || cmd == "capture_stop") {
-    const int64_t now = clock_ns(CLOCK_MONOTONIC);
-    if (!capture_ || (req.contains("id") && req["id"] != capture_->id))
-      throw std::runtime_error("no such capture (only the last one is kept)");
-    // Anyone the socket admits may watch a capture; only its owner (or root) may end it.
-    if (cmd == "capture_stop" && !capture_stop_allowed(capture_->uid, ctx.peer.uid, geteuid()))
-      throw control::Denied("capture " + std::to_string(capture_->id) + " was started by uid " +
-                            std::to_string(capture_->uid) + ": only that user or root may stop "
-                            "it (uid " + std::to_string(ctx.peer.uid) + " asked)");
-    if (cmd == "capture_stop" && capture_->window_open()) {
-      capture_->stop_requested = true;
-      service_capture(now);
-    }
-    if (capture_->running()) capture_->out_state = capture_->output->check();
-    return capture_->status(now);
-  }
+  if (cmd == "capture_status" || cmd == "capture_stop")
+    return captures_->status_or_stop(cmd == "capture_stop", req, ctx.peer.uid, geteuid(),
+                                     *table_, clock_ns(CLOCK_MONOTONIC));
   // A record on disk is a closed job's (saved at the loop's next pass, not in the request).
   if (cmd == "jobs" || cmd == "job") collect_written(false);
   if (cmd == "jobs") return jobs_json();
@@ -2957,7 +2489,7 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext
 
 void Daemon::stop_clean() {
   log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
-  end_capture_for_stop();
+  captures_->end_for_stop(*table_);
   // Runs end with the daemon: their cgroups go, their jobs are written below as closed ones
   // (their clients' run_end then fails and says so).
   for (auto& [id, run] : runs_) close_run_cgroup(run);
@@ -3046,14 +2578,14 @@ int Daemon::run() {
       checkpoint(true);
     reconcile();
     retry_selection();
-    service_capture(clock_ns(CLOCK_MONOTONIC));
+    captures_->service(*table_, clock_ns(CLOCK_MONOTONIC));
     service_runs();
     note_new_jobs();
     learn_uids();
     collect_written();
     hooks_policy();
     const int64_t now = clock_ns(CLOCK_MONOTONIC);
-    const uint64_t in_map = files_untaken(loader_->stat(IOLENS_STAT_FILE_RECORDS_CREATED));
+    const uint64_t in_map = drain_->files_untaken(loader_->file_records_created());
     // A round under way goes on; a new one when asked, each interval, or under pressure (the
     // map over half full; a drain of it still due under half waits for the interval). Not
     // while the save that must hold the live counts before any is taken is being written: such
@@ -3061,8 +2593,8 @@ int Daemon::run() {
     // was done.
     const bool pressure =
         in_map * 2 > loader_->max_file_records() && !waiting_for_live_save();
-    if (round_.open || drain_soon_ || now - last_drain_ >= interval || pressure) {
-      if (!round_.open) drain_soon_ = false;  // asked during a round: the next sees it
+    if (drain_->round_open() || drain_soon_ || now - last_drain_ >= interval || pressure) {
+      if (!drain_->round_open()) drain_soon_ = false;  // asked during a round: the next sees it
       if (drain_piece(now + piece, true)) {
         if (last_drain_complete_) write_closed();
         if (!held_.empty() && !save_under_way_ &&  // what they wait for
@@ -3076,7 +2608,7 @@ int Daemon::run() {
     }
     drop_pages("");  // a live job's snapshot nobody pages any more
     // The trace ring wakes us once half full (and is drained every round anyway).
-    const bool capturing = capture_ && capture_->window_open();
+    const bool capturing = captures_->window_open();
     std::vector<pollfd> fds = {{loader_->events_fd(), POLLIN, 0}, {server_->fd(), POLLIN, 0},
                                {sigfd_, POLLIN, 0},
                                {capturing ? loader_->trace_fd() : -1, POLLIN, 0}};
@@ -3088,7 +2620,7 @@ int Daemon::run() {
     // Events left in the ring by a deadline, or names to clear: no nap (most events do not wake
     // the reader; those that arrive meanwhile wait for the timer, as before).
     const bool behind = !names_to_clear_.empty() || loader_->events_cut_short();
-    const int timeout = round_.open || behind                        ? 0
+    const int timeout = drain_->round_open() || behind                        ? 0
                         : in_map * 4 > loader_->max_file_records() ? 2
                         : capturing                                  ? 50
                                                                      : 100;
@@ -3116,7 +2648,7 @@ int Daemon::run() {
           // daemon, which continues the same jobs.
           spdlog::info("SIGUSR2: saving state and leaving the kernel programs to the next iolensd");
           log_unexcluded(clock_ns(CLOCK_MONOTONIC), true);
-          end_capture_for_stop();  // a capture does not survive the hand-over
+          captures_->end_for_stop(*table_);  // a capture does not survive the hand-over
           drain();
           clear_names(0);
           release_held(true);

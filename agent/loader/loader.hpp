@@ -20,7 +20,9 @@
 #include "iolens_abi.h"
 #include "loader/phase_times.hpp"
 #include "loader/preflight.hpp"
+#include "loader/record_maps.hpp"
 #include "loader/status.hpp"
+#include "loader/trace_control.hpp"
 
 namespace iolens::loader {
 
@@ -121,7 +123,7 @@ using KernelStats = std::array<uint64_t, IOLENS_NR_STATS + 1>;
 /// `iolens run` and iolensd. Without `job_events` (daemon mode only: iolensd adds it).
 std::vector<std::pair<std::string, uint64_t>> kernel_losses(const KernelStats& st);
 
-class Loader {
+class Loader : public RecordMaps, public TraceControl {
  public:
   /// Opens, loads and attaches every program. On failure returns nullptr and sets `status`.
   static std::unique_ptr<Loader> create(const Options& opts, Status& status);
@@ -186,46 +188,14 @@ class Loader {
   /// An fd that polls readable when the kernel woke the ring (cgroup and mark events do).
   int events_fd() const;
 
-  /// Reads every record of the files (or others) map and hands it to `sink`; records that
-  /// `remove` says to remove are deleted from the kernel map and reported with removed=true
-  /// (RemoveLive ones with the value read atomically with the delete).
-  /// A record comes with its side entry's tally slots (core::FileCounters::more; 0 without one).
-  using RecordSink =
-      std::function<void(const iolens_file_key&, const core::FileCounters&, bool removed)>;
-  /// What a drain does with a record it read.
-  enum class Disposition {
-    Keep,        // leave it in the kernel
-    RemoveFinal, // nothing can update it any more (its process exited): delete it, in batches
-    RemoveLive,  // it may still be updated: read and delete it in one step
-    RemoveFinalNow,  // as RemoveFinal, but deleted at this walk's end even when the caller
-                     // defers the others (a map too full to wait for a save)
-    Skip,        // neither report nor delete (reported final and awaiting deletion; or a live
-                 // record the caller reads only later)
-  };
-  /// Asked for every record. A drain reads the map a batch at a time and handles each batch
-  /// before reading the next: its memory is one batch, whatever the map holds.
-  using RemovePredicate =
-      std::function<Disposition(const iolens_file_key&, const iolens_file_counters&)>;
-  /// `deferred`: when given, RemoveFinal records are reported removed but their keys are
-  /// appended here instead of being deleted, so the caller can save its state first and delete
-  /// them after (delete_files/delete_others): a crash in between cannot lose or double them.
-  ///
-  /// A walk in pieces: with `at`, the drain stops between two batches once CLOCK_MONOTONIC
-  /// passes `deadline_ns`, leaving in `*at` where the next drain given it goes on (`at->resume`
-  /// false: the walk reached the map's end, or failed). Every record in the map from the
-  /// first piece to the last is handed over exactly once; one created meanwhile may be or not.
-  /// Without `at`, the whole map.
-  struct WalkPosition {
-    bool resume = false;  // a walk is under way: the next piece starts at `token`
-    uint32_t token = 0;   // the kernel's batch token (a hash map's next bucket)
-  };
+  // The record maps' walk (drain_files, drain_others) and its types: loader/record_maps.hpp.
   Status drain_files(const RemovePredicate& remove, const RecordSink& sink,
                      std::vector<iolens_file_key>* deferred = nullptr,
-                     WalkPosition* at = nullptr, int64_t deadline_ns = 0);
+                     WalkPosition* at = nullptr, int64_t deadline_ns = 0) override;
   Status drain_others(const RemovePredicate& remove, const RecordSink& sink,
                       std::vector<iolens_file_key>* deferred = nullptr,
-                      WalkPosition* at = nullptr, int64_t deadline_ns = 0);
-  void delete_files(const std::vector<iolens_file_key>& keys);
+                      WalkPosition* at = nullptr, int64_t deadline_ns = 0) override;
+  void delete_files(const std::vector<iolens_file_key>& keys) override;
   /// The kernel sends each file's name once; after the agent forgot names (folded records),
   /// this makes it send them again if the files are used again. Entries of another
   /// generation (the inode number reused) are left alone.
@@ -249,7 +219,7 @@ class Loader {
   /// Names forget_names was asked to clear by the program and cleared by hand (the program
   /// refused, out of memory, or an entry it could not read); 0 while the program does its work.
   uint64_t names_cleared_by_hand() const { return names_cleared_by_hand_; }
-  void delete_others(const std::vector<iolens_file_key>& keys);
+  void delete_others(const std::vector<iolens_file_key>& keys) override;
 
   /// Every (process, device) record of the block layer (bpf/iolens_block.bpf.h), as it is now.
   std::vector<core::BlockRecord> read_blocks();
@@ -276,41 +246,25 @@ class Loader {
 
   /// Ring positions (bytes since the ring was created). The consumer position lives in the
   /// ring's memory, so it survives the agent when the ring is pinned.
-  uint64_t ring_consumer_pos() const;
-  uint64_t ring_producer_pos() const;
+  uint64_t ring_consumer_pos() const override;
+  uint64_t ring_producer_pos() const override;
   uint64_t ring_size() const;
   /// Moves the consumer back to `pos` so that records consumed since are read again (a
   /// restarted daemon replays what it consumed after its last saved state). Fails when the
   /// producer may have overwritten them (it ran more than the ring's size past `pos`).
   Status rewind_ring(uint64_t pos);
 
-  /// Trace mode: one iolens_trace_record per call of a traced task, through the `trace` ring,
-  /// which the kernel does not wake for (except once it is more than half full): drain it with
-  /// consume_trace() on a timer (and when trace_fd() polls readable). Takes effect at once.
-  ///  - IOLENS_TRACE_OFF: no records (the default; a resumed daemon starts with it too);
-  ///  - IOLENS_TRACE_ALL: every traced task;
-  ///  - IOLENS_TRACE_CGROUP: traced tasks at or below `cgroup_fd`, an open cgroup v2 directory
-  ///    (the caller may close it afterwards);
-  ///  - IOLENS_TRACE_PIDS: traced tasks of the processes given to add_trace_pid() and of the
-  ///    processes they create from then on.
-  /// Leaving PIDS empties the pid list; leaving CGROUP forgets the cgroup. A trace needs each
-  /// call's start: with timing off every mode but OFF is refused.
-  Status set_trace_mode(iolens_trace_mode mode, int cgroup_fd = -1);
+  // Trace mode (set_trace_mode, add_trace_pid, consume_trace): loader/trace_control.hpp.
+  Status set_trace_mode(iolens_trace_mode mode, int cgroup_fd = -1) override;
   iolens_trace_mode trace_mode() const;
-  /// Adds a process (tgid) to the PIDS list; its new child processes join it at fork and every
-  /// listed process leaves it when it exits. May be called before or after set_trace_mode(PIDS):
-  /// children are followed from this call on.
-  Status add_trace_pid(uint32_t tgid);
-  /// Hands every pending trace record to `sink`, in ring order; never blocks. Returns records
-  /// consumed (or a negative errno). The ring is mapped (twice its size of RSS) from
-  /// set_trace_mode() to a trace on, until the first read once the mode is OFF: that read is
-  /// the trace's last, and unmaps it.
-  using TraceSink = std::function<void(const iolens_trace_record&)>;
-  int consume_trace(const TraceSink& sink);
+  Status add_trace_pid(uint32_t tgid) override;
+  int consume_trace(const TraceSink& sink) override;
   /// An fd that polls readable when the trace ring is more than half full; -1 while the ring
   /// is not mapped (no trace).
   int trace_fd() const;
-  uint64_t trace_ring_size() const;
+  uint64_t trace_ring_size() const override;
+  uint64_t trace_records_made() const override { return stat(IOLENS_STAT_TRACE_RECORDS); }
+  uint64_t trace_records_lost() const override { return stat(IOLENS_STAT_TRACE_LOST); }
 
   /// Sums of the per-CPU drop/failure counters, and at kProgramMisses the runs of iolens's
   /// programs the kernel skipped (program_misses()).
@@ -323,7 +277,10 @@ class Loader {
   uint64_t stat(uint32_t index) const;
   const std::vector<ProgramState>& programs() const { return programs_; }
   /// All the tiers' entries (Options::max_file_records).
-  uint32_t max_file_records() const { return max_file_records_; }
+  uint32_t max_file_records() const override { return max_file_records_; }
+  uint64_t file_records_created() const override {
+    return stat(IOLENS_STAT_FILE_RECORDS_CREATED);
+  }
   /// Entries of the preallocated first tier; 0 when there is one tier.
   uint32_t fast_file_records() const { return fast_file_records_; }
   /// How long each step of create() took (IOLENS_TIMING, bench/startup.py).

@@ -319,18 +319,7 @@ TEST_F(JobTableTest, WithinARoundTheNodeWideShareFoldsFileRecordsNotProcesses) {
 
 namespace {
 
-/// The name event of file `ino` (kernel dev 7, generation 1) sent with process `pid`'s call:
-/// `walk` is the kernel's walk, the file's own name first.
-core::PathEvent name_event(uint32_t pid, uint64_t ino, std::string walk) {
-  core::PathEvent n;
-  n.proc = {pid, pid * 10ull};
-  n.op = IOLENS_PATH_FILE;
-  n.dev = 7;
-  n.ino = ino;
-  n.gen = 1;
-  n.walk = std::move(walk);
-  return n;
-}
+using testing_util::name_event;
 
 /// The inodes of a job record's file rows.
 std::set<uint64_t> inodes_of(const nlohmann::json& rec) {

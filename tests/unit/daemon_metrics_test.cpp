@@ -53,12 +53,6 @@ core::FileCounters read_of(uint64_t bytes, uint64_t calls = 1) {
 
 /// Names (dev 7, ino) `path` through the kernel's name event.
 void name(JobTable& t, uint32_t pid, uint64_t ino, const std::string& path) {
-  core::PathEvent e;
-  e.proc = {pid, pid * 10ull};
-  e.op = IOLENS_PATH_FILE;
-  e.dev = 7;
-  e.ino = ino;
-  e.gen = 1;
   // The walk: components leaf first, each NUL-terminated.
   std::string walk;
   std::size_t end = path.size();
@@ -68,8 +62,7 @@ void name(JobTable& t, uint32_t pid, uint64_t ino, const std::string& path) {
     walk.push_back('\0');
     end = slash;
   }
-  e.walk = walk;
-  t.on_event(e);
+  t.on_event(testing_util::name_event(pid, ino, walk));
 }
 
 JobTable pod_table() {
