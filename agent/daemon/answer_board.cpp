@@ -9,9 +9,12 @@ AnswerBoard::AnswerBoard(std::chrono::milliseconds fresh_wait) : fresh_wait_(fre
   // Made here, never inserted later: a slot found under the lock stays where it is.
   slots_["status"];
   slots_["jobs"];
+  slots_["capture_status"];
 }
 
-bool AnswerBoard::answers(const std::string& cmd) { return cmd == "status" || cmd == "jobs"; }
+bool AnswerBoard::answers(const std::string& cmd) {
+  return cmd == "status" || cmd == "jobs" || cmd == "capture_status";
+}
 
 void AnswerBoard::publish(const std::string& cmd, nlohmann::json result,
                           Clock::time_point built_at) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-/// The loop's latest answers to `status` and `jobs`, for the control socket's front thread
-/// (control::Server::start_front): those two are answered without waiting for the loop.
+/// The loop's latest answers to `status`, `jobs` and `capture_status` (of the last capture),
+/// for the control socket's front thread (control::Server::start_front): those are answered
+/// without waiting for the loop.
 ///
 /// A request is answered with an answer the loop began to build after the request arrived (its
 /// connection was accepted) when the loop builds one within `fresh_wait` of that arrival; it
@@ -34,7 +35,7 @@ class AnswerBoard {
   /// own time.
   explicit AnswerBoard(std::chrono::milliseconds fresh_wait = control::kFreshAnswerWait);
 
-  /// Whether `cmd` is answered from the board ("status", "jobs").
+  /// Whether `cmd` is answered from the board ("status", "jobs", "capture_status").
   static bool answers(const std::string& cmd);
 
   /// The loop: `cmd`'s result, built from `built_at` on. Wakes the requests waiting for it.

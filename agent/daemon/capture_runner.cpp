@@ -185,6 +185,11 @@ nlohmann::json CaptureRunner::status_or_stop(bool stop, const nlohmann::json& re
     capture_->stop_requested = true;
     service(table, now);
   }
+  return status(now);
+}
+
+nlohmann::json CaptureRunner::status(int64_t now) {
+  if (!capture_) return nullptr;
   if (capture_->running()) capture_->out_state = capture_->output->check();
   return capture_->status(now);
 }

@@ -55,6 +55,9 @@ class CaptureRunner {
   void job_ending(JobTable& table, const std::string& id);
   /// At the daemon's stop: the window ends and the writer gets at most kCaptureStopWait.
   void end_for_stop(JobTable& table);
+  /// The last capture's status as of `now` (its output looked at), or null when there has
+  /// been none.
+  nlohmann::json status(int64_t now);
   /// The running capture's window is open (the trace ring is worth polling).
   bool window_open() const { return capture_ && capture_->window_open(); }
   /// The running capture, or the last one (its status), or null.

@@ -172,6 +172,14 @@ bool Daemon::setup() {
           [this, server](const nlohmann::json& req, AnswerBoard::Clock::time_point arrived)
               -> std::optional<nlohmann::json> {
             const std::string cmd = req.value("cmd", "");
+            if (cmd == "capture_status") {
+              // The last capture's, as the loop published it; another one's (an older id, or
+              // one started since the last publish) is the loop's to answer.
+              auto a = board_.answer(cmd, arrived, [server] { server->wake_loop(); });
+              if (a && req.contains("id") && a->value("id", nlohmann::json()) != req["id"])
+                return std::nullopt;
+              return a;
+            }
             if (cmd == "job") {
               // A live job's page from the snapshot held for it, when it may answer (the loop
               // decides the rest: a new snapshot, a closed job, a refusal).

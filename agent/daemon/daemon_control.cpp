@@ -228,18 +228,32 @@ void Daemon::publish_answers(Publish which) {
     collect_written(false);  // a record on disk is a closed job's, as `jobs` in the loop says
     board_.publish("jobs", jobs_json(), at);
   }
+  // The last capture's status: while a client polls it (`iolens capture` asks every half
+  // second or so), and again at each round's end once a second old.
+  if (captures_->last() && is_due("capture_status", seconds(60))) publish_capture_status();
+}
+
+void Daemon::publish_capture_status() {
+  const auto at = AnswerBoard::Clock::now();
+  nlohmann::json st = captures_->status(clock_ns(CLOCK_MONOTONIC));
+  if (!st.is_null()) board_.publish("capture_status", std::move(st), at);
 }
 
 nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext& ctx) {
   const std::string cmd = req.value("cmd", "");
   if (cmd == "status") return status_json();
-  if (cmd == "capture")
-    return captures_->start(req, ctx, *table_, capture_setting(), clock_ns(CLOCK_MONOTONIC));
+  if (cmd == "capture" || cmd == "capture_status" || cmd == "capture_stop") {
+    nlohmann::json out =
+        cmd == "capture"
+            ? captures_->start(req, ctx, *table_, capture_setting(), clock_ns(CLOCK_MONOTONIC))
+            : captures_->status_or_stop(cmd == "capture_stop", req, ctx.peer.uid, geteuid(),
+                                        *table_, clock_ns(CLOCK_MONOTONIC));
+    // The front thread answers the next capture_status of this capture with it.
+    publish_capture_status();
+    return out;
+  }
   if (cmd == "run") return start_run(req, ctx);
   if (cmd == "run_end") return end_run(req, ctx);
-  if (cmd == "capture_status" || cmd == "capture_stop")
-    return captures_->status_or_stop(cmd == "capture_stop", req, ctx.peer.uid, geteuid(),
-                                     *table_, clock_ns(CLOCK_MONOTONIC));
   // A record on disk is a closed job's (saved at the loop's next pass, not in the request).
   if (cmd == "jobs" || cmd == "job") collect_written(false);
   if (cmd == "jobs") return jobs_json();

@@ -252,6 +252,18 @@ def main():
     f1 = os.path.join(work, "c1.iotrace")
     c1 = Capture(d, ["--cgroup", cg.abs("cap/a"), "--duration", "2s"], f1, tty=True)
     D.wait_or_fail(ck, "capture 1 running", lambda: capture_running(d), 10)
+    # capture_status is answered by the socket's front thread from what the loop published, with
+    # its age (docs/control.md#answer-times); another capture's id is the loop's to answer.
+    a = d.request({"cmd": "capture_status"})
+    ck.check(a.get("ok") and "age_ms" in a["result"] and a["result"].get("state") == "running",
+             "capture_status not answered by the front thread: %r" % a)
+    cap1 = a["result"].get("id") if a.get("ok") else None
+    a = d.request({"cmd": "capture_status", "id": cap1})
+    ck.check(a.get("ok") and a["result"].get("id") == cap1 and "age_ms" in a["result"],
+             "capture_status of capture %r by its id: %r" % (cap1, a))
+    a = d.request({"cmd": "capture_status", "id": 999999})
+    ck.check(not a.get("ok") and "no such capture" in a.get("error", ""),
+             "capture_status of a capture that never was: %r" % a)
     f2 = os.path.join(work, "c2.iotrace")
     r2 = d.cli("capture", "--job", b_id, "-o", f2)
     ck.eq("a second capture's exit code (one at a time)", 1, r2.returncode)

@@ -29,7 +29,7 @@ std::thread loop_answering(AnswerBoard& board, const std::string& cmd, int n) {
 
 }  // namespace
 
-TEST(AnswerBoard, OnlyStatusAndJobsAndOnlyOncePublished) {
+TEST(AnswerBoard, OnlyStatusJobsAndCaptureStatusAndOnlyOncePublished) {
   AnswerBoard board(50ms);
   int asked = 0;
   const auto ask = [&] { ++asked; };
@@ -41,12 +41,19 @@ TEST(AnswerBoard, OnlyStatusAndJobsAndOnlyOncePublished) {
   EXPECT_FALSE(board.answer("jobs", Clock::now(), ask)) << "jobs not published yet";
   board.publish("jobs", {{"jobs", json::array({"a"})}}, Clock::now());
   board.publish("job", {{"x", 1}}, Clock::now());  // not a board command: ignored
-  for (const char* cmd : {"job", "run", "capture_status", ""}) {
+  for (const char* cmd : {"job", "run", "capture", "capture_stop", ""}) {
     EXPECT_FALSE(AnswerBoard::answers(cmd)) << cmd;
     EXPECT_FALSE(board.answer(cmd, Clock::now(), ask)) << cmd;
   }
   EXPECT_TRUE(AnswerBoard::answers("status"));
   EXPECT_TRUE(AnswerBoard::answers("jobs"));
+  EXPECT_TRUE(AnswerBoard::answers("capture_status"));
+  // No capture yet: nothing published, the loop answers ("no such capture").
+  EXPECT_FALSE(board.answer("capture_status", Clock::now(), ask));
+  board.publish("capture_status", {{"id", 1}, {"state", "running"}}, Clock::now());
+  const auto c = board.answer("capture_status", Clock::now() - 1s, ask);
+  ASSERT_TRUE(c);
+  EXPECT_EQ((*c)["id"], 1);
   EXPECT_EQ(0, asked);
 }
 
