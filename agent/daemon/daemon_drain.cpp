@@ -77,6 +77,7 @@ bool Daemon::drain_piece(int64_t deadline_ns, bool may_save) {
   if (last_drain_complete_) closable_.insert(round.closing.begin(), round.closing.end());
   drain_blocks(t0);
   drain_proc_losses(t0);
+  drain_->forget_unknown(*table_, t0);
   if (last_drain_complete_) fold_over_limits();
   // Not forced by a pressure drain: saving a big job's state at every one of them would cost more
   // than the drains (a burst of new files); the marker stays until the next save. Forced only

@@ -147,11 +147,14 @@ Drain::Piece Drain::piece(JobTable& table, const Rules& rules) {
   // The round has ended: every record was read (unless a walk failed part way).
   out.round_ended = true;
   if (round_.whole_drain && round_.walks.ok) draining_ = false;
+  return out;
+}
+
+void Drain::forget_unknown(const JobTable& table, int64_t now) {
   for (auto it = unknown_since_.begin(); it != unknown_since_.end();)
-    it = table.attributed(it->first) || rules.now - it->second.since > 60'000'000'000LL
+    it = table.attributed(it->first) || now - it->second.since > 60'000'000'000LL
              ? unknown_since_.erase(it)
              : std::next(it);
-  return out;
 }
 
 void Drain::released(std::size_t n_files, std::size_t n_others) {

@@ -123,7 +123,10 @@ class Drain {
   /// been read past where the kernel had written it then), RemoveLive after (in no job, or its
   /// mark was lost: the caller discards it and counts it).
   Disposition unknown(const core::ProcKey& p, int64_t now);
-  /// Processes with records and no job, as last counted (waiting for their mark).
+  /// At a round's end, once every kind of record was read (the block and loss records too):
+  /// forgets the unknown processes a job now holds, and those first seen over a minute ago.
+  void forget_unknown(const JobTable& table, int64_t now);
+  /// Processes with records and no job (waiting for their mark, or forgotten by neither).
   std::size_t unknown_processes() const { return unknown_since_.size(); }
 
  private:

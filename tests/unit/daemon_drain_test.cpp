@@ -377,12 +377,15 @@ TEST_F(DrainTest, AnUnknownProcessesRecordsWaitForItsMarkThenGoAsUnattributed) {
   Drain d(k, false);
   Drain::Rules r = in_pieces(kSecond);
   round(d, t, r);
+  d.forget_unknown(t, r.now);
   EXPECT_EQ(d.unknown_processes(), 2u);
   EXPECT_EQ(k.files.size(), 2u);
   // Its mark arrives: the job holds its record.
   t.on_mark(mark(700, 2));
   round(d, t, r);
   EXPECT_EQ(bytes_read(t), 50u);
+  d.forget_unknown(t, r.now);
+  EXPECT_EQ(d.unknown_processes(), 1u);
   // 701: 3 s later, but the ring not yet read past where it stood: kept.
   r.now = 5 * kSecond;
   round(d, t, r);
@@ -393,9 +396,9 @@ TEST_F(DrainTest, AnUnknownProcessesRecordsWaitForItsMarkThenGoAsUnattributed) {
   EXPECT_FALSE(k.files.get(key(701, 1)).has_value());
   EXPECT_TRUE(k.files.get(key(700, 1)).has_value());
   EXPECT_EQ(bytes_read(t), 50u);
+  d.forget_unknown(t, r.now);
   EXPECT_EQ(d.unknown_processes(), 1u);  // forgotten after a minute, or once attributed
-  r.now = 70 * kSecond;
-  round(d, t, r);
+  d.forget_unknown(t, 70 * kSecond);
   EXPECT_EQ(d.unknown_processes(), 0u);
 }
 
