@@ -55,7 +55,7 @@ struct Capture {
   /// The client's file, written by a thread of its own; the session encodes into its queue.
   std::unique_ptr<capture::AsyncOutput> output;
   std::unique_ptr<capture::TraceSession> session;
-  capture::OutputState out_state;  // as of the last look (service_capture)
+  capture::OutputState out_state;  // as of the last look (CaptureRunner::service, status)
   int64_t start_mono_ns = 0;
   int64_t deadline_mono_ns = 0;
   int64_t end_mono_ns = 0;     // 0 while running

@@ -323,7 +323,7 @@ bool Daemon::setup() {
   new_table();
   resume();
   // The creation count first: a record made during the walk then makes the fill look higher
-  // than it is, never lower (files_untaken).
+  // than it is, never lower (Drain::files_untaken).
   const uint64_t created = loader_->file_records_created();
   const int64_t in_map = loader_->map_entries("files");
   drain_->set_baseline(created, static_cast<uint64_t>(in_map > 0 ? in_map : 0));
