@@ -645,8 +645,9 @@ core::DaemonHealth Daemon::health() {
   h.paths_truncated = st[IOLENS_STAT_PATHS_TRUNCATED];
   // The files map's fill from the kernel's own creation count; the selection maps are small
   // enough to count.
-  h.maps.push_back({"files", static_cast<int64_t>(drain_->files_in_map(st[IOLENS_STAT_FILE_RECORDS_CREATED])),
-                    loader_->max_file_records()});
+  h.maps.push_back(
+      {"files", static_cast<int64_t>(drain_->files_in_map(st[IOLENS_STAT_FILE_RECORDS_CREATED])),
+       loader_->max_file_records()});
   const loader::Loader::SelectionEntries sel = loader_->selection_entries();
   h.maps.push_back({"cgroup_sel", static_cast<int64_t>(sel.traced.size()), IOLENS_CGROUP_TRACE_MAX});
   h.maps.push_back({"cgroup_excl", static_cast<int64_t>(sel.excluded.size()),
