@@ -258,6 +258,25 @@ TEST_F(CaptureRunnerTest, ACaptureThatCannotStartSaysWhyAndLeavesTheKernelUntrac
   EXPECT_FALSE(runner.last()->running());
 }
 
+TEST_F(CaptureRunnerTest, ItsSizeLimitEndsItAndWhatItDroppedIsCounted) {
+  FakeTrace k;
+  JobTable t = table();
+  CaptureRunner runner(k, [] {});
+  // A block of ops (16,384) is written whole: the file passes 1 byte with the first block, and
+  // every op after it is dropped and counted.
+  start(runner, t, {{"pid", 500u}, {"max_bytes", 1u}, {"duration_ms", 60000u}});
+  for (uint64_t i = 0; i < 20000; ++i) k.call(i % 50 + 1);
+  runner.service(t, core::clock_ns(CLOCK_MONOTONIC));
+  settle(runner, t);
+  EXPECT_EQ(runner.last()->end, CaptureEnd::SizeLimit);
+  const trace::ReadResult r = read();
+  ASSERT_TRUE(r.status.ok) << r.status.message;
+  EXPECT_EQ(r.trace.ops.size() + r.trace.losses.size_limit, 20000u);
+  EXPECT_GT(r.trace.losses.size_limit, 0u);
+  EXPECT_EQ(r.trace.losses.produced, 20000u);
+  EXPECT_EQ(runner.last()->status(0)["lost"]["size_limit"], r.trace.losses.size_limit);
+}
+
 TEST_F(CaptureRunnerTest, OnlyItsOwnerOrRootMayStopIt) {
   FakeTrace k;
   JobTable t = table();
