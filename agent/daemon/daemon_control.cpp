@@ -230,26 +230,25 @@ void Daemon::publish_answers(Publish which) {
   }
   // The last capture's status: while a client polls it (`iolens capture` asks every half
   // second or so), and again at each round's end once a second old.
-  if (captures_->last() && is_due("capture_status", seconds(60))) publish_capture_status();
-}
-
-void Daemon::publish_capture_status() {
-  const auto at = AnswerBoard::Clock::now();
-  nlohmann::json st = captures_->status(clock_ns(CLOCK_MONOTONIC));
-  if (!st.is_null()) board_.publish("capture_status", std::move(st), at);
+  if (captures_->last() && is_due("capture_status", seconds(60))) {
+    const auto at = AnswerBoard::Clock::now();
+    board_.publish("capture_status", captures_->status(clock_ns(CLOCK_MONOTONIC)), at);
+  }
 }
 
 nlohmann::json Daemon::handle(const nlohmann::json& req, control::RequestContext& ctx) {
   const std::string cmd = req.value("cmd", "");
   if (cmd == "status") return status_json();
   if (cmd == "capture" || cmd == "capture_status" || cmd == "capture_stop") {
+    const auto at = AnswerBoard::Clock::now();
     nlohmann::json out =
         cmd == "capture"
             ? captures_->start(req, ctx, *table_, capture_setting(), clock_ns(CLOCK_MONOTONIC))
             : captures_->status_or_stop(cmd == "capture_stop", req, ctx.peer.uid, geteuid(),
                                         *table_, clock_ns(CLOCK_MONOTONIC));
-    // The front thread answers the next capture_status of this capture with it.
-    publish_capture_status();
+    // Each answers the capture's status: the front thread answers the next capture_status
+    // with it.
+    board_.publish("capture_status", out, at);
     return out;
   }
   if (cmd == "run") return start_run(req, ctx);

@@ -231,8 +231,6 @@ class Daemon {
   /// a request waits for, or (at a round's end) also those due again (docs/control.md).
   enum class Publish { all, wanted, wanted_or_due };
   void publish_answers(Publish which);
-  /// The last capture's status for the front thread (none before the first capture).
-  void publish_capture_status();
   std::optional<std::string> resolve_cgroup(uint64_t id);
   // Runs (docs/run.md#through-iolensd): `iolens run` counted by this daemon's programs.
   /// Opens the run root and removes the empty run cgroups an earlier daemon left (the others

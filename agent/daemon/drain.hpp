@@ -53,7 +53,7 @@ class Drain {
   };
   struct Piece {
     bool round_ended = false;  // every record was read (or a walk failed): round() tells
-    uint64_t moved = 0;        // records taken out of the kernel, handed over as removed
+    uint64_t moved = 0;  // records handed over as removed (taken, or final and deferred)
     /// Live records should be taken (the map is over half full) but may not be until a save
     /// holds their counts.
     bool live_save_due = false;
