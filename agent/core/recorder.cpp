@@ -807,12 +807,23 @@ std::size_t Recorder::fold_to(std::size_t max_file_records, std::vector<FileIden
   return folded;
 }
 
+std::size_t Recorder::folded_file_ids() const {
+  std::size_t n = 0;
+  for (const auto& [k, p] : procs_)
+    if (p.folded) n += p.folded->ids.size();
+  return n;
+}
+
 std::vector<ProcKey> Recorder::fold_processes_to(std::size_t max_processes,
                                                  std::vector<FileIdentity>* forgotten,
-                                                 const RecordVisitor* on_fold) {
+                                                 const RecordVisitor* on_fold,
+                                                 std::size_t max_folded_ids) {
   std::vector<ProcKey> out;
-  if (procs_.size() <= max_processes) return out;
-  const std::size_t target = max_processes / 10 * 9 + max_processes % 10 * 9 / 10;
+  const std::size_t ids = max_folded_ids == SIZE_MAX ? 0 : folded_file_ids();
+  if (procs_.size() <= max_processes && ids <= max_folded_ids) return out;
+  auto nine_tenths = [](std::size_t m) { return m / 10 * 9 + m % 10 * 9 / 10; };
+  const std::size_t target = std::min(procs_.size(), nine_tenths(max_processes));
+  const std::size_t ids_target = nine_tenths(max_folded_ids);
   // A record still in the kernel map would be sent again, to a process no longer held.
   std::set<ProcKey> busy;
   for (const auto& [k, a] : files_)
@@ -823,12 +834,19 @@ std::vector<ProcKey> Recorder::fold_processes_to(std::size_t max_processes,
   for (const auto& [k, p] : procs_)
     if (p.wait_status && !busy.count(k)) cands.push_back(&p);
   // The earliest exits first: the least likely to get a late record, the least looked at.
-  const std::size_t n = std::min(cands.size(), procs_.size() - target);
-  std::partial_sort(cands.begin(), cands.begin() + static_cast<std::ptrdiff_t>(n), cands.end(),
-                    [](const Proc* a, const Proc* b) {
-                      return std::tie(a->end_ns, a->key) < std::tie(b->end_ns, b->key);
-                    });
-  for (std::size_t i = 0; i < n; ++i) out.push_back(cands[i]->key);
+  // Until both the processes and the ids of their folded files fit: the ids (16 bytes a
+  // (process, file) pair folded, kept so that a process's files and the job's distinct files
+  // stay exact) grow with files x processes, a DataLoader's workers re-forked each epoch over
+  // a million files hold a million a epoch; the "<other processes>" row keeps only counts.
+  std::sort(cands.begin(), cands.end(), [](const Proc* a, const Proc* b) {
+    return std::tie(a->end_ns, a->key) < std::tie(b->end_ns, b->key);
+  });
+  std::size_t held = ids;
+  for (const Proc* c : cands) {
+    if (procs_.size() - out.size() <= target && held <= ids_target) break;
+    out.push_back(c->key);
+    if (c->folded) held -= std::min(held, c->folded->ids.size());
+  }
   if (out.empty()) return out;
   std::sort(out.begin(), out.end());
   auto folding = [&](const ProcKey& k) { return std::binary_search(out.begin(), out.end(), k); };

@@ -184,9 +184,15 @@ class Recorder {
   /// fold_to (appended to `forgotten`). Returns the processes folded, whose keys the caller
   /// must forget too (a later record of one of them is not theirs any more).
   /// `on_fold`: as for fold_to, each file record of the processes folded.
+  /// `max_folded_ids`: the same past that many folded_file_ids(): exited processes are folded
+  /// (earliest exit first) until both fit in 9/10 of their bounds.
   std::vector<ProcKey> fold_processes_to(std::size_t max_processes,
                                          std::vector<FileIdentity>* forgotten = nullptr,
-                                         const RecordVisitor* on_fold = nullptr);
+                                         const RecordVisitor* on_fold = nullptr,
+                                         std::size_t max_folded_ids = SIZE_MAX);
+  /// Ids of the files fold_to took, over every process held: one per (process, file) folded,
+  /// kept so that file counts stay exact. O(processes).
+  std::size_t folded_file_ids() const;
   /// Processes folded by fold_processes_to so far.
   uint64_t folded_processes() const { return folded_procs_.processes; }
   /// Processes held (not folded).

@@ -57,9 +57,11 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit, std::size_t byte_lim
                                std::vector<core::FileIdentity>* forgotten, bool procs) {
   core::Recorder& rec = *job.rec;
   const std::size_t max_procs = procs ? limits_.max_processes_per_job : SIZE_MAX;
+  const std::size_t max_ids = procs ? limits_.max_folded_files_per_job : SIZE_MAX;
   // Both folds work only past their limits: nothing to set up below them.
   if (rec.file_records() <= limit && rec.processes() <= max_procs &&
-      (byte_limit == SIZE_MAX || rec.name_bytes() <= byte_limit))
+      (byte_limit == SIZE_MAX || rec.name_bytes() <= byte_limit) &&
+      (max_ids == SIZE_MAX || rec.folded_file_ids() <= max_ids))
     return 0;
   // What the folds take leaves the records the metrics classify: its sums go to the job's
   // folded classes and devices as each record goes. (Sums of every record before and after the
@@ -79,7 +81,8 @@ std::size_t JobTable::fold_job(Job& job, std::size_t limit, std::size_t byte_lim
   const core::Recorder::RecordVisitor* on_fold = fc || align ? &moved : nullptr;
   const std::size_t n = rec.fold_to(limit, forgotten, byte_limit, on_fold);
   const std::vector<core::ProcKey> gone =
-      procs ? rec.fold_processes_to(max_procs, forgotten, on_fold) : std::vector<core::ProcKey>{};
+      procs ? rec.fold_processes_to(max_procs, forgotten, on_fold, max_ids)
+            : std::vector<core::ProcKey>{};
   // A folded process leaves every per-process map: that is what bounds them. A record of it
   // that still came (none should: only exited processes whose records are all final fold)
   // is counted as unattributed.

@@ -48,8 +48,9 @@ constexpr std::size_t kMaxTopFiles = 1000;
 constexpr uint64_t kMaxMetricsThreads = 256;
 constexpr uint64_t kMaxMetricsRequestTimeoutMs = 60000;
 constexpr std::array<std::string_view, 2> kHookModes{"on-demand", "always"};
-constexpr std::array<std::string_view, 13> kLimitKeys{
+constexpr std::array<std::string_view, 14> kLimitKeys{
     "memory",         "max_files_per_job",   "max_records", "max_processes_per_job",
+    "max_folded_files_per_job",
     "max_path_bytes_per_job", "max_path_bytes", "kernel_file_records",
     "kernel_file_records_preallocated", "ring_size", "trace_ring_size",
     "kernel_cgroup_exclusions", "kernel_block_records", "kernel_inflight"};
@@ -769,6 +770,8 @@ class ConfigParser {
             check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_records);
       } else if (e.key == "max_processes_per_job") {
         check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_processes_per_job);
+      } else if (e.key == "max_folded_files_per_job") {
+        check_.positive(e, path, std::numeric_limits<uint64_t>::max(), l.max_folded_files_per_job);
       } else if (e.key == "max_path_bytes_per_job") {
         l.given.max_path_bytes_per_job = path_bytes(e, path, l.max_path_bytes_per_job);
       } else if (e.key == "max_path_bytes") {

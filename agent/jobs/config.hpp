@@ -44,6 +44,11 @@ struct Limits {
   /// Processes kept per job (`max_processes_per_job`): past it the oldest exited ones are folded
   /// into the job's "<other processes>" row, their counts kept (docs/daemon.md#bounded-memory).
   uint64_t max_processes_per_job = 10000;
+  /// Folded (process, file) pairs whose file ids a job keeps (`max_folded_files_per_job`): the
+  /// ids keep the per-process and distinct file counts of folded records exact, 16 bytes each;
+  /// past it the oldest exited processes fold into "<other processes>" as above, so that a job
+  /// whose workers are re-forked every epoch over a million files stays bounded.
+  uint64_t max_folded_files_per_job = 250000;
   /// Bytes of file names (paths, rename targets) kept per job and for all jobs: records are
   /// folded until the names fit, as they are past max_files_per_job / max_records, so long
   /// paths fold like more files would (`max_path_bytes_per_job`, `max_path_bytes`).

@@ -317,6 +317,58 @@ TEST_F(JobTableTest, WithinARoundTheNodeWideShareFoldsFileRecordsNotProcesses) {
   EXPECT_EQ(written_total, total);
 }
 
+TEST_F(JobTableTest, FoldedFileIdsBoundedByFoldingExitedWorkers) {
+  // A DataLoader over many files with workers re-forked every epoch: each folded (process,
+  // file) pair keeps its file's id (so file counts stay exact), 16 bytes, so a job over a
+  // million files grew by a million ids an epoch. Past max_folded_files_per_job the exited
+  // workers fold (earliest exit first) into "<other processes>"; a running one never does.
+  // Totals, processes and (process, file) pairs stay those the test made.
+  jobs::Limits limits;
+  limits.max_files_per_job = 10;
+  limits.max_folded_files_per_job = 250;
+  auto t = make({cgroup_rule("/dl/*")}, limits);
+  t.on_cgroup(1, "/dl", false, 0);
+  t.on_cgroup(2, "/dl/a", true, 0);
+  t.on_mark(mark(500, 2));
+  const daemon::Job& job = *t.find("cgroup/dl/a");
+  uint64_t bytes = 0, pairs = 0;
+  auto epoch = [&](uint32_t first_pid, bool exit) {
+    for (uint32_t pid = first_pid; pid < first_pid + 4; ++pid) {
+      t.on_event(core::ForkEvent{{pid, pid * 10ull}, {500, 5000}, 1100 + pid, "worker", 1});
+      for (uint64_t i = 1; i <= 100; ++i) {  // the same 100 files every epoch, final
+        t.on_file(key(pid, i), written(i), true);
+        bytes += i;
+        ++pairs;
+      }
+      if (exit) t.on_event(core::ExitEvent{{pid, pid * 10ull}, 2000 + pid, 0});
+      t.enforce_limits();  // the end of a drain round
+    }
+  };
+  epoch(600, true);
+  // 400 pairs: the first workers folded as soon as the ids passed 250, down to 225 or fewer.
+  EXPECT_LE(job.rec->folded_file_ids(), 250u);
+  EXPECT_GT(job.rec->folded_processes(), 0u);
+  EXPECT_FALSE(t.attributed({600, 6000}));  // the earliest exit went first
+  EXPECT_TRUE(t.attributed({603, 6030}));
+  EXPECT_TRUE(t.attributed({602, 6020}));  // and only until the ids fit
+  EXPECT_GT(job.rec->folded_file_ids(), 150u);
+  epoch(700, false);  // four running workers: never folded, whatever their ids
+  EXPECT_EQ(job.rec->folded_processes(), 4u);
+  for (uint32_t pid = 700; pid < 704; ++pid) EXPECT_TRUE(t.attributed({pid, pid * 10ull})) << pid;
+  EXPECT_GT(job.rec->folded_file_ids(), 250u);
+  for (uint32_t pid = 700; pid < 704; ++pid)
+    t.on_event(core::ExitEvent{{pid, pid * 10ull}, 3000 + pid, 0});
+  t.enforce_limits();
+  EXPECT_LE(job.rec->folded_file_ids(), 225u);
+  auto rec = t.job_json(job, "test");
+  EXPECT_EQ(rec["job"]["totals"]["bytes_written"].get<uint64_t>(), bytes);
+  EXPECT_EQ(rec["job"]["totals"]["opens"].get<uint64_t>(), pairs);
+  EXPECT_EQ(rec["job"]["files"].get<uint64_t>(), pairs);  // (process, file) pairs, exact
+  EXPECT_EQ(rec["job"]["processes"].get<uint64_t>(), 9u);  // the parent and eight workers
+  EXPECT_EQ(rec["job"]["folded_processes"].get<uint64_t>(), t.stats().folded_processes);
+  EXPECT_GT(t.stats().folded_processes, 4u);  // the second epoch's earliest too
+}
+
 namespace {
 
 using testing_util::name_event;

@@ -518,6 +518,12 @@ TEST(JobsConfig, ProcessAndPathByteLimits) {
   EXPECT_EQ(c.limits.max_path_bytes, 64u << 10);
   EXPECT_EQ(error_of(kJobs + "limits:\n  max_processes_per_job: 0\n"),
             "t.yaml:4:3: limits.max_processes_per_job: expected a positive integer, got '0'");
+  EXPECT_EQ(d.limits.max_folded_files_per_job, 250000u);
+  EXPECT_EQ(parsed(kJobs + "limits:\n  max_folded_files_per_job: 1000\n")
+                .limits.max_folded_files_per_job,
+            1000u);
+  EXPECT_EQ(error_of(kJobs + "limits:\n  max_folded_files_per_job: -1\n"),
+            "t.yaml:4:3: limits.max_folded_files_per_job: expected a positive integer, got '-1'");
   EXPECT_EQ(error_of(kJobs + "limits:\n  max_path_bytes_per_job: 1KiB\n"),
             "t.yaml:4:3: limits.max_path_bytes_per_job: expected a size of at least 64KiB, got "
             "1024");
